@@ -1,0 +1,5 @@
+import sys
+
+from gpudiag.cli import main
+
+sys.exit(main())
