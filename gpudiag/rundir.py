@@ -20,6 +20,7 @@ Layout (format version 1)::
     <run>/rank<R>/status.json              how the rank ended (written last)
     <run>/rank<R>/summary.json             small per-rank summary (written at rank end)
     <run>/rank<R>/stacks.txt               Python stacks dumped by the hang watchdog
+    <run>/rank<R>/inflight.json            collectives in flight when the watchdog fired
     <run>/node<N>/gpu_samples.jsonl        NVML samples, every local GPU
     <run>/node<N>/host_samples.jsonl       host CPU/memory samples (always; the only ones without NVML)
 
@@ -60,6 +61,7 @@ RANK_INFO = "rank_info.json"
 STATUS = "status.json"
 SUMMARY = "summary.json"
 STACKS = "stacks.txt"
+INFLIGHT = "inflight.json"  # in-flight collectives + FR dump, written on a hang request
 
 _RANK_DIR_RE = re.compile(r"^rank(\d+)$")
 _NODE_DIR_RE = re.compile(r"^node(\d+)$")

@@ -1,0 +1,68 @@
+"""First paint of the dashboard on an 8-rank run, in headless Chromium.
+
+    python bench/dashboard.py [--traces ../shared/traces] [--repeat 3]
+
+Starts the real `gpudiag dashboard` on a free port and measures, per 8-rank run, the
+seconds from navigation to the first plotly chart drawn (`.js-plotly-plot .main-svg`):
+cold (the run analysed for the first time in this server) and warm (a new browser
+session; the analysis comes from the content-keyed cache), for the Overview and the
+Timeline. Prints each figure beside the 3 s target as a ratio (≤ 1.00 meets it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.browser import dashboard as browser  # noqa: E402
+
+TARGET_S = 3.0
+RUNS = ("astrasim_megatron_tp8", "param_dlrm_ddp8")
+
+
+def measure(traces: Path, repeat: int) -> list[tuple[str, str, float]]:
+    rows: list[tuple[str, str, float]] = []
+    server = browser.Dashboard([traces])
+    try:
+        server.wait_ready()
+        with browser.browser() as page:
+            for run in RUNS:
+                label = f"{traces.name}/{run}"
+                cold = browser.first_paint_s(page, browser.view_url(server.url, label, "Overview"))
+                rows.append((run, "Overview, cold (analysis included)", cold))
+                for view in ("Overview", "Timeline"):
+                    times = [
+                        browser.first_paint_s(page, browser.view_url(server.url, label, view))
+                        for _ in range(repeat)
+                    ]
+                    rows.append(
+                        (run, f"{view}, warm (median of {repeat})", statistics.median(times))
+                    )
+    finally:
+        server.close()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "traces")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    missing = [r for r in RUNS if not (args.traces / r).is_dir()]
+    if missing:
+        print(f"bench/dashboard.py: {args.traces}: missing {', '.join(missing)}", file=sys.stderr)
+        return 2
+    rows = measure(args.traces.resolve(), args.repeat)
+    print(f"{'run':<24} {'what':<38} {'first paint s':>13} {'target s':>9} {'ratio':>6}")
+    for run, what, seconds in rows:
+        print(f"{run:<24} {what:<38} {seconds:>13.2f} {TARGET_S:>9.1f} {seconds / TARGET_S:>6.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

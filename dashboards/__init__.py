@@ -1,0 +1,1 @@
+"""Streamlit dashboard for gpudiag runs (presentation only: see app.py)."""

@@ -1,0 +1,131 @@
+"""gpudiag dashboard: `streamlit run dashboards/app.py -- RUN_OR_ROOT ...`
+(normally started by `gpudiag dashboard`).
+
+Presentation only: every number comes from `gpudiag.analysis.analyze`, cached per run
+and keyed by the run's content (file names, sizes, mtimes). The runs it can open are
+the ones found under the roots given; URL query parameters (`?run=...&view=...`) are
+resolved against those roots and refused when they point elsewhere.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dashboards import runs, views  # noqa: E402
+
+
+def _roots() -> list[Path]:
+    args = [a for a in sys.argv[1:] if a and not a.startswith("-")]
+    return [Path(a) for a in args] if args else list(runs.DEFAULT_ROOTS)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+
+
+@st.cache_resource(max_entries=16, show_spinner="Analysing run…")
+def _analysis(path: str, content_key: str) -> tuple[Any, str | None]:
+    """(AnalysisResult, None) or (None, one-line error). content_key is only the cache key."""
+    try:
+        from gpudiag.analysis import analyze
+    except ImportError as exc:
+        return None, f"gpudiag.analysis is not available ({_first_line(exc)})"
+    try:
+        return analyze(path), None
+    except Exception as exc:  # the app must never die on a bad run
+        return None, f"{path}: cannot be analysed ({_first_line(exc)})"
+
+
+def result_of(ref: runs.RunRef) -> tuple[Any, str | None]:
+    return _analysis(str(ref.path), runs.fingerprint(ref.path))
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def _timeline(
+    _result: Any, path: str, content_key: str, ranks: tuple[int, ...] | None, budget: int
+) -> pd.DataFrame:
+    if ranks is None:
+        return _result.timeline(None, max_intervals=budget)
+    per_rank = max(1, budget // len(ranks))
+    parts = [_result.timeline(r, max_intervals=per_rank) for r in ranks]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def timeline_of(
+    result: Any, ref: runs.RunRef, ranks: tuple[int, ...] | None, budget: int
+) -> pd.DataFrame:
+    return _timeline(result, str(ref.path), runs.fingerprint(ref.path), ranks, budget)
+
+
+def _initial_run(refs: list[runs.RunRef], roots: list[Path]) -> int:
+    """Index of the run named by ?run= (a label or a path inside the roots), else 0."""
+    wanted = st.query_params.get("run")
+    if not wanted:
+        return 0
+    labels = [r.label for r in refs]
+    if wanted in labels:
+        return labels.index(wanted)
+    try:
+        path = runs.confine(wanted, roots)
+    except runs.PathOutsideRoots as exc:
+        st.error(str(exc))
+        return 0
+    paths = [r.path for r in refs]
+    if path in paths:
+        return paths.index(path)
+    st.error(f"{wanted}: not a run under the dashboard's roots")
+    return 0
+
+
+def main() -> None:
+    st.set_page_config(page_title="gpudiag", layout="wide")
+    roots = _roots()
+    refs = runs.discover_runs(roots)
+    st.sidebar.title("gpudiag")
+    if not refs:
+        st.title("gpudiag dashboard")
+        st.warning(
+            "No runs found under: "
+            + ", ".join(str(r) for r in roots)
+            + ". Record one with `gpudiag trace train.py` or pass run/trace directories."
+        )
+        return
+    labels = [r.label for r in refs]
+    if "run" not in st.session_state:
+        st.session_state["run"] = labels[_initial_run(refs, roots)]
+    if "view" not in st.session_state:
+        wanted = st.query_params.get("view")
+        st.session_state["view"] = wanted if wanted in views.VIEWS else "Overview"
+    label = st.sidebar.selectbox("Run", labels, key="run")
+    view = st.sidebar.radio("View", list(views.VIEWS), key="view")
+    ref = refs[labels.index(label)]
+    st.sidebar.caption(str(ref.path))
+
+    result, error = result_of(ref)
+    if error:
+        st.error(error)
+        st.info("Other runs and views still work: pick another run in the sidebar.")
+        return
+    ctx = views.ViewContext(
+        ref=ref,
+        result=result,
+        roots=roots,
+        all_runs=refs,
+        result_of=result_of,
+        timeline_of=timeline_of,
+    )
+    try:
+        views.VIEWS[view](ctx)
+    except Exception as exc:  # a view must never take the app down with it
+        st.error(f"{view}: could not render this run ({_first_line(exc)})")
+
+
+main()

@@ -1,0 +1,139 @@
+"""Where each step's time goes, per rank: compute, overlapped and exposed communication,
+data loading, other host work, idle. Definitions: docs/analysis.md.
+
+Every instant of a step falls in exactly one component, by priority:
+
+1. ``comm_overlapped``: communication and compute both active
+2. ``compute``: compute active, no communication
+3. ``comm_exposed``: communication active, no compute
+4. ``data_loading``: the training thread is in a DataLoader ``__next__``
+5. ``other``: the training thread is busy with anything else (launches, Python, syncs)
+6. ``idle``: none of the above
+
+GPU traces: compute = GPU kernels, memcpy and memset on any stream; communication = comm
+kernels. CPU (gloo) traces: compute = the training thread's ops (outside data loading);
+communication = gloo's transfers on its ``pt_gloo_runloop`` threads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from gpudiag.analysis import intervals as iv
+from gpudiag.analysis.ingest import RankTrace
+
+COMPONENTS = ("compute", "comm_overlapped", "comm_exposed", "data_loading", "idle", "other")
+BREAKDOWN_COLUMNS = ("rank", "step", "step_ms", *COMPONENTS)
+
+_GPU_COMPUTE_KINDS = ("compute", "memcpy", "memset")
+_HOST_SKIP_KINDS = ("step",)
+
+
+def is_gpu_trace(events: pd.DataFrame) -> bool:
+    gpu = events["is_gpu"].to_numpy()
+    return bool(
+        (gpu & events["kind"].isin(["compute", "comm", "memcpy", "memset"]).to_numpy()).any()
+    )
+
+
+def _set(events: pd.DataFrame, mask: np.ndarray) -> iv.Intervals:
+    return iv.union(events["start_ns"].to_numpy()[mask], events["end_ns"].to_numpy()[mask])
+
+
+def activity_sets(rank_trace: RankTrace) -> dict[str, iv.Intervals]:
+    """The four raw activity sets: compute, comm, data_loading, host (training thread busy)."""
+    ev = rank_trace.events
+    kind = ev["kind"].to_numpy()
+    gpu = ev["is_gpu"].to_numpy()
+    main = ev["main_thread"].to_numpy()
+    loading = _set(ev, main & (kind == "dataloader"))
+    host = _set(ev, main & ~np.isin(kind, _HOST_SKIP_KINDS))
+    if is_gpu_trace(ev):
+        compute = _set(ev, gpu & np.isin(kind, _GPU_COMPUTE_KINDS))
+        comm = _set(ev, gpu & (kind == "comm"))
+    else:
+        busy = _set(ev, main & ~np.isin(kind, ("step", "dataloader")))
+        compute = iv.subtract(busy, loading)
+        comm = _set(ev, ~gpu & (kind == "comm"))
+    return {"compute": compute, "comm": comm, "data_loading": loading, "host": host}
+
+
+def component_intervals(rank_trace: RankTrace) -> dict[str, iv.Intervals]:
+    """Disjoint interval sets, one per component except ``idle`` (the remainder)."""
+    sets = activity_sets(rank_trace)
+    ordered = [sets["compute"], sets["comm"], sets["data_loading"], sets["host"]]
+    c, m, d, h = 0, 1, 2, 3
+
+    def pick(rule):
+        return iv.combine(ordered, rule)
+
+    return {
+        "comm_overlapped": pick(lambda a: a[:, c] & a[:, m]),
+        "compute": pick(lambda a: a[:, c] & ~a[:, m]),
+        "comm_exposed": pick(lambda a: a[:, m] & ~a[:, c]),
+        "data_loading": pick(lambda a: a[:, d] & ~a[:, c] & ~a[:, m]),
+        "other": pick(lambda a: a[:, h] & ~a[:, d] & ~a[:, c] & ~a[:, m]),
+    }
+
+
+def step_windows(rank_trace: RankTrace) -> pd.DataFrame:
+    """(step, start_ns, end_ns) per profiled step; a trace without ProfilerStep marks is
+    one window (step -1) spanning its events."""
+    steps = rank_trace.steps
+    if len(steps):
+        return steps[["step", "start_ns", "end_ns"]].reset_index(drop=True)
+    ev = rank_trace.events
+    if ev.empty:
+        return pd.DataFrame({"step": [], "start_ns": [], "end_ns": []}, dtype="int64")
+    return pd.DataFrame(
+        {"step": [-1], "start_ns": [int(ev["start_ns"].min())], "end_ns": [int(ev["end_ns"].max())]}
+    )
+
+
+def step_breakdown(rank_trace: RankTrace) -> pd.DataFrame:
+    """Per step, milliseconds in each component; the components sum to ``step_ms``."""
+    windows = step_windows(rank_trace)
+    if windows.empty:
+        return pd.DataFrame(columns=list(BREAKDOWN_COLUMNS))
+    lo = windows["start_ns"].to_numpy(dtype=np.int64)
+    hi = windows["end_ns"].to_numpy(dtype=np.int64)
+    out = pd.DataFrame({"rank": rank_trace.meta.rank, "step": windows["step"].to_numpy()})
+    out["step_ms"] = (hi - lo) / 1e6
+    parts = component_intervals(rank_trace)
+    covered = np.zeros(len(windows), dtype=np.int64)
+    for name in ("compute", "comm_overlapped", "comm_exposed", "data_loading", "other"):
+        ns = iv.per_window_length(parts[name], lo, hi)
+        covered += ns
+        out[name] = ns / 1e6
+    out["idle"] = np.maximum(hi - lo - covered, 0) / 1e6
+    return out[list(BREAKDOWN_COLUMNS)]
+
+
+def comm_comp_overlap(rank_trace: RankTrace) -> float:
+    """Percent of communication time that overlaps computation, over the whole trace
+    (HTA's ``get_comm_comp_overlap``: GPU compute kernels only, memcpy/memset excluded).
+    NaN when the trace has no communication."""
+    ev = rank_trace.events
+    if is_gpu_trace(ev):
+        kind = ev["kind"].to_numpy()
+        gpu = ev["is_gpu"].to_numpy()
+        if len(rank_trace.steps):  # kernels launched inside the profiled steps only
+            gpu = gpu & (ev["step"].to_numpy() >= 0)
+        compute = _set(ev, gpu & (kind == "compute"))
+        comm = _set(ev, gpu & (kind == "comm"))
+    else:
+        sets = activity_sets(rank_trace)
+        compute, comm = sets["compute"], sets["comm"]
+    total = iv.length(comm)
+    if total == 0:
+        return float("nan")
+    return 100.0 * iv.length(iv.intersect(comm, compute)) / total
+
+
+def run_breakdown(traces: list[RankTrace]) -> pd.DataFrame:
+    frames = [step_breakdown(t) for t in traces]
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame(columns=list(BREAKDOWN_COLUMNS))
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,144 @@
+"""`gpudiag analyze` and `gpudiag compare`: argument parsing and exit codes only.
+
+Exit codes: 0 ok; 1 a finding at or above --fail-on exists; 2 bad usage or nothing
+analysable (one-line error on stderr, never a traceback). Warnings about bad files go
+to stderr, one line each. Heavy modules (pandas, rich, plotly) load only when needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE_RUNS = REPO / "sample_runs"
+
+
+def _analyze_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpudiag analyze",
+        description="Find the bottlenecks of a gpudiag run directory or of profiler traces.",
+    )
+    p.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="run directory, trace directory or trace file (default: every run in sample_runs/)",
+    )
+    p.add_argument("--json", action="store_true", help="print the full result as JSON on stdout")
+    p.add_argument("--html", metavar="FILE", help="write a standalone HTML report (opens offline)")
+    p.add_argument(
+        "--fail-on",
+        choices=("high", "medium", "low"),
+        help="exit 1 when a finding of this severity or worse exists",
+    )
+    p.add_argument("--workers", type=int, default=None, help="processes for trace loading")
+    p.add_argument("--rank", type=int, default=None, help="only this rank in the per-rank table")
+    return p
+
+
+def sample_run_paths(root: Path = SAMPLE_RUNS) -> list[Path]:
+    """Every analysable directory directly under sample_runs/."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def _error(msg: str) -> int:
+    print(f"gpudiag: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def analyze_main(argv: list[str] | None = None) -> int:
+    args = _analyze_parser().parse_args(argv)
+    paths = [Path(p) for p in args.paths]
+    if not paths:
+        paths = sample_run_paths()
+        if not paths:
+            return _error(f"no PATH given and no runs in {SAMPLE_RUNS}")
+        print(f"gpudiag: analysing the shipped sample runs in {SAMPLE_RUNS}:", file=sys.stderr)
+        for p in paths:
+            print(f"  {p.name}", file=sys.stderr)
+
+    from gpudiag.analysis.result import AnalysisInputError, analyze
+
+    results = []
+    for path in paths:
+        try:
+            res = analyze(path, workers=args.workers)
+        except AnalysisInputError as exc:
+            for w in exc.warnings:
+                print(f"gpudiag: warning: {w}", file=sys.stderr)
+            if len(paths) == 1:
+                return _error(str(exc))
+            print(f"gpudiag: warning: {exc}", file=sys.stderr)
+            continue
+        for w in res.warnings:
+            print(f"gpudiag: warning: {w}", file=sys.stderr)
+        results.append(res)
+    if not results:
+        return _error("nothing analysable in " + ", ".join(map(str, paths)))
+
+    _render(results, args)
+    if args.fail_on:
+        from gpudiag.analysis.findings import at_least
+
+        if any(at_least(r.findings, args.fail_on) for r in results):
+            return 1
+    return 0
+
+
+def _render(results: list[Any], args: argparse.Namespace) -> None:
+    if args.html:
+        from gpudiag.report.html import write_html
+
+        out = write_html(results, Path(args.html))
+        print(f"gpudiag: wrote {out}", file=sys.stderr)
+    if args.json:
+        from gpudiag.report.jsonout import dumps
+
+        payload = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
+        sys.stdout.write(dumps(payload) + "\n")
+    elif not args.html or sys.stdout.isatty():
+        from gpudiag.report.terminal import print_report
+
+        for res in results:
+            print_report(res, rank=args.rank)
+
+
+def compare_main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="gpudiag compare",
+        description="Two runs side by side: step time and each breakdown component, with deltas.",
+    )
+    p.add_argument("a", metavar="A", help="baseline run or traces")
+    p.add_argument("b", metavar="B", help="run or traces to compare with A")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.add_argument("--workers", type=int, default=None)
+    args = p.parse_args(argv)
+
+    from gpudiag.analysis.compare import compare
+    from gpudiag.analysis.result import AnalysisInputError, analyze
+
+    try:
+        a = analyze(Path(args.a), workers=args.workers)
+        b = analyze(Path(args.b), workers=args.workers)
+    except AnalysisInputError as exc:
+        for w in exc.warnings:
+            print(f"gpudiag: warning: {w}", file=sys.stderr)
+        return _error(str(exc))
+    for res in (a, b):
+        for w in res.warnings:
+            print(f"gpudiag: warning: {w}", file=sys.stderr)
+    table = compare(a, b)
+    if args.json:
+        from gpudiag.report.jsonout import dumps
+
+        sys.stdout.write(dumps(table.to_json()) + "\n")
+    else:
+        from gpudiag.report.terminal import print_comparison
+
+        print_comparison(table)
+    return 0

@@ -1,0 +1,345 @@
+"""Collectives: one row per collective per rank, bandwidth with the nccl-tests factors,
+per-op summary, DDP bucket timeline and the all-reduce stall after backward.
+
+Sources, in order of preference:
+
+* a gpudiag run's ``collectives`` table (Flight Recorder et al.): every collective of the
+  run with its sequence number, not only the profiled window;
+* GPU traces: comm kernels (start/end on the GPU, op/bytes/group from the kernel's args
+  or the CPU-side op it was launched from, see ingest.py);
+* CPU (gloo) traces: the ``c10d::*`` op on the training thread (when the rank arrives)
+  paired in order with gloo's ``gloo:*`` transfer on its runloop thread (when it ends).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpudiag.analysis import intervals as iv
+from gpudiag.analysis.breakdown import activity_sets
+from gpudiag.analysis.ingest import RankTrace
+
+TABLE_COLUMNS = (
+    "rank",
+    "pg_name",
+    "pg_size",
+    "seq",
+    "index",
+    "op",
+    "bytes",
+    "dtype",
+    "start_ns",
+    "end_ns",
+    "dur_ms",
+    "algbw_gbs",
+    "busbw_gbs",
+    "peak_gbs",
+    "link",
+    "step",
+    "source",
+)
+SUMMARY_COLUMNS = (
+    "op",
+    "pg_name",
+    "count",
+    "bytes",
+    "total_ms",
+    "busbw_gbs_median",
+    "peak_gbs",
+    "ranks",
+)
+
+# nccl-tests doc/PERFORMANCE.md: busbw = algbw * factor(n)
+_TWO_WAY = {"all_reduce"}
+_ONE_WAY = {"all_gather", "reduce_scatter", "all_to_all"}
+
+# per-direction peak of one GPU's fabric (GB/s), matched on deviceProperties' name
+_LINK_PEAKS = (
+    ("B200", "NVLink 5", 900.0),
+    ("B100", "NVLink 5", 900.0),
+    ("H200", "NVLink 4", 450.0),
+    ("H100", "NVLink 4", 450.0),
+    ("H800", "NVLink 4 (H800)", 200.0),
+    ("A100-SXM", "NVLink 3", 300.0),
+    ("A800", "NVLink 3 (A800)", 200.0),
+    ("V100-SXM", "NVLink 2", 150.0),
+    ("MI300", "Infinity Fabric", 448.0),
+    ("MI250", "Infinity Fabric", 400.0),
+)
+
+
+def busbw_factor(op: str | None, n: float) -> float:
+    if not n or n != n or n < 1:
+        return float("nan")
+    if op in _TWO_WAY:
+        return 2.0 * (n - 1) / n
+    if op in _ONE_WAY:
+        return (n - 1) / n
+    return 1.0
+
+
+def link_of(trace: RankTrace | None) -> tuple[str, float]:
+    """(link description, per-direction peak GB/s) from the trace's device name."""
+    if trace is None:
+        return ("unknown", float("nan"))
+    if not trace.meta.device_properties:
+        if trace.meta.backend == "gloo":
+            return ("host network (gloo)", float("nan"))
+        return ("unknown", float("nan"))
+    name = str(trace.meta.device_properties[0].get("name", ""))
+    for key, link, peak in _LINK_PEAKS:
+        if key in name:
+            return (f"{link} ({name})", peak)
+    if "PCIe" in name:
+        return (f"PCIe ({name})", 32.0)
+    return (f"unknown ({name})", float("nan"))
+
+
+# --------------------------------------------------------------------------- per-rank rows
+
+
+def _gpu_rows(events: pd.DataFrame) -> pd.DataFrame:
+    rows = events[events["is_gpu"].to_numpy() & (events["kind"].to_numpy() == "comm")]
+    return pd.DataFrame(
+        {
+            "pg_name": rows["pg_name"].to_numpy(dtype=object),
+            "pg_size": rows["pg_size"].to_numpy(dtype=float),
+            "seq": rows["seq"].to_numpy(dtype=float),
+            "op": rows["comm_op"].to_numpy(dtype=object),
+            "bytes": rows["comm_bytes"].to_numpy(dtype=float),
+            "dtype": rows["comm_dtype"].to_numpy(dtype=object),
+            "start_ns": rows["start_ns"].to_numpy(),
+            "end_ns": rows["end_ns"].to_numpy(),
+            "step": rows["step"].to_numpy(),
+            "source": "trace:kernel",
+        }
+    )
+
+
+def _cpu_rows(events: pd.DataFrame) -> pd.DataFrame:
+    """gloo: pair the k-th ``c10d::`` enqueue with the k-th ``gloo:`` transfer."""
+    kind = events["kind"].to_numpy()
+    names = events["name"].astype(str)
+    enq = events[(kind == "comm_cpu") & names.str.startswith("c10d::").to_numpy()]
+    enq = enq[enq["comm_op"].notna().to_numpy()]
+    enq = _outermost(enq)
+    xfer = events[(kind == "comm") & ~events["is_gpu"].to_numpy()]
+    if enq.empty and xfer.empty:
+        return _gpu_rows(events.iloc[0:0])
+    if len(enq) == len(xfer) or xfer.empty or enq.empty:
+        base = enq if len(enq) else xfer
+        ends = xfer["end_ns"].to_numpy() if len(xfer) == len(base) else base["end_ns"].to_numpy()
+        nbytes = base["comm_bytes"].to_numpy(dtype=float)
+        if len(xfer) == len(base):
+            nbytes = np.where(np.isnan(nbytes), xfer["comm_bytes"].to_numpy(dtype=float), nbytes)
+    else:
+        base = enq
+        m = pd.merge_asof(
+            xfer[["start_ns", "end_ns", "comm_bytes"]].rename(columns={"start_ns": "x_start"}),
+            enq[["start_ns"]].assign(k=np.arange(len(enq))),
+            left_on="x_start",
+            right_on="start_ns",
+            direction="backward",
+        ).dropna(subset=["k"])
+        m = m.drop_duplicates("k", keep="first")
+        ends = base["end_ns"].to_numpy().copy()
+        nbytes = base["comm_bytes"].to_numpy(dtype=float).copy()
+        k = m["k"].to_numpy(dtype=np.int64)
+        ends[k] = m["end_ns"].to_numpy()
+        nbytes[k] = np.where(np.isnan(nbytes[k]), m["comm_bytes"].to_numpy(dtype=float), nbytes[k])
+    return pd.DataFrame(
+        {
+            "pg_name": base["pg_name"].to_numpy(dtype=object),
+            "pg_size": base["pg_size"].to_numpy(dtype=float),
+            "seq": base["seq"].to_numpy(dtype=float),
+            "op": base["comm_op"].to_numpy(dtype=object),
+            "bytes": nbytes,
+            "dtype": base["comm_dtype"].to_numpy(dtype=object),
+            "start_ns": base["start_ns"].to_numpy(),
+            "end_ns": np.maximum(ends, base["start_ns"].to_numpy()),
+            "step": base["step"].to_numpy(),
+            "source": "trace:cpu",
+        }
+    )
+
+
+def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
+    """Drop ops nested inside an earlier op of the same thread (one row per call)."""
+    if len(ops) < 2:
+        return ops
+    ops = ops.sort_values("start_ns")
+    reach = ops.groupby(["pid", "tid"], observed=True)["end_ns"].transform(
+        lambda e: e.cummax().shift(fill_value=np.iinfo(np.int64).min)
+    )
+    return ops[(ops["start_ns"] >= reach).to_numpy()]
+
+
+def _trace_rows(trace: RankTrace) -> pd.DataFrame:
+    ev = trace.events
+    gpu_comm = (ev["is_gpu"].to_numpy() & (ev["kind"].to_numpy() == "comm")).any()
+    rows = _gpu_rows(ev) if gpu_comm else _cpu_rows(ev)
+    rows.insert(0, "rank", trace.meta.rank)
+    link, peak = link_of(trace)
+    rows["link"] = link
+    rows["peak_gbs"] = peak
+    return rows
+
+
+def _run_rows(run: Any) -> pd.DataFrame:
+    c = run.collectives
+    if c is None or len(c) == 0:
+        return pd.DataFrame()
+    c = c.copy()
+    for col in ("start_ns", "end_ns", "enqueue_ns", "in_bytes", "out_bytes", "seq", "pg_size"):
+        c[col] = pd.to_numeric(c[col], errors="coerce") if col in c else np.nan
+    start = c["enqueue_ns"].fillna(c["start_ns"])
+    nbytes = c[["in_bytes", "out_bytes"]].max(axis=1)
+    from gpudiag.analysis.classify import normalise_op
+
+    ops = c["op"].map(lambda o: normalise_op(o) or (str(o) if o is not None else None))
+    rows = pd.DataFrame(
+        {
+            "rank": pd.to_numeric(c["rank"], errors="coerce"),
+            "pg_name": c["pg_name"].astype(object).where(c["pg_name"].notna(), "0")
+            if "pg_name" in c
+            else "0",
+            "pg_size": c["pg_size"],
+            "seq": c["seq"],
+            "op": ops,
+            "bytes": nbytes,
+            "dtype": c["dtype"] if "dtype" in c else None,
+            "start_ns": start,
+            "end_ns": c["end_ns"],
+            "step": pd.to_numeric(c["step"], errors="coerce").fillna(-1) if "step" in c else -1,
+            "source": "run:" + c["source"].astype(str) if "source" in c else "run",
+            "link": "unknown",
+            "peak_gbs": np.nan,
+        }
+    )
+    rows = rows.dropna(subset=["rank", "start_ns"])
+    rows["rank"] = rows["rank"].astype(np.int64)
+    rows["start_ns"] = rows["start_ns"].astype(np.int64)
+    return rows
+
+
+# --------------------------------------------------------------------------- public
+
+
+def collective_table(traces: list[RankTrace], run: Any = None) -> pd.DataFrame:
+    """One row per collective per rank, with algbw/busbw (GB/s = bytes/ns)."""
+    frames: list[pd.DataFrame] = []
+    if run is not None:
+        from_run = _run_rows(run)
+        if len(from_run) and from_run["end_ns"].notna().any():
+            frames.append(from_run)
+    if not frames:
+        frames = [_trace_rows(t) for t in traces]
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in TABLE_COLUMNS})
+    table = pd.concat(frames, ignore_index=True)
+    table = table.sort_values(["rank", "start_ns"], kind="stable", ignore_index=True)
+    table["pg_name"] = table["pg_name"].fillna("0").astype(str)
+    table["index"] = table.groupby(["rank", "pg_name"]).cumcount()
+    dur_ns = (table["end_ns"].astype(float) - table["start_ns"].astype(float)).clip(lower=0)
+    table["dur_ms"] = dur_ns / 1e6
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where(dur_ns > 0, table["bytes"].astype(float) / dur_ns, np.nan)
+    factors = np.array(
+        [busbw_factor(op, n) for op, n in zip(table["op"], table["pg_size"], strict=True)]
+    )
+    table["algbw_gbs"] = algbw
+    table["busbw_gbs"] = algbw * factors
+    return table[list(TABLE_COLUMNS)]
+
+
+def collective_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per (op, group): count and total_ms per rank (mean over ranks), median bytes per
+    collective, median busbw, the link's peak."""
+    if table is None or len(table) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in SUMMARY_COLUMNS})
+    t = table.assign(op=table["op"].fillna("unknown"))
+    g = t.groupby(["op", "pg_name"], sort=True)
+    ranks = g["rank"].nunique()
+    out = pd.DataFrame(
+        {
+            "count": g.size() / ranks,
+            "bytes": g["bytes"].median(),
+            "total_ms": g["dur_ms"].sum() / ranks,
+            "busbw_gbs_median": g["busbw_gbs"].median(),
+            "peak_gbs": g["peak_gbs"].max(),
+            "ranks": ranks,
+        }
+    ).reset_index()
+    return out.sort_values("total_ms", ascending=False, ignore_index=True)[list(SUMMARY_COLUMNS)]
+
+
+def ddp_buckets(table: pd.DataFrame) -> pd.DataFrame:
+    """DDP gradient buckets: the all-reduces of each step in issue order, with their
+    offset from the step's first bucket (rank, step, bucket, bytes, start_ms, dur_ms)."""
+    cols = ["rank", "step", "bucket", "bytes", "start_ns", "end_ns", "start_ms", "dur_ms"]
+    if table is None or len(table) == 0:
+        return pd.DataFrame(columns=cols)
+    b = table[(table["op"] == "all_reduce") & (table["step"] >= 0)].copy()
+    if b.empty:
+        return pd.DataFrame(columns=cols)
+    b = b.sort_values(["rank", "step", "start_ns"], ignore_index=True)
+    b["bucket"] = b.groupby(["rank", "step"]).cumcount()
+    first = b.groupby(["rank", "step"])["start_ns"].transform("min")
+    b["start_ms"] = (b["start_ns"] - first) / 1e6
+    return b[cols]
+
+
+def allreduce_stall(traces: list[RankTrace], table: pd.DataFrame) -> pd.DataFrame:
+    """Per rank and step: how long compute stands still after backward issued its last
+    gradient bucket until every all-reduce of the step has completed (the training
+    thread, or the GPU, waiting for the last buckets). ``stall_ms`` = the time in
+    [issue of the step's last all-reduce, completion of its last all-reduce] not covered
+    by compute."""
+    cols = ["rank", "step", "stall_ms", "buckets", "last_bucket_bytes"]
+    if table is None or len(table) == 0:
+        return pd.DataFrame(columns=cols)
+    ar = table[(table["op"] == "all_reduce") & (table["step"] >= 0) & table["end_ns"].notna()]
+    if ar.empty:
+        return pd.DataFrame(columns=cols)
+    g = ar.sort_values("start_ns").groupby(["rank", "step"])
+    per = pd.DataFrame(
+        {
+            "issue_ns": g["start_ns"].max(),
+            "done_ns": g["end_ns"].max(),
+            "buckets": g.size(),
+            "last_bucket_bytes": g["bytes"].last(),
+        }
+    ).reset_index()
+    by_rank = {t.meta.rank: t for t in traces}
+    out = []
+    for rank, rows in per.groupby("rank"):
+        trace = by_rank.get(int(rank))
+        if trace is None:
+            continue
+        lo = rows["issue_ns"].to_numpy(dtype=np.int64)
+        hi = np.maximum(rows["done_ns"].to_numpy(dtype=np.int64), lo)
+        busy = iv.per_window_length(activity_sets(trace)["compute"], lo, hi)
+        out.append(rows.assign(stall_ms=(hi - lo - busy) / 1e6))
+    if not out:
+        return pd.DataFrame(columns=cols)
+    return pd.concat(out, ignore_index=True)[cols]
+
+
+def comm_per_step(traces: list[RankTrace]) -> pd.DataFrame:
+    """Total communication time per rank and step (union of comm intervals inside the
+    step window), the quantity torch-tb-profiler calls "Communication"."""
+    from gpudiag.analysis.breakdown import step_windows
+
+    rows = []
+    for t in traces:
+        w = step_windows(t)
+        comm = activity_sets(t)["comm"]
+        ns = iv.per_window_length(comm, w["start_ns"].to_numpy(), w["end_ns"].to_numpy())
+        rows.append(pd.DataFrame({"rank": t.meta.rank, "step": w["step"], "comm_ms": ns / 1e6}))
+    if not rows:
+        return pd.DataFrame(columns=["rank", "step", "comm_ms"])
+    return pd.concat(rows, ignore_index=True)

@@ -1,0 +1,267 @@
+"""Failures from a run directory: a rank that failed, a hang, a desync.
+
+Sources: the manifest (status, failure), each rank's status.json, hang_report.json and
+stacks.txt written by the hang watchdog, and the collectives table (per (pg, seq) the
+op and sizes every rank called). All three kinds are high severity.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from gpudiag.analysis.findings import Finding, user_frame
+
+FAILED_STATES = {"failed", "error", "crashed", "killed", "aborted", "signaled", "timeout"}
+RANK_FAILED_FIX = (
+    "Read the traceback of the first failing rank (the others were torn down after it). "
+    "If it failed on a collective, check that every rank calls the same collectives with "
+    "the same shapes; NCCL/gloo timeouts usually mean another rank diverged first."
+)
+HANG_FIX = (
+    "The ranks named as not inside the collective never reached it: look at their stack "
+    "for the blocking call (data loading, a rank-dependent branch, an early exit). Make "
+    "every rank call the same collectives in the same order; set a timeout in "
+    "init_process_group(timeout=...) so a hang fails fast."
+)
+DESYNC_FIX = (
+    "Ranks issued different collectives (or different sizes) at the same sequence "
+    "number: look for rank-dependent control flow around collectives, uneven inputs "
+    "(use DistributedSampler(drop_last=True) or DDP's join()), or parameters unused on "
+    "some ranks (find_unused_parameters=True)."
+)
+
+
+def _failed_ranks(run: Any) -> dict[int, dict[str, Any]]:
+    failed: dict[int, dict[str, Any]] = {}
+    for rank, status in (getattr(run, "statuses", None) or {}).items():
+        state = str(status.get("status", status.get("state", ""))).lower()
+        if state in FAILED_STATES:
+            failed[int(rank)] = status
+    failure = (getattr(run, "manifest", None) or {}).get("failure")
+    if isinstance(failure, dict) and failure.get("rank") is not None:
+        try:
+            failed.setdefault(int(failure["rank"]), failure)
+        except (TypeError, ValueError):
+            pass
+    return failed
+
+
+def rank_failed_findings(run: Any) -> list[Finding]:
+    manifest = getattr(run, "manifest", None) or {}
+    failed = _failed_ranks(run)
+    status = str(manifest.get("status", "")).lower()
+    if not failed and status not in FAILED_STATES:
+        return []
+    failure = manifest.get("failure") if isinstance(manifest.get("failure"), dict) else {}
+    first_rank = failure.get("rank", min(failed) if failed else None)
+    detail = failed.get(first_rank, failure) if first_rank is not None else failure
+    traceback = str(detail.get("traceback") or failure.get("traceback") or "")
+    message = str(detail.get("message") or detail.get("error") or failure.get("message") or "")
+    exc_type = detail.get("exc_type") or failure.get("exc_type")
+    if exc_type and message:
+        message = f"{exc_type}: {message}"
+    last_line = message or (traceback.strip().splitlines()[-1] if traceback.strip() else "")
+    listed = _as_int_list(manifest.get("failed_ranks"))
+    ranks = sorted(set(failed) | set(listed)) or (
+        [int(first_rank)] if first_rank is not None else []
+    )
+    title = f"Rank {first_rank} failed" if first_rank is not None else "The run failed"
+    if last_line:
+        title += f": {last_line[:160]}"
+    return [
+        Finding(
+            kind="rank_failed",
+            severity="high",
+            cost_ms_per_step=0.0,
+            ranks=ranks,
+            title=title,
+            evidence={
+                "run_status": manifest.get("status"),
+                "exit_code": manifest.get("exit_code", detail.get("exit_code")),
+                "first_failed_rank": first_rank,
+                "failed_ranks": ranks,
+                "error": last_line,
+            },
+            fix=RANK_FAILED_FIX,
+            location=user_frame(traceback),
+        )
+    ]
+
+
+def _as_int_list(value: Any) -> list[int]:
+    out = []
+    for v in value if isinstance(value, (list, tuple)) else []:
+        try:
+            out.append(int(v))
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def _rank_states(report: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    states = report.get("ranks")
+    out: dict[int, dict[str, Any]] = {}
+    if isinstance(states, dict):
+        for key, state in states.items():
+            if isinstance(state, dict):
+                try:
+                    out[int(key)] = state
+                except (TypeError, ValueError):
+                    continue
+    return out
+
+
+def _first_inflight(states: dict[int, dict[str, Any]], ranks: list[int]) -> dict[str, Any]:
+    calls = [
+        c for r in ranks for c in (states.get(r, {}).get("inflight") or []) if isinstance(c, dict)
+    ]
+    calls.sort(key=lambda c: (c.get("seq") is None, c.get("seq") or 0))
+    return calls[0] if calls else {}
+
+
+def hang_findings(run: Any) -> list[Finding]:
+    """From hang_report.json (gpudiag/capture/watchdog.py): ``stuck_ranks`` wait inside a
+    collective, ``ranks_not_in_collective`` never reached it; ``desync`` when the
+    waiting ranks called different collectives at the same sequence number."""
+    report = getattr(run, "hang_report", None)
+    if not isinstance(report, dict):
+        return []
+    states = _rank_states(report)
+    waiting = _as_int_list(report.get("stuck_ranks"))
+    absent = _as_int_list(report.get("ranks_not_in_collective"))
+    desync = report.get("desync") if isinstance(report.get("desync"), dict) else None
+    call = _first_inflight(states, waiting)
+    stacks = getattr(run, "stacks", None) or {}
+    location = None
+    for r in absent:
+        location = location or states.get(r, {}).get("top_frame") or user_frame(stacks.get(r, ""))
+    location = location or call.get("callsite")
+    for r in waiting:
+        location = location or states.get(r, {}).get("top_frame") or user_frame(stacks.get(r, ""))
+    evidence = {
+        "waiting_ranks": waiting,
+        "ranks_not_in_collective": absent,
+        "op": call.get("op"),
+        "pg_name": call.get("pg_name"),
+        "seq": call.get("seq"),
+        "bytes": call.get("bytes"),
+        "detected_after_s": report.get("detected_after_s"),
+        "last_steps": {str(r): s.get("last_step") for r, s in sorted(states.items())},
+    }
+    verdict = str(report.get("verdict") or "the job stopped making progress")
+    if desync is not None:
+        calls = desync.get("calls") if isinstance(desync.get("calls"), dict) else {}
+        described = {
+            str(r): (c.get("op"), str(c.get("shape")))
+            for r, c in calls.items()
+            if isinstance(c, dict)
+        }
+        values = list(described.values())
+        common = max(set(values), key=values.count) if values else None
+        odd = sorted(int(r) for r, v in described.items() if v != common) or waiting
+        site = next(
+            (c.get("callsite") for r, c in calls.items() if isinstance(c, dict) and int(r) in odd),
+            None,
+        )
+        evidence.update(pg_name=desync.get("pg_name"), seq=desync.get("seq"), calls=described)
+        return [
+            Finding(
+                kind="desync",
+                severity="high",
+                cost_ms_per_step=0.0,
+                ranks=odd,
+                title=f"Desync: {verdict}",
+                evidence=evidence,
+                fix=DESYNC_FIX,
+                location=site or location,
+            )
+        ]
+    return [
+        Finding(
+            kind="hang",
+            severity="high",
+            cost_ms_per_step=0.0,
+            ranks=absent or waiting,
+            title=f"Hang: {verdict}",
+            evidence=evidence,
+            fix=HANG_FIX,
+            location=location,
+        )
+    ]
+
+
+def collective_mismatches(collectives: pd.DataFrame) -> pd.DataFrame:
+    """(pg_name, seq) where ranks disagree on the op or the sizes."""
+    cols = {"rank", "pg_name", "seq", "op"}
+    if collectives is None or collectives.empty or not cols <= set(collectives.columns):
+        return pd.DataFrame(columns=["pg_name", "seq", "ops", "in_bytes", "ranks"])
+    c = collectives.dropna(subset=["seq"]).copy()
+    c["in_bytes"] = pd.to_numeric(c.get("in_bytes"), errors="coerce")
+    c["pg_name"] = c["pg_name"].astype(str)
+    g = c.groupby(["pg_name", "seq"], sort=True)
+    counts = g.agg(
+        n_ops=("op", "nunique"), n_bytes=("in_bytes", "nunique"), n_ranks=("rank", "nunique")
+    )
+    bad = counts[(counts["n_ops"] > 1) | (counts["n_bytes"] > 1)]
+    if bad.empty:
+        return pd.DataFrame(columns=["pg_name", "seq", "ops", "in_bytes", "ranks"])
+    rows = []
+    for (pg, seq), _ in bad.iterrows():
+        part = c[(c["pg_name"] == pg) & (c["seq"] == seq)]
+        rows.append(
+            {
+                "pg_name": pg,
+                "seq": seq,
+                "ops": {int(r): str(o) for r, o in zip(part["rank"], part["op"], strict=False)},
+                "in_bytes": {
+                    int(r): (None if pd.isna(b) else int(b))
+                    for r, b in zip(part["rank"], part["in_bytes"], strict=False)
+                },
+                "ranks": sorted(int(r) for r in part["rank"]),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def desync_findings(run: Any) -> list[Finding]:
+    mism = collective_mismatches(getattr(run, "collectives", None))
+    if mism.empty:
+        return []
+    first = mism.iloc[0]
+    ops = first["ops"]
+    sizes = first["in_bytes"]
+    # The odd one out: ranks whose (op, size) differs from the most common one.
+    pairs = {r: (ops.get(r), sizes.get(r)) for r in first["ranks"]}
+    common = max(set(pairs.values()), key=list(pairs.values()).count)
+    odd = sorted(r for r, p in pairs.items() if p != common) or first["ranks"]
+    return [
+        Finding(
+            kind="desync",
+            severity="high",
+            cost_ms_per_step=0.0,
+            ranks=odd,
+            title=(
+                f"Desync at group {first['pg_name']} seq {int(first['seq'])}: ranks called "
+                + ", ".join(f"{r}:{ops[r]}({sizes.get(r)} B)" for r in sorted(ops))
+            ),
+            evidence={
+                "pg_name": first["pg_name"],
+                "seq": int(first["seq"]),
+                "ops": {str(k): v for k, v in ops.items()},
+                "in_bytes": {str(k): v for k, v in sizes.items()},
+                "mismatched_sequence_numbers": int(len(mism)),
+            },
+            fix=DESYNC_FIX,
+        )
+    ]
+
+
+def failure_findings(run: Any | None) -> list[Finding]:
+    if run is None:
+        return []
+    findings = rank_failed_findings(run) + hang_findings(run)
+    if not any(f.kind == "desync" for f in findings):
+        findings += desync_findings(run)
+    return findings

@@ -1,0 +1,366 @@
+"""Findings: what is wrong with a run, what it costs per step, and how to fix it.
+
+A finding is data (kind, severity, cost, ranks, evidence, fix, location); the terminal
+report, the JSON, the HTML and the dashboard only render it. Kind names are stable:
+scripts and CI jobs key on them (see docs/findings.md).
+
+Severity comes from the cost's share of the mean step time (:func:`severity_for`),
+except for failures (``hang``, ``desync``, ``rank_failed``: always high) and
+``dp_on_cpu`` (informational: low).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+KINDS = (
+    "straggler",
+    "exposed_communication",
+    "dataloader_stall",
+    "dataparallel_overhead",
+    "gpu0_imbalance",
+    "gpu_idle",
+    "gpu_throttled",
+    "host_sync",
+    "bucket_size",
+    "no_amp",
+    "hang",
+    "desync",
+    "rank_failed",
+    "dp_on_cpu",
+)
+SEVERITIES = ("high", "medium", "low")
+SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
+
+# Share of the mean step time a cost must reach for each severity.
+HIGH_SHARE = 0.25
+MEDIUM_SHARE = 0.10
+LOW_SHARE = 0.02
+
+
+@dataclass
+class Finding:
+    kind: str
+    severity: str
+    cost_ms_per_step: float
+    ranks: list[int]
+    title: str
+    evidence: dict[str, Any]
+    fix: str
+    location: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("extra")
+        d["cost_ms_per_step"] = _finite(self.cost_ms_per_step)
+        d["evidence"] = {k: _plain(v) for k, v in self.evidence.items()}
+        d["ranks"] = [int(r) for r in self.ranks]
+        return d
+
+
+def severity_for(cost_ms: float, step_ms: float) -> str | None:
+    """high / medium / low from the cost's share of the step, None when negligible."""
+    if not (step_ms > 0) or not (cost_ms > 0):
+        return None
+    share = cost_ms / step_ms
+    if share >= HIGH_SHARE:
+        return "high"
+    if share >= MEDIUM_SHARE:
+        return "medium"
+    if share >= LOW_SHARE:
+        return "low"
+    return None
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    """Failures first (a run that hung is the first thing to know), then most costly."""
+    failure_kinds = {"rank_failed": 0, "hang": 1, "desync": 2}
+    return sorted(
+        findings,
+        key=lambda f: (
+            failure_kinds.get(f.kind, 9),
+            -(f.cost_ms_per_step if math.isfinite(f.cost_ms_per_step) else 0.0),
+            SEVERITY_RANK.get(f.severity, 3),
+        ),
+    )
+
+
+def at_least(findings: list[Finding], severity: str) -> list[Finding]:
+    limit = SEVERITY_RANK[severity]
+    return [f for f in findings if SEVERITY_RANK.get(f.severity, 3) <= limit]
+
+
+# --------------------------------------------------------------------------- lint.json
+
+# Which lint rule (by words in its id or message) points at the code behind a finding.
+_LINT_WORDS: dict[str, tuple[str, ...]] = {
+    "dataloader_stall": ("dataloader", "num_workers", "pin_memory", "persistent_workers"),
+    "dataparallel_overhead": ("dataparallel",),
+    "dp_on_cpu": ("dataparallel",),
+    "gpu0_imbalance": ("dataparallel",),
+    "host_sync": (".item", "item(", "synchron", "host_sync", "sync"),
+    "no_amp": ("autocast", "amp", "mixed"),
+    "bucket_size": ("bucket",),
+    "exposed_communication": ("bucket", "no_sync", "ddp", "distributeddataparallel"),
+}
+
+
+def lint_entries(lint: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The list of diagnostics in a lint.json, whatever its top-level key."""
+    if not isinstance(lint, dict):
+        return []
+    for key in ("findings", "issues", "diagnostics", "results", "problems"):
+        value = lint.get(key)
+        if isinstance(value, list):
+            return [e for e in value if isinstance(e, dict)]
+    return []
+
+
+def _entry_location(entry: dict[str, Any]) -> str | None:
+    if isinstance(entry.get("location"), str):
+        return entry["location"]
+    path = entry.get("path") or entry.get("file") or entry.get("filename")
+    line = entry.get("line") or entry.get("lineno")
+    if path and line:
+        return f"{path}:{line}"
+    return str(path) if path else None
+
+
+def _entry_text(entry: dict[str, Any]) -> str:
+    keys = ("rule", "code", "id", "kind", "name", "message", "title")
+    return " ".join(str(entry.get(k, "")) for k in keys).lower()
+
+
+def location_from_lint(kind: str, lint: dict[str, Any] | None) -> str | None:
+    words = _LINT_WORDS.get(kind)
+    if not words:
+        return None
+    for entry in lint_entries(lint):
+        if entry.get("finding_kind") == kind or entry.get("finding") == kind:
+            return _entry_location(entry)
+    for entry in lint_entries(lint):
+        text = _entry_text(entry)
+        if any(w in text for w in words):
+            return _entry_location(entry)
+    return None
+
+
+_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def user_frame(stack_text: str) -> str | None:
+    """Innermost frame of a Python stack that is the user's code (not torch, not the
+    standard library, not gpudiag), as "path:line"."""
+    best = None
+    for path, line in _FRAME_RE.findall(stack_text or ""):
+        if any(p in path for p in ("site-packages", "/torch/", "/gpudiag/", "/lib/python", "<")):
+            continue
+        best = f"{path}:{line}"
+    return best
+
+
+def attach_locations(findings: list[Finding], lint: dict[str, Any] | None) -> None:
+    for f in findings:
+        if f.location is None:
+            f.location = location_from_lint(f.kind, lint)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _plain(value: Any) -> Any:
+    """Numbers and containers as JSON-friendly plain Python values."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float):
+        return round(value, 4) if math.isfinite(value) else None
+    if isinstance(value, int):
+        return value
+    return str(value)
+
+
+def ms(value: float) -> float:
+    return round(float(value), 3)
+
+
+# --------------------------------------------------------------------------- communication
+
+STRAGGLER_FIX = (
+    "Every other rank waits for this one at each collective. Compare its host (CPU "
+    "load, other processes, throttled or older GPU, slower NIC/PCIe slot), its data "
+    "shard (uneven batch sizes or sequence lengths) and any rank-specific work (logging, "
+    "checkpointing, evaluation on rank 0 only inside the step)."
+)
+EXPOSED_COMM_FIX = (
+    "Communication is not hidden behind compute: use a larger per-GPU batch or gradient "
+    "accumulation with model.no_sync() on the non-final micro-steps, tune "
+    "DDP(bucket_cap_mb=...) so the first buckets start early, gradient_as_bucket_view=True, "
+    "bf16 gradients (DDP comm hook bf16_compress_hook) and, on multi-node jobs, a faster "
+    "interconnect; for large models consider FSDP/ZeRO-style sharding."
+)
+BUCKET_FIX_FEW = (
+    "Too few DDP buckets: the all-reduce starts only when most gradients are ready. "
+    "Lower DDP(bucket_cap_mb=...) (default 25) so reductions overlap more of backward."
+)
+BUCKET_FIX_MANY = (
+    "Many small DDP buckets: per-collective latency dominates. Raise "
+    "DDP(bucket_cap_mb=...) (default 25) or flatten parameters."
+)
+
+
+def straggler_findings(stragglers: Any, step_ms: float) -> list[Finding]:
+    """Ranks flagged by stragglers.py, costed net of the mutual waiting: what the others
+    wait for a rank minus the most any other rank makes them wait (two ranks that take
+    turns arriving last are jitter, not a straggler)."""
+    if stragglers is None or len(stragglers) == 0 or "is_straggler" not in stragglers:
+        return []
+    cost = stragglers["cost_ms_per_step"].astype(float).to_numpy()
+    flagged = stragglers["is_straggler"].astype(bool).to_numpy()
+    if not flagged.any() or (len(stragglers) > 1 and flagged.all()):
+        return []
+    best_other = max((c for c, f in zip(cost, flagged, strict=False) if not f), default=0.0)
+    net = {
+        int(r): float(c - best_other)
+        for r, c, f in zip(stragglers["rank"], cost, flagged, strict=False)
+        if f and severity_for(c - best_other, step_ms)
+    }
+    if not net:
+        return []
+    ranks = sorted(net)
+    worst = max(net.values())
+    all_skew = zip(stragglers["rank"], stragglers["mean_skew_ms"], strict=False)
+    return [
+        Finding(
+            kind="straggler",
+            severity=severity_for(worst, step_ms) or "low",
+            cost_ms_per_step=worst,
+            ranks=ranks,
+            title=(
+                f"Rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} arrive"
+                f"{'' if len(ranks) > 1 else 's'} last at collectives; the others wait "
+                f"{worst:.1f} ms per step"
+            ),
+            evidence={
+                "net_wait_ms_per_step": {str(r): ms(v) for r, v in net.items()},
+                "others_max_wait_caused_ms": ms(best_other),
+                "mean_skew_ms": {str(int(r)): ms(v) for r, v in all_skew},
+                "last_arrivals": {
+                    str(int(r)): int(n)
+                    for r, n in zip(
+                        stragglers["rank"], stragglers.get("last_count", []), strict=False
+                    )
+                },
+                "step_ms": ms(step_ms),
+            },
+            fix=STRAGGLER_FIX,
+        )
+    ]
+
+
+def exposed_comm_findings(
+    ranks: Any, step_ms: float, stall: Any = None, straggler_ms: float = 0.0
+) -> list[Finding]:
+    """Exposed communication not explained by waiting for a straggler (that wait shows
+    as exposed communication on the other ranks and is costed by ``straggler``)."""
+    if ranks is None or len(ranks) == 0 or "comm_exposed" not in ranks:
+        return []
+    exposed = ranks["comm_exposed"].astype(float)
+    cost = max(float(exposed.mean()) - straggler_ms, 0.0)
+    severity = severity_for(cost, step_ms)
+    if severity is None:
+        return []
+    steps = ranks["step_ms_mean"].astype(float)
+    hit = [
+        int(r) for r, e, s in zip(ranks["rank"], exposed, steps, strict=False) if severity_for(e, s)
+    ]
+    overlapped = float(ranks["comm_overlapped"].astype(float).mean())
+    stall_ms = None
+    if stall is not None and len(stall) and "stall_ms" in stall:
+        stall_ms = ms(float(stall["stall_ms"].astype(float).mean()))
+    return [
+        Finding(
+            kind="exposed_communication",
+            severity=severity,
+            cost_ms_per_step=cost,
+            ranks=hit,
+            title=(
+                f"{cost:.1f} ms per step of communication is not overlapped with compute "
+                f"({100 * cost / step_ms:.0f}% of the step)"
+            ),
+            evidence={
+                "comm_exposed_ms": ms(float(exposed.mean())),
+                "waiting_for_straggler_ms": ms(straggler_ms),
+                "comm_overlapped_ms": ms(overlapped),
+                "overlap_fraction": round(overlapped / (overlapped + cost), 3)
+                if overlapped + cost > 0
+                else None,
+                "step_ms": ms(step_ms),
+                "allreduce_stall_ms_per_step": stall_ms,
+                "per_rank_exposed_ms": {
+                    str(int(r)): ms(e) for r, e in zip(ranks["rank"], exposed, strict=False)
+                },
+            },
+            fix=EXPOSED_COMM_FIX,
+        )
+    ]
+
+
+def bucket_findings(
+    buckets: Any, ranks: Any, step_ms: float, straggler_ms: float = 0.0
+) -> list[Finding]:
+    """Fires only when communication is exposed (beyond waiting for a straggler): bucket
+    count/size is then the lever."""
+    if buckets is None or len(buckets) == 0 or ranks is None or len(ranks) == 0:
+        return []
+    exposed = max(float(ranks["comm_exposed"].astype(float).mean()) - straggler_ms, 0.0)
+    if severity_for(exposed, step_ms) is None:
+        return []
+    size_col = next((c for c in ("bytes", "size_bytes", "bucket_bytes") if c in buckets), None)
+    per_step = buckets
+    if "rank" in buckets:
+        per_step = buckets[buckets["rank"] == buckets["rank"].min()]
+    n_steps = per_step["step"].nunique() if "step" in per_step and per_step["step"].nunique() else 1
+    count = len(per_step) / max(n_steps, 1)
+    mean_mb = float(per_step[size_col].astype(float).mean() / 2**20) if size_col else float("nan")
+    if count <= 2:
+        fix, why = BUCKET_FIX_FEW, "few"
+    elif count >= 40 and (math.isnan(mean_mb) or mean_mb < 2):
+        fix, why = BUCKET_FIX_MANY, "many small"
+    else:
+        return []
+    # The part a better bucketing can recover: at most the exposed communication.
+    cost = exposed / 2
+    return [
+        Finding(
+            kind="bucket_size",
+            severity=severity_for(cost, step_ms) or "low",
+            cost_ms_per_step=cost,
+            ranks=[],
+            title=f"DDP uses {why} gradient buckets ({count:.0f} per step) while {exposed:.1f} ms/step of communication is exposed",
+            evidence={
+                "buckets_per_step": round(count, 2),
+                "mean_bucket_mb": None if math.isnan(mean_mb) else round(mean_mb, 3),
+                "comm_exposed_ms": ms(exposed),
+                "estimate": "half of the exposed communication",
+            },
+            fix=fix,
+        )
+    ]

@@ -1,0 +1,332 @@
+"""GPU health: kernel-busy fraction (traces), NVML utilisation over the whole run,
+memory headroom, throttle reasons with their time share, and GPU0 imbalance."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpudiag.analysis.dataloader import merge_intervals
+from gpudiag.analysis.findings import Finding, ms, severity_for
+
+# NVML clock-event (throttle) reason bits (nvml.h, nvmlClocksEventReason*).
+THROTTLE_BITS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+# Reasons that slow a busy GPU down (idle, app clocks and sync boost are not throttling).
+PERF_THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+GPU_KINDS = ("compute", "comm", "memcpy", "memset")
+
+THROTTLE_FIX = (
+    "The GPU lowered its clocks: check cooling and airflow (nvidia-smi -q -d "
+    "TEMPERATURE,PERFORMANCE), the power limit (nvidia-smi -pl), and other jobs on the "
+    "node; thermal or power-brake slowdown on one GPU also makes its rank a straggler."
+)
+GPU_IDLE_FIX = (
+    "The GPU waits on the host: feed it faster (DataLoader workers, pin_memory, "
+    "non_blocking copies), remove per-step .item()/synchronize calls, use larger batches, "
+    "CUDA graphs (torch.compile(mode='reduce-overhead')) for launch-bound small kernels."
+)
+IMBALANCE_FIX = (
+    "nn.DataParallel gathers outputs and computes the loss on GPU0 and replicates from "
+    "it every step: switch to DistributedDataParallel (one process per GPU, "
+    "torchrun --nproc-per-node N) so every GPU does the same work."
+)
+
+
+def kernel_busy(trace: Any) -> dict[str, Any] | None:
+    """Fraction of the profiled steps during which some GPU kernel/copy runs."""
+    ev = trace.events
+    gpu = ev[ev["is_gpu"].astype(bool) & ev["kind"].isin(GPU_KINDS)]
+    if gpu.empty:
+        return None
+    s, e = merge_intervals(gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy())
+    steps = trace.steps
+    if steps is not None and len(steps):
+        lo, hi = int(steps["start_ns"].min()), int(steps["end_ns"].max())
+        n_steps = len(steps)
+    else:
+        lo, hi = int(s.min()), int(e.max())
+        n_steps = 0
+    span = max(hi - lo, 1)
+    busy = np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None).sum()
+    compute = gpu[gpu["kind"] == "compute"]
+    cs, ce = merge_intervals(compute["start_ns"].to_numpy(), compute["end_ns"].to_numpy())
+    return {
+        "rank": int(trace.meta.rank),
+        "busy_fraction": float(busy / span),
+        "compute_fraction": float(
+            np.clip(np.minimum(ce, hi) - np.maximum(cs, lo), 0, None).sum() / span
+        ),
+        "window_ms": span / 1e6,
+        "steps": n_steps,
+        "idle_ms_per_step": (span - busy) / 1e6 / n_steps if n_steps else None,
+    }
+
+
+def _throttle_names(bits: int) -> list[str]:
+    return [name for bit, name in THROTTLE_BITS.items() if bits & bit]
+
+
+def nvml_summary(samples: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per (node, gpu): utilisation, memory headroom, throttle time share by reason."""
+    if samples is None or samples.empty or "gpu" not in samples.columns:
+        return []
+    out = []
+    for (node, gpu), g in samples.groupby(["node", "gpu"]):
+        row: dict[str, Any] = {"node": int(node), "gpu": int(gpu), "samples": int(len(g))}
+        for col in ("util_gpu", "util_mem", "power_w", "temp_c", "sm_clock_mhz"):
+            if col in g.columns:
+                v = pd.to_numeric(g[col], errors="coerce")
+                row[f"{col}_mean"] = float(v.mean()) if v.notna().any() else None
+        if {"mem_used", "mem_total"} <= set(g.columns):
+            used = pd.to_numeric(g["mem_used"], errors="coerce")
+            total = pd.to_numeric(g["mem_total"], errors="coerce")
+            if used.notna().any() and total.notna().any():
+                row["mem_used_max_gb"] = float(used.max() / 1e9)
+                row["mem_total_gb"] = float(total.max() / 1e9)
+                row["mem_headroom_fraction"] = float(1 - used.max() / total.max())
+        reasons = pd.to_numeric(g.get("throttle_reasons"), errors="coerce")
+        if reasons is not None and reasons.notna().any():
+            bits = reasons.dropna().astype(np.int64)
+            row["throttled_share"] = float(((bits & PERF_THROTTLE_MASK) != 0).mean())
+            row["throttle_share_by_reason"] = {
+                name: float(((bits & bit) != 0).mean())
+                for bit, name in THROTTLE_BITS.items()
+                if ((bits & bit) != 0).any()
+            }
+            if "sm_clock_mhz" in g.columns:
+                clk = pd.to_numeric(g["sm_clock_mhz"], errors="coerce")
+                slow = clk[(reasons & PERF_THROTTLE_MASK).fillna(0).astype(np.int64) != 0]
+                if clk.notna().any() and slow.notna().any():
+                    row["throttled_clock_ratio"] = float(slow.mean() / clk.max())
+        out.append(row)
+    return out
+
+
+def analyze_gpu(traces: list[Any], gpu_samples: pd.DataFrame | None) -> dict[str, Any]:
+    busy = [b for t in traces if (b := kernel_busy(t)) is not None]
+    return {"kernel_busy": busy, "nvml": nvml_summary(gpu_samples)}
+
+
+def gpu_findings(
+    info: dict[str, Any], step_ms: float, dp_active: bool, ranks: pd.DataFrame | None = None
+) -> list[Finding]:
+    findings: list[Finding] = []
+    findings += _idle_finding(info, step_ms, ranks)
+    findings += _throttle_finding(info, step_ms)
+    findings += _imbalance_finding(info, step_ms, dp_active)
+    return findings
+
+
+def _idle_finding(
+    info: dict[str, Any], step_ms: float, ranks: pd.DataFrame | None
+) -> list[Finding]:
+    """GPU traces: the step's time with no kernel, no communication and no data wait
+    (breakdown ``other`` + ``idle``), so it never double counts exposed communication or
+    data loading. Without traces: NVML utilisation over the run."""
+    busy = [b for b in info.get("kernel_busy", []) if b.get("idle_ms_per_step") is not None]
+    if busy and ranks is not None and len(ranks) and {"other", "idle"} <= set(ranks.columns):
+        unexplained = ranks["other"].astype(float) + ranks["idle"].astype(float)
+        cost = float(unexplained.mean())
+        step = float(ranks["step_ms_mean"].astype(float).mean())
+        evidence = {
+            "kernel_busy_fraction": round(float(np.mean([b["busy_fraction"] for b in busy])), 3),
+            "idle_ms_per_step": ms(cost),
+            "gpu_idle_total_ms_per_step": ms(float(np.mean([b["idle_ms_per_step"] for b in busy]))),
+            "step_ms": ms(step),
+            "source": "trace GPU streams (idle not explained by communication or data loading)",
+        }
+        per_rank = zip(ranks["rank"], unexplained, ranks["step_ms_mean"], strict=False)
+        hit = sorted(int(r) for r, u, s in per_rank if severity_for(u, s))
+    else:
+        util = [
+            n["util_gpu_mean"] for n in info.get("nvml", []) if n.get("util_gpu_mean") is not None
+        ]
+        if not util or not (step_ms > 0):
+            return []
+        step = step_ms
+        cost = step_ms * (1 - float(np.mean(util)) / 100)
+        evidence = {
+            "nvml_util_mean_percent": round(float(np.mean(util)), 1),
+            "idle_ms_per_step": ms(cost),
+            "step_ms": ms(step),
+            "source": "NVML utilisation over the run",
+        }
+        hit = []
+    severity = severity_for(cost, step)
+    if severity is None:
+        return []
+    return [
+        Finding(
+            kind="gpu_idle",
+            severity=severity,
+            cost_ms_per_step=cost,
+            ranks=hit,
+            title=f"GPU idle {cost:.1f} ms per step ({100 * cost / step:.0f}% of the step)",
+            evidence=evidence,
+            fix=GPU_IDLE_FIX,
+        )
+    ]
+
+
+def _throttle_finding(info: dict[str, Any], step_ms: float) -> list[Finding]:
+    rows = [n for n in info.get("nvml", []) if n.get("throttled_share", 0) > 0.05]
+    if not rows:
+        return []
+    worst = max(rows, key=lambda n: n["throttled_share"])
+    slowdown = 1 - worst.get("throttled_clock_ratio", 0.9)
+    cost = step_ms * worst["throttled_share"] * max(slowdown, 0.0) if step_ms > 0 else 0.0
+    severity = severity_for(cost, step_ms) or "low"
+    return [
+        Finding(
+            kind="gpu_throttled",
+            severity=severity,
+            cost_ms_per_step=cost,
+            ranks=[],
+            title=(
+                f"GPU {worst['gpu']} (node {worst['node']}) throttled "
+                f"{100 * worst['throttled_share']:.0f}% of the run"
+            ),
+            evidence={
+                "gpus": [
+                    {
+                        "node": n["node"],
+                        "gpu": n["gpu"],
+                        "throttled_share": round(n["throttled_share"], 3),
+                        "by_reason": n.get("throttle_share_by_reason", {}),
+                    }
+                    for n in rows
+                ],
+                "clock_ratio_when_throttled": worst.get("throttled_clock_ratio"),
+            },
+            fix=THROTTLE_FIX,
+        )
+    ]
+
+
+def _imbalance_finding(info: dict[str, Any], step_ms: float, dp_active: bool) -> list[Finding]:
+    nvml = [n for n in info.get("nvml", []) if n.get("util_gpu_mean") is not None]
+    findings = []
+    for node in sorted({n["node"] for n in nvml}):
+        gpus = sorted((n for n in nvml if n["node"] == node), key=lambda n: n["gpu"])
+        if len(gpus) < 2 or gpus[0]["gpu"] != 0:
+            continue
+        g0, others = gpus[0], gpus[1:]
+        util_others = float(np.mean([n["util_gpu_mean"] for n in others]))
+        mem0 = g0.get("mem_used_max_gb")
+        mem_others = [n["mem_used_max_gb"] for n in others if n.get("mem_used_max_gb") is not None]
+        mem_ratio = (
+            mem0 / float(np.mean(mem_others))
+            if mem0 and mem_others and np.mean(mem_others) > 0
+            else None
+        )
+        util_gap = g0["util_gpu_mean"] - util_others
+        if util_gap < 10 and (mem_ratio is None or mem_ratio < 1.2):
+            continue
+        # Time the other GPUs sit idle while GPU0 still works.
+        cost = step_ms * max(util_gap, 0.0) / 100 if step_ms > 0 else 0.0
+        severity = severity_for(cost, step_ms) or "low"
+        findings.append(
+            Finding(
+                kind="gpu0_imbalance",
+                severity=severity,
+                cost_ms_per_step=cost,
+                ranks=[],
+                title=(
+                    f"GPU0 on node {node} works harder than the others "
+                    f"(util {g0['util_gpu_mean']:.0f}% vs {util_others:.0f}%"
+                    + (f", memory x{mem_ratio:.2f}" if mem_ratio else "")
+                    + ")"
+                ),
+                evidence={
+                    "node": node,
+                    "gpu0_util_percent": round(g0["util_gpu_mean"], 1),
+                    "others_util_percent": round(util_others, 1),
+                    "gpu0_mem_gb": mem0,
+                    "others_mem_gb_mean": float(np.mean(mem_others)) if mem_others else None,
+                    "gpu0_mem_ratio": round(mem_ratio, 3) if mem_ratio else None,
+                    "dataparallel": dp_active,
+                },
+                fix=IMBALANCE_FIX,
+            )
+        )
+    return findings
+
+
+# --------------------------------------------------------------------------- no_amp
+
+_GEMM_RE = re.compile(r"gemm|gemv|xmma|cutlass|matmul", re.IGNORECASE)
+_FP32_RE = re.compile(
+    r"sgemm|f32f32|fp32|float, float|<float,|_f32_|gemv2t_kernel_val<int, int, float", re.IGNORECASE
+)
+_HALF_RE = re.compile(r"f16|bf16|h884|h1688|s1688|16816|hgemm|half|tf32|fp8|e4m3", re.IGNORECASE)
+NO_AMP_FIX = (
+    "Matrix multiplies run in fp32: wrap forward and loss in "
+    "torch.autocast('cuda', dtype=torch.bfloat16) (with torch.amp.GradScaler for "
+    "float16), or at least enable TF32 (torch.backends.cuda.matmul.allow_tf32 = True / "
+    "torch.set_float32_matmul_precision('high'))."
+)
+
+
+def gemm_precision(trace: Any) -> dict[str, Any] | None:
+    ev = trace.events
+    kern = ev[ev["is_gpu"].astype(bool) & (ev["kind"] == "compute")]
+    if kern.empty:
+        return None
+    # Only the kernel's own name and template arguments, not its parameter list.
+    names = kern["name"].astype(str).str.split("(", n=1).str[0]
+    is_gemm = names.str.contains(_GEMM_RE)
+    gemm = kern[is_gemm]
+    if gemm.empty:
+        return None
+    gnames = names[is_gemm]
+    fp32 = gemm[gnames.str.contains(_FP32_RE) & ~gnames.str.contains(_HALF_RE)]
+    n_steps = int(len(trace.steps)) if trace.steps is not None and len(trace.steps) else 1
+    return {
+        "rank": int(trace.meta.rank),
+        "gemm_ms_per_step": float(gemm["dur_ns"].sum() / 1e6 / n_steps),
+        "fp32_gemm_ms_per_step": float(fp32["dur_ns"].sum() / 1e6 / n_steps),
+        "fp32_kernels": sorted(fp32["name"].astype(str).unique().tolist())[:5],
+    }
+
+
+def no_amp_findings(traces: list[Any], step_ms: float) -> list[Finding]:
+    rows = [g for t in traces if (g := gemm_precision(t)) is not None]
+    rows = [g for g in rows if g["fp32_gemm_ms_per_step"] > 0.5 * g["gemm_ms_per_step"] > 0]
+    if not rows:
+        return []
+    fp32_ms = float(np.mean([g["fp32_gemm_ms_per_step"] for g in rows]))
+    # Assumption: bf16/fp16 tensor-core GEMMs run at least 2x faster than fp32 ones.
+    cost = fp32_ms / 2
+    severity = severity_for(cost, step_ms)
+    if severity is None:
+        return []
+    return [
+        Finding(
+            kind="no_amp",
+            severity=severity,
+            cost_ms_per_step=cost,
+            ranks=sorted(g["rank"] for g in rows),
+            title=f"{fp32_ms:.1f} ms per step of fp32 matrix multiplies (no mixed precision)",
+            evidence={
+                "fp32_gemm_ms_per_step": ms(fp32_ms),
+                "gemm_ms_per_step": ms(float(np.mean([g["gemm_ms_per_step"] for g in rows]))),
+                "example_kernels": rows[0]["fp32_kernels"],
+                "estimate": "half of the fp32 GEMM time (bf16 tensor cores >= 2x faster)",
+            },
+            fix=NO_AMP_FIX,
+        )
+    ]

@@ -1,0 +1,822 @@
+"""Read Kineto / torch.profiler Chrome traces into one normalised event table per rank.
+
+Fast and bounded: each file is parsed with orjson in a worker process (ranks in
+parallel), columns are built in one pass and the raw JSON is dropped at once; only the
+args the analysis needs are kept. Bad files never raise: each gives one warning line
+naming the file and the problem, and the other files are still analysed.
+
+Times are integer epoch nanoseconds: ``baseTimeNanoseconds + ts * 1000`` (traces without
+``baseTimeNanoseconds`` already carry absolute epoch microseconds).
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import re
+import zlib
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from gpudiag.analysis import classify as cls
+
+# A trace above this (uncompressed) is refused rather than loaded: parsing JSON costs
+# several times its size in memory. Override with GPUDIAG_MAX_TRACE_BYTES.
+DEFAULT_MAX_TRACE_BYTES = 1 << 30
+# Two traces whose time ranges are this far apart come from different runs.
+SEPARATE_RUN_GAP_NS = 600 * 1_000_000_000
+
+_MAX_ABS_TS_US = 4e15  # keeps base + ts*1000 inside int64 (year ~2096 as epoch µs)
+_MAX_DUR_US = 1e12  # 11.6 days
+
+_TRACE_NAME_RE = re.compile(r"\.(?:pt\.)?trace\.json(?:\.gz)?$|\.json(?:\.gz)?$")
+_RANK_IN_NAME_RES = (
+    re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE),
+    re.compile(r"worker[-_.]?(\d+)", re.IGNORECASE),
+    re.compile(r"(?:^|[-_.])(\d+)$"),
+)
+_TB_HANDLER_RE = re.compile(r"^(.*)\.(\d{10,})$")
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+EVENT_COLUMNS = (
+    "name",
+    "cat",
+    "kind",
+    "start_ns",
+    "end_ns",
+    "dur_ns",
+    "pid",
+    "tid",
+    "thread_name",
+    "stream",
+    "is_gpu",
+    "main_thread",
+    "comm_op",
+    "comm_bytes",
+    "comm_dtype",
+    "pg_name",
+    "pg_size",
+    "seq",
+    "correlation",
+    "external_id",
+    "step",
+)
+STEP_COLUMNS = ("rank", "step", "start_ns", "end_ns")
+
+
+class TraceError(ValueError):
+    """One trace file that cannot be used; the message names the problem."""
+
+
+@dataclass
+class TraceMeta:
+    rank: int
+    world_size: int | None
+    backend: str | None
+    path: Path
+    base_time_ns: int  # 0 when timestamps are absolute epoch µs already
+    device_properties: list[dict] = field(default_factory=list)
+    distributed_info: dict | None = None
+    pg_config: list[dict] = field(default_factory=list)
+    rank_source: str = "distributedInfo"  # | "file name" | "order"
+
+
+@dataclass
+class RankTrace:
+    meta: TraceMeta
+    events: pd.DataFrame
+    steps: pd.DataFrame
+
+    @property
+    def rank(self) -> int:
+        return self.meta.rank
+
+    @property
+    def time_range(self) -> tuple[int, int]:
+        if self.events.empty:
+            return (0, 0)
+        return int(self.events["start_ns"].min()), int(self.events["end_ns"].max())
+
+
+# --------------------------------------------------------------------------- finding files
+
+
+def is_trace_name(name: str) -> bool:
+    return bool(_TRACE_NAME_RE.search(name)) and not name.endswith((".jsonl", ".jsonl.gz"))
+
+
+def find_traces(path: str | os.PathLike[str]) -> list[Path]:
+    """Trace files under ``path``: a gpudiag run dir (its ``traces/``), a directory of
+    profiler traces (searched one level deep), or a single file."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        return []
+    if (path / "traces").is_dir():
+        found = _trace_files_in(path / "traces")
+        if found:
+            return found
+    found = _trace_files_in(path)
+    if found:
+        return found
+    nested: list[Path] = []
+    for sub in sorted(p for p in path.iterdir() if p.is_dir()):
+        nested.extend(_trace_files_in(sub))
+    return nested
+
+
+def _trace_files_in(directory: Path) -> list[Path]:
+    return sorted(
+        p
+        for p in directory.iterdir()
+        if p.is_file()
+        and is_trace_name(p.name)
+        and not p.name.startswith(".")
+        and p.name not in ("manifest.json", "lint.json", "hang_report.json")
+        and not p.name.startswith("manifest.")
+    )
+
+
+def rank_from_name(path: Path) -> int | None:
+    stem = _TRACE_NAME_RE.sub("", path.name)
+    patterns = _RANK_IN_NAME_RES
+    handler = _TB_HANDLER_RE.match(stem)
+    if handler:  # tensorboard_trace_handler: <worker>.<ns>, worker = host_pid by default
+        stem, patterns = handler.group(1), _RANK_IN_NAME_RES[:2]
+    for pattern in patterns:
+        m = pattern.search(stem)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+# --------------------------------------------------------------------------- reading one file
+
+
+def max_trace_bytes() -> int:
+    raw = os.environ.get("GPUDIAG_MAX_TRACE_BYTES")
+    try:
+        return int(raw) if raw else DEFAULT_MAX_TRACE_BYTES
+    except ValueError:
+        return DEFAULT_MAX_TRACE_BYTES
+
+
+def read_trace_bytes(path: Path, limit: int) -> bytes:
+    """The file's (decompressed) bytes, never more than ``limit``: bigger is refused."""
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            raise TraceError("empty file")
+        with open(path, "rb") as fh:
+            magic = fh.read(2)
+            if magic != b"\x1f\x8b":
+                if size > limit:
+                    raise TraceError(_too_big(size, limit))
+                return magic + fh.read()
+            fh.seek(-4, os.SEEK_END)
+            stated = int.from_bytes(fh.read(4), "little")  # uncompressed size mod 2**32
+        if stated > limit:
+            raise TraceError(_too_big(stated, limit))
+        with gzip.open(path, "rb") as gz:
+            data = gz.read(limit + 1)
+        if len(data) > limit:
+            raise TraceError(_too_big(len(data), limit))
+        if not data:
+            raise TraceError("empty after decompression")
+        return data
+    except EOFError:
+        raise TraceError("truncated gzip (compressed stream ends early)") from None
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        raise TraceError(f"corrupt gzip ({_first_line(exc)})") from None
+    except OSError as exc:
+        raise TraceError(f"cannot read ({exc.strerror or _first_line(exc)})") from None
+
+
+def _too_big(size: int, limit: int) -> str:
+    return (
+        f"trace is {size / 2**20:.0f} MiB uncompressed, above the {limit / 2**20:.0f} MiB "
+        "limit; refused to bound memory (raise GPUDIAG_MAX_TRACE_BYTES or profile fewer steps)"
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0][:160] if text else type(exc).__name__
+
+
+def parse_trace(data: bytes) -> dict[str, Any]:
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(f"malformed JSON ({_first_line(exc)})") from None
+    if isinstance(doc, list):
+        doc = {"traceEvents": doc}
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceError("not a profiler trace (no 'traceEvents' list)")
+    return doc
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _collect_columns(events: list, warnings: list[str], path: Path) -> dict[str, list]:
+    """One pass over the raw events: keep complete ('X') events and thread names."""
+    names: list[str] = []
+    cats: list[str] = []
+    tss: list[float] = []
+    durs: list[float] = []
+    pids: list[Any] = []
+    tids: list[Any] = []
+    streams: list[int] = []
+    correlations: list[int] = []
+    external_ids: list[int] = []
+    comm_args: dict[int, dict] = {}
+    thread_names: dict[tuple[str, str], str] = {}
+    skipped = 0
+    gpu_cats = cls.GPU_CATS
+    for ev in events:
+        if type(ev) is not dict:
+            skipped += 1
+            continue
+        ph = ev.get("ph")
+        if ph != "X":
+            if ph == "M" and ev.get("name") == "thread_name":
+                _note_thread_name(ev, thread_names)
+            continue
+        name = ev.get("name")
+        ts = ev.get("ts")
+        dur = ev.get("dur", 0)
+        if (
+            type(name) is not str
+            or type(ts) not in (int, float)
+            or type(dur) not in (int, float)
+            or not (-_MAX_ABS_TS_US < ts < _MAX_ABS_TS_US)
+            or not (0 <= dur < _MAX_DUR_US)
+        ):
+            skipped += 1  # NaN fails every comparison above
+            continue
+        cat = ev.get("cat")
+        cat = cat.lower() if type(cat) is str else ""
+        args = ev.get("args")
+        if type(args) is not dict:
+            args = {}
+        stream = -1
+        if cat in gpu_cats:
+            stream = _int_or_none(args.get("stream"))
+            if stream is None:
+                stream = _int_or_none(ev.get("tid"))
+                stream = -1 if stream is None else stream
+        corr = _int_or_none(args.get("correlation"))
+        ext = _int_or_none(args.get("External id"))
+        if (
+            "Collective name" in args
+            or cls.is_cpu_comm_name(name)
+            or (cat == "kernel" and cls.is_comm_kernel(name))
+        ):
+            comm_args[len(names)] = _comm_args(args)
+        names.append(name)
+        cats.append(cat)
+        tss.append(ts)
+        durs.append(dur)
+        pids.append(ev.get("pid", ""))
+        tids.append(ev.get("tid", ""))
+        streams.append(stream)
+        correlations.append(-1 if corr is None else corr)
+        external_ids.append(-1 if ext is None else ext)
+    if skipped:
+        warnings.append(
+            f"{path}: skipped {skipped} malformed event(s) (missing/invalid name, ts or dur)"
+        )
+    return {
+        "name": names,
+        "cat": cats,
+        "ts": tss,
+        "dur": durs,
+        "pid": pids,
+        "tid": tids,
+        "stream": streams,
+        "correlation": correlations,
+        "external_id": external_ids,
+        "comm_args": comm_args,
+        "thread_names": thread_names,
+    }
+
+
+def _note_thread_name(ev: dict, thread_names: dict[tuple[str, str], str]) -> None:
+    args = ev.get("args")
+    label = args.get("name") if isinstance(args, dict) else None
+    if not isinstance(label, str):
+        return
+    key = (str(ev.get("pid", "")), str(ev.get("tid", "")))
+    # Kineto may name a thread twice ("python", then "pt_gloo_runloop"): keep the telling one
+    if key not in thread_names or "gloo" in label or "python" in thread_names[key]:
+        thread_names[key] = label
+
+
+_COMM_ARG_KEYS = (
+    "Collective name",
+    "In msg nelems",
+    "Out msg nelems",
+    "dtype",
+    "Group size",
+    "Process Group Name",
+    "Seq",
+    "Input Dims",
+    "Input type",
+)
+
+
+def _comm_args(args: dict) -> dict:
+    return {k: args[k] for k in _COMM_ARG_KEYS if k in args}
+
+
+# --------------------------------------------------------------------------- one rank
+
+
+def load_trace(
+    path: str | os.PathLike[str], *, max_bytes: int | None = None
+) -> tuple[RankTrace | None, list[str]]:
+    """Parse one file. Returns (trace or None, warnings); never raises for bad content."""
+    path = Path(path)
+    warnings: list[str] = []
+    try:
+        data = read_trace_bytes(path, max_bytes or max_trace_bytes())
+        doc = parse_trace(data)
+        del data
+        trace = _build_rank_trace(doc, path, warnings)
+    except TraceError as exc:
+        warnings.append(f"{path}: {exc}")
+        return None, warnings
+    except MemoryError:
+        warnings.append(f"{path}: out of memory while parsing; skipped")
+        return None, warnings
+    return trace, warnings
+
+
+def _build_rank_trace(doc: dict[str, Any], path: Path, warnings: list[str]) -> RankTrace:
+    dist = doc.get("distributedInfo")
+    dist = dist if isinstance(dist, dict) else None
+    base = _int_or_none(doc.get("baseTimeNanoseconds")) or 0
+    if not 0 <= base < 4 * 10**18:
+        warnings.append(f"{path}: implausible baseTimeNanoseconds {base}; using 0")
+        base = 0
+    cols = _collect_columns(doc["traceEvents"], warnings, path)
+    devices = doc.get("deviceProperties")
+    meta = TraceMeta(
+        rank=-1,
+        world_size=_int_or_none(dist.get("world_size")) if dist else None,
+        backend=str(dist["backend"]) if dist and dist.get("backend") else None,
+        path=path,
+        base_time_ns=base,
+        device_properties=[d for d in devices if isinstance(d, dict)]
+        if isinstance(devices, list)
+        else [],
+        distributed_info={k: v for k, v in dist.items() if k != "pg_config"} if dist else None,
+        pg_config=[p for p in dist.get("pg_config", []) or [] if isinstance(p, dict)]
+        if dist
+        else [],
+    )
+    rank = _int_or_none(dist.get("rank")) if dist else None
+    if rank is not None and rank >= 0:
+        meta.rank = rank
+    del doc
+    if not cols["name"]:
+        raise TraceError("trace holds no complete ('X') events")
+    events = _event_frame(cols, base)
+    steps = _steps(events)
+    events["step"] = _assign_steps(events, steps)
+    _enrich_comms(events, cols["comm_args"], meta)
+    steps.insert(0, "rank", meta.rank)
+    return RankTrace(meta=meta, events=events, steps=steps)
+
+
+def _to_ns(ts: np.ndarray, base: int) -> np.ndarray:
+    whole = np.floor(ts)
+    return base + whole.astype(np.int64) * 1000 + np.rint((ts - whole) * 1000).astype(np.int64)
+
+
+def _event_frame(cols: dict[str, Any], base: int) -> pd.DataFrame:
+    ts = np.asarray(cols["ts"], dtype=np.float64)
+    dur_ns = np.rint(np.asarray(cols["dur"], dtype=np.float64) * 1000).astype(np.int64)
+    start = _to_ns(ts, base)
+    pid = pd.Series(cols["pid"], dtype=object).map(str).astype("category")
+    tid = pd.Series(cols["tid"], dtype=object).map(str).astype("category")
+    name = pd.Series(cols["name"], dtype=object).astype("category")
+    cat = pd.Series(cols["cat"], dtype=object).astype("category")
+    is_gpu = cat.isin(list(cls.GPU_CATS)).to_numpy()
+    frame = pd.DataFrame(
+        {
+            "name": name,
+            "cat": cat,
+            "kind": cls.classify(name, cat),
+            "start_ns": start,
+            "end_ns": start + dur_ns,
+            "dur_ns": dur_ns,
+            "pid": pid,
+            "tid": tid,
+            "stream": np.asarray(cols["stream"], dtype=np.int64),
+            "is_gpu": is_gpu,
+            "correlation": np.asarray(cols["correlation"], dtype=np.int64),
+            "external_id": np.asarray(cols["external_id"], dtype=np.int64),
+        }
+    )
+    frame["thread_name"] = _thread_names(frame, cols["thread_names"])
+    frame["main_thread"] = _main_thread_mask(frame)
+    frame = frame.sort_values("start_ns", kind="stable")
+    frame["_row"] = frame.index  # original position, for comm_args
+    return frame.reset_index(drop=True)
+
+
+def _thread_names(frame: pd.DataFrame, names: dict[tuple[str, str], str]) -> pd.Categorical:
+    if not names:
+        return pd.Categorical([""] * len(frame))
+    keys = pd.MultiIndex.from_arrays([frame["pid"].astype(str), frame["tid"].astype(str)])
+    lookup = pd.Series(names)
+    values = lookup.reindex(keys).fillna("").to_numpy(dtype=object)
+    return pd.Categorical(values)
+
+
+def _main_thread_mask(frame: pd.DataFrame) -> np.ndarray:
+    """The training thread: the one running ProfilerStep, else the most cpu_op time."""
+    cpu = frame[~frame["is_gpu"]]
+    steps = cpu[cpu["kind"] == "step"]
+    pool = steps if len(steps) else cpu[cpu["cat"] == "cpu_op"]
+    if pool.empty:
+        pool = cpu
+    if pool.empty:
+        return np.zeros(len(frame), dtype=bool)
+    busy = pool.groupby(["pid", "tid"], observed=True)["dur_ns"].sum()
+    pid, tid = busy.idxmax()
+    return ((frame["pid"] == pid) & (frame["tid"] == tid) & ~frame["is_gpu"]).to_numpy()
+
+
+def _steps(events: pd.DataFrame) -> pd.DataFrame:
+    marks = events[(events["kind"] == "step") & events["main_thread"]]
+    if marks.empty:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in STEP_COLUMNS[1:]})
+    numbers = marks["name"].astype(str).str.extract(_STEP_RE, expand=False).astype("int64")
+    steps = pd.DataFrame(
+        {
+            "step": numbers.to_numpy(),
+            "start_ns": marks["start_ns"].to_numpy(),
+            "end_ns": marks["end_ns"].to_numpy(),
+        }
+    ).sort_values("start_ns", ignore_index=True)
+    steps = steps.drop_duplicates("step", keep="first").reset_index(drop=True)
+    # The profiler's last prof.step() opens a step that the context exit closes at once.
+    dur = steps["end_ns"] - steps["start_ns"]
+    if len(steps) > 1 and dur.iloc[-1] < 0.05 * dur.iloc[:-1].median():
+        steps = steps.iloc[:-1].reset_index(drop=True)
+    return steps
+
+
+def _assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
+    """Step of each event: CPU events by start time; GPU events by the step of the CPU
+    launch they correlate with (a kernel may run after its step's CPU side ended)."""
+    out = np.full(len(events), -1, dtype=np.int64)
+    if steps.empty:
+        return out
+    starts = steps["start_ns"].to_numpy()
+    ends = steps["end_ns"].to_numpy()
+    numbers = steps["step"].to_numpy()
+    t = events["start_ns"].to_numpy()
+    idx = np.searchsorted(starts, t, side="right") - 1
+    inside = (idx >= 0) & (t < ends[np.clip(idx, 0, None)])
+    out[inside] = numbers[idx[inside]]
+    gpu = events["is_gpu"].to_numpy()
+    corr = events["correlation"].to_numpy()
+    launches = ~gpu & (corr >= 0) & (out >= 0)
+    if launches.any() and gpu.any():
+        by_corr = pd.Series(out[launches], index=corr[launches])
+        by_corr = by_corr[~by_corr.index.duplicated()]
+        mapped = by_corr.reindex(corr[gpu]).to_numpy()
+        gpu_steps = out[gpu]
+        have = ~np.isnan(mapped)
+        gpu_steps[have] = mapped[have].astype(np.int64)
+        out[gpu] = gpu_steps
+    return out
+
+
+# --------------------------------------------------------------------------- communication
+
+
+def _nelems_from_dims(dims: Any) -> int | None:
+    if not isinstance(dims, list) or not dims:
+        return None
+    first = dims[0]
+    if not isinstance(first, list) or not first:
+        return None
+    tensors = first if all(isinstance(d, list) for d in first) else [first]
+    total = 0
+    for shape in tensors:
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            return None
+        total += math.prod(shape)
+    return total
+
+
+def _comm_row(name: str, is_kernel: bool, args: dict) -> tuple:
+    op = cls.normalise_op(args.get("Collective name")) if "Collective name" in args else None
+    if op is None:
+        op = cls.kernel_comm_op(name) if is_kernel else cls.normalise_op(name)
+    dtype = args.get("dtype")
+    if not isinstance(dtype, str):
+        dtype = cls.kernel_dtype(name) if is_kernel else None
+    if dtype is None:
+        types = args.get("Input type")
+        if isinstance(types, list) and types and cls.dtype_size(str(types[0])):
+            dtype = str(types[0])
+    nelems = [_num(args.get(k)) for k in ("In msg nelems", "Out msg nelems")]
+    known = [n for n in nelems if n is not None and n >= 0]
+    count = max(known) if known else _nelems_from_dims(args.get("Input Dims"))
+    size = cls.dtype_size(dtype)
+    nbytes = float(count) * size if count is not None and size else math.nan
+    pg = args.get("Process Group Name")
+    pg_size = _num(args.get("Group size"))
+    seq = _num(args.get("Seq"))
+    return (
+        op,
+        nbytes,
+        dtype,
+        str(pg) if pg is not None else None,
+        math.nan if pg_size is None else pg_size,
+        math.nan if seq is None else seq,
+        math.nan if count is None else float(count),
+    )
+
+
+def _enrich_comms(events: pd.DataFrame, comm_args: dict[int, dict], meta: TraceMeta) -> None:
+    n = len(events)
+    op = np.full(n, None, dtype=object)
+    dtype = np.full(n, None, dtype=object)
+    pg = np.full(n, None, dtype=object)
+    nbytes = np.full(n, np.nan)
+    pg_size = np.full(n, np.nan)
+    seq = np.full(n, np.nan)
+    nelems = np.full(n, np.nan)
+    kinds = events["kind"].to_numpy()
+    comm_rows = np.flatnonzero(np.isin(kinds, ["comm", "comm_cpu"]))
+    if len(comm_rows):
+        rows = events["_row"].to_numpy()
+        names = events["name"].to_numpy()
+        cats = events["cat"].to_numpy()
+        for i in comm_rows:
+            r = _comm_row(str(names[i]), cats[i] == "kernel", comm_args.get(int(rows[i]), {}))
+            op[i], nbytes[i], dtype[i], pg[i], pg_size[i], seq[i], nelems[i] = r
+    events["comm_op"] = op
+    events["comm_bytes"] = nbytes
+    events["comm_dtype"] = dtype
+    events["pg_name"] = pg
+    events["pg_size"] = pg_size
+    events["seq"] = seq
+    events["comm_nelems"] = nelems
+    del events["_row"]
+    if len(comm_rows):
+        _fill_kernels_from_cpu(events)
+        _fill_group_defaults(events, meta)
+
+
+def _fill_kernels_from_cpu(events: pd.DataFrame) -> None:
+    """GPU comm kernels get what only the CPU-side op knows (RCCL's ``Generic`` type,
+    ``all_to_all`` run as SendRecv, sizes, group): kernel -> its launch (correlation) ->
+    the innermost enclosing c10d/nccl/record_param_comms op on the launching thread."""
+    kind = events["kind"].to_numpy()
+    gpu = events["is_gpu"].to_numpy()
+    corr = events["correlation"].to_numpy()
+    kernel_rows = np.flatnonzero((kind == "comm") & gpu & (corr >= 0))
+    if len(kernel_rows) == 0:
+        return
+    launch_rows = np.flatnonzero(~gpu & np.isin(corr, corr[kernel_rows]))
+    cols = ["correlation", "pid", "tid", "start_ns"]
+    launches = events.iloc[launch_rows][cols].drop_duplicates("correlation")
+    kernels = pd.DataFrame({"index": kernel_rows, "correlation": corr[kernel_rows]})
+    k = kernels.merge(launches, on="correlation", how="inner")
+    if k.empty:
+        return
+    k = k.rename(columns={"start_ns": "launch_ns"}).sort_values("launch_ns")
+    k["thread"] = k["pid"].astype(str) + "/" + k["tid"].astype(str)
+    k = k.drop(columns=["pid", "tid"])
+    cpu = events.iloc[np.flatnonzero(kind == "comm_cpu")]
+    cpu = cpu.assign(thread=cpu["pid"].astype(str) + "/" + cpu["tid"].astype(str))
+    for column, fill in (
+        ("comm_op", _prefer_cpu_op),
+        ("comm_nelems", None),
+        ("comm_dtype", None),
+        ("pg_name", None),
+        ("pg_size", None),
+        ("seq", None),
+    ):
+        src = cpu[cpu[column].notna()][["thread", "start_ns", "end_ns", column]]
+        if src.empty:
+            continue
+        src = src.sort_values("start_ns").rename(columns={"start_ns": "cpu_start"})
+        m = pd.merge_asof(
+            k, src, left_on="launch_ns", right_on="cpu_start", by="thread", direction="backward"
+        )
+        m = m[m[column].notna() & (m["end_ns"] >= m["launch_ns"])]
+        if m.empty:
+            continue
+        idx = m["index"].to_numpy()
+        if fill is not None:
+            events.loc[idx, column] = fill(events.loc[idx, column].to_numpy(), m[column].to_numpy())
+        else:
+            current = events.loc[idx, column]
+            events.loc[idx, column] = current.where(current.notna(), m[column].to_numpy())
+    _bytes_from_nelems(events)
+
+
+def _prefer_cpu_op(kernel_ops: np.ndarray, cpu_ops: np.ndarray) -> np.ndarray:
+    # SendRecv kernels also run all_to_all; Generic kernels have no type at all
+    keep_kernel = np.array([o not in (None, "send_recv") for o in kernel_ops], dtype=bool)
+    return np.where(keep_kernel, kernel_ops, cpu_ops)
+
+
+def _bytes_from_nelems(events: pd.DataFrame) -> None:
+    missing = events["comm_bytes"].isna() & events["comm_nelems"].notna()
+    if not missing.any():
+        return
+    sizes = events.loc[missing, "comm_dtype"].map(lambda d: cls.dtype_size(d) or np.nan)
+    events.loc[missing, "comm_bytes"] = events.loc[missing, "comm_nelems"] * sizes.astype(float)
+
+
+def _fill_group_defaults(events: pd.DataFrame, meta: TraceMeta) -> None:
+    comm = events["kind"].isin(["comm", "comm_cpu"])
+    sizes = {str(p.get("pg_name")): _num(p.get("pg_size")) for p in meta.pg_config}
+    no_pg = comm & events["pg_name"].isna()
+    # without a recorded group, everything ran on the default group "0"
+    events.loc[no_pg, "pg_name"] = "0"
+    need = comm & events["pg_size"].isna()
+    if need.any():
+        known = events.loc[need, "pg_name"].map(lambda p: sizes.get(str(p)))
+        if meta.world_size:
+            known = known.fillna(float(meta.world_size))
+        events.loc[need, "pg_size"] = known.astype(float)
+
+
+# --------------------------------------------------------------------------- many ranks
+
+
+def _load_for_pool(args: tuple[str, int]) -> tuple[RankTrace | None, list[str]]:
+    return load_trace(args[0], max_bytes=args[1])
+
+
+def load_traces(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    workers: int | None = None,
+    warnings: list[str],
+    max_bytes: int | None = None,
+) -> list[RankTrace]:
+    """Load every file (in parallel processes when there are several files and cores),
+    assign ranks, and drop duplicates / files from another run with a warning each."""
+    paths = [Path(p) for p in paths]
+    limit = max_bytes or max_trace_bytes()
+    results = _run_loads(paths, workers, limit)
+    traces: list[RankTrace] = []
+    for trace, notes in results:
+        warnings.extend(notes)
+        if trace is not None:
+            traces.append(trace)
+    traces = _drop_other_runs(traces, warnings)
+    traces = _assign_ranks(traces, warnings)
+    _warn_missing_ranks(traces, warnings)
+    return sorted(traces, key=lambda t: t.meta.rank)
+
+
+def _run_loads(paths: Sequence[Path], workers: int | None, limit: int) -> list:
+    cores = os.cpu_count() or 1
+    n = min(len(paths), workers if workers is not None else cores)
+    if n <= 1:
+        return [load_trace(p, max_bytes=limit) for p in paths]
+    jobs = [(str(p), limit) for p in paths]
+    try:
+        with ProcessPoolExecutor(max_workers=n) as pool:
+            return list(pool.map(_load_for_pool, jobs))
+    except (OSError, RuntimeError):  # no process support (sandbox): fall back to serial
+        return [load_trace(p, max_bytes=limit) for p in paths]
+
+
+def _drop_other_runs(traces: list[RankTrace], warnings: list[str]) -> list[RankTrace]:
+    """Keep the largest group of traces whose time ranges lie together."""
+    if len(traces) < 2:
+        return traces
+    ordered = sorted(traces, key=lambda t: t.time_range[0])
+    groups: list[list[RankTrace]] = [[ordered[0]]]
+    group_end = ordered[0].time_range[1]
+    for t in ordered[1:]:
+        start, end = t.time_range
+        if start - group_end > SEPARATE_RUN_GAP_NS:
+            groups.append([t])
+            group_end = end
+        else:
+            groups[-1].append(t)
+            group_end = max(group_end, end)
+    if len(groups) == 1:
+        return traces
+    keep = max(groups, key=len)
+    lo, hi = min(t.time_range[0] for t in keep), max(t.time_range[1] for t in keep)
+    for group in groups:
+        if group is keep:
+            continue
+        for t in group:
+            gap_s = abs(t.time_range[0] - lo) / 1e9
+            warnings.append(
+                f"{t.meta.path}: from a different run (its events are {gap_s:.0f} s away from "
+                f"the other {len(keep)} trace(s), {_fmt_epoch(lo)}..{_fmt_epoch(hi)}); ignored"
+            )
+    return keep
+
+
+def _fmt_epoch(ns: int) -> str:
+    import datetime as _dt
+
+    try:
+        return _dt.datetime.fromtimestamp(ns / 1e9, tz=_dt.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M:%S"
+        )
+    except (OverflowError, OSError, ValueError):
+        return str(ns)
+
+
+def _assign_ranks(traces: list[RankTrace], warnings: list[str]) -> list[RankTrace]:
+    taken: dict[int, RankTrace] = {}
+    pending: list[RankTrace] = []
+    for t in sorted(traces, key=lambda t: str(t.meta.path)):
+        if t.meta.rank < 0:
+            from_name = rank_from_name(t.meta.path)
+            if from_name is None:
+                pending.append(t)
+                continue
+            t.meta.rank = from_name
+            t.meta.rank_source = "file name"
+        if t.meta.rank in taken:
+            warnings.append(
+                f"{t.meta.path}: a second trace for rank {t.meta.rank} (first: "
+                f"{taken[t.meta.rank].meta.path.name}); ignored"
+            )
+            continue
+        taken[t.meta.rank] = t
+    for t in pending:
+        rank = next(r for r in range(len(taken) + len(pending) + 1) if r not in taken)
+        t.meta.rank = rank
+        t.meta.rank_source = "order"
+        taken[rank] = t
+        warnings.append(
+            f"{t.meta.path}: no rank in distributedInfo or file name; assumed rank {rank}"
+        )
+    for t in taken.values():
+        t.steps["rank"] = t.meta.rank
+    return list(taken.values())
+
+
+def _warn_missing_ranks(traces: list[RankTrace], warnings: list[str]) -> None:
+    sizes = {t.meta.world_size for t in traces if t.meta.world_size}
+    if not sizes:
+        return
+    world = max(sizes)
+    missing = sorted(set(range(world)) - {t.meta.rank for t in traces})
+    if missing:
+        where = traces[0].meta.path.parent if traces else ""
+        warnings.append(
+            f"{where}: traces for {len(missing)} of {world} ranks are missing "
+            f"({_ranges(missing)}); analysing the {len(traces)} present"
+        )
+
+
+def _ranges(values: list[int]) -> str:
+    parts: list[str] = []
+    start = prev = values[0]
+    for v in values[1:] + [None]:  # type: ignore[list-item]
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ", ".join(parts)

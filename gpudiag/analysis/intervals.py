@@ -1,0 +1,108 @@
+"""Vectorised interval algebra on integer nanosecond intervals.
+
+An interval set is a pair of int64 arrays ``(starts, ends)``, sorted, disjoint and
+non-empty after :func:`union`. Every operation is a sweep over sorted end points with
+numpy (cumulative sums), never a Python loop over intervals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+Intervals = tuple[np.ndarray, np.ndarray]
+
+EMPTY: Intervals = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+
+
+def empty() -> Intervals:
+    return (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+
+
+def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
+    """Merge possibly overlapping intervals into a sorted disjoint set."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if len(starts) == 0:
+        return empty()
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    new = np.empty(len(starts), dtype=bool)
+    new[0] = True
+    new[1:] = starts[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    return starts[first], np.maximum.reduceat(ends, first)
+
+
+def length(a: Intervals) -> int:
+    return int((a[1] - a[0]).sum())
+
+
+def clip(a: Intervals, lo: int, hi: int) -> Intervals:
+    s = np.clip(a[0], lo, hi)
+    e = np.clip(a[1], lo, hi)
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def combine(sets: list[Intervals], keep: Callable[[np.ndarray], np.ndarray]) -> Intervals:
+    """Sweep over several disjoint sets at once. ``keep`` receives a (segments, n_sets)
+    boolean matrix (is each set active on each elementary segment) and returns the
+    segments to keep; the result is merged."""
+    points = []
+    deltas = []
+    for i, (s, e) in enumerate(sets):
+        d = np.zeros((len(s) * 2, len(sets)), dtype=np.int64)
+        d[: len(s), i] = 1
+        d[len(s) :, i] = -1
+        points.append(np.concatenate([s, e]))
+        deltas.append(d)
+    if not points or sum(len(p) for p in points) == 0:
+        return empty()
+    pts = np.concatenate(points)
+    delta = np.concatenate(deltas)
+    order = np.argsort(pts, kind="stable")
+    pts = pts[order]
+    active = np.cumsum(delta[order], axis=0)[:-1] > 0
+    seg_start, seg_end = pts[:-1], pts[1:]
+    selected = keep(active) & (seg_end > seg_start)
+    return union(seg_start[selected], seg_end[selected])
+
+
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    return combine([a, b], lambda m: m[:, 0] & m[:, 1])
+
+
+def subtract(a: Intervals, b: Intervals) -> Intervals:
+    return combine([a, b], lambda m: m[:, 0] & ~m[:, 1])
+
+
+def merge(*sets: Intervals) -> Intervals:
+    if not sets:
+        return empty()
+    return union(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))
+
+
+def per_window_length(a: Intervals, win_starts: np.ndarray, win_ends: np.ndarray) -> np.ndarray:
+    """Length of ``a`` inside each window (windows may be unsorted, must not matter):
+    prefix sums of covered time evaluated at window edges."""
+    s, e = a
+    win_starts = np.asarray(win_starts, dtype=np.int64)
+    win_ends = np.asarray(win_ends, dtype=np.int64)
+    if len(s) == 0:
+        return np.zeros(len(win_starts), dtype=np.int64)
+    cum = np.concatenate([[0], np.cumsum(e - s)])
+    return _covered_until(s, e, cum, win_ends) - _covered_until(s, e, cum, win_starts)
+
+
+def _covered_until(s: np.ndarray, e: np.ndarray, cum: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Covered time of the disjoint set (s, e) before each instant t."""
+    i = np.searchsorted(s, t, side="right")  # intervals starting at or before t
+    full = cum[np.maximum(i - 1, 0)]
+    last = np.maximum(i - 1, 0)
+    partial = np.clip(t - s[last], 0, e[last] - s[last])
+    return np.where(i > 0, full + partial, 0)

@@ -1,0 +1,512 @@
+"""AnalysisResult and :func:`analyze`: every analysis of a run (or of a directory of
+profiler traces) gathered into one object, with a stable JSON form (docs/json-schema.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpudiag.analysis import dataloader, dataparallel, failures, gpu
+from gpudiag.analysis import findings as fnd
+from gpudiag.analysis.dataloader import merge_intervals
+from gpudiag.analysis.findings import Finding, attach_locations, sort_findings
+
+SCHEMA_VERSION = 1
+BREAKDOWN_KEYS = ("compute", "comm_overlapped", "comm_exposed", "data_loading", "idle", "other")
+RANK_COLUMNS = ("rank", "steps", "step_ms_mean", "step_ms_median", "step_ms_p90", *BREAKDOWN_KEYS)
+BREAKDOWN_COLUMNS = ("rank", "step", "step_ms", *BREAKDOWN_KEYS)
+TIMELINE_COLUMNS = ("rank", "lane", "start_ms", "end_ms", "name")
+LANES = ("compute", "communication", "data_loading", "idle")
+
+
+class AnalysisInputError(ValueError):
+    """Nothing analysable at the given path (one-line message naming it). ``warnings``
+    holds the one-line reasons for each file that could not be read."""
+
+    def __init__(self, message: str, warnings: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.warnings = list(warnings or [])
+
+
+@dataclass
+class AnalysisResult:
+    source: Path
+    run: dict[str, Any]
+    ranks: pd.DataFrame
+    breakdown: pd.DataFrame
+    collectives: pd.DataFrame
+    collective_summary: pd.DataFrame
+    buckets: pd.DataFrame
+    skew: pd.DataFrame
+    stragglers: pd.DataFrame
+    dataparallel: dict[str, Any] | None
+    dataloader: dict[str, Any]
+    gpu: dict[str, Any]
+    gpu_samples: pd.DataFrame
+    host_samples: pd.DataFrame
+    findings: list[Finding]
+    lint: dict[str, Any] | None
+    warnings: list[str]
+    traces: list[Any] = field(default_factory=list, repr=False)
+    allreduce_stall: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "source": str(self.source),
+            "run": plain(self.run),
+            "ranks": records(self.ranks),
+            "collectives": records(self.collective_summary),
+            "stragglers": records(self.stragglers),
+            "dataparallel": plain(self.dataparallel),
+            "dataloader": plain(self.dataloader),
+            "gpu": plain(self.gpu),
+            "findings": [f.to_dict() for f in self.findings],
+            "warnings": list(self.warnings),
+        }
+
+    def timeline(self, rank: int | None = None, max_intervals: int = 5000) -> pd.DataFrame:
+        """Merged intervals per rank and lane (ms since the earliest event), for plotting."""
+        traces = [t for t in self.traces if rank is None or t.meta.rank == rank]
+        frames = [_trace_timeline(t) for t in traces]
+        frames = [f for f in frames if not f.empty]
+        if not frames:
+            return pd.DataFrame(columns=list(TIMELINE_COLUMNS))
+        out = pd.concat(frames, ignore_index=True)
+        origin = out["start_ns"].min()
+        out["start_ms"] = (out["start_ns"] - origin) / 1e6
+        out["end_ms"] = (out["end_ns"] - origin) / 1e6
+        out = _downsample(out, max_intervals)
+        return out[list(TIMELINE_COLUMNS)].reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- timeline
+
+
+def _lane_masks(ev: pd.DataFrame) -> dict[str, pd.Series]:
+    kind = ev["kind"].astype(str)
+    gpu = ev["is_gpu"].astype(bool)
+    if gpu.any():
+        compute = gpu & kind.isin(["compute", "memcpy", "memset"])
+        comm = gpu & (kind == "comm")
+    else:
+        main = ev["main_thread"].astype(bool)
+        compute = main & kind.isin(["cpu_op", "optimizer"])
+        comm = kind == "comm"
+    return {"compute": compute, "communication": comm, "data_loading": kind == "dataloader"}
+
+
+def _trace_timeline(trace: Any) -> pd.DataFrame:
+    ev = trace.events
+    if ev is None or ev.empty:
+        return pd.DataFrame()
+    parts = []
+    busy_s, busy_e = [], []
+    for lane, mask in _lane_masks(ev).items():
+        sel = ev[mask]
+        s, e = merge_intervals(sel["start_ns"].to_numpy(), sel["end_ns"].to_numpy())
+        if len(s):
+            parts.append(pd.DataFrame({"lane": lane, "start_ns": s, "end_ns": e, "name": lane}))
+        if lane != "data_loading":
+            busy_s.append(s)
+            busy_e.append(e)
+    steps = trace.steps
+    if steps is not None and len(steps):
+        lo, hi = int(steps["start_ns"].min()), int(steps["end_ns"].max())
+        s, e = merge_intervals(np.concatenate(busy_s), np.concatenate(busy_e))
+        gap_s = np.concatenate([[lo], e])
+        gap_e = np.concatenate([s, [hi]])
+        gap_s, gap_e = np.clip(gap_s, lo, hi), np.clip(gap_e, lo, hi)
+        keep = gap_e > gap_s
+        if keep.any():
+            parts.append(
+                pd.DataFrame(
+                    {"lane": "idle", "start_ns": gap_s[keep], "end_ns": gap_e[keep], "name": "idle"}
+                )
+            )
+    if not parts:
+        return pd.DataFrame()
+    out = pd.concat(parts, ignore_index=True)
+    out.insert(0, "rank", int(trace.meta.rank))
+    return out
+
+
+def _downsample(frame: pd.DataFrame, max_intervals: int) -> pd.DataFrame:
+    """Merge neighbours closer than a growing tolerance until few enough intervals remain."""
+    if len(frame) <= max_intervals:
+        return frame
+    tol = 0.001
+    while True:
+        merged = []
+        for (rank, lane), g in frame.groupby(["rank", "lane"], sort=False):
+            g = g.sort_values("start_ms")
+            start = g["start_ms"].to_numpy()
+            end = np.maximum.accumulate(g["end_ms"].to_numpy())
+            new = np.concatenate([[True], start[1:] > end[:-1] + tol])
+            group = np.cumsum(new) - 1
+            ends = np.zeros(group[-1] + 1)
+            np.maximum.at(ends, group, end)
+            merged.append(
+                pd.DataFrame(
+                    {
+                        "rank": rank,
+                        "lane": lane,
+                        "start_ms": start[new],
+                        "end_ms": ends,
+                        "name": lane,
+                    }
+                )
+            )
+        out = pd.concat(merged, ignore_index=True)
+        if len(out) <= max_intervals or tol > 1e6:
+            return out
+        tol *= 4
+
+
+# --------------------------------------------------------------------------- JSON helpers
+
+
+def plain(value: Any) -> Any:
+    """Any nested value as JSON-ready Python (NaN/inf -> None, numpy -> Python)."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [plain(v) for v in value]
+    if isinstance(value, pd.DataFrame):
+        return records(value)
+    if isinstance(value, Path):
+        return str(value)
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, int):
+        return value
+    try:
+        if pd.isna(value):
+            return None
+    except (TypeError, ValueError):
+        pass
+    return str(value)
+
+
+def records(frame: pd.DataFrame | None) -> list[dict[str, Any]]:
+    if frame is None or frame.empty:
+        return []
+    return [plain(r) for r in frame.to_dict(orient="records")]
+
+
+# --------------------------------------------------------------------------- analyze
+
+
+def _guard(
+    warnings: list[str], label: str, fn: Any, *args: Any, default: Any = None, **kw: Any
+) -> Any:
+    """Run one analysis; a failure becomes a one-line warning instead of killing the rest."""
+    try:
+        return fn(*args, **kw)
+    except Exception as exc:  # noqa: BLE001 - one broken analysis must not hide the others
+        first = str(exc).splitlines()[0][:200] if str(exc) else ""
+        warnings.append(f"{label} skipped: {type(exc).__name__}: {first}")
+        return default
+
+
+SUMMARY_ONLY_RANKS = 256
+
+
+def _many_ranks(path: Path) -> bool:
+    from gpudiag import rundir
+
+    return (
+        path.is_dir()
+        and rundir.is_run_dir(path)
+        and len(rundir.list_ranks(path)) > SUMMARY_ONLY_RANKS
+    )
+
+
+def _optional(module: str) -> Any:
+    """A core analysis module, or None while it is not part of this checkout."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"gpudiag.analysis.{module}")
+    except ImportError:
+        return None
+
+
+def _empty(columns: tuple[str, ...]) -> pd.DataFrame:
+    return pd.DataFrame(columns=list(columns))
+
+
+def _resolve_inputs(path: Path) -> tuple[Any, list[Path], list[str]]:
+    """(Run or None, trace files, warnings) for a run dir, a trace dir or a trace file."""
+    from gpudiag import rundir
+    from gpudiag.analysis import ingest
+
+    if not path.exists():
+        raise AnalysisInputError(f"{path}: no such file or directory")
+    if path.is_dir() and rundir.is_run_dir(path):
+        run = rundir.load_run(path)
+        files = [run.trace_files[r] for r in sorted(run.trace_files)]
+        return run, files, list(run.warnings)
+    if path.is_file():
+        return None, [path], []
+    return None, list(ingest.find_traces(path)), []
+
+
+def _breakdown_from_steps(run: Any) -> pd.DataFrame:
+    """Without traces: step time from the steps table, data wait from data_ns, rest other."""
+    steps = getattr(run, "steps", None)
+    if steps is None or steps.empty:
+        return _empty(BREAKDOWN_COLUMNS)
+    s = steps.dropna(subset=["start_ns", "end_ns"])
+    step_ms = (s["end_ns"].astype(float) - s["start_ns"].astype(float)) / 1e6
+    data = (
+        pd.to_numeric(s.get("data_ns"), errors="coerce").fillna(0) / 1e6 if "data_ns" in s else 0.0
+    )
+    data = np.minimum(data, step_ms)
+    out = pd.DataFrame(
+        {"rank": s["rank"].astype(int), "step": s["step"].astype(int), "step_ms": step_ms}
+    )
+    for key in BREAKDOWN_KEYS:
+        out[key] = 0.0
+    out["data_loading"] = data
+    out["other"] = step_ms - data
+    return out.reset_index(drop=True)
+
+
+def rank_table(breakdown: pd.DataFrame) -> pd.DataFrame:
+    if breakdown is None or breakdown.empty:
+        return _empty(RANK_COLUMNS)
+    g = breakdown.groupby("rank")
+    out = pd.DataFrame(
+        {
+            "steps": g["step_ms"].count(),
+            "step_ms_mean": g["step_ms"].mean(),
+            "step_ms_median": g["step_ms"].median(),
+            "step_ms_p90": g["step_ms"].quantile(0.9),
+        }
+    )
+    for key in BREAKDOWN_KEYS:
+        out[key] = g[key].mean() if key in breakdown else 0.0
+    return out.reset_index()[list(RANK_COLUMNS)]
+
+
+def _run_info(path: Path, run: Any, traces: list[Any], breakdown: pd.DataFrame) -> dict[str, Any]:
+    manifest = getattr(run, "manifest", None) or {}
+    metas = [t.meta for t in traces]
+    devices: list[str] = []
+    for m in metas:
+        for d in m.device_properties or []:
+            name = d.get("name") if isinstance(d, dict) else None
+            if name and name not in devices:
+                devices.append(str(name))
+    if run is not None:
+        for info in run.rank_info.values():
+            dev = info.get("device_name") or info.get("device")
+            if dev and str(dev) not in devices:
+                devices.append(str(dev))
+    world = (run.world_size if run is not None else None) or max(
+        (m.world_size or 0 for m in metas), default=0
+    )
+    backend = manifest.get("backend") or next((m.backend for m in metas if m.backend), None)
+    if backend is None and run is not None:
+        backend = next((i.get("backend") for i in run.rank_info.values() if i.get("backend")), None)
+    ranks_seen = sorted({m.rank for m in metas} | set(run.ranks if run is not None else []))
+    return {
+        "kind": "gpudiag_run" if run is not None else "traces",
+        "path": str(path),
+        "world_size": world or None,
+        "backend": backend,
+        "devices": devices,
+        "ranks_present": ranks_seen,
+        "traced_ranks": sorted(m.rank for m in metas),
+        "steps_analysed": int(breakdown["step"].nunique()) if len(breakdown) else 0,
+        "has_gpu_trace": any(bool(t.events["is_gpu"].any()) for t in traces if len(t.events)),
+        "status": manifest.get("status"),
+        "exit_code": manifest.get("exit_code"),
+        "script": manifest.get("script") or manifest.get("argv"),
+        "total_steps": int(len(run.steps)) if run is not None and len(run.steps) else None,
+    }
+
+
+def _steady_state(
+    coll: pd.DataFrame, traces: list[Any], run: Any
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Collectives and the steps they span, for straggler matching. The run's first step
+    (and collectives outside any step: DDP's construction broadcasts) is warm-up where
+    ranks start at different times; it is left out when the run has 3 steps or more.
+    The steps frame covers exactly the steps the collectives come from, so the per-step
+    costs divide by the right count (the run's collectives span every step, the trace
+    only the profiled window)."""
+    trace_steps = [t.steps for t in traces if len(t.steps)]
+    if run is not None and len(run.steps):
+        steps = run.steps
+    elif trace_steps:
+        steps = pd.concat(trace_steps, ignore_index=True)
+    else:
+        return coll, _empty(("rank", "step", "start_ns", "end_ns"))
+    if "step" not in coll or coll["step"].isna().all():
+        return coll, steps
+    step_col = pd.to_numeric(coll["step"], errors="coerce").fillna(-1)
+    present = np.sort(step_col[step_col >= 0].unique())
+    if len(present) >= 3:
+        keep = step_col > present[0]
+    else:
+        keep = pd.Series(True, index=coll.index)
+    coll = coll[keep.to_numpy()]
+    used = set(step_col[keep].unique())
+    steps = steps[steps["step"].isin(used)]
+    return coll, steps
+
+
+def _uses_ddp(traces: list[Any], run: Any) -> bool:
+    if run is not None and len(getattr(run, "ddp_stats", [])):
+        return True
+    return any(
+        t.events["name"].astype(str).str.contains("DistributedDataParallel.forward").any()
+        for t in traces
+        if len(t.events)
+    )
+
+
+def _mean_step_ms(ranks: pd.DataFrame, run: Any) -> float:
+    if len(ranks):
+        return float(ranks["step_ms_mean"].astype(float).mean())
+    return float("nan")
+
+
+def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
+    """Analyse a gpudiag run directory or any directory / file of profiler traces."""
+    from gpudiag.analysis import breakdown as bd
+    from gpudiag.analysis import ingest
+
+    comms = _optional("comms")
+    strag = _optional("stragglers")
+
+    path = Path(path)
+    if _many_ranks(path):
+        from gpudiag.analysis.summaries import analyze_summaries
+
+        result = analyze_summaries(path)
+        result.warnings.append(
+            f"{path}: more than {SUMMARY_ONLY_RANKS} ranks; analysed from summary.json files only"
+        )
+        return result
+    run, files, warnings = _resolve_inputs(path)
+    traces = ingest.load_traces(files, workers=workers, warnings=warnings) if files else []
+    if not traces and (
+        run is None
+        or (run.steps.empty and run.collectives.empty and not run.statuses and not run.manifest)
+    ):
+        detail = (
+            "no readable profiler trace" if files else "no profiler traces or gpudiag run files"
+        )
+        raise AnalysisInputError(f"{path}: nothing to analyse ({detail})", warnings)
+
+    if traces:
+        parts = [
+            _guard(warnings, f"breakdown of rank {t.meta.rank}", bd.step_breakdown, t)
+            for t in traces
+        ]
+        parts = [p for p in parts if p is not None and len(p)]
+        breakdown = pd.concat(parts, ignore_index=True) if parts else _empty(BREAKDOWN_COLUMNS)
+    else:
+        breakdown = _breakdown_from_steps(run)
+    ranks = rank_table(breakdown)
+    step_ms = _mean_step_ms(ranks, run)
+
+    if comms is None or strag is None:
+        warnings.append("communication and straggler analysis unavailable in this build")
+    coll = (
+        _guard(warnings, "collective table", comms.collective_table, traces, run=run)
+        if comms is not None
+        else None
+    )
+    coll = coll if coll is not None else _empty(("rank", "pg_name", "seq", "op"))
+    summary = (
+        _guard(warnings, "collective summary", comms.collective_summary, coll)
+        if len(coll) and comms is not None
+        else None
+    )
+    buckets = (
+        _guard(warnings, "DDP buckets", comms.ddp_buckets, coll) if comms is not None else None
+    )
+    stall = (
+        _guard(warnings, "all-reduce stall", comms.allreduce_stall, traces, coll)
+        if comms is not None and traces and len(coll)
+        else None
+    )
+    coll_steady, steps_frame = _steady_state(coll, traces, run)
+    skew = (
+        _guard(warnings, "arrival skew", strag.arrival_skew, coll_steady)
+        if len(coll_steady) and strag is not None
+        else None
+    )
+    slow = (
+        _guard(warnings, "stragglers", strag.stragglers, skew, steps_frame)
+        if skew is not None and len(skew)
+        else None
+    )
+
+    dp = _guard(warnings, "DataParallel", dataparallel.analyze_dataparallel, traces, step_ms)
+    dl = (
+        _guard(warnings, "data loading", dataloader.analyze_dataloader, traces, run, default={})
+        or {}
+    )
+    gpu_samples = run.gpu_samples if run is not None else _empty(())
+    host_samples = run.host_samples if run is not None else _empty(())
+    gpu_info = (
+        _guard(warnings, "GPU health", gpu.analyze_gpu, traces, gpu_samples, default={}) or {}
+    )
+
+    step_by_rank = dict(
+        zip(ranks["rank"].astype(int), ranks["step_ms_mean"].astype(float), strict=False)
+    )
+    found: list[Finding] = []
+    found += failures.failure_findings(run)
+    straggler = fnd.straggler_findings(slow, step_ms)
+    waited = sum(f.cost_ms_per_step for f in straggler)
+    found += straggler
+    found += fnd.exposed_comm_findings(ranks, step_ms, stall, straggler_ms=waited)
+    if _uses_ddp(traces, run):
+        found += fnd.bucket_findings(buckets, ranks, step_ms, straggler_ms=waited)
+    found += dataloader.dataloader_findings(dl, step_by_rank)
+    found += dataloader.host_sync_findings(dl, step_by_rank)
+    found += dataparallel.dataparallel_findings(dp, step_ms)
+    found += gpu.gpu_findings(
+        gpu_info, step_ms, dp_active=bool(dp and not dp.get("on_cpu")), ranks=ranks
+    )
+    found += gpu.no_amp_findings(traces, step_ms)
+    lint = getattr(run, "lint", None)
+    attach_locations(found, lint)
+
+    return AnalysisResult(
+        source=path,
+        run=_run_info(path, run, traces, breakdown),
+        ranks=ranks,
+        breakdown=breakdown,
+        collectives=coll,
+        collective_summary=summary if summary is not None else _empty(()),
+        buckets=buckets if buckets is not None else _empty(()),
+        skew=skew if skew is not None else _empty(()),
+        stragglers=slow if slow is not None else _empty(()),
+        dataparallel=dp,
+        dataloader=dl,
+        gpu=gpu_info,
+        gpu_samples=gpu_samples,
+        host_samples=host_samples,
+        findings=sort_findings(found),
+        lint=lint,
+        warnings=warnings,
+        traces=traces,
+        allreduce_stall=stall if stall is not None else pd.DataFrame(),
+    )

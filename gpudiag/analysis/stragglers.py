@@ -1,0 +1,179 @@
+"""Stragglers: the rank(s) that arrive last at collectives, so that everyone else waits.
+
+The k-th collective of a process group is matched across ranks (by sequence number when
+every row of the group has one, else by order within the group). A rank's arrival is
+when its collective starts (GPU: the comm kernel starts on the stream; gloo: the
+``c10d::`` op is called). For each matched collective:
+
+* ``skew_ms`` = this rank's arrival - the earliest arrival;
+* ``wait_ms`` = the last arrival - this rank's arrival (time it waits for the others);
+* ``lead_ms`` (last arriver only) = last arrival - second-to-last arrival: how much later
+  than everyone else it came, i.e. the time all others waited for it alone.
+
+A rank's ``cost_ms_per_step`` is the length of the union of its lead intervals
+([second-to-last arrival, its arrival]) divided by the steps analysed (DDP buckets
+issued back to back share one wait, counted once); ``wait_ms_per_step`` likewise.
+A rank is a straggler when the per-step median of that cost is at least
+``max(0.5 ms, 5 % of the median step)``, its mean cost is at least half the largest and
+at least twice that of every rank not so named; when every rank qualifies, none is named
+(ranks late in turn are noise, and one hiccup does not name a rank).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from gpudiag.analysis import intervals as iv
+
+SKEW_COLUMNS = (
+    "pg_name",
+    "seq",
+    "index",
+    "key",
+    "op",
+    "rank",
+    "arrival_ns",
+    "arrival_ms",
+    "skew_ms",
+    "wait_ms",
+    "is_last",
+    "lead_ms",
+    "step",
+)
+STRAGGLER_COLUMNS = (
+    "rank",
+    "collectives",
+    "mean_skew_ms",
+    "last_count",
+    "wait_ms_per_step",
+    "cost_ms_per_step",
+    "median_cost_ms",
+    "is_straggler",
+)
+
+MIN_COST_MS = 0.5
+MIN_COST_FRACTION_OF_STEP = 0.05
+
+
+def _match_key(table: pd.DataFrame) -> pd.Series:
+    """Per row: the seq when the whole group has one, else its index in the group."""
+    has_seq = table["seq"].notna().groupby(table["pg_name"]).transform("all")
+    seq = table["seq"].astype(float)
+    return pd.Series(
+        np.where(has_seq.to_numpy(), seq.to_numpy(), table["index"].to_numpy(dtype=float)),
+        index=table.index,
+    )
+
+
+def arrival_skew(table: pd.DataFrame) -> pd.DataFrame:
+    if table is None or len(table) == 0 or table["rank"].nunique() < 2:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in SKEW_COLUMNS})
+    t = table[["pg_name", "seq", "index", "op", "rank", "start_ns", "step"]].copy()
+    t["key"] = _match_key(table)
+    t = t.drop_duplicates(["pg_name", "key", "rank"])
+    groups = t.groupby(["pg_name", "key"], sort=False)["start_ns"]
+    size = groups.transform("size")
+    t = t[size.to_numpy() >= 2].copy()
+    if t.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in SKEW_COLUMNS})
+    groups = t.groupby(["pg_name", "key"], sort=False)["start_ns"]
+    first = groups.transform("min")
+    last = groups.transform("max")
+    second_last = groups.transform(lambda s: s.nlargest(2).iloc[-1])
+    t["arrival_ns"] = t["start_ns"].astype(np.int64)
+    t["arrival_ms"] = (t["start_ns"] - first) / 1e6
+    t["skew_ms"] = t["arrival_ms"]
+    t["wait_ms"] = (last - t["start_ns"]) / 1e6
+    # ties: only the first row holding the max counts as last
+    is_max = (t["start_ns"] == last).to_numpy().copy()
+    dup = t[is_max].duplicated(["pg_name", "key"])
+    is_max[np.flatnonzero(is_max)[dup.to_numpy()]] = False
+    t["is_last"] = is_max
+    t["lead_ms"] = np.where(is_max, (last - second_last) / 1e6, 0.0)
+    t["step"] = t["step"].fillna(-1).astype(np.int64)
+    return t.sort_values(["pg_name", "key", "rank"], ignore_index=True)[list(SKEW_COLUMNS)]
+
+
+def _steps_analysed(skew: pd.DataFrame, steps: pd.DataFrame | None) -> tuple[int, float]:
+    """(number of steps, median step ms) from a steps or breakdown frame."""
+    n = 0
+    median_ms = float("nan")
+    if steps is not None and len(steps):
+        per_rank = steps.groupby("rank")["step"].nunique() if "rank" in steps else None
+        n = (
+            int(per_rank.max())
+            if per_rank is not None and len(per_rank)
+            else steps["step"].nunique()
+        )
+        if "step_ms" in steps:
+            median_ms = float(steps["step_ms"].median())
+        elif {"start_ns", "end_ns"} <= set(steps.columns):
+            median_ms = float(((steps["end_ns"] - steps["start_ns"]) / 1e6).median())
+    if n == 0:
+        valid = skew["step"][skew["step"] >= 0]
+        n = valid.nunique() if len(valid) else 1
+    return max(n, 1), median_ms
+
+
+def _union_ms(rows: pd.DataFrame, column: str) -> float:
+    """Length of the union of [arrival, arrival + column]: waits for collectives issued
+    back to back (DDP buckets) overlap and must not be counted twice."""
+    start = rows["arrival_ns"].to_numpy(dtype=np.int64)
+    if column == "lead_ms":  # the others wait from the second-to-last arrival on
+        start = start - np.rint(rows[column].to_numpy() * 1e6).astype(np.int64)
+        end = rows["arrival_ns"].to_numpy(dtype=np.int64)
+    else:
+        end = start + np.rint(rows[column].to_numpy() * 1e6).astype(np.int64)
+    return iv.length(iv.union(start, end)) / 1e6
+
+
+def _per_step_cost(skew: pd.DataFrame) -> pd.DataFrame:
+    """(rank x step) lead union in ms; steps where a rank was never last count 0."""
+    rows = skew[skew["is_last"]]
+    if rows.empty:
+        return pd.DataFrame()
+    per = rows.groupby(["rank", "step"]).apply(_union_ms, "lead_ms", include_groups=False)
+    table = per.unstack("step", fill_value=0.0)
+    ranks = sorted(skew["rank"].unique())
+    return table.reindex(ranks, fill_value=0.0)
+
+
+def stragglers(skew: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per rank: how often and by how much it arrives last, and what that costs the
+    others per step. ``is_straggler`` uses the per-step median of the cost, so one
+    hiccup (a page fault, a noisy neighbour) does not name a rank."""
+    if skew is None or len(skew) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in STRAGGLER_COLUMNS})
+    n_steps, median_step_ms = _steps_analysed(skew, steps)
+    g = skew.groupby("rank")
+    out = pd.DataFrame(
+        {
+            "collectives": g.size(),
+            "mean_skew_ms": g["skew_ms"].mean(),
+            "last_count": g["is_last"].sum(),
+            "wait_ms_per_step": g.apply(_union_ms, "wait_ms", include_groups=False) / n_steps,
+            "cost_ms_per_step": g.apply(_union_ms, "lead_ms", include_groups=False) / n_steps,
+        }
+    )
+    per_step = _per_step_cost(skew)
+    if per_step.empty:
+        out["median_cost_ms"] = 0.0
+    else:
+        padded = per_step.to_numpy()
+        missing_steps = max(n_steps - padded.shape[1], 0)
+        if missing_steps:
+            padded = np.hstack([padded, np.zeros((padded.shape[0], missing_steps))])
+        out["median_cost_ms"] = pd.Series(np.median(padded, axis=1), index=per_step.index)
+    out = out.reset_index()
+    threshold = MIN_COST_MS
+    if median_step_ms == median_step_ms:  # not NaN
+        threshold = max(threshold, MIN_COST_FRACTION_OF_STEP * median_step_ms)
+    cost = out["cost_ms_per_step"]
+    candidate = (out["median_cost_ms"] >= threshold) & (cost >= 0.5 * cost.max())
+    rest = cost[~candidate].max() if (~candidate).any() else float("nan")
+    # everyone late in turn is noise; a straggler stands out from the rest
+    out["is_straggler"] = candidate & (~candidate).any() & (cost >= 2 * rest)
+    return out.sort_values("cost_ms_per_step", ascending=False, ignore_index=True)[
+        list(STRAGGLER_COLUMNS)
+    ]

@@ -1,0 +1,200 @@
+"""A run analysed from its per-rank summary.json files only (the 1000-rank path).
+
+A summary (gpudiag/capture/summary.py) holds per rank: status, step statistics
+(count, mean/median/p90 ms, data_ms_mean) and collective totals per (op, pg) with the
+time the rank spent inside them (``known_time_ns``). No trace or table is opened.
+
+Straggler without traces: in synchronous training every rank has the same step time,
+but the rank that arrives last at each collective waits the least inside it. A rank
+whose collective time per step is far below the median is named, and the difference
+is what the others wait for it per step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpudiag.analysis.dataloader import dataloader_findings
+from gpudiag.analysis.findings import Finding, sort_findings, straggler_findings
+from gpudiag.analysis.result import (
+    BREAKDOWN_COLUMNS,
+    BREAKDOWN_KEYS,
+    RANK_COLUMNS,
+    AnalysisInputError,
+    AnalysisResult,
+)
+
+FAILED = {"failed", "error", "crashed", "killed", "aborted", "interrupted", "hang", "timeout"}
+
+
+def summary_frame(summaries: dict[int, dict[str, Any]]) -> pd.DataFrame:
+    """One row per rank: step stats and time inside collectives per step."""
+    rows = []
+    for rank, s in summaries.items():
+        steps = s.get("steps") if isinstance(s.get("steps"), dict) else {}
+        colls = s.get("collectives") if isinstance(s.get("collectives"), dict) else {}
+        per = colls.get("collectives") if isinstance(colls.get("collectives"), list) else []
+        count = int(steps.get("count") or 0)
+        coll_ns = sum(float(c.get("known_time_ns") or 0) for c in per if isinstance(c, dict))
+        rows.append(
+            {
+                "rank": int(rank),
+                "status": str(s.get("status", "")),
+                "steps": count,
+                "step_ms_mean": _f(steps.get("mean_ms")),
+                "step_ms_median": _f(steps.get("median_ms")),
+                "step_ms_p90": _f(steps.get("p90_ms")),
+                "data_loading": _f(steps.get("data_ms_mean"), 0.0),
+                "coll_ms_per_step": coll_ns / 1e6 / count if count else np.nan,
+            }
+        )
+    cols = [
+        "rank",
+        "status",
+        "steps",
+        "step_ms_mean",
+        "step_ms_median",
+        "step_ms_p90",
+        "data_loading",
+        "coll_ms_per_step",
+    ]
+    return pd.DataFrame(rows, columns=cols).sort_values("rank").reset_index(drop=True)
+
+
+def _f(value: Any, default: float = np.nan) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def collective_totals(summaries: dict[int, dict[str, Any]]) -> pd.DataFrame:
+    rows = []
+    for s in summaries.values():
+        colls = s.get("collectives") if isinstance(s.get("collectives"), dict) else {}
+        for c in colls.get("collectives") or []:
+            if isinstance(c, dict):
+                rows.append(
+                    {
+                        "op": str(c.get("op")),
+                        "pg_name": str(c.get("pg_name")),
+                        "count": _f(c.get("count"), 0.0),
+                        "bytes": _f(c.get("bytes"), 0.0),
+                        "total_ms": _f(c.get("known_time_ns"), 0.0) / 1e6,
+                    }
+                )
+    if not rows:
+        return pd.DataFrame(columns=["op", "pg_name", "count", "bytes", "total_ms"])
+    frame = pd.DataFrame(rows)
+    return frame.groupby(["op", "pg_name"], as_index=False)[["count", "bytes", "total_ms"]].sum()
+
+
+def summary_stragglers(frame: pd.DataFrame) -> pd.DataFrame:
+    """rank, mean_skew_ms (how much less it waits than the median rank), cost, flag."""
+    f = frame.dropna(subset=["coll_ms_per_step"])
+    if len(f) < 2:
+        return pd.DataFrame(columns=["rank", "mean_skew_ms", "cost_ms_per_step", "is_straggler"])
+    wait = f["coll_ms_per_step"].to_numpy(float)
+    median = float(np.median(wait))
+    mad = float(np.median(np.abs(wait - median)))
+    step = float(np.nanmedian(f["step_ms_mean"].to_numpy(float)))
+    skew = median - wait
+    threshold = max(5 * 1.4826 * mad, 0.02 * step if np.isfinite(step) else 0.0, 1e-3)
+    return pd.DataFrame(
+        {
+            "rank": f["rank"].to_numpy(int),
+            "mean_skew_ms": skew,
+            "cost_ms_per_step": np.clip(skew, 0, None),
+            "is_straggler": skew > threshold,
+        }
+    )
+
+
+def _failed_finding(frame: pd.DataFrame) -> list[Finding]:
+    bad = frame[frame["status"].str.lower().isin(FAILED)]
+    if bad.empty:
+        return []
+    ranks = [int(r) for r in bad["rank"]]
+    return [
+        Finding(
+            kind="rank_failed",
+            severity="high",
+            cost_ms_per_step=0.0,
+            ranks=ranks,
+            title=f"{len(ranks)} rank(s) did not finish: {', '.join(map(str, ranks[:20]))}",
+            evidence={"statuses": dict(zip(map(str, ranks), bad["status"], strict=False))},
+            fix="Open the failing rank's status.json (traceback) in the run directory.",
+        )
+    ]
+
+
+def analyze_summaries(path: str | Path) -> AnalysisResult:
+    from gpudiag import rundir
+
+    path = Path(path)
+    manifest, summaries = rundir.load_summaries(path)
+    if not summaries:
+        raise AnalysisInputError(f"{path}: no rank*/summary.json to analyse")
+    frame = summary_frame(summaries)
+    ranks = frame[["rank", "steps", "step_ms_mean", "step_ms_median", "step_ms_p90"]].copy()
+    for key in BREAKDOWN_KEYS:
+        ranks[key] = 0.0
+    ranks["data_loading"] = frame["data_loading"]
+    ranks["other"] = (frame["step_ms_mean"] - frame["data_loading"]).clip(lower=0)
+    ranks = ranks[list(RANK_COLUMNS)]
+    step_ms = float(np.nanmean(ranks["step_ms_mean"])) if len(ranks) else float("nan")
+    slow = summary_stragglers(frame)
+    step_by_rank = dict(
+        zip(ranks["rank"].astype(int), ranks["step_ms_mean"].astype(float), strict=False)
+    )
+    dl = {
+        "run": {
+            str(int(r)): {"data_ms_per_step": float(d)}
+            for r, d in zip(frame["rank"], frame["data_loading"], strict=False)
+        }
+    }
+    found = _failed_finding(frame) + straggler_findings(slow, step_ms)
+    found += dataloader_findings(dl, step_by_rank)
+    for f in found:
+        if f.kind == "straggler":
+            f.evidence["method"] = "least time inside collectives per step (summaries only)"
+            f.evidence = {k: v for k, v in f.evidence.items() if k != "all_ranks_mean_skew_ms"}
+    statuses = frame["status"].value_counts().to_dict()
+    run = {
+        "kind": "summaries",
+        "path": str(path),
+        "world_size": manifest.get("world_size") or len(summaries),
+        "backend": manifest.get("backend"),
+        "devices": [],
+        "ranks_present": [int(r) for r in frame["rank"]],
+        "traced_ranks": [],
+        "steps_analysed": int(frame["steps"].max()) if len(frame) else 0,
+        "status": manifest.get("status"),
+        "exit_code": manifest.get("exit_code"),
+        "rank_statuses": {str(k): int(v) for k, v in statuses.items()},
+        "synthetic": bool(manifest.get("synthetic", False)),
+    }
+    empty = pd.DataFrame()
+    return AnalysisResult(
+        source=path,
+        run=run,
+        ranks=ranks,
+        breakdown=pd.DataFrame(columns=list(BREAKDOWN_COLUMNS)),
+        collectives=empty,
+        collective_summary=collective_totals(summaries),
+        buckets=empty,
+        skew=empty,
+        stragglers=slow,
+        dataparallel=None,
+        dataloader=dl,
+        gpu={},
+        gpu_samples=empty,
+        host_samples=empty,
+        findings=sort_findings(found),
+        lint=None,
+        warnings=[],
+    )

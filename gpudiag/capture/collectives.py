@@ -1,0 +1,626 @@
+"""Every collective of the run, on every rank (runs inside the training process).
+
+Three sources, joined on (process-group name, sequence number):
+
+- PyTorch's Flight Recorder (FR) sees every collective, DDP's C++ bucket all-reduces
+  included, gloo and NCCL. Its ring is dumped as JSON (never pickle) between steps and at
+  close; new entries become ``collectives.jsonl`` rows. Gaps in ``record_id`` mean the
+  ring overflowed between two dumps; they are counted and written as ``lost`` rows.
+- On gloo FR has no start/end times, so completion stamps come from a DDP comm hook
+  (wrapping ``default_hooks.allreduce_hook``) and from patched ``torch.distributed``
+  collectives. They go to ``collective_times.jsonl``; ``rundir.load_run`` merges them.
+- The same wrappers keep the collectives this rank entered and has not left, for the
+  hang report (:mod:`gpudiag.capture.hangdump`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import inspect
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gpudiag import rundir
+from gpudiag.capture import ddp
+
+FR_BUFFER_SIZE = 2000
+# Dump when the ring may hold this share of new entries; keeps losses at zero as long
+# as one step issues fewer than half the ring.
+_DUMP_FILL = 0.5
+_MAX_DUMP_EVERY = 100
+_TIMES_FLUSH_ROWS = 256
+
+_FR_DTYPE_BYTES = {
+    "Float": ("float32", 4),
+    "Double": ("float64", 8),
+    "Half": ("float16", 2),
+    "BFloat16": ("bfloat16", 2),
+    "Long": ("int64", 8),
+    "Int": ("int32", 4),
+    "Short": ("int16", 2),
+    "Char": ("int8", 1),
+    "Byte": ("uint8", 1),
+    "Bool": ("bool", 1),
+    "ComplexFloat": ("complex64", 8),
+    "ComplexDouble": ("complex128", 16),
+    "Float8_e4m3fn": ("float8_e4m3fn", 1),
+    "Float8_e5m2": ("float8_e5m2", 1),
+}
+
+# dist functions whose calls are timed; positional index of their tensor argument.
+_PATCHED_OPS = (
+    "all_reduce",
+    "broadcast",
+    "reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "gather",
+    "scatter",
+    "barrier",
+    "all_reduce_coalesced",
+)
+
+_ACTIVE: CollectiveRecorder | None = None
+_WRAPPER_TLS = threading.local()
+
+
+def active_recorder() -> CollectiveRecorder | None:
+    """The recorder installed in this process (the hang dump reads it)."""
+    return _ACTIVE
+
+
+def worker_env() -> dict[str, str]:
+    """Environment the launcher sets for every worker before torch.distributed starts."""
+    return {
+        "TORCH_FR_BUFFER_SIZE": os.environ.get("TORCH_FR_BUFFER_SIZE", str(FR_BUFFER_SIZE)),
+        # NCCL only (absent in CPU builds): FR then has start/end times.
+        "TORCH_NCCL_ENABLE_TIMING": os.environ.get("TORCH_NCCL_ENABLE_TIMING", "1"),
+    }
+
+
+# --------------------------------------------------------------------------- FR rows
+
+
+def normalise_op(profiling_name: str) -> str:
+    """``"gloo:all_reduce"`` / ``"nccl:all_reduce"`` -> ``"all_reduce"``."""
+    return profiling_name.split(":", 1)[-1] if profiling_name else ""
+
+
+def tensor_bytes(sizes: list[list[int]], dtypes: list[str]) -> int:
+    total = 0
+    for shape, dtype in zip(sizes, dtypes, strict=False):
+        total += math.prod(shape) * _FR_DTYPE_BYTES.get(dtype, ("", 0))[1]
+    return total
+
+
+def _dtype_name(dtypes: list[str]) -> str | None:
+    if not dtypes:
+        return None
+    return _FR_DTYPE_BYTES.get(dtypes[0], (dtypes[0].lower(), 0))[0]
+
+
+def fr_entry_to_row(entry: dict[str, Any], pg_info: dict[str, tuple[int, list[int]]]) -> dict:
+    """One FR JSON entry as a ``collectives.jsonl`` row (without ``step``)."""
+    pg_name, pg_desc = (list(entry.get("process_group") or ["", ""]) + ["", ""])[:2]
+    size, ranks = pg_info.get(pg_name, (None, None))
+    is_p2p = bool(entry.get("is_p2p"))
+    in_sizes = entry.get("input_sizes") or []
+    out_sizes = entry.get("output_sizes") or []
+    row = {
+        "pg_name": pg_name,
+        "pg_desc": pg_desc,
+        "pg_size": size,
+        "pg_ranks": ranks,
+        "seq": None if is_p2p else entry.get("collective_seq_id"),
+        "op": normalise_op(entry.get("profiling_name", "")),
+        "in_bytes": tensor_bytes(in_sizes, entry.get("input_dtypes") or []),
+        "out_bytes": tensor_bytes(out_sizes, entry.get("output_dtypes") or []),
+        "dtype": _dtype_name(entry.get("input_dtypes") or entry.get("output_dtypes") or []),
+        "in_sizes": in_sizes,
+        "out_sizes": out_sizes,
+        "enqueue_ns": entry.get("time_created_ns") or None,
+        "start_ns": entry.get("time_discovered_started_ns") or None,
+        "end_ns": entry.get("time_discovered_completed_ns") or None,
+        "record_id": entry.get("record_id"),
+        "source": "flight_recorder",
+    }
+    if is_p2p:
+        row["p2p_seq"] = entry.get("p2p_seq_id")
+    return row
+
+
+def _fr_entry_final(entry: dict[str, Any]) -> bool:
+    """Gloo entries never change after creation; NCCL ones are final once completed."""
+    if str(entry.get("profiling_name", "")).startswith("gloo:"):
+        return True
+    return bool(entry.get("retired")) or entry.get("state") == "completed"
+
+
+def dump_flight_recorder() -> list[dict[str, Any]]:
+    """The FR ring as parsed JSON entries ([] when FR is off or unavailable)."""
+    import torch
+
+    try:
+        raw = torch._C._distributed_c10d._dump_fr_trace_json(True, False)
+    except (AttributeError, RuntimeError):
+        return []
+    return list(orjson.loads(raw).get("entries") or [])
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _user_callsite() -> str | None:
+    """``file:line in func`` of the first frame outside torch and gpudiag."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not _is_library_file(filename):
+            return f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frame = frame.f_back
+    return None
+
+
+_LIB_MARKERS = (
+    f"{os.sep}torch{os.sep}",
+    f"{os.sep}gpudiag{os.sep}capture{os.sep}",
+    "<frozen ",
+    "runpy.py",
+    f"{os.sep}contextlib.py",
+    f"{os.sep}functools.py",
+)
+
+
+def _is_library_file(filename: str) -> bool:
+    return any(marker in filename for marker in _LIB_MARKERS)
+
+
+def _first_tensor_bytes(obj: Any) -> int | None:
+    if isinstance(obj, (list, tuple)):
+        sizes = [_first_tensor_bytes(o) for o in obj]
+        return sum(s for s in sizes if s) if sizes else None
+    if hasattr(obj, "element_size") and hasattr(obj, "numel"):
+        return int(obj.numel() * obj.element_size())
+    return None
+
+
+def _is_cuda(obj: Any) -> bool:
+    if isinstance(obj, (list, tuple)):
+        return bool(obj) and _is_cuda(obj[0])
+    return bool(getattr(obj, "is_cuda", False))
+
+
+def _shape_of(obj: Any) -> Any:
+    if isinstance(obj, (list, tuple)):
+        return [_shape_of(o) for o in obj[:8]]
+    if hasattr(obj, "shape"):
+        return list(obj.shape)
+    return None
+
+
+class _OpSignature:
+    """Where an op's tensor, group and async_op arguments sit (computed once)."""
+
+    def __init__(self, fn: Callable) -> None:
+        params = list(inspect.signature(fn).parameters)
+        self.names = params
+        self.tensor_name = params[0] if params else None
+        if fn.__name__ in ("all_gather", "reduce_scatter", "all_to_all"):
+            self.tensor_name = params[1] if len(params) > 1 else None  # the input side
+        if fn.__name__ == "barrier":
+            self.tensor_name = None
+
+    def get(self, name: str | None, args: tuple, kwargs: dict) -> Any:
+        if name is None:
+            return None
+        if name in kwargs:
+            return kwargs[name]
+        try:
+            index = self.names.index(name)
+        except ValueError:
+            return None
+        return args[index] if index < len(args) else None
+
+
+class _Inflight:
+    """Collectives entered and not yet completed, keyed by a private token."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[int, dict[str, Any]] = {}
+        self._next = 0
+
+    def enter(self, record: dict[str, Any]) -> int:
+        with self._lock:
+            self._next += 1
+            self._items[self._next] = record
+            return self._next
+
+    def leave(self, token: int) -> dict[str, Any] | None:
+        with self._lock:
+            return self._items.pop(token, None)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(r) for r in self._items.values()]
+
+
+# --------------------------------------------------------------------------- recorder
+
+
+class CollectiveRecorder:
+    """Records every collective of one rank into its run directory."""
+
+    def __init__(self, run_dir: Path, rank: int, dump_every: int | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.rank = rank
+        self.rank_dir = rundir.rank_dir(run_dir, rank)
+        self._fixed_dump_every = dump_every
+        self._dump_every = dump_every or 1
+        self._steps_since_dump = 0
+        self._ring_size = int(os.environ.get("TORCH_FR_BUFFER_SIZE") or FR_BUFFER_SIZE)
+        self._watermark = -1  # every record_id <= this is written
+        self._written_ahead: set[int] = set()
+        self._step_ends: list[int] = []
+        self._step_ids: list[int] = []
+        self._last_step: int | None = None
+        self._totals: dict[tuple[str, str], dict[str, Any]] = {}
+        self._lost = 0
+        self._dump_ns: list[int] = []
+        self._times_buffer: list[dict[str, Any]] = []
+        self._times_lock = threading.Lock()
+        self.inflight = _Inflight()
+        self._ddp_models: list[Any] = []
+        self._ddp_writer: rundir.JsonlWriter | None = None
+        self._coll_writer: rundir.JsonlWriter | None = None
+        self._times_writer: rundir.JsonlWriter | None = None
+        self._installed = False
+        self._closed = False
+        self._originals: dict[str, Callable] = {}
+        self._dump_lock = threading.Lock()
+
+    # ---------------------------------------------------------------- install
+
+    def install(self) -> None:
+        global _ACTIVE
+        if self._installed:
+            return
+        self._installed = True
+        _ACTIVE = self
+        self._coll_writer = rundir.open_rank_table(self.run_dir, self.rank, rundir.COLLECTIVES)
+        self._times_writer = rundir.open_rank_table(
+            self.run_dir, self.rank, rundir.COLLECTIVE_TIMES
+        )
+        self.fr_enabled = self._ring_size > 0
+        self._patch_dist()
+        ddp.install(self)
+
+    def _patch_dist(self) -> None:
+        import torch.distributed as dist
+        import torch.distributed.distributed_c10d as c10d
+
+        for name in _PATCHED_OPS:
+            original = getattr(c10d, name, None)
+            if original is None or getattr(original, "_gpudiag_wrapped", False):
+                continue
+            wrapper = self._make_wrapper(name, original)
+            self._originals[name] = original
+            setattr(c10d, name, wrapper)
+            if getattr(dist, name, None) is original:
+                setattr(dist, name, wrapper)
+
+    def _make_wrapper(self, op: str, fn: Callable) -> Callable:
+        sig = _OpSignature(fn)
+        depth = _WRAPPER_TLS
+        recorder = self
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if getattr(depth, "n", 0) or ddp.hook_is_busy():  # already recorded by the caller
+                return fn(*args, **kwargs)
+            group = sig.get("group", args, kwargs)
+            pg = _resolve_group(group)
+            tensor = sig.get(sig.tensor_name, args, kwargs)
+            token, record = recorder._enter(op, pg, tensor, _user_callsite(), "dist")
+            depth.n = 1
+            try:
+                work = fn(*args, **kwargs)
+            except BaseException as exc:
+                recorder._fail(token, record, exc)
+                raise
+            finally:
+                depth.n = 0
+            recorder._issued(record, pg)
+            if sig.get("async_op", args, kwargs) and work is not None:
+                recorder._complete_on_future(token, record, work)
+            else:
+                recorder._complete(token, record)
+            return work
+
+        wrapper._gpudiag_wrapped = True  # type: ignore[attr-defined]
+        return wrapper
+
+    # ---------------------------------------------------------------- timing
+
+    def _enter(
+        self, op: str, pg: Any, tensor: Any, callsite: str | None, source: str
+    ) -> tuple[int, dict[str, Any]]:
+        name, seq = _pg_name_and_next_seq(pg)
+        record = {
+            "op": op,
+            "pg_name": name,
+            "seq": seq,
+            "bytes": _first_tensor_bytes(tensor),
+            "shape": _shape_of(tensor),
+            "dtype": str(getattr(tensor, "dtype", "")).replace("torch.", "") or None,
+            "callsite": callsite,
+            "enter_ns": time.time_ns(),
+            "source": source,
+            "thread": threading.current_thread().name,
+            # NCCL work completes on the GPU after the call/future returns: no end time
+            "cuda": _is_cuda(tensor),
+        }
+        return self.inflight.enter(record), record
+
+    @staticmethod
+    def _issued(record: dict[str, Any], pg: Any) -> None:
+        """After the call returned the op is issued: read its real sequence number."""
+        seq = _pg_seq(pg)
+        if seq is not None and seq != record["seq"]:
+            record["seq_predicted"] = record["seq"]
+            record["seq"] = seq
+
+    def _complete_on_future(self, token: int, record: dict[str, Any], work: Any) -> None:
+        try:
+            fut = work.get_future()
+        except (RuntimeError, AttributeError):
+            fut = None
+        if fut is None:  # e.g. p2p on gloo: keep it in flight until the user waits
+            self.inflight.leave(token)
+            return
+        fut.add_done_callback(lambda _f: self._complete(token, record))
+
+    def _complete(self, token: int, record: dict[str, Any]) -> None:
+        end = time.time_ns()
+        self.inflight.leave(token)
+        row = {
+            "pg_name": record["pg_name"],
+            "seq": record["seq"],
+            "op": record["op"],
+            "start_ns": None,
+            "end_ns": None if record["cuda"] else end,
+            "returned_ns": end,
+            "call_ns": record["enter_ns"],
+            "source": record["source"],
+            "callsite": record["callsite"],
+        }
+        self._add_time_row(row)
+
+    def _fail(self, token: int, record: dict[str, Any], exc: BaseException) -> None:
+        self.inflight.leave(token)
+        row = {
+            "pg_name": record["pg_name"],
+            "seq": record["seq"],
+            "op": record["op"],
+            "start_ns": None,
+            "end_ns": None,
+            "call_ns": record["enter_ns"],
+            "source": record["source"],
+            "callsite": record["callsite"],
+            "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
+            "bytes": record["bytes"],
+            "shape": record["shape"],
+        }
+        self._add_time_row(row)
+        self._flush_times()
+
+    def _add_time_row(self, row: dict[str, Any]) -> None:
+        with self._times_lock:
+            self._times_buffer.append(row)
+            full = len(self._times_buffer) >= _TIMES_FLUSH_ROWS
+        if full:
+            self._flush_times()
+
+    def _flush_times(self) -> None:
+        with self._times_lock:
+            rows, self._times_buffer = self._times_buffer, []
+        if rows and self._times_writer is not None:
+            self._times_writer.write_many(rows)
+
+    # ---------------------------------------------------------------- steps
+
+    def on_step_end(self, step: int, t_ns: int) -> None:
+        """Step boundary (hot path): buffered stamps out, FR dumped every K steps."""
+        self._step_ends.append(t_ns)
+        self._step_ids.append(step)
+        self._last_step = step
+        self._flush_times()
+        ddp.record_step(self, step, t_ns)
+        self._steps_since_dump += 1
+        if self.fr_enabled and self._steps_since_dump >= self._dump_every:
+            self._steps_since_dump = 0
+            new = self.dump()
+            if self._fixed_dump_every is None:
+                self._adapt_dump_every(new)
+
+    def _adapt_dump_every(self, new_entries: int) -> None:
+        per_step = max(new_entries / max(self._dump_every, 1), 1e-9)
+        budget = self._ring_size * _DUMP_FILL
+        self._dump_every = int(max(1, min(_MAX_DUMP_EVERY, budget // per_step)))
+
+    def _step_of(self, t_ns: int | None) -> int | None:
+        """The step an entry created at ``t_ns`` belongs to (first step ending after it)."""
+        if t_ns is None:
+            return None
+        i = bisect.bisect_left(self._step_ends, t_ns)
+        if i < len(self._step_ids):
+            return self._step_ids[i]
+        return None if self._last_step is None else self._last_step + 1
+
+    # ---------------------------------------------------------------- FR dump
+
+    def dump(self) -> int:
+        """Append FR entries not yet written; returns how many were new."""
+        with self._dump_lock:
+            t0 = time.perf_counter_ns()
+            entries = dump_flight_recorder()
+            rows = self._new_rows(entries)
+            if rows and self._coll_writer is not None:
+                self._coll_writer.write_many(rows)
+            self._dump_ns.append(time.perf_counter_ns() - t0)
+            return len(rows)
+
+    def _new_rows(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        pg_info = _pg_info()
+        rows: list[dict[str, Any]] = []
+        entries = sorted(entries, key=lambda e: e.get("record_id", -1))
+        blocked = False
+        for entry in entries:
+            rid = entry.get("record_id")
+            if not isinstance(rid, int) or rid <= self._watermark or rid in self._written_ahead:
+                continue
+            if not blocked and rid > self._watermark + 1:
+                rows.append(self._lost_row(self._watermark + 1, rid - 1))
+                self._watermark = rid - 1
+            if not _fr_entry_final(entry) and not self._closed:
+                blocked = True
+                continue
+            row = fr_entry_to_row(entry, pg_info)
+            row["step"] = self._step_of(row["enqueue_ns"])
+            rows.append(row)
+            self._count(row)
+            if blocked:
+                self._written_ahead.add(rid)
+            else:
+                self._watermark = rid
+        while self._watermark + 1 in self._written_ahead:
+            self._watermark += 1
+            self._written_ahead.discard(self._watermark)
+        self._trim_steps()
+        return rows
+
+    def _lost_row(self, first: int, last: int) -> dict[str, Any]:
+        count = last - first + 1
+        self._lost += count
+        return {
+            "op": "lost",
+            "record_id": first,
+            "lost_records": count,
+            "step": self._last_step,
+            "source": "flight_recorder_gap",
+        }
+
+    def _trim_steps(self) -> None:
+        keep = 4 * _MAX_DUMP_EVERY  # more than the steps between two dumps
+        if len(self._step_ends) > 2 * keep:
+            del self._step_ends[:-keep]
+            del self._step_ids[:-keep]
+
+    def _count(self, row: dict[str, Any]) -> None:
+        key = (row["op"], row["pg_name"])
+        total = self._totals.setdefault(key, {"count": 0, "bytes": 0, "known_time_ns": 0})
+        total["count"] += 1
+        total["bytes"] += row["in_bytes"] or 0
+
+    # ---------------------------------------------------------------- end
+
+    def summary(self) -> dict[str, Any]:
+        """Collective totals per (op, pg) plus recorder health."""
+        times = self._known_times()
+        per = []
+        for (op, pg), total in sorted(self._totals.items()):
+            per.append({"op": op, "pg_name": pg, **total, "known_time_ns": times.get((op, pg), 0)})
+        dumps = sorted(self._dump_ns)
+        return {
+            "collectives": per,
+            "fr_lost_records": self._lost,
+            "fr_dumps": len(dumps),
+            "fr_dump_median_ns": dumps[len(dumps) // 2] if dumps else None,
+            "fr_dump_max_ns": dumps[-1] if dumps else None,
+            "fr_dump_every_steps": self._dump_every,
+        }
+
+    def _known_times(self) -> dict[tuple[str, str], int]:
+        path = rundir.table_path(self.rank_dir, rundir.COLLECTIVE_TIMES)
+        out: dict[tuple[str, str], int] = {}
+        for row in rundir.iter_jsonl(path):
+            if row.get("end_ns") and row.get("call_ns"):
+                key = (row.get("op"), row.get("pg_name"))
+                out[key] = out.get(key, 0) + row["end_ns"] - row["call_ns"]
+        return out
+
+    def close(self) -> None:
+        """Final dump; call before the process group is destroyed."""
+        if not self._installed or self._closed:
+            return
+        self._flush_times()
+        self._closed = True
+        if self.fr_enabled:
+            self.dump()
+        self._flush_times()
+        ddp.close(self)
+        for writer in (self._coll_writer, self._times_writer):
+            if writer is not None:
+                writer.close()
+
+
+# --------------------------------------------------------------------------- groups
+
+
+def _resolve_group(group: Any) -> Any:
+    import torch.distributed as dist
+
+    if group is None or group is dist.GroupMember.WORLD:
+        return dist.GroupMember.WORLD
+    return group
+
+
+def _pg_seq(pg: Any) -> int | None:
+    try:
+        return int(pg._get_sequence_number_for_group())
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+
+
+def _pg_name_and_next_seq(pg: Any) -> tuple[str | None, int | None]:
+    """The group's name (as FR spells it) and the seq its next collective will get."""
+    import torch.distributed.distributed_c10d as c10d
+
+    try:
+        name = c10d._world.pg_names.get(pg)
+    except (AttributeError, TypeError):
+        name = None
+    seq = _pg_seq(pg)
+    return name, None if seq is None else seq + 1
+
+
+def _pg_info() -> dict[str, tuple[int, list[int]]]:
+    """pg name -> (size, global ranks) for every group this process knows."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    info: dict[str, tuple[int, list[int]]] = {}
+    try:
+        names = dict(c10d._world.pg_names)
+    except AttributeError:
+        return info
+    for pg, name in names.items():
+        try:
+            ranks = dist.get_process_group_ranks(pg)
+        except (RuntimeError, ValueError, KeyError):
+            continue
+        info[name] = (len(ranks), ranks)
+    return info

@@ -1,0 +1,189 @@
+"""DDP instrumentation without user code change (runs inside the training process).
+
+At each DistributedDataParallel's first forward: runtime logging sampled every
+iteration, and — when the user registered no comm hook — a hook wrapping
+``default_hooks.allreduce_hook`` that stamps each bucket all-reduce's completion (gloo
+FR has no completion times). A user's own hook is wrapped at registration to be timed
+the same way. At each step end the numeric fields of ``_get_ddp_logging_data()`` go to
+``ddp_stats.jsonl``.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from gpudiag import rundir
+
+if TYPE_CHECKING:
+    from gpudiag.capture.collectives import CollectiveRecorder
+
+# Fields of _get_ddp_logging_data() worth a row each step (others are constant strings).
+DDP_STAT_FIELDS = (
+    "avg_forward_compute_time",
+    "avg_backward_compute_time",
+    "avg_backward_comm_time",
+    "avg_backward_compute_comm_overlap_time",
+    "forward_compute_time",
+    "backward_compute_time",
+    "backward_comm_time",
+    "backward_compute_comm_overlap_time",
+    "bucket_cap_bytes",
+    "rebuilt_bucket_sizes",
+    "rebuilt_per_bucket_param_indices",
+    "num_parameter_tensors",
+    "total_parameter_size_bytes",
+    "world_size",
+    "has_rebuilt_buckets",
+    "unused_parameter_size",
+    "comm_hook",
+    "find_unused_parameters",
+    "gradient_as_bucket_view",
+    "static_graph",
+    "iteration",
+)
+_LIST_FIELDS = ("rebuilt_bucket_sizes",)
+
+_PATCHED = False
+_RECORDER: CollectiveRecorder | None = None
+_SEEN: weakref.WeakSet = weakref.WeakSet()
+_USER_HOOKED: weakref.WeakSet = weakref.WeakSet()
+_HOOK_TLS = threading.local()
+
+
+def install(recorder: CollectiveRecorder) -> None:
+    """Patch DistributedDataParallel once per process."""
+    global _PATCHED, _RECORDER
+    _RECORDER = recorder
+    if _PATCHED:
+        return
+    _PATCHED = True
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    original_forward = DDP.forward
+    original_register = DDP.register_comm_hook
+    original_builtin = DDP._register_builtin_comm_hook
+
+    @functools.wraps(original_forward)
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self not in _SEEN:
+            _SEEN.add(self)
+            _on_first_forward(self)
+        return original_forward(self, *args, **kwargs)
+
+    @functools.wraps(original_register)
+    def register_comm_hook(self: Any, state: object, hook: Any) -> None:
+        _USER_HOOKED.add(self)
+        return original_register(self, state, timed_hook(hook, source="user_comm_hook"))
+
+    @functools.wraps(original_builtin)
+    def register_builtin(self: Any, comm_hook_type: Any) -> None:
+        _USER_HOOKED.add(self)  # C++ hooks cannot be timed; FR still lists their work
+        return original_builtin(self, comm_hook_type)
+
+    DDP.forward = forward
+    DDP.register_comm_hook = register_comm_hook
+    DDP._register_builtin_comm_hook = register_builtin
+
+
+def leave_untouched(model: Any) -> None:
+    """Keep gpudiag's comm hook off this DDP model (DDP's C++ default all-reduce runs)."""
+    _USER_HOOKED.add(model)
+
+
+def _on_first_forward(model: Any) -> None:
+    try:
+        model._set_ddp_runtime_logging_sample_rate(1)
+    except (AttributeError, RuntimeError):
+        pass
+    if _RECORDER is not None:
+        _RECORDER._ddp_models.append(weakref.ref(model))
+    if model in _USER_HOOKED or getattr(model, "_comm_hooks", None):
+        return
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    hook = timed_hook(default_hooks.allreduce_hook, source="ddp_hook")
+    # Call the unpatched method: this is gpudiag's hook, not the user's.
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    DDP.register_comm_hook.__wrapped__(model, model.process_group, hook)
+
+
+def timed_hook(hook: Any, source: str) -> Any:
+    """Wrap a DDP comm hook so that its collective is tracked and its completion stamped."""
+
+    @functools.wraps(hook)
+    def wrapper(state: object, bucket: Any) -> Any:
+        recorder = _RECORDER
+        if recorder is None or getattr(_HOOK_TLS, "busy", False):
+            return hook(state, bucket)
+        import torch.distributed as dist
+
+        pg = state if isinstance(state, dist.ProcessGroup) else dist.GroupMember.WORLD
+        token, record = recorder._enter("all_reduce", pg, bucket.buffer(), None, source)
+        record["bucket"] = bucket.index()
+        _HOOK_TLS.busy = True  # the user's hook may call the patched dist.* functions
+        try:
+            fut = hook(state, bucket)
+        except BaseException as exc:
+            recorder._fail(token, record, exc)
+            raise
+        finally:
+            _HOOK_TLS.busy = False
+        recorder._issued(record, pg)
+        fut.add_done_callback(lambda _f: recorder._complete(token, record))
+        return fut
+
+    return wrapper
+
+
+def hook_is_busy() -> bool:
+    return bool(getattr(_HOOK_TLS, "busy", False))
+
+
+def _stats_row(data: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    for key in DDP_STAT_FIELDS:
+        if key not in data:
+            continue
+        value = data[key]
+        if key in _LIST_FIELDS and isinstance(value, str):
+            value = [int(v) for v in value.split(",") if v.strip().lstrip("-").isdigit()]
+        elif isinstance(value, bool):
+            value = int(value)
+        elif not isinstance(value, (int, float, list)):
+            if key == "comm_hook":
+                value = str(value)
+            else:
+                continue
+        row[key] = value
+    return row
+
+
+def record_step(recorder: CollectiveRecorder, step: int, t_ns: int) -> None:
+    """One ddp_stats row per live DDP model (called at each step end)."""
+    if not recorder._ddp_models:
+        return
+    if recorder._ddp_writer is None:
+        recorder._ddp_writer = rundir.open_rank_table(
+            recorder.run_dir, recorder.rank, rundir.DDP_STATS
+        )
+    rows = []
+    for index, ref in enumerate(recorder._ddp_models):
+        model = ref()
+        if model is None:
+            continue
+        try:
+            data = model._get_ddp_logging_data()
+        except (AttributeError, RuntimeError):
+            continue
+        rows.append({"step": step, "t_ns": t_ns, "model": index, **_stats_row(data)})
+    recorder._ddp_writer.write_many(rows)
+
+
+def close(recorder: CollectiveRecorder) -> None:
+    if recorder._ddp_writer is not None:
+        recorder._ddp_writer.close()
+        recorder._ddp_writer = None

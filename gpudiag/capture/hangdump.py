@@ -1,0 +1,84 @@
+"""Worker side of the hang report (runs inside the training process).
+
+- SIGUSR1 makes :mod:`faulthandler` write every thread's Python stack to
+  ``rank<R>/stacks.txt``. It runs in the signal handler at C level, so it works while
+  the main thread is blocked inside a C++ collective.
+- A daemon thread polls for the watchdog's request file; on a request it writes the
+  collectives this rank entered and has not left, plus a fresh Flight Recorder dump of
+  the unfinished entries, to ``rank<R>/inflight.json``.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from gpudiag import rundir
+
+HANG_REQUEST = "hang_request"  # control file the watchdog creates in each rank dir
+POLL_S = 0.25
+
+_STACKS_FILE: IO[str] | None = None
+
+
+def request_path(run_dir: Path, rank: int) -> Path:
+    return rundir.rank_dir(run_dir, rank) / HANG_REQUEST
+
+
+def install_hang_dump(run_dir: Path, rank: int) -> None:
+    """Arm the stack dump and start the request poller (idempotent per process)."""
+    global _STACKS_FILE
+    rdir = rundir.rank_dir(run_dir, rank)
+    rdir.mkdir(parents=True, exist_ok=True)
+    if _STACKS_FILE is None and hasattr(signal, "SIGUSR1"):
+        _STACKS_FILE = open(rdir / rundir.STACKS, "w", encoding="utf-8")  # noqa: SIM115
+        faulthandler.register(signal.SIGUSR1, file=_STACKS_FILE, all_threads=True, chain=False)
+        # A C++ abort (e.g. gloo's size-mismatch check) then leaves the stacks too.
+        faulthandler.enable(file=_STACKS_FILE, all_threads=True)
+    thread = threading.Thread(
+        target=_poll_requests, args=(Path(run_dir), rank), name="gpudiag-hangdump", daemon=True
+    )
+    thread.start()
+
+
+def _poll_requests(run_dir: Path, rank: int) -> None:
+    request = request_path(run_dir, rank)
+    while True:
+        if request.exists():
+            try:
+                write_inflight(run_dir, rank)
+            finally:
+                try:
+                    request.unlink()
+                except OSError:
+                    pass
+        time.sleep(POLL_S)
+
+
+def inflight_snapshot() -> dict[str, Any]:
+    """What this rank is waiting in, from the collective recorder and the FR ring."""
+    from gpudiag.capture import collectives
+
+    recorder = collectives.active_recorder()
+    entered = recorder.inflight.snapshot() if recorder is not None else []
+    fr_open = [
+        collectives.fr_entry_to_row(e, {}) | {"state": e.get("state")}
+        for e in collectives.dump_flight_recorder()
+        if not e.get("retired") and e.get("state") != "completed"
+    ]
+    return {
+        "t_ns": time.time_ns(),
+        "pid": os.getpid(),
+        "last_step": None if recorder is None else recorder._last_step,
+        "inflight": entered,
+        "fr_unfinished": fr_open,
+    }
+
+
+def write_inflight(run_dir: Path, rank: int) -> None:
+    rundir.write_json_atomic(rundir.rank_dir(run_dir, rank) / rundir.INFLIGHT, inflight_snapshot())

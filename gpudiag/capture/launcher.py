@@ -1,0 +1,575 @@
+"""``gpudiag trace [options] script.py [args...]`` / ``gpudiag trace [options] -m mod [args...]``.
+
+One launcher per node. It writes the manifest, starts the job (one worker process, or
+torch.distributed.run with gpudiag's worker as the training module: gpudiag never does
+rendezvous itself), runs the sampler and the hang watchdog, forwards Ctrl-C/SIGTERM,
+decides how the run ended from the ranks' status.json files, and exits with the job's
+exit code. Everything after the script or module name belongs to the script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpudiag import rundir
+from gpudiag.capture import manifest as manifest_mod
+from gpudiag.capture import worker as worker_mod
+from gpudiag.capture.profiling import DEFAULT_WINDOW, parse_window
+
+KILL_GRACE_S = 30.0
+
+# torchrun options passed through: flag -> takes a value
+TORCHRUN_OPTIONS: dict[str, bool] = {
+    "--nproc-per-node": True,
+    "--nnodes": True,
+    "--node-rank": True,
+    "--rdzv-endpoint": True,
+    "--rdzv-backend": True,
+    "--rdzv-id": True,
+    "--master-addr": True,
+    "--master-port": True,
+    "--max-restarts": True,
+    "--standalone": False,
+}
+GPUDIAG_OPTIONS: dict[str, bool] = {
+    "--out": True,
+    "--profile-steps": True,
+    "--no-profile": False,
+    "--sample-hz": True,
+    "--hang-timeout": True,
+    "--no-lint": False,
+    "-h": False,
+    "--help": False,
+}
+
+
+class UsageError(Exception):
+    pass
+
+
+@dataclass
+class TraceArgs:
+    options: argparse.Namespace
+    target: dict[str, str]  # {"script": path} or {"module": name}
+    script_args: list[str]
+    torchrun_argv: list[str] = field(default_factory=list)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpudiag trace",
+        usage="gpudiag trace [options] (script.py | -m module) [script args...]",
+        description="Run a training script under capture; everything after the script or "
+        "module name is passed to it.",
+        allow_abbrev=False,
+    )
+    p.add_argument("--out", help="run directory (default ./gpudiag_runs/<script>-<time>)")
+    p.add_argument(
+        "--profile-steps",
+        metavar="A-B",
+        help="steps to profile (default 5-9, or the steps there are in a shorter run)",
+    )
+    p.add_argument("--no-profile", action="store_true", help="no torch.profiler trace")
+    p.add_argument("--sample-hz", type=float, default=10.0, help="GPU/host sampling rate")
+    p.add_argument(
+        "--hang-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="end the job when no rank progresses this long (0 disables)",
+    )
+    p.add_argument("--no-lint", action="store_true", help="do not lint the script")
+    torchrun = p.add_argument_group("passed to torch.distributed.run")
+    torchrun.add_argument("--nproc-per-node")
+    torchrun.add_argument("--nnodes")
+    torchrun.add_argument("--node-rank", type=int)
+    torchrun.add_argument("--rdzv-endpoint")
+    torchrun.add_argument("--rdzv-backend")
+    torchrun.add_argument("--rdzv-id")
+    torchrun.add_argument("--master-addr")
+    torchrun.add_argument("--master-port")
+    torchrun.add_argument("--max-restarts")
+    torchrun.add_argument("--standalone", action="store_true")
+    return p
+
+
+def _normalise(token: str) -> str:
+    """--nproc_per_node and --nproc-per-node are the same option (as in torchrun)."""
+    if token.startswith("--"):
+        name, eq, value = token.partition("=")
+        return name.replace("_", "-") + eq + value
+    return token
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
+    """(gpudiag options, target, script args): options end at the script or -m module."""
+    known = {**GPUDIAG_OPTIONS, **TORCHRUN_OPTIONS}
+    options: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = _normalise(argv[i])
+        if token == "-m":
+            if i + 1 >= len(argv):
+                raise UsageError("-m needs a module name")
+            return options, {"module": argv[i + 1]}, argv[i + 2 :]
+        if token == "--":
+            i += 1
+            break
+        if not token.startswith("-") or token == "-":
+            break
+        name = token.split("=", 1)[0]
+        if name not in known:
+            raise UsageError(f"unknown option {argv[i]!r} (script options go after the script)")
+        options.append(token)
+        if known[name] and "=" not in token:
+            if i + 1 >= len(argv):
+                raise UsageError(f"{name} needs a value")
+            options.append(argv[i + 1])
+            i += 1
+        i += 1
+    if i >= len(argv):
+        raise UsageError("no script given")
+    return options, {"script": argv[i]}, argv[i + 1 :]
+
+
+def parse(argv: list[str]) -> TraceArgs:
+    options_argv, target, script_args = split_argv(argv)
+    ns = _parser().parse_args(options_argv)
+    if ns.profile_steps:
+        try:
+            parse_window(ns.profile_steps)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if ns.sample_hz <= 0:
+        raise UsageError("--sample-hz must be > 0")
+    if "script" in target and not Path(target["script"]).is_file():
+        raise UsageError(f"{target['script']}: no such script")
+    torchrun_argv = []
+    for name, takes_value in TORCHRUN_OPTIONS.items():
+        value = getattr(ns, name[2:].replace("-", "_"))
+        if takes_value and value is not None:
+            torchrun_argv += [name, str(value)]
+        elif not takes_value and value:
+            torchrun_argv.append(name)
+    return TraceArgs(ns, target, script_args, torchrun_argv)
+
+
+def uses_torchrun(args: TraceArgs) -> bool:
+    ns = args.options
+    single = (ns.nproc_per_node in (None, "1")) and (ns.nnodes in (None, "1"))
+    return not single or bool(args.torchrun_argv)
+
+
+def job_command(args: TraceArgs) -> list[str]:
+    target = ["-m", args.target["module"]] if "module" in args.target else [args.target["script"]]
+    worker = ["-m", "gpudiag.capture.worker", *target, *args.script_args]
+    if uses_torchrun(args):
+        return [sys.executable, "-m", "torch.distributed.run", *args.torchrun_argv, *worker]
+    return [sys.executable, *worker]
+
+
+def default_out(target: dict[str, str]) -> Path:
+    stem = Path(target["script"]).stem if "script" in target else target["module"].split(".")[-1]
+    return Path("gpudiag_runs") / f"{stem}-{datetime.now():%Y%m%d-%H%M%S}"
+
+
+def profile_config(ns: argparse.Namespace) -> dict[str, Any]:
+    if ns.no_profile:
+        return {"enabled": False, "steps": None, "default": False}
+    if ns.profile_steps:
+        return {"enabled": True, "steps": list(parse_window(ns.profile_steps)), "default": False}
+    return {"enabled": True, "steps": list(DEFAULT_WINDOW), "default": True}
+
+
+def _expected_world_size(ns: argparse.Namespace) -> int | None:
+    try:
+        nproc = int(ns.nproc_per_node or 1)
+        nnodes = int(ns.nnodes or 1)
+    except ValueError:  # "auto", "gpu", "1:4" ...
+        return None
+    return nproc * nnodes
+
+
+def worker_env(run_dir: Path, node_rank: int, profile: dict[str, Any]) -> dict[str, str]:
+    env = dict(os.environ)
+    try:
+        from gpudiag.capture.collectives import worker_env as collectives_env
+
+        env.update(collectives_env())
+    except ImportError:
+        pass
+    env[worker_mod.ENV_RUN_DIR] = str(run_dir)
+    env[worker_mod.ENV_NODE_RANK] = str(node_rank)
+    if profile["enabled"]:
+        a, b = profile["steps"]
+        env[worker_mod.ENV_PROFILE_STEPS] = f"{a}-{b}"
+        env[worker_mod.ENV_PROFILE_DEFAULT] = "1" if profile["default"] else "0"
+    else:
+        env[worker_mod.ENV_PROFILE_STEPS] = "off"
+    return env
+
+
+# --------------------------------------------------------------------------- the job
+
+
+class Job:
+    """The running job: signal forwarding, grace period, kill."""
+
+    def __init__(self, command: list[str], env: dict[str, str]) -> None:
+        # Own session: a terminal Ctrl-C reaches only the launcher, which forwards it once.
+        self.proc = subprocess.Popen(command, env=env, start_new_session=True)
+        self.signal_received: int | None = None
+        self.kill_deadline: float | None = None
+        self._lock = threading.Lock()
+
+    def pids(self) -> list[int]:
+        pids = [self.proc.pid]
+        try:
+            import psutil
+
+            pids += [c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)]
+        except Exception:
+            pass
+        return pids
+
+    def stop(self, signum: int = signal.SIGTERM) -> None:
+        """Forward a signal; a second request, or the grace period running out, kills."""
+        with self._lock:
+            if self.kill_deadline is not None and signum != signal.SIGKILL:
+                self.kill()
+                return
+            self.kill_deadline = time.monotonic() + KILL_GRACE_S
+        self._send(self.proc.pid, signum)
+
+    def kill(self) -> None:
+        for pid in reversed(self.pids()):
+            self._send(pid, signal.SIGKILL)
+
+    @staticmethod
+    def _send(pid: int, signum: int) -> None:
+        try:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait(self) -> int:
+        while True:
+            try:
+                return self.proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                if self.kill_deadline is not None and time.monotonic() > self.kill_deadline:
+                    self.kill()
+                    self.kill_deadline = time.monotonic() + KILL_GRACE_S
+
+
+# --------------------------------------------------------------------------- outcome
+
+
+def decide_outcome(
+    run_dir: Path,
+    returncode: int,
+    signal_received: int | None,
+    hang: bool,
+    expected_world_size: int | None,
+) -> dict[str, Any]:
+    """Status, exit code, failed ranks and the first failure, from the ranks' status.json."""
+    statuses: dict[int, dict[str, Any]] = {}
+    infos: dict[int, dict[str, Any]] = {}
+    for r in rundir.list_ranks(run_dir):
+        status = rundir.read_json(rundir.rank_dir(run_dir, r) / rundir.STATUS)
+        info = rundir.read_json(rundir.rank_dir(run_dir, r) / rundir.RANK_INFO)
+        if isinstance(status, dict):
+            statuses[r] = status
+        if isinstance(info, dict):
+            infos[r] = info
+    world = max(
+        [expected_world_size or 0, *(int(i.get("world_size") or 0) for i in infos.values())]
+    )
+    missing = [r for r in range(world) if r not in statuses]
+    # earliest failure first: the others usually failed because that rank went away
+    failed = sorted(
+        (r for r, s in statuses.items() if s.get("status") == "failed"),
+        key=lambda r: (statuses[r].get("end_ns") or 0, r),
+    )
+    failure = None
+    if failed:
+        first = failed[0]
+        s = statuses[first]
+        failure = {
+            "rank": first,
+            "exc_type": s.get("exc_type"),
+            "message": s.get("message"),
+            "traceback": s.get("traceback"),
+            "exit_code": s.get("exit_code"),
+        }
+    if hang:
+        status = "hang"
+    elif signal_received is not None:
+        status = "interrupted"
+    elif failed or returncode != 0 or (missing and world):
+        status = "failed"
+    else:
+        status = "ok"
+    if status == "failed" and failure is None:
+        failure = {
+            "rank": missing[0] if missing else None,
+            "exc_type": None,
+            "message": (
+                f"rank(s) {missing} ended without writing status.json (killed or crashed "
+                f"in native code?); job exit code {returncode}"
+                if missing
+                else f"every rank reported ok but the job exited with {returncode}"
+            ),
+            "traceback": None,
+            "exit_code": returncode,
+        }
+        failed = missing or failed
+    return {
+        "status": status,
+        "exit_code": _exit_code(status, returncode, signal_received, failure),
+        "failed_ranks": failed,
+        "failure": failure,
+        "missing_status_ranks": missing,
+        "backend": next((i["backend"] for i in infos.values() if i.get("backend")), None),
+        "world_size": world or None,
+        "rank_versions": infos[min(infos)].get("versions") if infos else None,
+        "steps_completed": {r: s.get("steps_completed") for r, s in sorted(statuses.items())},
+    }
+
+
+def _exit_code(status: str, rc: int, signum: int | None, failure: dict | None) -> int:
+    if status == "interrupted" and signum is not None:
+        return 128 + signum
+    failure_code = (failure or {}).get("exit_code")
+    if status == "failed" and isinstance(failure_code, int) and failure_code > 0:
+        return failure_code
+    if rc < 0:  # killed by a signal
+        return 128 - rc
+    if status != "ok" and rc == 0:
+        return 1
+    return rc
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _start_sampler(run_dir: Path, node_rank: int, hz: float, job: Job) -> Any:
+    try:
+        from gpudiag.capture.sampler import Sampler
+    except ImportError:
+        return None
+    try:
+        sampler = Sampler(run_dir, node=node_rank, interval_s=1.0 / hz, pids_provider=job.pids)
+        sampler.start()
+    except Exception as exc:
+        _say(f"sampler not started ({type(exc).__name__}: {exc})")
+        return None
+    if getattr(sampler, "notice", None):
+        _say(sampler.notice)
+    return sampler
+
+
+def _start_watchdog(run_dir: Path, timeout_s: float, job: Job, hang: threading.Event) -> Any:
+    if timeout_s <= 0:
+        return None
+    try:
+        from gpudiag.capture.watchdog import HangWatchdog
+    except ImportError:
+        return None
+
+    def on_hang(*_: Any) -> None:
+        hang.set()
+        _say(f"no progress for {timeout_s:g} s: hang; ending the job")
+        job.stop(signal.SIGTERM)
+
+    try:
+        watchdog = HangWatchdog(run_dir, timeout_s, on_hang=on_hang)
+        watchdog.start()
+        return watchdog
+    except Exception as exc:
+        _say(f"hang watchdog not started ({type(exc).__name__}: {exc})")
+        return None
+
+
+def _lint_target(target: dict[str, str]) -> Path | None:
+    if "script" in target:
+        return Path(target["script"])
+    parts = target["module"].split(".")
+    for base in [Path.cwd(), *map(Path, sys.path[1:])]:
+        for candidate in (
+            base.joinpath(*parts).with_suffix(".py"),
+            base.joinpath(*parts, "__main__.py"),
+        ):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def _run_lint(run_dir: Path, target: dict[str, str]) -> None:
+    try:
+        from gpudiag.lint import lint_paths
+    except ImportError:
+        return
+    path = _lint_target(target)
+    if path is None:
+        return
+    try:
+        result = lint_paths([path]).to_json()
+        if isinstance(result, (str, bytes)):
+            import json
+
+            result = json.loads(result)
+        rundir.write_json_atomic(run_dir / rundir.LINT, result)
+    except Exception as exc:
+        _say(f"lint skipped ({type(exc).__name__}: {exc})")
+
+
+def _stop_quietly(thing: Any, what: str) -> None:
+    if thing is None:
+        return
+    try:
+        thing.stop()
+    except Exception as exc:
+        _say(f"{what} did not stop cleanly ({type(exc).__name__}: {exc})")
+
+
+def _say(text: str) -> None:
+    print(f"gpudiag: {text}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _unusable_run_dir(run_dir: Path, node_rank: int) -> str | None:
+    """Why the run cannot be written there, or None. A directory that already holds a
+    run is refused: the new rows would be appended to the old tables."""
+    if rundir.manifest_path(run_dir, node_rank).exists() or (
+        node_rank == 0 and rundir.is_run_dir(run_dir)
+    ):
+        return "already holds a gpudiag run; choose another --out or remove it"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create the run directory ({exc.strerror or exc})"
+    if not os.access(run_dir, os.W_OK):
+        return "not writable"
+    return None
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = parse(argv)
+    except UsageError as exc:
+        _say(f"trace: {exc}")
+        print(_parser().format_usage().rstrip(), file=sys.stderr)
+        return 2
+    ns = args.options
+    node_rank = ns.node_rank or 0
+    run_dir = Path(ns.out or default_out(args.target)).resolve()
+    problem = _unusable_run_dir(run_dir, node_rank)
+    if problem:
+        _say(f"trace: {run_dir}: {problem}")
+        return 2
+    profile = profile_config(ns)
+    launch = {
+        "torchrun": uses_torchrun(args),
+        "torchrun_argv": args.torchrun_argv,
+        "command": job_command(args),
+        "nproc_per_node": ns.nproc_per_node or "1",
+        "nnodes": ns.nnodes or "1",
+        "expected_world_size": _expected_world_size(ns),
+    }
+    env = worker_env(run_dir, node_rank, profile)
+    manifest = manifest_mod.initial_manifest(
+        env=env,
+        argv=argv,
+        target=args.target,
+        script_args=args.script_args,
+        launch=launch,
+        node_rank=node_rank,
+        profile=profile,
+    )
+    manifest_path = rundir.manifest_path(run_dir, node_rank)
+    rundir.write_json_atomic(manifest_path, manifest)
+    _say(f"tracing into {run_dir}")
+
+    job = Job(launch["command"], env)
+    hang = threading.Event()
+
+    def forward(signum: int, frame: Any) -> None:
+        if job.signal_received is None:
+            job.signal_received = signum
+        job.stop(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    sampler = _start_sampler(run_dir, node_rank, ns.sample_hz, job)
+    watchdog = _start_watchdog(run_dir, ns.hang_timeout, job, hang)
+    lint_thread = None
+    if not ns.no_lint:
+        lint_thread = threading.Thread(target=_run_lint, args=(run_dir, args.target), daemon=True)
+        lint_thread.start()
+    try:
+        returncode = job.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        _stop_quietly(watchdog, "hang watchdog")
+        _stop_quietly(sampler, "sampler")
+    if lint_thread is not None:
+        lint_thread.join(timeout=30)
+
+    outcome = decide_outcome(
+        run_dir,
+        returncode,
+        job.signal_received,
+        hang.is_set() or bool(getattr(watchdog, "fired", False)),
+        launch["expected_world_size"],
+    )
+    manifest.update(
+        end_ns=time.time_ns(),
+        job_returncode=returncode,
+        sampler=getattr(sampler, "kind", None),
+        sampler_notice=getattr(sampler, "notice", None),
+        **{
+            k: outcome[k]
+            for k in (
+                "status",
+                "exit_code",
+                "failed_ranks",
+                "failure",
+                "missing_status_ranks",
+                "steps_completed",
+            )
+        },
+    )
+    manifest["world_size"] = outcome["world_size"] or manifest["world_size"]
+    manifest["backend"] = outcome["backend"]
+    if outcome["rank_versions"]:
+        manifest["versions"].update(outcome["rank_versions"])
+    rundir.write_json_atomic(manifest_path, manifest)
+    _report(run_dir, manifest)
+    return int(manifest["exit_code"])
+
+
+def _report(run_dir: Path, manifest: dict[str, Any]) -> None:
+    steps = manifest.get("steps_completed") or {}
+    text = f"run {manifest['status']} (exit code {manifest['exit_code']}), "
+    text += f"{len(steps)} rank(s), steps per rank {sorted(set(steps.values())) or '-'}"
+    failure = manifest.get("failure")
+    if failure:
+        text += f"; rank {failure.get('rank')} failed: {failure.get('exc_type')}: {failure.get('message')}"
+    _say(f"{text} -> {run_dir}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,145 @@
+"""What the launcher records about the job: command, environment, versions, hosts, GPUs,
+and how it ended. The launcher never imports torch (it would add seconds to every
+start); torch/CUDA/NCCL versions come from the workers' rank_info.json."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+import time
+from importlib import metadata
+from typing import Any
+
+from gpudiag import __version__, rundir
+
+ENV_PREFIXES = ("NCCL_", "TORCH_", "CUDA_", "GLOO_", "MASTER_", "OMP_", "MKL_", "PYTORCH_")
+ENV_NAMES = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "RANK", "LOCAL_RANK")
+
+
+def selected_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    environ = dict(os.environ if environ is None else environ)
+    return {
+        k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES) or k in ENV_NAMES
+    }
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def launcher_versions() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "torch": _package_version("torch"),
+        "nvidia_ml_py": _package_version("nvidia-ml-py"),
+        "gpudiag": __version__,
+    }
+
+
+def nvml_inventory() -> tuple[str | None, list[dict[str, Any]]]:
+    """(driver version, GPUs) from NVML, or (None, []) without a GPU or NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return None, []
+    try:
+        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            gpu: dict[str, Any] = {"index": i}
+            for key, call in (
+                ("name", lambda h: _text(pynvml.nvmlDeviceGetName(h))),
+                ("uuid", lambda h: _text(pynvml.nvmlDeviceGetUUID(h))),
+                ("memory_total", lambda h: int(pynvml.nvmlDeviceGetMemoryInfo(h).total)),
+                (
+                    "compute_capability",
+                    lambda h: ".".join(map(str, pynvml.nvmlDeviceGetCudaComputeCapability(h))),
+                ),
+                ("pci_bus_id", lambda h: _text(pynvml.nvmlDeviceGetPciInfo(h).busId)),
+            ):
+                try:
+                    gpu[key] = call(handle)
+                except Exception:
+                    gpu[key] = None
+            gpus.append(gpu)
+        return driver, gpus
+    except Exception:
+        return None, []
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def host_info(node_rank: int) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "node_rank": node_rank,
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+    }
+    try:
+        import psutil
+
+        info["memory_total"] = int(psutil.virtual_memory().total)
+    except Exception:
+        info["memory_total"] = None
+    driver, gpus = nvml_inventory()
+    info["driver_version"] = driver
+    info["gpus"] = gpus
+    return info
+
+
+def initial_manifest(
+    *,
+    env: dict[str, str],
+    argv: list[str],
+    target: dict[str, Any],
+    script_args: list[str],
+    launch: dict[str, Any],
+    node_rank: int,
+    profile: dict[str, Any],
+) -> dict[str, Any]:
+    host = host_info(node_rank)
+    versions = launcher_versions()
+    versions["driver"] = host.get("driver_version")
+    return {
+        "format_version": rundir.FORMAT_VERSION,
+        "gpudiag_version": __version__,
+        "command": ["gpudiag", "trace", *argv],
+        "script": target.get("script"),
+        "module": target.get("module"),
+        "argv": script_args,
+        "cwd": os.getcwd(),
+        "python_executable": sys.executable,
+        "env": selected_env(env),
+        "versions": versions,
+        "hosts": [host],
+        "node_rank": node_rank,
+        "launch": launch,
+        "nproc_per_node": launch.get("nproc_per_node"),
+        "nnodes": launch.get("nnodes"),
+        "world_size": launch.get("expected_world_size"),
+        "backend": None,
+        "profile": profile,
+        "sampler": None,
+        "start_ns": time.time_ns(),
+        "end_ns": None,
+        "status": "running",
+        "exit_code": None,
+        "failed_ranks": [],
+        "failure": None,
+    }

@@ -1,0 +1,240 @@
+"""The torch.profiler window: steps A..B of the run, one gzipped Kineto trace per rank.
+
+Each profiled step gets a ``ProfilerStep#N`` annotation whose N is gpudiag's own step
+number (steps.jsonl). Steps end in the optimizer step post hook, which runs inside the
+``Optimizer.step#...`` annotation, so that event would straddle the step boundary; the
+exported trace is fixed up so ProfilerStep#k ends where that optimizer event ends and
+ProfilerStep#k+1 starts there. For the same reason a window that ends in the hook is
+stopped only at the next batch or forward ("stop pending"), outside Optimizer.step.
+
+Default window (no --profile-steps): a provisional window covers steps from 0 so a short
+run still gets a trace; when step A is reached it is discarded and the real window A..B
+starts, so warm-up is not in the trace of a long run.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+from typing import Any
+
+from gpudiag import rundir
+
+DEFAULT_WINDOW = (5, 9)
+STEP_PREFIX = "ProfilerStep#"
+OPTIMIZER_PREFIX = "Optimizer.step#"
+INCOMPLETE_PREFIX = "IncompleteStep#"
+
+
+def parse_window(text: str) -> tuple[int, int]:
+    """'5-9' -> (5, 9); '7' -> (7, 7). Raises ValueError with a readable message."""
+    first, sep, last = text.strip().partition("-")
+    try:
+        a = int(first)
+        b = int(last) if sep else a
+    except ValueError:
+        raise ValueError(f"--profile-steps {text!r}: expected A-B, e.g. 5-9") from None
+    if a < 0 or b < a:
+        raise ValueError(f"--profile-steps {text!r}: need 0 <= A <= B")
+    return a, b
+
+
+class ProfilerWindow:
+    def __init__(
+        self,
+        run_dir: Path,
+        rank: int,
+        world_size: int,
+        window: tuple[int, int],
+        provisional: bool,
+    ) -> None:
+        self.run_dir = run_dir
+        self.rank = rank
+        self.world_size = world_size
+        self.first, self.last = window
+        self.provisional_enabled = provisional and self.first > 0
+        self.stop_pending = False
+        self.done = False
+        self.exported: Path | None = None
+        self.export_error: str | None = None
+        self.profiled_steps: list[int] = []
+        self.incomplete_step: int | None = None  # open when the run ended
+        self._prof: Any = None
+        self._is_provisional = False
+        self._annotation: Any = None
+        self._annotated_step: int | None = None
+        self._stop_after = self.last
+
+    @property
+    def active(self) -> bool:
+        return self._prof is not None
+
+    # ------------------------------------------------------------------ step events
+
+    def on_step_start(self, step: int) -> bool:
+        """Called at the start of every step; True when it just started the profiler."""
+        if self.stop_pending or self.done:
+            return False
+        started = False
+        if self._prof is None:
+            if self.provisional_enabled and step < self.first:
+                self._start(provisional=True)
+                started = True
+            elif self.first <= step <= self.last:
+                self._start(provisional=False)
+                started = True
+        if self._prof is not None:
+            self._open_annotation(step)
+        return started
+
+    def on_step_end(self, step: int, inside_optimizer: bool) -> None:
+        if self._prof is None:
+            return
+        self._close_annotation()
+        if self.profiled_steps[-1:] != [step]:
+            self.profiled_steps.append(step)
+        if step >= self._stop_after:
+            self.stop_pending = True
+            if not inside_optimizer:
+                self.settle(step + 1)
+
+    def settle(self, current_step: int) -> None:
+        """Do a pending stop (outside Optimizer.step); after a provisional window, start
+        the real one if the current step is inside it."""
+        if not self.stop_pending:
+            return
+        self.stop_pending = False
+        was_provisional = self._is_provisional
+        self._stop(export=not was_provisional)
+        if was_provisional and self.first <= current_step <= self.last:
+            self._start(provisional=False)
+            self._open_annotation(current_step)
+
+    def finish(self) -> None:
+        """End of run: export whatever window is open (a provisional one included)."""
+        if self._prof is None:
+            return
+        self.incomplete_step = self._annotated_step
+        self._close_annotation()
+        self.stop_pending = False
+        self._stop(export=True)
+
+    # ------------------------------------------------------------------ internals
+
+    def _start(self, provisional: bool) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self._prof = profile(activities=activities, record_shapes=True, with_stack=False)
+        self._prof.start()
+        self._is_provisional = provisional
+        self._stop_after = self.first - 1 if provisional else self.last
+        if not provisional:
+            self.profiled_steps = []
+
+    def _stop(self, export: bool) -> None:
+        prof, self._prof = self._prof, None
+        try:
+            prof.stop()
+            if export:
+                self.exported = export_trace(
+                    prof, self.run_dir, self.rank, self.world_size, self.incomplete_step
+                )
+        except Exception as exc:  # never let tracing kill training
+            self.export_error = f"{type(exc).__name__}: {exc}"
+            print(f"gpudiag: rank {self.rank}: profiler trace not written ({self.export_error})")
+        if export or not self._is_provisional:
+            self.done = True
+
+    def _open_annotation(self, step: int) -> None:
+        if self._annotated_step == step:
+            return
+        from torch.autograd.profiler import record_function
+
+        self._annotation = record_function(f"{STEP_PREFIX}{step}")
+        self._annotation.__enter__()
+        self._annotated_step = step
+
+    def _close_annotation(self) -> None:
+        if self._annotation is not None:
+            self._annotation.__exit__(None, None, None)
+        self._annotation = None
+        self._annotated_step = None
+
+
+def export_trace(
+    prof: Any, run_dir: Path, rank: int, world_size: int, incomplete_step: int | None = None
+) -> Path:
+    """Export to a temp file, fix the step boundaries, gzip into place atomically."""
+    import orjson
+
+    final = rundir.trace_path(run_dir, rank)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp_json = final.with_name(f".rank{rank}.{os.getpid()}.json.tmp")
+    tmp_gz = final.with_name(f".rank{rank}.{os.getpid()}.gz.tmp")
+    try:
+        prof.export_chrome_trace(str(tmp_json))
+        trace = orjson.loads(tmp_json.read_bytes())
+        fix_trace(trace, rank, world_size, incomplete_step)
+        with gzip.open(tmp_gz, "wb", compresslevel=6) as fh:
+            fh.write(orjson.dumps(trace))
+        os.replace(tmp_gz, final)
+    finally:
+        for tmp in (tmp_json, tmp_gz):
+            tmp.unlink(missing_ok=True)
+    return final
+
+
+def fix_trace(
+    trace: dict[str, Any], rank: int, world_size: int, incomplete_step: int | None = None
+) -> None:
+    """Make the trace self-describing and its step boundaries clean (see module doc).
+
+    The step still open when the run ended (the tail after the last optimizer step, or
+    the step a crash or interrupt cut short) is renamed ``IncompleteStep#N``, so tools
+    that count ``ProfilerStep#`` see only steps that completed."""
+    if not trace.get("distributedInfo"):
+        trace["distributedInfo"] = {"backend": None, "rank": rank, "world_size": world_size}
+    events = [e for e in trace.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
+    fix_straddling_optimizer(events)
+    if incomplete_step is not None:
+        for event in events:
+            if event.get("name") == f"{STEP_PREFIX}{incomplete_step}":
+                event["name"] = f"{INCOMPLETE_PREFIX}{incomplete_step}"
+
+
+def fix_straddling_optimizer(events: list[dict[str, Any]]) -> int:
+    """Move each ProfilerStep boundary to the end of an Optimizer.step event that starts
+    inside step k and ends after it. Returns how many boundaries moved."""
+    steps = sorted(
+        (e for e in events if str(e.get("name", "")).startswith(STEP_PREFIX)),
+        key=lambda e: float(e["ts"]),
+    )
+    optimizers = [e for e in events if str(e.get("name", "")).startswith(OPTIMIZER_PREFIX)]
+    moved = 0
+    for i, step in enumerate(steps):
+        ts = float(step["ts"])
+        end = ts + float(step.get("dur", 0))
+        straddling_ends = [
+            float(o["ts"]) + float(o.get("dur", 0))
+            for o in optimizers
+            if o.get("tid") == step.get("tid")
+            and ts <= float(o["ts"]) < end < float(o["ts"]) + float(o.get("dur", 0))
+        ]
+        if not straddling_ends:
+            continue
+        new_end = max(straddling_ends)
+        step["dur"] = round(new_end - ts, 3)
+        moved += 1
+        if i + 1 < len(steps):
+            following = steps[i + 1]
+            f_ts = float(following["ts"])
+            if f_ts < new_end:
+                f_end = f_ts + float(following.get("dur", 0))
+                following["ts"] = new_end
+                following["dur"] = round(max(0.0, f_end - new_end), 3)
+    return moved

@@ -1,0 +1,221 @@
+"""Step detection for every step of the run, with no change to the training script.
+
+A step ends in the global optimizer step post hook of the first optimizer seen (so a
+loop with two optimizers does not count double) or at ``gpudiag.step()``. The first step
+starts at the first DataLoader batch or the first module forward, whichever comes first;
+every later step starts where the previous one ended. Per step we also keep the time
+spent inside DataLoader ``__next__`` (data_ns) and inside ``optimizer.step`` (pre hook
+to post hook, every optimizer; optimizer_ns).
+
+Everything here runs on the training hot path: a boundary costs one JSON line written
+and flushed plus a few attribute updates.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpudiag import rundir
+
+StepCallback = Callable[[int, int], None]
+
+
+class StepTracker:
+    def __init__(self, run_dir: Path, rank: int, origin_ns: int | None = None) -> None:
+        self.run_dir = run_dir
+        self.rank = rank
+        self.step = 0  # index of the step in progress (0-based, = ProfilerStep#N)
+        self.start_ns: int | None = None
+        self.origin_ns = origin_ns or time.time_ns()
+        self.data_ns = 0
+        self.optimizer_ns = 0
+        self.api_driven = False
+        self.durations_ns: list[int] = []
+        self.data_total_ns = 0
+        self.optimizer_total_ns = 0
+        self.profiler: Any = None  # ProfilerWindow or None
+        self.on_step_end: list[StepCallback] = []
+        self._primary_optimizer: Any = None
+        self._optimizer_entered: dict[int, int] = {}
+        self._writer = rundir.open_rank_table(run_dir, rank, rundir.STEPS)
+        self._regions: rundir.JsonlWriter | None = None
+        self._handles: list[Any] = []
+        self._dataloader_patch: tuple[Any, Any] | None = None
+        self._first_forward_handle: Any = None
+
+    # ------------------------------------------------------------------ installation
+
+    def install(self) -> None:
+        from torch.nn.modules.module import register_module_forward_pre_hook
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+
+        self._handles.append(register_optimizer_step_pre_hook(self._optimizer_pre))
+        self._handles.append(register_optimizer_step_post_hook(self._optimizer_post))
+        self._first_forward_handle = register_module_forward_pre_hook(self._first_forward)
+        self._patch_dataloader()
+
+    def uninstall(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._remove_first_forward_hook()
+        if self._dataloader_patch is not None:
+            cls, original = self._dataloader_patch
+            cls.__next__ = original
+            self._dataloader_patch = None
+
+    def _patch_dataloader(self) -> None:
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        original = _BaseDataLoaderIter.__next__
+        tracker = self
+
+        def __next__(self_iter: Any) -> Any:
+            if tracker.start_ns is None:
+                tracker.begin_first_step()
+            elif tracker.profiler is not None and tracker.profiler.stop_pending:
+                tracker.settle_profiler()
+            t0 = time.time_ns()
+            try:
+                return original(self_iter)
+            finally:
+                tracker.data_ns += time.time_ns() - t0
+
+        __next__.__wrapped__ = original  # type: ignore[attr-defined]
+        _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]
+        self._dataloader_patch = (_BaseDataLoaderIter, original)
+
+    def _first_forward(self, module: Any, args: Any) -> None:
+        if self.start_ns is None:
+            self.begin_first_step()
+        elif self.profiler is not None and self.profiler.stop_pending:
+            self.settle_profiler()
+        if self.profiler is None or not self.profiler.stop_pending:
+            self._remove_first_forward_hook()
+
+    def _remove_first_forward_hook(self) -> None:
+        handle = getattr(self, "_first_forward_handle", None)
+        if handle is not None:
+            handle.remove()
+            self._first_forward_handle = None
+
+    # ------------------------------------------------------------------ boundaries
+
+    def begin_first_step(self, now_ns: int | None = None) -> None:
+        self.start_ns = now_ns or time.time_ns()
+        self._start_step_in_profiler()
+
+    def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._primary_optimizer is None:
+            self._primary_optimizer = optimizer
+        self._optimizer_entered[id(optimizer)] = time.time_ns()
+
+    def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        now = time.time_ns()
+        entered = self._optimizer_entered.pop(id(optimizer), None)
+        if entered is not None:
+            self.optimizer_ns += now - entered
+        if optimizer is self._primary_optimizer and not self.api_driven:
+            self._end_step(now, "optimizer")
+
+    def api_step(self) -> None:
+        now = time.time_ns()
+        self.api_driven = True
+        self._end_step(now, "api")
+
+    def _end_step(self, now: int, source: str) -> None:
+        start = self.start_ns if self.start_ns is not None else self.origin_ns
+        step = self.step
+        self._writer.write(
+            {
+                "step": step,
+                "start_ns": start,
+                "end_ns": now,
+                "data_ns": self.data_ns,
+                "optimizer_ns": self.optimizer_ns,
+                "source": source,
+            }
+        )
+        self.durations_ns.append(now - start)
+        self.data_total_ns += self.data_ns
+        self.optimizer_total_ns += self.optimizer_ns
+        self.data_ns = 0
+        self.optimizer_ns = 0
+        if self.profiler is not None:
+            self.profiler.on_step_end(step, inside_optimizer=source == "optimizer")
+            if self.profiler.stop_pending and self._first_forward_handle is None:
+                # the window closes at the next batch or forward, outside Optimizer.step
+                from torch.nn.modules.module import register_module_forward_pre_hook
+
+                self._first_forward_handle = register_module_forward_pre_hook(self._first_forward)
+        for callback in self.on_step_end:
+            callback(step, now)
+        self.step = step + 1
+        self.start_ns = now
+        self._start_step_in_profiler()
+
+    def _start_step_in_profiler(self) -> None:
+        if self.profiler is not None and self.profiler.on_step_start(self.step):
+            # starting the profiler took time that belongs to no step
+            self.start_ns = time.time_ns()
+
+    def settle_profiler(self) -> None:
+        """Stop and export a window whose last step has ended; the time it takes is
+        taken out of the step in progress (its start moves later by that much)."""
+        t0 = time.time_ns()
+        self.profiler.settle(self.step)
+        if self.start_ns is not None:
+            self.start_ns += time.time_ns() - t0
+
+    # ------------------------------------------------------------------ regions
+
+    def record_region(self, name: str, start_ns: int, end_ns: int) -> None:
+        if self._regions is None:
+            self._regions = rundir.open_rank_table(self.run_dir, self.rank, rundir.REGIONS)
+        self._regions.write(
+            {"name": name, "start_ns": start_ns, "end_ns": end_ns, "step": self.step}
+        )
+
+    # ------------------------------------------------------------------ end of run
+
+    @property
+    def steps_completed(self) -> int:
+        return len(self.durations_ns)
+
+    def stats(self) -> dict[str, Any]:
+        return step_stats(self.durations_ns, self.data_total_ns, self.optimizer_total_ns)
+
+    def close(self) -> None:
+        self._writer.close()
+        if self._regions is not None:
+            self._regions.close()
+
+
+def step_stats(
+    durations_ns: list[int], data_total_ns: int, optimizer_total_ns: int
+) -> dict[str, Any]:
+    count = len(durations_ns)
+    if not count:
+        return {"count": 0, "data_ns_total": 0, "optimizer_ns_total": 0}
+    ms = sorted(d / 1e6 for d in durations_ns)
+    p90 = ms[min(count - 1, int(round(0.9 * (count - 1))))]
+    return {
+        "count": count,
+        "mean_ms": statistics.fmean(ms),
+        "median_ms": statistics.median(ms),
+        "p90_ms": p90,
+        "min_ms": ms[0],
+        "max_ms": ms[-1],
+        "total_ms": sum(ms),
+        "data_ns_total": data_total_ns,
+        "optimizer_ns_total": optimizer_total_ns,
+        "data_ms_mean": data_total_ns / count / 1e6,
+        "optimizer_ms_mean": optimizer_total_ns / count / 1e6,
+    }

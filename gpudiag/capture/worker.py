@@ -1,0 +1,370 @@
+"""Per-rank bootstrap: ``python -m gpudiag.capture.worker <script | -m module> [args...]``.
+
+Started by ``gpudiag trace`` directly (one process) or through torch.distributed.run.
+It installs the instrumentation, runs the user's code as ``__main__`` with runpy, and
+whatever happens (normal end, sys.exit, exception, Ctrl-C, SIGTERM) writes the trace,
+summary.json and status.json, destroys the process group, runs atexit handlers and
+ends with ``os._exit``: interpreter teardown of a gloo worker aborts now and then
+(FACTS.md), so gpudiag never relies on it.
+
+Configuration comes from the launcher through environment variables (ENV_* below).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import runpy
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpudiag import rundir
+
+ENV_RUN_DIR = "GPUDIAG_RUN_DIR"
+ENV_PROFILE_STEPS = "GPUDIAG_PROFILE_STEPS"  # "A-B" or "off"
+ENV_PROFILE_DEFAULT = "GPUDIAG_PROFILE_DEFAULT"  # "1": window not chosen by the user
+ENV_NODE_RANK = "GPUDIAG_NODE_RANK"
+ENV_FINISH_TIMEOUT = "GPUDIAG_FINISH_TIMEOUT_S"
+
+EXIT_EXCEPTION = 1
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+
+@dataclass
+class Outcome:
+    status: str  # ok | failed | interrupted
+    exit_code: int
+    exc_type: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+
+
+class _Terminated(KeyboardInterrupt):
+    """Raised in the main thread by the SIGTERM handler: user code sees an interrupt,
+    so its own ``except KeyboardInterrupt`` clean-up runs."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
+def parse_target(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    if not argv:
+        raise SystemExit("gpudiag worker: no script or -m module given")
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            raise SystemExit("gpudiag worker: -m needs a module name")
+        return {"module": argv[1]}, argv[2:]
+    return {"script": argv[0]}, argv[1:]
+
+
+def _rank_env() -> tuple[int, int, int]:
+    return (
+        int(os.environ.get("RANK", "0")),
+        int(os.environ.get("LOCAL_RANK", "0")),
+        int(os.environ.get("WORLD_SIZE", "1")),
+    )
+
+
+def _torch_versions() -> dict[str, Any]:
+    import torch
+
+    versions: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    try:
+        if torch.cuda.is_available():
+            versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+            versions["cudnn"] = torch.backends.cudnn.version()
+    except Exception:
+        pass
+    return versions
+
+
+def _device(local_rank: int) -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return f"cuda:{local_rank % max(1, torch.cuda.device_count())}"
+    return "cpu"
+
+
+def _backend() -> str | None:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return str(dist.get_backend())
+    except Exception:
+        pass
+    return None
+
+
+class Worker:
+    def __init__(self, run_dir: Path, target: dict[str, str], script_args: list[str]) -> None:
+        self.run_dir = run_dir
+        self.target = target
+        self.script_args = script_args
+        self.rank, self.local_rank, self.world_size = _rank_env()
+        self.start_ns = time.time_ns()
+        self.rank_info: dict[str, Any] = {}
+        self.tracker: Any = None
+        self.profiler: Any = None
+        self.recorder: Any = None
+
+    # ------------------------------------------------------------------ set-up
+
+    def setup(self) -> None:
+        self.rank_info = {
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "world_size": self.world_size,
+            "node_rank": int(os.environ.get(ENV_NODE_RANK, os.environ.get("GROUP_RANK", "0"))),
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "backend": None,
+            "device": _device(self.local_rank),
+            "versions": _torch_versions(),
+            "start_ns": self.start_ns,
+        }
+        rundir.write_rank_json(self.run_dir, self.rank, rundir.RANK_INFO, self.rank_info)
+        self._install_collectives()
+        self._install_steps()
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+    def _install_collectives(self) -> None:
+        try:
+            from gpudiag.capture.collectives import CollectiveRecorder
+        except ImportError:
+            CollectiveRecorder = None  # noqa: N806
+        if CollectiveRecorder is not None:
+            try:
+                self.recorder = CollectiveRecorder(self.run_dir, self.rank)
+                self.recorder.install()
+            except Exception as exc:
+                self._warn(f"collective recorder not installed ({type(exc).__name__}: {exc})")
+                self.recorder = None
+        try:
+            from gpudiag.capture.hangdump import install_hang_dump
+        except ImportError:
+            return
+        try:
+            install_hang_dump(self.run_dir, self.rank)
+        except Exception as exc:
+            self._warn(f"hang dump not installed ({type(exc).__name__}: {exc})")
+
+    def _install_steps(self) -> None:
+        from gpudiag.capture import api
+        from gpudiag.capture.profiling import ProfilerWindow, parse_window
+        from gpudiag.capture.steps import StepTracker
+
+        self.tracker = StepTracker(self.run_dir, self.rank, origin_ns=self.start_ns)
+        window_text = os.environ.get(ENV_PROFILE_STEPS, "off")
+        if window_text != "off":
+            self.profiler = ProfilerWindow(
+                self.run_dir,
+                self.rank,
+                self.world_size,
+                parse_window(window_text),
+                provisional=os.environ.get(ENV_PROFILE_DEFAULT) == "1",
+            )
+            self.tracker.profiler = self.profiler
+        if self.recorder is not None:
+            self.tracker.on_step_end.append(self.recorder.on_step_end)
+        self.tracker.on_step_end.append(self._note_backend)
+        self.tracker.install()
+        api.install(self.tracker)
+
+    def _note_backend(self, step: int, t_ns: int) -> None:
+        """rank_info.json gets the backend once the process group exists."""
+        backend = _backend()
+        if backend is not None:
+            self.rank_info["backend"] = backend
+            rundir.write_rank_json(self.run_dir, self.rank, rundir.RANK_INFO, self.rank_info)
+            self.tracker.on_step_end.remove(self._note_backend)
+
+    # ------------------------------------------------------------------ running
+
+    def run_user_code(self) -> Outcome:
+        sys.argv = [self.target.get("script") or self.target["module"], *self.script_args]
+        try:
+            if "script" in self.target:
+                script = self.target["script"]
+                sys.path[0] = str(Path(script).resolve().parent)
+                runpy.run_path(script, run_name="__main__")
+            else:
+                sys.path[0] = os.getcwd()
+                runpy.run_module(self.target["module"], run_name="__main__", alter_sys=True)
+        except SystemExit as exc:
+            return _outcome_of_exit(exc)
+        except _Terminated:
+            return _outcome_of_exception("interrupted", EXIT_SIGTERM, *sys.exc_info())
+        except KeyboardInterrupt:
+            return _outcome_of_exception("interrupted", EXIT_SIGINT, *sys.exc_info())
+        except BaseException:
+            traceback.print_exc()
+            return _outcome_of_exception("failed", EXIT_EXCEPTION, *sys.exc_info())
+        return Outcome("ok", 0)
+
+    # ------------------------------------------------------------------ finishing
+
+    def finish(self, outcome: Outcome) -> None:
+        """Write everything, then end the process without interpreter teardown."""
+        # A second SIGTERM/Ctrl-C while finishing must not cut the writes short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _exit_after(float(os.environ.get(ENV_FINISH_TIMEOUT, "60")), outcome.exit_code)
+        # what interpreter shutdown would do first: wait for the script's own threads
+        self._guard(
+            "script threads", lambda: _join_user_threads(30.0 if outcome.status == "ok" else 5.0)
+        )
+        collectives: dict[str, Any] | None = None
+        self._guard("profiler export", lambda: self.profiler and self.profiler.finish())
+        if self.recorder is not None:
+            self._guard("collective dump", self.recorder.close)
+            collectives = self._guard("collective summary", self.recorder.summary)
+        if self.tracker is not None:
+            self._guard("step tracker", self.tracker.uninstall)
+            self._guard("step table", self.tracker.close)
+        self._guard("summary.json", lambda: self._write_summary(outcome, collectives))
+        self._guard("status.json", lambda: self._write_status(outcome))
+        self._guard("process group", _destroy_process_group)
+        self._guard("atexit handlers", atexit._run_exitfuncs)
+        self._guard("flush", _flush_open_files)
+        os._exit(outcome.exit_code)
+
+    def _write_summary(self, outcome: Outcome, collectives: dict[str, Any] | None) -> None:
+        from gpudiag.capture.summary import build_summary
+
+        profiler = self.profiler
+        summary = build_summary(
+            self.rank,
+            outcome.status,
+            self.tracker.stats() if self.tracker else {"count": 0},
+            collectives,
+            list(profiler.profiled_steps) if profiler else [],
+            bool(profiler and profiler.exported),
+        )
+        rundir.write_rank_json(self.run_dir, self.rank, rundir.SUMMARY, summary)
+
+    def _write_status(self, outcome: Outcome) -> None:
+        if self.rank_info.get("backend") is None and (backend := _backend()):
+            self.rank_info["backend"] = backend
+            rundir.write_rank_json(self.run_dir, self.rank, rundir.RANK_INFO, self.rank_info)
+        status = {
+            "rank": self.rank,
+            "status": outcome.status,
+            "exit_code": outcome.exit_code,
+            "exc_type": outcome.exc_type,
+            "message": outcome.message,
+            "traceback": outcome.traceback,
+            "steps_completed": self.tracker.steps_completed if self.tracker else 0,
+            "start_ns": self.start_ns,
+            "end_ns": time.time_ns(),
+            "profile_error": getattr(self.profiler, "export_error", None),
+        }
+        rundir.write_rank_json(self.run_dir, self.rank, rundir.STATUS, status)
+
+    def _guard(self, what: str, func: Any) -> Any:
+        try:
+            return func()
+        except BaseException as exc:
+            self._warn(f"{what} failed at exit ({type(exc).__name__}: {exc})")
+            return None
+
+    def _warn(self, text: str) -> None:
+        print(f"gpudiag: rank {self.rank}: {text}", file=sys.stderr, flush=True)
+
+
+def _outcome_of_exit(exc: SystemExit) -> Outcome:
+    code = exc.code
+    if code is None:
+        return Outcome("ok", 0)
+    if isinstance(code, int):
+        if code == 0:
+            return Outcome("ok", 0)
+        return Outcome("failed", code & 0xFF or 1, "SystemExit", f"sys.exit({code})")
+    print(code, file=sys.stderr)  # what the interpreter would do with sys.exit("text")
+    return Outcome("failed", 1, "SystemExit", str(code))
+
+
+def _outcome_of_exception(status: str, code: int, exc_type: Any, exc: Any, tb: Any) -> Outcome:
+    name = "SIGTERM" if exc_type is _Terminated else exc_type.__name__
+    return Outcome(
+        status,
+        code,
+        name,
+        str(exc).splitlines()[0][:500] if str(exc) else name,
+        "".join(traceback.format_exception(exc_type, exc, tb)),
+    )
+
+
+def _join_user_threads(limit_s: float) -> None:
+    deadline = time.monotonic() + limit_s
+    for thread in threading.enumerate():
+        if thread is threading.current_thread() or thread.daemon or not thread.is_alive():
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _flush_open_files() -> None:
+    """os._exit skips the flush that closing file objects at teardown would do: flush
+    every open writable file object of the script (logs, CSV writers...) ourselves."""
+    import gc
+    import io
+
+    for obj in gc.get_objects():
+        if isinstance(obj, io.IOBase) and not obj.closed:
+            try:
+                if obj.writable():
+                    obj.flush()
+            except Exception:
+                pass
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+
+
+def _destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _exit_after(seconds: float, code: int) -> None:
+    """If finishing hangs (a collective that never returns, a stuck atexit handler), end
+    the process anyway."""
+
+    def _expire() -> None:
+        print(f"gpudiag: finishing took over {seconds:.0f} s; exiting", file=sys.stderr, flush=True)
+        os._exit(code)
+
+    timer = threading.Timer(seconds, _expire)
+    timer.daemon = True
+    timer.start()
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    target, script_args = parse_target(argv)
+    run_dir = Path(os.environ.get(ENV_RUN_DIR) or "gpudiag_run").resolve()
+    worker = Worker(run_dir, target, script_args)
+    try:
+        worker.setup()
+    except _Terminated:
+        worker.finish(Outcome("interrupted", EXIT_SIGTERM, "SIGTERM", "terminated during set-up"))
+    except KeyboardInterrupt:
+        worker.finish(Outcome("interrupted", EXIT_SIGINT, "KeyboardInterrupt", "during set-up"))
+    except Exception as exc:  # instrumentation must never stop the training itself
+        worker._warn(f"instrumentation incomplete ({type(exc).__name__}: {exc})")
+    worker.finish(worker.run_user_code())
+
+
+if __name__ == "__main__":
+    main()

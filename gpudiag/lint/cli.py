@@ -1,0 +1,117 @@
+"""`gpudiag lint [--format text|json|sarif] [--diff] [--select ..] [--ignore ..] PATH...`
+
+Exit status: 0 clean, 1 findings or unreadable files (or a diff printed, with --diff),
+2 usage error (bad option, missing path, unusable configuration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from gpudiag.lint.config import ConfigError
+from gpudiag.lint.engine import iter_python_files, lint_paths
+from gpudiag.lint.result import LintResult
+from gpudiag.lint.rules import RULES
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"gpudiag lint: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _codes(value: str) -> list[str]:
+    return [code for code in value.split(",") if code.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="gpudiag lint",
+        description="Find DataParallel / DDP anti-patterns in training code (static: nothing is run).",
+    )
+    parser.add_argument("paths", nargs="*", help="files or directories (*.py)")
+    parser.add_argument("--format", choices=("text", "json", "sarif"), default="text")
+    parser.add_argument(
+        "--diff", action="store_true", help="print the safe DP -> DDP rewrite as a patch"
+    )
+    parser.add_argument(
+        "--select", type=_codes, help="comma-separated codes or prefixes (GD1,GD301)"
+    )
+    parser.add_argument("--ignore", type=_codes, help="comma-separated codes or prefixes")
+    parser.add_argument("--list-rules", action="store_true", help="print every rule and exit")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.list_rules:
+        for rule in RULES.values():
+            print(f"{rule.code} {rule.name} [{rule.severity}]: {rule.message}")
+        return 0
+    if not args.paths:
+        print("gpudiag lint: give at least one file or directory", file=sys.stderr)
+        return 2
+    if args.diff:
+        return _diff(args.paths)
+    try:
+        result = lint_paths(args.paths, select=args.select, ignore=args.ignore)
+    except (FileNotFoundError, ConfigError) as error:
+        print(f"gpudiag lint: {error}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        print(json.dumps(result.to_json(), indent=2))
+    elif args.format == "sarif":
+        from gpudiag.lint.sarif import to_sarif
+
+        print(json.dumps(to_sarif(result), indent=2))
+    else:
+        _print_text(result)
+    return 0 if result.ok else 1
+
+
+def _print_text(result: LintResult) -> None:
+    for error in result.errors:
+        print(error.to_text())
+    for finding in result.findings:
+        print(finding.to_text())
+    if result.findings or result.errors:
+        fixable = any(f.code == "GD101" for f in result.findings)
+        summary = f"Found {len(result.findings)} finding(s) in {len(result.files)} file(s)"
+        if result.errors:
+            summary += f", {len(result.errors)} file(s) could not be linted"
+        print(
+            summary
+            + (" (GD101: `gpudiag lint --diff` suggests the DDP rewrite)." if fixable else "."),
+            file=sys.stderr,
+        )
+
+
+def _diff(paths: list[str]) -> int:
+    import os
+
+    from gpudiag.lint.rewrite import suggest_ddp_rewrite
+
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        print(f"gpudiag lint: {missing[0]}: no such file or directory", file=sys.stderr)
+        return 2
+    changed = False
+    for path in iter_python_files(paths):
+        try:
+            with open(path, encoding="utf-8-sig") as handle:
+                source = handle.read()
+        except (OSError, UnicodeDecodeError) as error:
+            print(f"{path}: cannot read: {error}", file=sys.stderr)
+            continue
+        rewrite = suggest_ddp_rewrite(source, path)
+        if rewrite.diff:
+            changed = True
+            sys.stdout.write(rewrite.diff)
+            for note in rewrite.notes:
+                print(f"{path}: note: {note}", file=sys.stderr)
+        elif rewrite.reason:
+            print(f"{path}: no safe DP -> DDP rewrite: {rewrite.reason}", file=sys.stderr)
+    return 1 if changed else 0

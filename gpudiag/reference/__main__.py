@@ -1,0 +1,5 @@
+import sys
+
+from gpudiag.reference.train import main
+
+sys.exit(main())

@@ -1,0 +1,148 @@
+"""Standalone HTML report: plotly.js inlined once, so the file opens offline.
+
+Charts: stacked step breakdown per rank, and the per-rank timeline. Findings and the
+per-rank table as plain HTML tables (all text escaped).
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+BREAKDOWN_COLORS = {
+    "compute": "#4c78a8",
+    "comm_overlapped": "#72b7b2",
+    "comm_exposed": "#e45756",
+    "data_loading": "#f58518",
+    "idle": "#bab0ac",
+    "other": "#9d755d",
+}
+LANE_COLORS = {
+    "compute": "#4c78a8",
+    "communication": "#e45756",
+    "data_loading": "#f58518",
+    "idle": "#bab0ac",
+}
+SEVERITY_COLORS = {"high": "#c0392b", "medium": "#d68910", "low": "#2e86c1"}
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
+td.l,th.l{text-align:left}.sev{color:#fff;padding:2px 6px;border-radius:3px;font-weight:bold}
+.finding{border-left:4px solid #888;padding:.5em 1em;margin:1em 0;background:#fafafa}
+code{background:#eee;padding:1px 4px}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def breakdown_figure(result: Any) -> Any:
+    import plotly.graph_objects as go
+
+    ranks = result.ranks
+    fig = go.Figure()
+    for key, color in BREAKDOWN_COLORS.items():
+        if key in ranks:
+            fig.add_bar(
+                name=key,
+                x=[f"rank {int(r)}" for r in ranks["rank"]],
+                y=ranks[key],
+                marker_color=color,
+            )
+    fig.update_layout(
+        barmode="stack", title="Step breakdown (ms per step)", yaxis_title="ms", height=420
+    )
+    return fig
+
+
+def timeline_figure(result: Any, max_intervals: int = 4000) -> Any | None:
+    import plotly.graph_objects as go
+
+    tl = result.timeline(max_intervals=max_intervals)
+    if tl.empty:
+        return None
+    fig = go.Figure()
+    for lane, color in LANE_COLORS.items():
+        part = tl[tl["lane"] == lane]
+        if part.empty:
+            continue
+        fig.add_bar(
+            name=lane,
+            orientation="h",
+            y=[f"rank {int(r)} {lane}" for r in part["rank"]],
+            x=part["end_ms"] - part["start_ms"],
+            base=part["start_ms"],
+            marker_color=color,
+        )
+    fig.update_layout(
+        title="Timeline (ms)", barmode="overlay", height=200 + 40 * tl["rank"].nunique() * 4
+    )
+    return fig
+
+
+def _findings_html(findings: list[Any]) -> str:
+    if not findings:
+        return "<p>No findings: nothing costs a noticeable share of the step.</p>"
+    parts = []
+    for f in findings:
+        color = SEVERITY_COLORS.get(f.severity, "#888")
+        evidence = "".join(f"<li><code>{_e(k)}</code>: {_e(v)}</li>" for k, v in f.evidence.items())
+        loc = f"<p>location: <code>{_e(f.location)}</code></p>" if f.location else ""
+        parts.append(
+            f'<div class="finding" style="border-color:{color}">'
+            f'<span class="sev" style="background:{color}">{_e(f.severity.upper())}</span> '
+            f"<b>{_e(f.kind)}</b> — {f.cost_ms_per_step:.2f} ms/step — ranks {_e(f.ranks)}"
+            f"<p>{_e(f.title)}</p><ul>{evidence}</ul><p><b>fix:</b> {_e(f.fix)}</p>{loc}</div>"
+        )
+    return "\n".join(parts)
+
+
+def _frame_html(frame: Any) -> str:
+    if frame is None or frame.empty:
+        return "<p>(none)</p>"
+    return frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", border=0, escape=True)
+
+
+def _result_section(result: Any, include_js: bool) -> str:
+    from plotly.io import to_html
+
+    figs = [breakdown_figure(result)]
+    tl = timeline_figure(result)
+    if tl is not None:
+        figs.append(tl)
+    charts = []
+    for i, fig in enumerate(figs):
+        charts.append(to_html(fig, full_html=False, include_plotlyjs=(include_js and i == 0)))
+    run = result.run
+    warnings = "".join(f"<li>{_e(w)}</li>" for w in result.warnings)
+    return (
+        f"<h1>gpudiag: {_e(result.source)}</h1>"
+        f"<p>{_e(run.get('kind'))} · world size {_e(run.get('world_size'))} · backend "
+        f"{_e(run.get('backend'))} · {_e(run.get('steps_analysed'))} steps analysed · devices "
+        f"{_e(', '.join(run.get('devices') or []) or 'CPU')}</p>"
+        f"<h2>Findings</h2>{_findings_html(result.findings)}"
+        f"<h2>Per rank (ms per step)</h2>{_frame_html(result.ranks)}"
+        + "".join(charts)
+        + f"<h2>Collectives</h2>{_frame_html(result.collective_summary)}"
+        + (f"<h2>Warnings</h2><ul>{warnings}</ul>" if warnings else "")
+    )
+
+
+def render_html(results: list[Any]) -> str:
+    body = "<hr>".join(_result_section(r, include_js=(i == 0)) for i, r in enumerate(results))
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>gpudiag report</title>"
+        f"<style>{CSS}</style></head><body>{body}</body></html>"
+    )
+
+
+def write_html(results: list[Any] | Any, path: Path) -> Path:
+    if not isinstance(results, list):
+        results = [results]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_html(results), encoding="utf-8")
+    return path

@@ -1,0 +1,150 @@
+"""Rich terminal report: findings first (kind, severity, cost, ranks, evidence, fix,
+location), then the per-rank table."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
+RANK_COLUMNS = (
+    ("steps", "steps"),
+    ("step_ms_mean", "step ms"),
+    ("step_ms_p90", "p90 ms"),
+    ("compute", "compute"),
+    ("comm_overlapped", "comm ovl"),
+    ("comm_exposed", "comm exp"),
+    ("data_loading", "data"),
+    ("idle", "idle"),
+    ("other", "other"),
+)
+
+
+def _num(value: Any, digits: int = 2) -> str:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return "-"
+    if not math.isfinite(v):
+        return "-"
+    return f"{v:.0f}" if digits == 0 else f"{v:.{digits}f}"
+
+
+def _evidence_text(evidence: dict[str, Any], limit: int = 8) -> str:
+    parts = []
+    for key, value in list(evidence.items())[:limit]:
+        if isinstance(value, float):
+            value = _num(value, 3)
+        elif isinstance(value, dict) and len(value) > 8:
+            value = f"{{{len(value)} entries}}"
+        parts.append(f"{key}={value}")
+    return ", ".join(parts)
+
+
+def _header(result: Any) -> Text:
+    run = result.run
+    text = Text()
+    text.append("gpudiag analyze ", style="bold")
+    text.append(str(result.source))
+    bits = [
+        f"kind {run.get('kind')}",
+        f"world size {run.get('world_size') or '?'}",
+        f"backend {run.get('backend') or '?'}",
+        f"{run.get('steps_analysed', 0)} steps analysed",
+        f"ranks traced {run.get('traced_ranks')}",
+    ]
+    if run.get("devices"):
+        bits.append("devices " + ", ".join(run["devices"][:3]))
+    if run.get("status"):
+        bits.append(f"status {run['status']}")
+    text.append("\n" + " | ".join(bits), style="dim")
+    return text
+
+
+def render_findings(console: Console, findings: list[Any]) -> None:
+    if not findings:
+        console.print(
+            Panel("No findings: nothing costs a noticeable share of the step.", title="Findings")
+        )
+        return
+    console.print(Text(f"Findings ({len(findings)}, most important first)", style="bold"))
+    for i, f in enumerate(findings, 1):
+        style = SEVERITY_STYLE.get(f.severity, "")
+        head = Text()
+        head.append(f"{i}. [{f.severity.upper()}] ", style=style)
+        head.append(f"{f.kind}", style="bold")
+        head.append(f"  {_num(f.cost_ms_per_step)} ms/step")
+        if f.ranks:
+            head.append(f"  ranks {', '.join(map(str, f.ranks))}")
+        body = Text()
+        body.append(f.title + "\n")
+        body.append("evidence: ", style="dim")
+        body.append(_evidence_text(f.evidence) + "\n")
+        body.append("fix: ", style="green")
+        body.append(f.fix)
+        if f.location:
+            body.append("\nlocation: ", style="dim")
+            body.append(f.location)
+        console.print(Panel(body, title=head, title_align="left", border_style=style or "white"))
+
+
+def render_ranks(console: Console, ranks: Any, rank: int | None = None) -> None:
+    if ranks is None or ranks.empty:
+        console.print("No per-rank step data.")
+        return
+    if rank is not None:
+        ranks = ranks[ranks["rank"] == rank]
+    table = Table(title="Per rank (ms per step, mean over analysed steps)")
+    table.add_column("rank", justify="right")
+    for _, label in RANK_COLUMNS:
+        table.add_column(label, justify="right")
+    for row in ranks.to_dict(orient="records"):
+        table.add_row(
+            str(int(row["rank"])),
+            *(_num(row.get(key), 0 if key == "steps" else 2) for key, _ in RANK_COLUMNS),
+        )
+    console.print(table)
+
+
+def print_report(result: Any, *, rank: int | None = None, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(_header(result))
+    render_findings(console, result.findings)
+    render_ranks(console, result.ranks, rank)
+    if result.collective_summary is not None and len(result.collective_summary):
+        table = Table(title="Collectives")
+        cols = [
+            c
+            for c in ("op", "pg_name", "count", "bytes", "total_ms", "busbw_gbs_median", "peak_gbs")
+            if c in result.collective_summary
+        ]
+        for c in cols:
+            table.add_column(c, justify="right")
+        for row in result.collective_summary.head(20).to_dict(orient="records"):
+            table.add_row(*(str(row[c]) if isinstance(row[c], str) else _num(row[c]) for c in cols))
+        console.print(table)
+
+
+def print_comparison(comparison: Any, console: Console | None = None) -> None:
+    console = console or Console()
+    table = Table(title=f"A = {comparison.a}\nB = {comparison.b}")
+    for col in ("metric", "A ms", "B ms", "B - A", "%"):
+        table.add_column(col, justify="right" if col != "metric" else "left")
+    for row in comparison.table.to_dict(orient="records"):
+        delta = row["delta"]
+        style = "red" if delta > 0 else "green" if delta < 0 else ""
+        table.add_row(
+            row["metric"],
+            _num(row["a"]),
+            _num(row["b"]),
+            Text(_num(delta), style=style),
+            _num(row["delta_pct"], 1),
+        )
+    console.print(table)
+    console.print(f"findings A: {', '.join(comparison.findings_a) or 'none'}")
+    console.print(f"findings B: {', '.join(comparison.findings_b) or 'none'}")

@@ -1,0 +1,1 @@
+"""Helpers to drive the dashboard in headless Chromium (tests and bench/dashboard.py)."""

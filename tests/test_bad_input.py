@@ -1,0 +1,247 @@
+"""Bad input to ingestion and the core analysis (issue 7): every bad file gives one
+warning line naming the file and the problem, and the rest is still analysed."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import zlib
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpudiag.analysis import comms, stragglers
+from gpudiag.analysis.breakdown import comm_comp_overlap, run_breakdown
+from gpudiag.analysis.ingest import find_traces, load_trace, load_traces
+
+DLRM = "param_dlrm_ddp8"
+
+
+def _dlrm_files(shared_traces: Path) -> list[Path]:
+    return sorted((shared_traces / DLRM).glob("*.json.gz"))
+
+
+def _analyse(traces) -> None:
+    """The whole core analysis; must not raise on anything ingestion let through."""
+    bd = run_breakdown(traces)
+    table = comms.collective_table(traces)
+    comms.collective_summary(table)
+    comms.ddp_buckets(table)
+    comms.allreduce_stall(traces, table)
+    stragglers.stragglers(stragglers.arrival_skew(table), bd)
+    for t in traces:
+        comm_comp_overlap(t)
+
+
+def _one_line_naming(warnings: list[str], path: Path, words: str) -> None:
+    hits = [w for w in warnings if w.startswith(str(path)) and words in w]
+    assert len(hits) == 1, warnings
+    assert "\n" not in hits[0] and "Traceback" not in hits[0]
+
+
+@pytest.fixture
+def run_dir(shared_traces: Path, tmp_path: Path) -> Path:
+    """Ranks 0-3 of the DLRM set, copied to a scratch directory to be damaged."""
+    d = tmp_path / "traces"
+    d.mkdir()
+    for p in _dlrm_files(shared_traces)[:4]:
+        shutil.copy(p, d / p.name)
+    return d
+
+
+def test_each_bad_file_is_named_and_the_rest_analysed(run_dir: Path, shared_traces: Path) -> None:
+    files = sorted(run_dir.iterdir())
+    good = files[0]
+    truncated = files[1]
+    truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
+    malformed = run_dir / "rank5.pt.trace.json"
+    malformed.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur"')
+    empty = run_dir / "rank6.pt.trace.json"
+    empty.write_bytes(b"")
+    not_trace = run_dir / "rank7.json"
+    not_trace.write_bytes(b'{"hello": "world", "traceEvents": 3}')
+    duplicate = run_dir / "zz_copy_of_rank0.pt.trace.json.gz"
+    shutil.copy(good, duplicate)
+    corrupt = files[2]
+    data = bytearray(corrupt.read_bytes())
+    data[100:140] = b"\x00" * 40
+    corrupt.write_bytes(bytes(data))
+
+    warnings: list[str] = []
+    traces = load_traces(find_traces(run_dir), warnings=warnings)
+    assert sorted(t.meta.rank for t in traces) == [0, 3]
+    _one_line_naming(warnings, truncated, "truncated gzip")
+    _one_line_naming(warnings, malformed, "malformed JSON")
+    _one_line_naming(warnings, empty, "empty file")
+    _one_line_naming(warnings, not_trace, "not a profiler trace")
+    _one_line_naming(warnings, duplicate, "a second trace for rank 0")
+    assert any(w.startswith(str(corrupt)) and "gzip" in w for w in warnings), warnings
+    assert any("traces for 6 of 8 ranks are missing (1-2, 4-7)" in w for w in warnings)
+    assert all("\n" not in w for w in warnings)
+    _analyse(traces)
+
+
+def test_trace_from_another_run_is_set_aside(shared_traces: Path, tmp_path: Path) -> None:
+    d = tmp_path / "mixed"
+    d.mkdir()
+    files = _dlrm_files(shared_traces)
+    for p in files[:2]:
+        shutil.copy(p, d / p.name)
+    doc = orjson.loads(gzip.decompress(files[2].read_bytes()))
+    doc["baseTimeNanoseconds"] = 3 * 3600 * 10**9  # the same job, three hours later
+    stray = d / files[2].name.replace(".gz", "")
+    stray.write_bytes(orjson.dumps(doc))
+    warnings: list[str] = []
+    traces = load_traces(find_traces(d), warnings=warnings)
+    assert [t.meta.rank for t in traces] == [0, 1]
+    _one_line_naming(warnings, stray, "from a different run")
+    assert "10800 s away" in next(w for w in warnings if "different run" in w)
+
+
+def test_trace_above_the_size_limit_is_refused(shared_traces: Path, tmp_path: Path) -> None:
+    src = _dlrm_files(shared_traces)[0]
+    trace, warnings = load_trace(src, max_bytes=200_000)
+    assert trace is None
+    _one_line_naming(warnings, src, "above the 0 MiB limit; refused")
+    plain = tmp_path / "rank0.pt.trace.json"
+    plain.write_bytes(gzip.decompress(src.read_bytes()))
+    trace, warnings = load_trace(plain, max_bytes=200_000)
+    assert trace is None and "refused" in warnings[0]
+
+
+HUGE_SCRIPT = textwrap.dedent(
+    """
+    import resource, sys
+    from gpudiag.analysis.ingest import load_traces
+    warnings = []
+    traces = load_traces(sys.argv[1:], warnings=warnings, workers=1)
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(len(traces), round(peak_mib))
+    for w in warnings:
+        print(w)
+    """
+)
+
+
+def test_several_gb_trace_is_refused_with_bounded_memory(
+    shared_traces: Path, tmp_path: Path
+) -> None:
+    """3 GiB of (uncompressed) JSON in a 3 MiB multi-member gzip, whose trailer states
+    only the last member's size: the reader stops at the limit instead of inflating it."""
+    chunk = zlib.compressobj(9, zlib.DEFLATED, 31)
+    member = chunk.compress(b" " * (64 << 20)) + chunk.flush()
+    huge = tmp_path / "rank1.pt.trace.json.gz"
+    with open(huge, "wb") as fh:
+        fh.write(gzip.compress(b'{"traceEvents": [', 1))
+        for _ in range(48):
+            fh.write(member)
+    ok = tmp_path / "rank0.pt.trace.json.gz"
+    shutil.copy(_dlrm_files(shared_traces)[0], ok)
+    env = dict(os.environ, GPUDIAG_MAX_TRACE_BYTES=str(256 << 20))
+    proc = subprocess.run(
+        [sys.executable, "-c", HUGE_SCRIPT, str(ok), str(huge)],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    count, peak_mib = (int(x) for x in lines[0].split())
+    assert count == 1  # the good rank is still analysed
+    assert peak_mib < 900, f"peak RSS {peak_mib} MiB"
+    assert any(l.startswith(str(huge)) and "refused" in l for l in lines[1:]), lines
+
+
+# --------------------------------------------------------------------------- hypothesis
+
+
+@pytest.fixture(scope="module")
+def small_doc(shared_traces: Path) -> dict:
+    """A real trace cut to a few hundred events around its comm kernels."""
+    doc = orjson.loads(gzip.decompress(_dlrm_files(shared_traces)[0].read_bytes()))
+    events = doc["traceEvents"]
+    keep = [e for e in events if e.get("ph") == "M"]
+    comm = [i for i, e in enumerate(events) if "nccl" in str(e.get("name", "")).lower()]
+    idx = sorted({j for i in comm for j in range(max(i - 15, 0), min(i + 15, len(events)))})
+    keep += [events[i] for i in idx]
+    keep += [e for e in events if str(e.get("name", "")).startswith("ProfilerStep")]
+    doc["traceEvents"] = keep
+    return doc
+
+
+_WEIRD = st.one_of(
+    st.none(), st.booleans(), st.text(max_size=5), st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.sampled_from([2**63 - 1, -(2**63), 10**18, 1e308, -1e308, -5, -0.5, 0, 1.5e15]),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+_KEYS = ["ph", "name", "ts", "dur", "cat", "pid", "tid", "args"]
+_ARG_KEYS = ["stream", "correlation", "External id", "Collective name", "In msg nelems", "dtype"]
+
+
+@st.composite
+def mutations(draw: st.DrawFn) -> list[tuple]:
+    ops = []
+    for _ in range(draw(st.integers(1, 8))):
+        what = draw(st.sampled_from(["drop", "set", "arg", "negdur", "nandur", "top"]))
+        ops.append((what, draw(st.integers(0, 10**6)), draw(st.sampled_from(_KEYS)),
+                    draw(st.sampled_from(_ARG_KEYS)), draw(_WEIRD)))
+    return ops
+
+
+def _mutate(doc: dict, ops: list[tuple]) -> tuple[dict, bool]:
+    doc = json.loads(json.dumps(doc))
+    events = doc["traceEvents"]
+    nan_literal = False
+    for what, pos, key, arg, value in ops:
+        ev = events[pos % len(events)]
+        if what == "drop":
+            ev.pop(key, None)
+        elif what == "set":
+            ev[key] = value
+        elif what == "arg":
+            ev.setdefault("args", {})
+            if isinstance(ev["args"], dict):
+                ev["args"][arg] = value
+        elif what == "negdur":
+            ev["dur"] = -abs(float(ev.get("dur", 1) or 1) if isinstance(ev.get("dur"), (int, float)) else 1)
+        elif what == "nandur":
+            ev["dur"] = math.nan
+            nan_literal = True
+        elif what == "top":
+            doc[key] = value
+    return doc, nan_literal
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=mutations(), cut=st.one_of(st.none(), st.floats(0.0, 1.0)), gz=st.booleans())
+def test_mutated_traces_never_crash(small_doc: dict, tmp_path: Path, ops, cut, gz) -> None:
+    doc, _ = _mutate(small_doc, ops)
+    try:
+        data = json.dumps(doc).encode()  # NaN / Infinity literals, as Python writes them
+    except (ValueError, OverflowError):
+        data = orjson.dumps(doc, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
+    if gz:
+        data = gzip.compress(data, 1)
+    if cut is not None:
+        data = data[: int(len(data) * cut)]
+    path = tmp_path / f"rank0.pt.trace.json{'.gz' if gz else ''}"
+    path.write_bytes(data)
+    trace, warnings = load_trace(path)
+    assert all("\n" not in w and w.startswith(str(path)) for w in warnings)
+    if trace is None:
+        assert warnings
+        return
+    ev = trace.events
+    assert (ev["dur_ns"] >= 0).all() and (ev["end_ns"] >= ev["start_ns"]).all()
+    _analyse([trace])
+    bd = run_breakdown([trace])
+    if len(bd):
+        assert (bd["step_ms"] >= 0).all()

@@ -1,0 +1,248 @@
+"""Fast in-process tests of the capture pieces: argument splitting, the profiler
+window, step detection with real optimizers, and how the launcher decides an outcome."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpudiag import rundir
+from gpudiag.capture import api, launcher
+from gpudiag.capture.profiling import ProfilerWindow, fix_straddling_optimizer, parse_window
+from gpudiag.capture.steps import StepTracker
+
+# --------------------------------------------------------------------------- argv
+
+
+def test_split_argv_script_args_untouched() -> None:
+    opts, target, rest = launcher.split_argv(
+        ["--out", "o", "--nproc_per_node=2", "train.py", "--out", "x", "-m", "y"]
+    )
+    assert opts == ["--out", "o", "--nproc-per-node=2"]
+    assert target == {"script": "train.py"}
+    assert rest == ["--out", "x", "-m", "y"]
+
+
+def test_split_argv_module_form() -> None:
+    opts, target, rest = launcher.split_argv(["--no-profile", "-m", "pkg.train", "--cfg", "a.yaml"])
+    assert (opts, target, rest) == (["--no-profile"], {"module": "pkg.train"}, ["--cfg", "a.yaml"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "no script given"),
+        (["--out"], "--out needs a value"),
+        (["--bogus", "x.py"], "unknown option '--bogus'"),
+        (["-m"], "-m needs a module name"),
+    ],
+)
+def test_split_argv_errors(argv: list[str], message: str) -> None:
+    with pytest.raises(launcher.UsageError, match=message):
+        launcher.split_argv(argv)
+
+
+def test_usage_error_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert launcher.main([str(tmp_path / "missing.py")]) == 2
+    err = capsys.readouterr().err
+    assert f"gpudiag: trace: {tmp_path / 'missing.py'}: no such script" in err
+    assert "Traceback" not in err
+
+
+def test_existing_run_dir_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("")
+    rundir.write_json_atomic(rundir.manifest_path(tmp_path / "run"), {"status": "ok"})
+    assert launcher.main(["--out", str(tmp_path / "run"), str(script)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == f"gpudiag: trace: {tmp_path / 'run'}: already holds a gpudiag run; choose another --out or remove it"
+    )
+
+
+def test_job_command_single_vs_torchrun(tmp_path: Path) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("")
+    single = launcher.job_command(launcher.parse([str(script), "--a"]))
+    assert single[1:] == ["-m", "gpudiag.capture.worker", str(script), "--a"]
+    multi = launcher.job_command(
+        launcher.parse(["--nproc-per-node", "4", "--rdzv-endpoint", "h:1", "-m", "p.m", "--a"])
+    )
+    assert multi[1:3] == ["-m", "torch.distributed.run"]
+    assert multi[3:] == [
+        "--nproc-per-node",
+        "4",
+        "--rdzv-endpoint",
+        "h:1",
+        "-m",
+        "gpudiag.capture.worker",
+        "-m",
+        "p.m",
+        "--a",
+    ]
+
+
+def test_parse_window() -> None:
+    assert parse_window("5-9") == (5, 9)
+    assert parse_window("7") == (7, 7)
+    for bad in ("9-5", "a-b", "-1"):
+        with pytest.raises(ValueError, match="--profile-steps"):
+            parse_window(bad)
+
+
+# --------------------------------------------------------------------------- outcome
+
+
+def _status(run: Path, rank: int, status: str, code: int, end_ns: int, world: int = 2) -> None:
+    rundir.write_rank_json(
+        run, rank, rundir.RANK_INFO, {"rank": rank, "world_size": world, "backend": "gloo"}
+    )
+    rundir.write_rank_json(
+        run,
+        rank,
+        rundir.STATUS,
+        {
+            "rank": rank,
+            "status": status,
+            "exit_code": code,
+            "exc_type": "RuntimeError",
+            "message": f"m{rank}",
+            "traceback": "tb",
+            "steps_completed": 3,
+            "end_ns": end_ns,
+        },
+    )
+
+
+def test_outcome_earliest_failure_is_the_root_cause(tmp_path: Path) -> None:
+    _status(tmp_path, 0, "failed", 1, end_ns=200)
+    _status(tmp_path, 1, "failed", 7, end_ns=100)
+    out = launcher.decide_outcome(tmp_path, 1, None, False, 2)
+    assert out["status"] == "failed" and out["failed_ranks"] == [1, 0]
+    assert out["failure"]["rank"] == 1 and out["exit_code"] == 7
+    assert out["backend"] == "gloo" and out["world_size"] == 2
+
+
+def test_outcome_rank_without_status_is_failed(tmp_path: Path) -> None:
+    _status(tmp_path, 0, "ok", 0, end_ns=100)
+    rundir.write_rank_json(tmp_path, 1, rundir.RANK_INFO, {"rank": 1, "world_size": 2})
+    out = launcher.decide_outcome(tmp_path, -9, None, False, 2)
+    assert out["status"] == "failed" and out["failed_ranks"] == [1]
+    assert "rank(s) [1] ended without writing status.json" in out["failure"]["message"]
+    assert out["exit_code"] == 137
+
+
+def test_outcome_all_ok_but_job_aborted_is_failed(tmp_path: Path) -> None:
+    _status(tmp_path, 0, "ok", 0, end_ns=100)
+    _status(tmp_path, 1, "ok", 0, end_ns=100)
+    out = launcher.decide_outcome(tmp_path, -6, None, False, 2)
+    assert out["status"] == "failed" and out["exit_code"] == 134
+    assert "every rank reported ok" in out["failure"]["message"]
+
+
+def test_outcome_interrupt_and_hang(tmp_path: Path) -> None:
+    _status(tmp_path, 0, "interrupted", 143, end_ns=100)
+    _status(tmp_path, 1, "interrupted", 143, end_ns=100)
+    assert launcher.decide_outcome(tmp_path, 1, 15, False, 2)["exit_code"] == 143
+    assert launcher.decide_outcome(tmp_path, 1, 2, False, 2)["status"] == "interrupted"
+    hang = launcher.decide_outcome(tmp_path, 1, None, True, 2)
+    assert hang["status"] == "hang" and hang["exit_code"] == 1
+
+
+# --------------------------------------------------------------------------- steps in-process
+
+
+@pytest.fixture
+def tracker(tmp_path: Path):
+    t = StepTracker(tmp_path, 0)
+    t.install()
+    api.install(t)
+    yield t
+    api.install(None)
+    t.uninstall()
+    t.close()
+
+
+def _train(model: torch.nn.Module, optimizers: list[torch.optim.Optimizer], steps: int) -> None:
+    data = torch.utils.data.TensorDataset(torch.randn(steps * 2, 4), torch.randn(steps * 2, 1))
+    for x, y in torch.utils.data.DataLoader(data, batch_size=2):
+        for opt in optimizers:
+            opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        for opt in optimizers:
+            opt.step()
+
+
+def test_two_optimizers_count_each_step_once(tracker: StepTracker, tmp_path: Path) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    opts = [torch.optim.SGD(model[0].parameters(), lr=0.1), torch.optim.Adam(model[1].parameters())]
+    _train(model, opts, steps=5)
+    tracker.close()
+    rows = list(rundir.iter_jsonl(rundir.table_path(rundir.rank_dir(tmp_path, 0), rundir.STEPS)))
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
+    assert all(r["data_ns"] > 0 and r["optimizer_ns"] > 0 for r in rows)
+    assert all(a["end_ns"] == b["start_ns"] for a, b in zip(rows, rows[1:], strict=False))
+
+
+def test_api_step_switches_source_and_regions(tracker: StepTracker, tmp_path: Path) -> None:
+    model = torch.nn.Linear(4, 1)
+    _train(model, [torch.optim.SGD(model.parameters(), lr=0.1)], steps=2)
+    for _ in range(2):
+        with pytest.raises(ZeroDivisionError), api.region("boom"):
+            1 / 0  # noqa: B018
+        api.step()
+    _train(model, [torch.optim.SGD(model.parameters(), lr=0.1)], steps=1)  # not a boundary now
+    tracker.close()
+    rows = list(rundir.iter_jsonl(rundir.table_path(rundir.rank_dir(tmp_path, 0), rundir.STEPS)))
+    assert [r["source"] for r in rows] == ["optimizer", "optimizer", "api", "api"]
+    regions = list(
+        rundir.iter_jsonl(rundir.table_path(rundir.rank_dir(tmp_path, 0), rundir.REGIONS))
+    )
+    assert [(r["name"], r["step"]) for r in regions] == [("boom", 2), ("boom", 3)]
+
+
+def test_gpudiag_api_is_a_noop_outside_trace() -> None:
+    import gpudiag
+
+    api.install(None)
+    gpudiag.step()
+    with gpudiag.region("x"):
+        pass
+
+
+def test_profiler_window_in_process(tracker: StepTracker, tmp_path: Path) -> None:
+    window = ProfilerWindow(tmp_path, 0, 1, (2, 3), provisional=False)
+    tracker.profiler = window
+    model = torch.nn.Linear(4, 1)
+    _train(model, [torch.optim.SGD(model.parameters(), lr=0.1)], steps=6)
+    assert window.done and window.profiled_steps == [2, 3]
+    with gzip.open(rundir.trace_path(tmp_path, 0)) as fh:
+        events = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
+    marks = sorted(
+        (e for e in events if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"]
+    )
+    assert [m["name"] for m in marks] == ["ProfilerStep#2", "ProfilerStep#3"]
+    # the fix-up already ran: nothing left to move, and each optimizer event is inside a step
+    assert fix_straddling_optimizer(events) == 0
+    optimizers = [e for e in events if e["name"].startswith("Optimizer.step#")]
+    assert len(optimizers) == 2
+    for opt, mark in zip(sorted(optimizers, key=lambda e: e["ts"]), marks, strict=True):
+        assert mark["ts"] <= opt["ts"] and opt["ts"] + opt["dur"] <= mark["ts"] + mark["dur"] + 0.01
+
+
+def test_step_hot_path_is_cheap(tracker: StepTracker) -> None:
+    """Not a timing assertion on the run, just that a boundary is microseconds, not ms."""
+    n = 2000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        api.step()
+    per_step_us = (time.perf_counter() - t0) / n * 1e6
+    assert per_step_us < 500, per_step_us

@@ -1,0 +1,346 @@
+"""The Streamlit dashboard on real runs: a 2-rank gloo DDP run recorded here with
+`gpudiag trace` (once per session), the same run without profiling, a broken copy of
+it, and the real GPU traces in ../shared/traces. Every view is driven with Streamlit's
+AppTest and its numbers are checked against `gpudiag.analysis.analyze` directly; the
+browser tests drive the real CLI in headless Chromium.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dashboards import runs as dash_runs
+from dashboards import views
+from gpudiag import dashboard_cli
+
+REPO = Path(__file__).resolve().parents[1]
+APP = REPO / "dashboards" / "app.py"
+SCRIPT = REPO / "tests" / "scripts" / "capture_ddp_mlp.py"
+ARTIFACTS = REPO / "tests" / "_artifacts"
+RENDER_FAILED = "could not render"
+VIEWS = list(views.VIEWS)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _record(out: Path, *extra: str) -> None:
+    cmd = [
+        sys.executable, "-m", "gpudiag", "trace", "--nproc-per-node", "2",
+        "--master-port", str(_free_port()), "--out", str(out), *extra,
+        str(SCRIPT), "--steps", "8",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+@pytest.fixture(scope="session")
+def runs_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """runs/ddp (profiled), runs/ddp_noprofile, runs/broken (a damaged copy of ddp),
+    runs/unreadable (one trace file that is not JSON)."""
+    root = tmp_path_factory.mktemp("runs")
+    _record(root / "ddp", "--profile-steps", "3-6")
+    _record(root / "ddp_noprofile", "--no-profile", "--no-lint")
+    broken = root / "broken"
+    shutil.copytree(root / "ddp", broken)
+    (broken / "manifest.json").write_text("{not json")
+    trace = broken / "traces" / "rank1.pt.trace.json.gz"
+    trace.write_bytes(trace.read_bytes()[: trace.stat().st_size // 2])
+    with open(broken / "rank0" / "steps.jsonl", "a") as fh:
+        fh.write('{"step": 99, "start_ns": 12')
+    unreadable = root / "unreadable"
+    unreadable.mkdir()
+    (unreadable / "rank0.pt.trace.json").write_text("this is not a trace")
+    return root
+
+
+@pytest.fixture(scope="session")
+def analyzed(runs_root: Path, shared_traces: Path) -> dict[str, object]:
+    from gpudiag.analysis import analyze
+
+    return {
+        "ddp": analyze(runs_root / "ddp"),
+        "ddp_noprofile": analyze(runs_root / "ddp_noprofile"),
+        "dlrm8": analyze(shared_traces / "param_dlrm_ddp8"),
+    }
+
+
+def _app(monkeypatch: pytest.MonkeyPatch, roots: list[Path], run: str | None = None) -> AppTest:
+    monkeypatch.setattr(sys, "argv", ["app.py", *map(str, roots)])
+    at = AppTest.from_file(str(APP), default_timeout=180)
+    at.run()
+    if run is not None:
+        at.sidebar.selectbox(key="run").set_value(run).run()
+    return at
+
+
+def _view(at: AppTest, name: str) -> AppTest:
+    at.sidebar.radio(key="view").set_value(name).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not [e.value for e in at.error if RENDER_FAILED in e.value]
+    return at
+
+
+def _specs(at: AppTest) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def _values(data: object) -> list:
+    """A plotly array: a list, or plotly's binary form {"bdata": base64, "dtype": ...}."""
+    if isinstance(data, dict) and "bdata" in data:
+        return np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"]).tolist()
+    return list(data)  # type: ignore[arg-type]
+
+
+def _metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+# --------------------------------------------------------------------------- run roots
+
+
+def test_runs_are_discovered_and_paths_confined(runs_root: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    (outside / "traces").mkdir(parents=True)
+    (outside / "traces" / "rank0.pt.trace.json.gz").write_bytes(b"x")
+    (runs_root / "escape").symlink_to(outside, target_is_directory=True)
+    (runs_root / "ddp" / "traces" / "rank9.pt.trace.json.gz").symlink_to(
+        outside / "traces" / "rank0.pt.trace.json.gz"
+    )
+    try:
+        refs = dash_runs.discover_runs([runs_root])
+        labels = {r.label.split("/")[-1] for r in refs}
+        assert {"ddp", "ddp_noprofile", "broken", "unreadable"} <= labels
+        assert "escape" not in labels  # resolves outside the root
+        with pytest.raises(dash_runs.PathOutsideRoots):
+            dash_runs.confine(runs_root / "ddp" / ".." / ".." / "..", [runs_root])
+        with pytest.raises(dash_runs.PathOutsideRoots):
+            dash_runs.confine("/etc/passwd", [runs_root])
+        files = dash_runs.trace_files(runs_root / "ddp", [runs_root])
+        assert set(files) == {"rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"}
+        key = dash_runs.fingerprint(runs_root / "ddp")
+        assert key == dash_runs.fingerprint(runs_root / "ddp")
+    finally:
+        (runs_root / "escape").unlink()
+        (runs_root / "ddp" / "traces" / "rank9.pt.trace.json.gz").unlink()
+    assert dash_runs.fingerprint(runs_root / "ddp") != key  # content changed -> new key
+
+
+def test_query_param_outside_roots_is_refused(
+    monkeypatch: pytest.MonkeyPatch, runs_root: Path
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["app.py", str(runs_root)])
+    at = AppTest.from_file(str(APP), default_timeout=180)
+    at.query_params["run"] = "/etc"
+    at.run()
+    assert any("outside the run roots" in e.value for e in at.error)
+    assert not at.exception
+
+
+# --------------------------------------------------------------------------- views
+
+
+def test_every_view_renders_every_run(
+    monkeypatch: pytest.MonkeyPatch, runs_root: Path, shared_traces: Path
+) -> None:
+    at = _app(monkeypatch, [runs_root, shared_traces])
+    options = at.sidebar.selectbox(key="run").options
+    assert len(options) >= 4 + 6
+    for run in options:
+        at.sidebar.selectbox(key="run").set_value(run).run()
+        for name in VIEWS:
+            _view(at, name)
+            if "unreadable" in run:
+                assert any("cannot be analysed" in e.value for e in at.error), run
+            else:
+                assert at.header[0].value.startswith(name), (run, name)
+
+
+def test_overview_shows_the_analysis_numbers(
+    monkeypatch: pytest.MonkeyPatch, runs_root: Path, shared_traces: Path, analyzed: dict
+) -> None:
+    at = _app(monkeypatch, [runs_root, shared_traces], run="traces/param_dlrm_ddp8")
+    result = analyzed["dlrm8"]
+    assert _metric(at, "World size") == "8"
+    assert _metric(at, "Backend") == "nccl"
+    assert any(m.value == "**Devices:** Tesla V100-SXM2-32GB" for m in at.markdown)
+    assert _metric(at, "Steps analysed") == str(result.run["steps_analysed"])
+    tables = [d.value for d in at.dataframe]
+    findings = tables[0]
+    by_cost = sorted(result.findings, key=lambda f: -f.cost_ms_per_step)
+    assert len(by_cost) >= 2
+    assert list(findings["kind"]) == [f.kind for f in by_cost]
+    assert findings["cost ms/step"].tolist() == pytest.approx(
+        [round(f.cost_ms_per_step, 3) for f in by_cost]
+    )
+    per_rank = tables[1]
+    pd.testing.assert_frame_equal(
+        per_rank.reset_index(drop=True), result.ranks.round(3), check_dtype=False
+    )
+    spec = _specs(at)[0]
+    compute = next(t for t in spec["data"] if t["name"] == "compute")
+    assert _values(compute["y"]) == pytest.approx(result.ranks["compute"].tolist())
+    assert at.download_button[0].label.startswith("Download worker0_step_12")
+    assert any("tensorboard --logdir" in m.value for m in at.markdown)
+
+
+def test_timeline_draws_the_analysis_intervals(
+    monkeypatch: pytest.MonkeyPatch, runs_root: Path, shared_traces: Path, analyzed: dict
+) -> None:
+    at = _view(_app(monkeypatch, [shared_traces], run="traces/param_dlrm_ddp8"), "Timeline")
+    expected = analyzed["dlrm8"].timeline(None, max_intervals=5000)
+    spec = _specs(at)[0]
+    lines = [t for t in spec["data"] if t["mode"] == "lines"]
+    drawn = sum(sum(1 for x in _values(t["x"]) if x is not None) // 2 for t in lines)
+    assert drawn == len(expected) > 100
+    ticks = spec["layout"]["yaxis"]["ticktext"]
+    assert "rank 7 · communication" in ticks and "rank 0 · compute" in ticks
+    assert spec["data"][0]["type"] == "scattergl"
+    # A smaller budget gives fewer (merged) intervals, never more than asked.
+    at.select_slider[0].set_value(1000).run()
+    lines = [t for t in _specs(at)[0]["data"] if t["mode"] == "lines"]
+    assert sum(sum(1 for x in _values(t["x"]) if x is not None) // 2 for t in lines) <= 1000
+
+
+def test_step_breakdown_and_communication_numbers(
+    monkeypatch: pytest.MonkeyPatch, runs_root: Path, analyzed: dict
+) -> None:
+    at = _app(monkeypatch, [runs_root], run=_label(runs_root, "ddp"))
+    result = analyzed["ddp"]
+    _view(at, "Step breakdown")
+    bars = {t["name"]: t["y"] for t in _specs(at)[0]["data"]}
+    bd = result.breakdown.sort_values(["rank", "step"])
+    assert _values(bars["comm_exposed"]) == pytest.approx(bd["comm_exposed"].tolist())
+    assert _values(bars["compute"]) == pytest.approx(bd["compute"].tolist())
+    _view(at, "Communication")
+    summary = result.collective_summary
+    assert len(summary) > 0
+    busbw = next(t for t in _specs(at)[0]["data"] if t["name"] == "busbw median")
+    assert _values(busbw["y"]) == pytest.approx(summary["busbw_gbs_median"].tolist(), nan_ok=True)
+    if len(result.skew):
+        heat = next(s for s in _specs(at) if s["data"][0]["type"] == "heatmap")
+        assert heat["data"][0]["y"] == ["rank 0", "rank 1"]
+
+
+def _label(root: Path, name: str) -> str:
+    return f"{root.name}/{name}"
+
+
+def test_host_metrics_code_and_compare(
+    monkeypatch: pytest.MonkeyPatch, runs_root: Path, analyzed: dict
+) -> None:
+    at = _app(monkeypatch, [runs_root], run=_label(runs_root, "ddp"))
+    result = analyzed["ddp"]
+    _view(at, "GPU metrics")
+    host = result.host_samples
+    assert len(host) > 0
+    cpu = next(s for s in _specs(at) if s["layout"]["title"]["text"].startswith("cpu_percent"))
+    assert _values(cpu["data"][0]["y"]) == pytest.approx(
+        host.sort_values("t_ns")["cpu_percent"].tolist(), nan_ok=True
+    )
+
+    _view(at, "Code")
+    lint = at.dataframe[0].value
+    expected = result.lint["findings"]
+    assert lint["code"].tolist() == [f["code"] for f in expected]
+    assert lint["location"].tolist() == [f"{f['path']}:{f['line']}" for f in expected]
+
+    _view(at, "Compare")
+    at.selectbox(key="compare_a").set_value(_label(runs_root, "ddp")).run()
+    at.selectbox(key="compare_b").set_value(_label(runs_root, "ddp_noprofile")).run()
+    from gpudiag.analysis.compare import compare
+
+    table = compare(result, analyzed["ddp_noprofile"]).table
+    shown = at.dataframe[0].value
+    assert shown["metric"].tolist() == table["metric"].tolist()
+    assert shown["B − A"].tolist() == pytest.approx(table["delta"].round(3).tolist(), nan_ok=True)
+
+
+def test_run_without_traces_shows_its_step_table(
+    monkeypatch: pytest.MonkeyPatch, runs_root: Path, analyzed: dict
+) -> None:
+    at = _app(monkeypatch, [runs_root], run=_label(runs_root, "ddp_noprofile"))
+    result = analyzed["ddp_noprofile"]
+    assert _metric(at, "Steps analysed") == str(result.run["steps_analysed"])
+    assert int(_metric(at, "Steps analysed")) >= 8
+    assert any("no profiler traces" in m.value for m in at.markdown)
+    _view(at, "Timeline")
+    assert at.info or at.get("plotly_chart")
+
+
+def test_broken_run_shows_what_it_can(monkeypatch: pytest.MonkeyPatch, runs_root: Path) -> None:
+    at = _app(monkeypatch, [runs_root], run=_label(runs_root, "broken"))
+    assert not at.exception
+    assert any("problem(s) reading this run" in w.value for w in at.warning)
+    details = "\n".join(c.value for c in at.code)
+    assert "manifest.json" in details and "rank1.pt.trace.json.gz" in details
+    assert _metric(at, "World size") == "2"  # rank 0's trace is intact
+    at.sidebar.selectbox(key="run").set_value(_label(runs_root, "unreadable")).run()
+    assert any("cannot be analysed" in e.value and "unreadable" in e.value for e in at.error)
+    assert not at.exception
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_command_and_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    cmd = dashboard_cli.streamlit_command([tmp_path], "127.0.0.1", 8600)
+    joined = " ".join(cmd)
+    assert "--server.address 127.0.0.1" in joined and "--server.port 8600" in joined
+    assert "--browser.gatherUsageStats false" in joined
+    assert "--server.fileWatcherType none" in joined
+    assert cmd[-2:] == ["--", str(tmp_path.resolve())]
+    assert dashboard_cli.main([str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert "missing: not a directory" in err and "Traceback" not in err
+    assert dashboard_cli._parser().parse_args([]).host == "127.0.0.1"
+
+
+# --------------------------------------------------------------------------- browser
+
+
+@pytest.mark.browser
+def test_browser_every_view_and_ctrl_c(runs_root: Path, shared_traces: Path) -> None:
+    from tests.browser import dashboard as browser
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    server = browser.Dashboard([runs_root, shared_traces])
+    try:
+        server.wait_ready()
+        with browser.browser() as page:
+            for run, visit, charted in (
+                ("traces/param_dlrm_ddp8", VIEWS, set(VIEWS) - {"DataParallel", "Code"}),
+                (_label(runs_root, "ddp"), ["Timeline", "GPU metrics", "Code"], {"Timeline"}),
+            ):
+                page.goto(browser.view_url(server.url, run, "Overview"))
+                browser.wait_idle(page)
+                for name in visit:
+                    browser.open_view(page, name)
+                    if name in charted:
+                        page.wait_for_selector(browser.PLOTLY, timeout=60_000)
+                    slug = f"{run.split('/')[-1]}_{name.replace(' ', '_').lower()}"
+                    page.screenshot(path=str(ARTIFACTS / f"dashboard_{slug}.png"), full_page=True)
+                    assert page.locator(browser.EXCEPTION).count() == 0, (run, name)
+                    assert RENDER_FAILED not in page.inner_text("body"), (run, name)
+        assert "gpudiag dashboard: http://127.0.0.1:" in server.log()
+    finally:
+        code = server.interrupt()
+        log = server.log()
+        server.close()
+    assert code == 130, log
+    with pytest.raises(ConnectionRefusedError):  # streamlit stopped with the CLI
+        socket.create_connection(("127.0.0.1", server.port), timeout=5).close()

@@ -1,0 +1,141 @@
+"""Findings on real gloo DDP jobs recorded once per session with `gpudiag trace`:
+a rank slowed in forward, a slow DataLoader, a large model with a tiny batch, an
+unmodified run, a rank that raises and a rank that hangs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudiag.analysis import analyze
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = Path(__file__).parent / "scripts"
+TRAIN = SCRIPTS / "findings_train.py"
+HANG = SCRIPTS / "findings_hang.py"
+JOB_TIMEOUT_S = 240
+
+JOBS: dict[str, tuple[int, list[str], list[str]]] = {
+    # name: (ranks, gpudiag trace options, script args)
+    "healthy": (
+        2,
+        ["--profile-steps", "3-9"],
+        ["--steps", "12", "--batch", "1024", "--width", "256"],
+    ),
+    "slow_rank": (
+        4,
+        ["--profile-steps", "3-8"],
+        ["--steps", "10", "--batch", "64", "--width", "128", "--slow-rank", "2", "--slow-ms", "50"],
+    ),
+    "slow_data": (
+        2,
+        ["--profile-steps", "3-8"],
+        ["--steps", "10", "--batch", "256", "--data-ms", "60"],
+    ),
+    "big_model": (
+        2,
+        ["--profile-steps", "3-8"],
+        ["--steps", "10", "--batch", "1", "--width", "1024", "--depth", "8"],
+    ),
+}
+
+
+def _trace(out: Path, ranks: int, options: list[str], script: Path, args: list[str]) -> int:
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpudiag",
+        "trace",
+        "--nproc-per-node",
+        str(ranks),
+        "--standalone",
+        "--no-lint",
+        "--out",
+        str(out),
+        *options,
+        str(script),
+        *args,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=JOB_TIMEOUT_S, check=False)
+    return proc.returncode
+
+
+@pytest.fixture(scope="session")
+def gloo_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    root = tmp_path_factory.mktemp("findings_runs")
+    results = {}
+    for name, (ranks, options, args) in JOBS.items():
+        _trace(root / name, ranks, options, TRAIN, args)
+        results[name] = analyze(root / name)
+    _trace(root / "hang", 2, ["--hang-timeout", "5"], HANG, [])
+    results["hang"] = analyze(root / "hang")
+    return results
+
+
+def _kinds(result) -> dict[str, object]:
+    return {f.kind: f for f in result.findings}
+
+
+def test_slow_rank_is_named_as_the_only_straggler(gloo_runs):
+    res = gloo_runs["slow_rank"]
+    assert res.run["world_size"] == 4
+    straggler = _kinds(res)["straggler"]
+    assert straggler.ranks == [2]
+    assert straggler.severity in ("high", "medium")
+    # 50 ms of sleep per step on rank 2: the others wait for most of it
+    assert 20 < straggler.cost_ms_per_step < 80
+    # that wait is the straggler's cost, not "exposed communication" as well
+    assert "exposed_communication" not in _kinds(res) or (
+        _kinds(res)["exposed_communication"].cost_ms_per_step < straggler.cost_ms_per_step
+    )
+
+
+def test_slow_dataloader_gives_dataloader_stall(gloo_runs):
+    res = gloo_runs["slow_data"]
+    stall = _kinds(res)["dataloader_stall"]
+    assert stall.severity == "high"
+    assert stall.ranks == [0, 1]
+    assert 40 < stall.cost_ms_per_step < 120  # 60 ms of sleep per batch
+    assert stall.evidence["source"].startswith("run steps table")
+    # the trace's DataLoader events agree with the steps table on the profiled window
+    per_trace = [r["data_ms_per_step"] for r in res.dataloader["trace"]]
+    assert all(40 < v < 120 for v in per_trace)
+    assert res.findings[0].kind == "dataloader_stall"
+
+
+def test_large_model_tiny_batch_gives_exposed_communication(gloo_runs):
+    res = gloo_runs["big_model"]
+    exposed = _kinds(res)["exposed_communication"]
+    assert exposed.severity in ("high", "medium")
+    assert exposed.ranks
+    assert exposed.cost_ms_per_step > 10
+    assert res.ranks["comm_exposed"].min() > 5
+
+
+def test_unmodified_run_has_no_high_finding(gloo_runs):
+    res = gloo_runs["healthy"]
+    assert res.run["steps_analysed"] >= 5
+    assert [f.kind for f in res.findings if f.severity == "high"] == []
+
+
+def test_breakdown_components_sum_to_step_time(gloo_runs):
+    for name in JOBS:
+        b = gloo_runs[name].breakdown
+        parts = b[["compute", "comm_overlapped", "comm_exposed", "data_loading", "idle", "other"]]
+        assert ((parts.sum(axis=1) - b["step_ms"]).abs() < 0.01).all(), name
+
+
+def test_hang_names_the_rank_that_never_arrived_and_its_line(gloo_runs):
+    res = gloo_runs["hang"]
+    assert res.run["status"] == "hang"
+    hang = res.findings[0]
+    assert hang.kind == "hang" and hang.severity == "high"
+    assert hang.ranks == [1]
+    assert hang.evidence["op"] == "all_reduce"
+    assert hang.evidence["waiting_ranks"] == [0]
+    line = next(i for i, t in enumerate(HANG.read_text().splitlines(), 1) if "time.sleep(600)" in t)
+    assert hang.location and hang.location.startswith(f"{HANG}:{line}")

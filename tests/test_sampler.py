@@ -1,0 +1,101 @@
+"""Node sampler on this machine (no GPU: NVML absent, host samples only)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from gpudiag import rundir
+from gpudiag.capture.sampler import NO_GPU_NOTICE, Sampler, nvml_or_none
+
+
+def _has_nvml() -> bool:
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    pynvml.nvmlShutdown()
+    return True
+
+
+pytestmark = pytest.mark.skipif(_has_nvml(), reason="these tests cover the no-GPU path")
+
+
+def test_no_gpu_notice_and_host_rows(tmp_path: Path) -> None:
+    worker = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: sum(range(10000))"])
+    try:
+        sampler = Sampler(tmp_path, node=0, interval_s=0.05, pids_provider=lambda: [worker.pid])
+        before = time.time_ns()
+        sampler.start()
+        time.sleep(1.0)
+        sampler.stop()
+        after = time.time_ns()
+    finally:
+        worker.kill()
+        worker.wait()
+    assert sampler.kind == "host"
+    assert sampler.notice == NO_GPU_NOTICE
+    run = rundir.load_run(tmp_path)
+    assert run.gpu_samples.empty
+    assert not (tmp_path / "node0" / "gpu_samples.jsonl").exists()
+    host = run.host_samples
+    assert 5 <= len(host) <= 21, len(host)  # fewer on a loaded machine: it skips, never bursts
+    assert host["t_ns"].is_monotonic_increasing and host["t_ns"].is_unique
+    assert host["t_ns"].between(before, after).all()  # epoch clock, not monotonic
+    assert (host["mem_total"] > host["mem_used"]).all() and (host["mem_used"] > 0).all()
+    assert host["cpu_percent"].between(0, 100).all()
+    # the busy worker is seen: its RSS, and CPU after the first interval
+    assert (host["proc_rss"] > 1_000_000).all()
+    assert host["proc_cpu_percent"].iloc[2:].max() > 5
+
+
+def test_worker_exit_does_not_stop_sampling(tmp_path: Path) -> None:
+    worker = subprocess.Popen([sys.executable, "-c", "pass"])
+    worker.wait()
+    sampler = Sampler(tmp_path, interval_s=0.05, pids_provider=lambda: [worker.pid])
+    sampler.start()
+    time.sleep(0.3)
+    sampler.stop()
+    host = rundir.load_run(tmp_path).host_samples
+    assert len(host) >= 3
+    assert host["proc_rss"].isna().all() or (host["proc_rss"] == 0).all()
+
+
+def test_rows_survive_sampler_process_killed(tmp_path: Path) -> None:
+    script = textwrap.dedent(f"""
+        import time
+        from gpudiag.capture.sampler import Sampler
+        s = Sampler({str(tmp_path)!r}, interval_s=0.02)
+        s.start()
+        print("started", flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "started"
+    path = rundir.table_path(rundir.node_dir(tmp_path, 0), rundir.HOST_SAMPLES)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (not path.exists() or path.stat().st_size < 2000):
+        time.sleep(0.05)
+    proc.kill()  # SIGKILL: no flush, no atexit
+    proc.wait()
+    run = rundir.load_run(tmp_path)
+    assert len(run.host_samples) >= 10
+    assert run.host_samples["t_ns"].is_monotonic_increasing
+    # at most the row being written when killed is torn (and skipped by the reader)
+    assert all("malformed" in w for w in run.warnings), run.warnings
+
+
+def test_unsupported_counter_is_null() -> None:
+    def unsupported() -> int:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    assert nvml_or_none(unsupported) is None
+    assert nvml_or_none(lambda: 7) == 7
+    with pytest.raises(ZeroDivisionError):  # only NVML errors become null
+        nvml_or_none(lambda: 1 / 0)
