@@ -114,7 +114,8 @@ def busbw_figure(summary: pd.DataFrame) -> go.Figure:
     values = pd.to_numeric(values, errors="coerce").dropna()
     # Measured busbw is often orders of magnitude below the link peak: log axis shows both.
     log = len(values) > 0 and bool((values > 0).all()) and values.max() / values.min() > 50
-    fig.update_yaxes(type="log" if log else "linear")
+    if log:
+        fig.update_yaxes(type="log", dtick=1)
     fig.update_layout(title="Bus bandwidth vs link peak", yaxis_title="GB/s", **_LAYOUT)
     return fig
 

@@ -6,9 +6,11 @@ line; a path that does not resolve inside one of those roots is refused.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,10 +20,16 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROOTS = (REPO / "sample_runs", Path("gpudiag_runs"))
 
 # Profiler trace names the analysis package reads (tensorboard_trace_handler, HTA,
-# torchtitan, Megatron): plain or gzipped Chrome-trace JSON.
-_TRACE_NAME = re.compile(r"\.(pt\.trace\.)?json(\.gz)?$")
+# torchtitan, Megatron): plain or gzipped Chrome-trace JSON. Kineto's own name counts as
+# a trace by name (so a damaged one still shows up, with its error); any other *.json
+# must look like a Chrome trace in its first bytes (bench.json, reports are not runs).
+_TRACE_NAME = re.compile(r"\.json(\.gz)?$")
+_KINETO_NAME = re.compile(r"\.pt\.trace\.json(\.gz)?$")
+_TRACE_MARKERS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"')
+_SNIFF_BYTES = 65536
 _NOT_TRACES = {rundir.MANIFEST, rundir.LINT, rundir.HANG_REPORT}
 _FINGERPRINT_MAX_FILES = 5000
+MAX_DEPTH = 2  # a root, its runs, and runs grouped one folder deeper (e.g. a bench)
 
 
 class PathOutsideRoots(ValueError):
@@ -34,12 +42,24 @@ class RunRef:
     path: Path  # resolved
 
 
+def looks_like_trace(path: Path) -> bool:
+    if path.name in _NOT_TRACES or path.name.startswith(".") or not path.is_file():
+        return False
+    if _KINETO_NAME.search(path.name):
+        return True
+    if not _TRACE_NAME.search(path.name):
+        return False
+    try:
+        with (gzip.open if path.name.endswith(".gz") else open)(path, "rb") as fh:
+            head = fh.read(_SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return False
+    return any(marker in head for marker in _TRACE_MARKERS)
+
+
 def _has_trace_files(directory: Path) -> bool:
     try:
-        return any(
-            p.is_file() and _TRACE_NAME.search(p.name) and p.name not in _NOT_TRACES
-            for p in directory.iterdir()
-        )
+        return any(looks_like_trace(p) for p in directory.iterdir())
     except OSError:
         return False
 
@@ -49,27 +69,33 @@ def is_run(directory: Path) -> bool:
     return directory.is_dir() and (rundir.is_run_dir(directory) or _has_trace_files(directory))
 
 
+def _runs_under(directory: Path, depth: int) -> list[Path]:
+    if is_run(directory):
+        return [directory]
+    if depth >= MAX_DEPTH:
+        return []
+    try:
+        children = sorted(p for p in directory.iterdir() if p.is_dir() and p.name[0] != ".")
+    except OSError:
+        return []
+    return [run for child in children for run in _runs_under(child, depth + 1)]
+
+
 def discover_runs(roots: list[Path]) -> list[RunRef]:
-    """Each root that is a run, else the runs directly inside it (sorted by name)."""
+    """Runs under each root (the root itself when it is one), sorted by path; labels are
+    paths relative to the root's parent, e.g. ``sample_runs/ddp2_healthy``."""
     found: list[RunRef] = []
     seen: set[Path] = set()
     for root in roots:
         root = Path(root).resolve()
         if not root.is_dir():
             continue
-        if is_run(root):
-            candidates = [root]
-        else:
-            try:
-                candidates = sorted(p for p in root.iterdir() if p.is_dir() and is_run(p))
-            except OSError:
-                candidates = []
-        for run in candidates:
+        for run in _runs_under(root, 0):
             run = run.resolve()
             if run in seen or not is_inside(run, roots):
                 continue
             seen.add(run)
-            label = run.name if run == root else f"{root.name}/{run.name}"
+            label = run.name if run == root else str(run.relative_to(root.parent))
             found.append(RunRef(label=label, path=run))
     return found
 
@@ -117,7 +143,7 @@ def trace_files(run: Path, roots: list[Path]) -> dict[str, Path]:
     except OSError:
         return files
     for p in entries:
-        if p.is_file() and _TRACE_NAME.search(p.name) and p.name not in _NOT_TRACES:
+        if looks_like_trace(p):
             try:
                 files[p.name] = confine(p, roots)
             except PathOutsideRoots:

@@ -363,7 +363,8 @@ def dataparallel(ctx: ViewContext) -> None:
         if f.kind in DP_FINDINGS:
             st.markdown(f"**[{f.severity}] {f.title}** — {float(f.cost_ms_per_step):.3f} ms/step")
             st.markdown(f"Fix: {f.fix}")
-            st.json(_jsonable(f.evidence), expanded=False)
+            with st.expander("Evidence"):
+                st.json(_jsonable(f.evidence), expanded=True)
     if dp.get("projection_assumptions"):
         with st.expander("How the DDP projection is made"):
             for line in dp["projection_assumptions"]:
@@ -383,13 +384,19 @@ def _mean_step_ms(result: Any) -> float | None:
 
 
 def _default_pair(refs: list[runs.RunRef]) -> tuple[int, int]:
-    """The DP vs DDP bench pair when present, else the first two runs."""
-    names = [r.label.lower() for r in refs]
-    ddp = next((i for i, n in enumerate(names) if "ddp" in n), None)
-    dp = next((i for i, n in enumerate(names) if "dp" in n.replace("ddp", "")), None)
-    if dp is not None and ddp is not None and dp != ddp:
-        return dp, ddp
-    return 0, min(1, len(refs) - 1)
+    """The bench's runs first (a folder with bench.json): DP vs DDP, else single vs DDP;
+    otherwise the first two runs."""
+    bench = [i for i, r in enumerate(refs) if (r.path.parent / "bench.json").is_file()]
+    pool = bench if len(bench) >= 2 else list(range(len(refs)))
+
+    def first(pred: Callable[[str], bool]) -> int | None:
+        return next((i for i in pool if pred(refs[i].path.name.lower())), None)
+
+    ddp = first(lambda n: "ddp" in n)
+    other = first(lambda n: "dp" in n.replace("ddp", "")) or first(lambda n: "single" in n)
+    if ddp is not None and other is not None and ddp != other:
+        return other, ddp
+    return pool[0], pool[min(1, len(pool) - 1)]
 
 
 def compare(ctx: ViewContext) -> None:
@@ -499,7 +506,23 @@ def code(ctx: ViewContext) -> None:
             st.warning(f"{err.get('path')}:{err.get('line')}: {err.get('message')}")
     if items:
         table = lint_table(items, ctx.result.findings)
-        st.dataframe(table, width="stretch", hide_index=True)
+        st.dataframe(
+            table[["code", "rule", "severity", "location", "measured as", "runtime cost ms/step"]],
+            width="stretch",
+            hide_index=True,
+        )
+        for item, row in zip(items, table.itertuples(index=False), strict=True):
+            cost = row[-1]
+            measured = f" — measured: {cost:.3f} ms/step ({row[6]})" if pd.notna(cost) else ""
+            with st.container(border=True):
+                st.markdown(
+                    f"**{row.code} {row.rule}** ({row.severity}) at `{row.location}`{measured}"
+                )
+                st.write(row.message)
+                if item.get("why"):
+                    st.caption(f"Why: {item['why']}")
+                if row.fix:
+                    st.markdown(f"**Fix:** {row.fix}")
         costed = table.dropna(subset=["runtime cost ms/step"])
         if len(costed):
             _chart(

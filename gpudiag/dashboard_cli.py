@@ -8,6 +8,7 @@ forwards the signal, waits for Streamlit to stop, and exits 130 (143 for SIGTERM
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -139,20 +140,33 @@ def main(argv: list[str] | None = None) -> int:
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
+        # Only signal here: waiting inside a handler would deadlock on Popen's wait lock.
         received.append(signum)
-        _stop(proc, signum)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signum)
 
     previous = signal.signal(signal.SIGTERM, forward)
     try:
         if _wait_healthy(proc, url):
             listening = " (listening on all interfaces)" if args.host == "0.0.0.0" else ""
             print(f"gpudiag dashboard: {url}{listening}  (Ctrl-C to stop)", flush=True)
-        code = proc.wait()
+        code = _wait_child(proc, received)
     except KeyboardInterrupt:
         _stop(proc, signal.SIGINT)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
-    if received:
-        return 128 + received[0]
-    return code
+    return 128 + received[0] if received else code
+
+
+def _wait_child(proc: subprocess.Popen, received: list[int]) -> int:
+    """The child's exit code; killed when it outlives a forwarded signal by STOP_TIMEOUT_S."""
+    signalled_at: float | None = None
+    while True:
+        try:
+            return proc.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            if received and signalled_at is None:
+                signalled_at = time.monotonic()
+            if signalled_at is not None and time.monotonic() - signalled_at > STOP_TIMEOUT_S:
+                proc.kill()

@@ -143,6 +143,15 @@ class JsonlWriter:
             self._fh.write(line)
             self._fh.flush()
 
+    def write_text(self, line: str) -> None:
+        """Append one row already serialised as a JSON object ending in a newline: the
+        hot-path form (a per-step row formatted directly costs ~1 µs, json.dumps ~10)."""
+        with self._lock:
+            if self._fh is None:
+                return
+            self._fh.write(line)
+            self._fh.flush()
+
     def write_many(self, rows: Iterable[dict[str, Any]]) -> None:
         text = "".join(dumps_line(r) for r in rows)
         if not text:

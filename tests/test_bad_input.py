@@ -149,14 +149,17 @@ def test_several_gb_trace_is_refused_with_bounded_memory(
     env = dict(os.environ, GPUDIAG_MAX_TRACE_BYTES=str(256 << 20))
     proc = subprocess.run(
         [sys.executable, "-c", HUGE_SCRIPT, str(ok), str(huge)],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
     count, peak_mib = (int(x) for x in lines[0].split())
     assert count == 1  # the good rank is still analysed
     assert peak_mib < 900, f"peak RSS {peak_mib} MiB"
-    assert any(l.startswith(str(huge)) and "refused" in l for l in lines[1:]), lines
+    assert any(x.startswith(str(huge)) and "refused" in x for x in lines[1:]), lines
 
 
 # --------------------------------------------------------------------------- hypothesis
@@ -177,7 +180,10 @@ def small_doc(shared_traces: Path) -> dict:
 
 
 _WEIRD = st.one_of(
-    st.none(), st.booleans(), st.text(max_size=5), st.lists(st.integers(), max_size=2),
+    st.none(),
+    st.booleans(),
+    st.text(max_size=5),
+    st.lists(st.integers(), max_size=2),
     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
     st.sampled_from([2**63 - 1, -(2**63), 10**18, 1e308, -1e308, -5, -0.5, 0, 1.5e15]),
     st.floats(allow_nan=True, allow_infinity=True),
@@ -191,8 +197,15 @@ def mutations(draw: st.DrawFn) -> list[tuple]:
     ops = []
     for _ in range(draw(st.integers(1, 8))):
         what = draw(st.sampled_from(["drop", "set", "arg", "negdur", "nandur", "top"]))
-        ops.append((what, draw(st.integers(0, 10**6)), draw(st.sampled_from(_KEYS)),
-                    draw(st.sampled_from(_ARG_KEYS)), draw(_WEIRD)))
+        ops.append(
+            (
+                what,
+                draw(st.integers(0, 10**6)),
+                draw(st.sampled_from(_KEYS)),
+                draw(st.sampled_from(_ARG_KEYS)),
+                draw(_WEIRD),
+            )
+        )
     return ops
 
 
@@ -211,7 +224,9 @@ def _mutate(doc: dict, ops: list[tuple]) -> tuple[dict, bool]:
             if isinstance(ev["args"], dict):
                 ev["args"][arg] = value
         elif what == "negdur":
-            ev["dur"] = -abs(float(ev.get("dur", 1) or 1) if isinstance(ev.get("dur"), (int, float)) else 1)
+            ev["dur"] = -abs(
+                float(ev.get("dur", 1) or 1) if isinstance(ev.get("dur"), (int, float)) else 1
+            )
         elif what == "nandur":
             ev["dur"] = math.nan
             nan_literal = True
@@ -220,7 +235,9 @@ def _mutate(doc: dict, ops: list[tuple]) -> tuple[dict, bool]:
     return doc, nan_literal
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(ops=mutations(), cut=st.one_of(st.none(), st.floats(0.0, 1.0)), gz=st.booleans())
 def test_mutated_traces_never_crash(small_doc: dict, tmp_path: Path, ops, cut, gz) -> None:
     doc, _ = _mutate(small_doc, ops)

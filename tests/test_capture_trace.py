@@ -352,6 +352,7 @@ def test_crash_in_rank1_status_failed_rank_and_traceback(ddp_crash: Traced) -> N
     assert m["failure"]["exc_type"] == "RuntimeError"
     assert "injected crash on rank 1 at step 6" in m["failure"]["message"]
     assert "capture_ddp_mlp.py" in m["failure"]["traceback"]
+    assert "runpy" not in m["failure"]["traceback"]  # starts at the script, like python's own
     assert "rank 1 failed" in ddp_crash.stderr
 
 
@@ -401,6 +402,14 @@ def test_single_process_args_and_exit_code(single_ok: Traced) -> None:
     assert m["status"] == "ok" and m["world_size"] == 1
     assert m["launch"]["torchrun"] is False
     assert m["argv"] == ["--steps", "4", "--label", "a b", "--out", "x", "--log", log]
+
+
+def test_lint_result_recorded_for_the_script(single_ok: Traced) -> None:
+    pytest.importorskip("gpudiag.lint", reason="lint engineer's linter")
+    lint = rundir.load_run(single_ok.run).lint
+    assert lint is not None and lint["tool"] == "gpudiag lint"
+    assert lint["files"] and lint["files"][0].endswith("capture_single.py")
+    assert lint["errors"] == []
 
 
 def test_script_threads_joined_and_open_files_flushed(single_ok: Traced) -> None:

@@ -56,6 +56,12 @@ def test_usage_error_is_one_line_and_exit_2(
     assert "Traceback" not in err
 
 
+def test_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert launcher.main(["--help"]) == 0
+    assert "--profile-steps" in capsys.readouterr().out
+    assert launcher.main([]) == 2
+
+
 def test_existing_run_dir_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     script = tmp_path / "t.py"
     script.write_text("")

@@ -138,7 +138,7 @@ def test_analyze_does_not_import_torch_rich_or_plotly(shared_traces):
 
 
 def test_compare_two_trace_sets(shared_traces, gpudiag):
-    a, b = shared_traces / "param_dlrm_ddp8", shared_traces / "tracelens_mi300_ddp"
+    a, b = shared_traces / "hta_sampled_2of128", shared_traces / "tracelens_b200_vllm"
     proc = gpudiag("compare", "--json", str(a), str(b))
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)

@@ -13,8 +13,8 @@ import coll_launch  # noqa: E402
 
 from gpudiag import rundir  # noqa: E402
 
-STEPS = 10  # steps on the hooked model; then 3 on DDP's default path and 3 hooked again
-TRAIN_STEPS = STEPS + 6
+STEPS = 10  # steps on the hooked model; then 3 on DDP's default path, 3 hooked again,
+TRAIN_STEPS = STEPS + 8  # and 2 with the user's own comm hook
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def test_bucket_allreduces_add_up_to_gradient_bytes(recorded: dict) -> None:
         assert (per_step == grad_bytes).all(), per_step
         assert (buckets["dtype"] == "float32").all()
         # each model's first step has one bucket; after DDP rebuilds them, two
-        first_steps = {0, STEPS, STEPS + 3}
+        first_steps = {0, STEPS, STEPS + 3, STEPS + 6}
         counts = buckets.groupby("step").size()
         assert (counts.loc[sorted(first_steps)] == 1).all()
         assert (counts.drop(sorted(first_steps)) == 2).all()
@@ -75,6 +75,17 @@ def test_completion_times_after_enqueue_for_timed_collectives(recorded: dict) ->
         # the steps on DDP's C++ default path have no Python hook: FR only, no times
         untimed = c[(c["op"] == "all_reduce") & c["time_source"].isna()]
         assert set(untimed["step"]) == {STEPS, STEPS + 1, STEPS + 2}
+
+
+def test_user_comm_hook_timed(recorded: dict) -> None:
+    for rank in (0, 1):
+        c = _rank(recorded, rank)
+        user = c[c["time_source"] == "user_comm_hook"]
+        assert set(user["step"]) == {STEPS + 6, STEPS + 7}
+        assert len(user) == 3  # one bucket, then two after the rebuild
+        assert (user["end_ns"] > user["enqueue_ns"]).all()
+    stats = recorded["data"].ddp_stats
+    assert set(stats[stats["model"] == 3]["comm_hook"]) == {"allreduce_hook"}
 
 
 def test_user_collectives_recorded_with_their_seq(recorded: dict) -> None:
@@ -113,6 +124,9 @@ def test_seq_predicted_before_issue_matches_flight_recorder(recorded: dict) -> N
         assert all(r["pg_name"] is not None and r["seq"] >= 1 for r in rows)
         user = [r for r in rows if r["source"] == "dist"]
         assert all("coll_harness.py" in r["callsite"] for r in user)
+        # bucket all-reduces point at the user's backward() line
+        hooked = {r["callsite"] for r in rows if r["source"] == "ddp_hook"}
+        assert len(hooked) == 1 and "coll_harness.py" in hooked.pop()
 
 
 def test_comm_hook_bit_identical_to_ddp_default(recorded: dict) -> None:
@@ -131,7 +145,7 @@ def test_ddp_stats_rows(recorded: dict) -> None:
         assert (later["avg_backward_comm_time"] > 0).all()
         assert (later["avg_forward_compute_time"] > 0).all()
         assert sum(later["rebuilt_bucket_sizes"].iloc[-1]) == grad_bytes
-        assert (s["comm_hook"] == "allreduce_hook").all()
+        assert (s["comm_hook"] == "timed_allreduce_hook").all()  # gpudiag's, on gloo
 
 
 def test_summary_totals_match_table(recorded: dict) -> None:
@@ -142,6 +156,17 @@ def test_summary_totals_match_table(recorded: dict) -> None:
         for entry in summary["collectives"]:
             count, nbytes = totals.loc[(entry["op"], entry["pg_name"])]
             assert (entry["count"], entry["bytes"]) == (count, nbytes)
+        path = rundir.table_path(rundir.rank_dir(recorded["run"], rank), rundir.COLLECTIVE_TIMES)
+        world = recorded["results"][0]["world_pg_name"]
+        timed = [
+            t
+            for t in rundir.iter_jsonl(path)
+            if (t["op"], t["pg_name"]) == ("all_reduce", world) and t["end_ns"]
+        ]
+        entry = next(
+            e for e in summary["collectives"] if (e["op"], e["pg_name"]) == ("all_reduce", world)
+        )
+        assert entry["known_time_ns"] == sum(t["end_ns"] - t["call_ns"] for t in timed) > 0
         assert summary["fr_lost_records"] == 0
         assert summary["fr_dumps"] >= 2
 

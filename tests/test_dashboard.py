@@ -20,14 +20,17 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboards import runs as dash_runs
-from dashboards import views
-from gpudiag import dashboard_cli
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # dashboards/ and tests/browser/ are not installed packages
+
+from dashboards import runs as dash_runs  # noqa: E402
+from dashboards import views  # noqa: E402
+from gpudiag import dashboard_cli  # noqa: E402
+
 APP = REPO / "dashboards" / "app.py"
 SCRIPT = REPO / "tests" / "scripts" / "capture_ddp_mlp.py"
 ARTIFACTS = REPO / "tests" / "_artifacts"
+SAMPLE_RUNS = REPO / "sample_runs"
 RENDER_FAILED = "could not render"
 VIEWS = list(views.VIEWS)
 
@@ -38,11 +41,26 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _record(out: Path, *extra: str) -> None:
+DP_CPU_SCRIPT = """
+import torch
+from torch import nn
+
+model = nn.DataParallel(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(8):
+    loss = nn.functional.mse_loss(model(torch.randn(32, 64)), torch.randn(32, 8))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def _record(out: Path, *extra: str, script: Path = SCRIPT, ranks: int = 2) -> None:
+    script_args = ["--steps", "8"] if script == SCRIPT else []
     cmd = [
-        sys.executable, "-m", "gpudiag", "trace", "--nproc-per-node", "2",
+        sys.executable, "-m", "gpudiag", "trace", "--nproc-per-node", str(ranks),
         "--master-port", str(_free_port()), "--out", str(out), *extra,
-        str(SCRIPT), "--steps", "8",
+        str(script), *script_args,
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -50,11 +68,14 @@ def _record(out: Path, *extra: str) -> None:
 
 @pytest.fixture(scope="session")
 def runs_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """runs/ddp (profiled), runs/ddp_noprofile, runs/broken (a damaged copy of ddp),
-    runs/unreadable (one trace file that is not JSON)."""
+    """runs/ddp (profiled), runs/ddp_noprofile, runs/dp_cpu (nn.DataParallel on CPU, one
+    process), runs/broken (a damaged copy of ddp), runs/unreadable (a trace that is not JSON)."""
     root = tmp_path_factory.mktemp("runs")
     _record(root / "ddp", "--profile-steps", "3-6")
     _record(root / "ddp_noprofile", "--no-profile", "--no-lint")
+    dp_script = tmp_path_factory.mktemp("scripts") / "dp_cpu.py"
+    dp_script.write_text(DP_CPU_SCRIPT)
+    _record(root / "dp_cpu", "--profile-steps", "3-6", script=dp_script, ranks=1)
     broken = root / "broken"
     shutil.copytree(root / "ddp", broken)
     (broken / "manifest.json").write_text("{not json")
@@ -75,6 +96,7 @@ def analyzed(runs_root: Path, shared_traces: Path) -> dict[str, object]:
     return {
         "ddp": analyze(runs_root / "ddp"),
         "ddp_noprofile": analyze(runs_root / "ddp_noprofile"),
+        "dp_cpu": analyze(runs_root / "dp_cpu"),
         "dlrm8": analyze(shared_traces / "param_dlrm_ddp8"),
     }
 
@@ -124,7 +146,7 @@ def test_runs_are_discovered_and_paths_confined(runs_root: Path, tmp_path: Path)
     try:
         refs = dash_runs.discover_runs([runs_root])
         labels = {r.label.split("/")[-1] for r in refs}
-        assert {"ddp", "ddp_noprofile", "broken", "unreadable"} <= labels
+        assert {"ddp", "ddp_noprofile", "dp_cpu", "broken", "unreadable"} <= labels
         assert "escape" not in labels  # resolves outside the root
         with pytest.raises(dash_runs.PathOutsideRoots):
             dash_runs.confine(runs_root / "ddp" / ".." / ".." / "..", [runs_root])
@@ -157,9 +179,10 @@ def test_query_param_outside_roots_is_refused(
 def test_every_view_renders_every_run(
     monkeypatch: pytest.MonkeyPatch, runs_root: Path, shared_traces: Path
 ) -> None:
-    at = _app(monkeypatch, [runs_root, shared_traces])
+    samples = [SAMPLE_RUNS] if dash_runs.discover_runs([SAMPLE_RUNS]) else []
+    at = _app(monkeypatch, [runs_root, shared_traces, *samples])
     options = at.sidebar.selectbox(key="run").options
-    assert len(options) >= 4 + 6
+    assert len(options) >= 5 + 6 + len(dash_runs.discover_runs(samples))
     for run in options:
         at.sidebar.selectbox(key="run").set_value(run).run()
         for name in VIEWS:
@@ -209,7 +232,7 @@ def test_timeline_draws_the_analysis_intervals(
     assert drawn == len(expected) > 100
     ticks = spec["layout"]["yaxis"]["ticktext"]
     assert "rank 7 · communication" in ticks and "rank 0 · compute" in ticks
-    assert spec["data"][0]["type"] == "scattergl"
+    assert {t["type"] for t in spec["data"]} == {"scatter"}
     # A smaller budget gives fewer (merged) intervals, never more than asked.
     at.select_slider[0].set_value(1000).run()
     lines = [t for t in _specs(at)[0]["data"] if t["mode"] == "lines"]
@@ -260,6 +283,9 @@ def test_host_metrics_code_and_compare(
     assert lint["location"].tolist() == [f"{f['path']}:{f['line']}" for f in expected]
 
     _view(at, "Compare")
+    # Default pair: the DataParallel run against the DDP run.
+    assert at.selectbox(key="compare_a").value == _label(runs_root, "dp_cpu")
+    assert at.selectbox(key="compare_b").value == _label(runs_root, "ddp")
     at.selectbox(key="compare_a").set_value(_label(runs_root, "ddp")).run()
     at.selectbox(key="compare_b").set_value(_label(runs_root, "ddp_noprofile")).run()
     from gpudiag.analysis.compare import compare
@@ -268,6 +294,23 @@ def test_host_metrics_code_and_compare(
     shown = at.dataframe[0].value
     assert shown["metric"].tolist() == table["metric"].tolist()
     assert shown["B − A"].tolist() == pytest.approx(table["delta"].round(3).tolist(), nan_ok=True)
+
+
+def test_dataparallel_view_on_a_real_cpu_dataparallel_run(
+    monkeypatch: pytest.MonkeyPatch, runs_root: Path, analyzed: dict
+) -> None:
+    at = _view(_app(monkeypatch, [runs_root], run=_label(runs_root, "dp_cpu")), "DataParallel")
+    dp = analyzed["dp_cpu"].dataparallel
+    assert dp and dp["on_cpu"]
+    assert any("DataParallel ran on CPU" in w.value for w in at.warning)
+    assert _metric(at, "forward ms/step") == f"{dp['forward_ms_per_step']:,.3f}"
+    stages = next(t for t in _specs(at)[0]["data"] if t["type"] == "bar")
+    assert list(stages["x"]) == list(dp["stage_ms_per_step"])
+    on_cpu = next(f for f in analyzed["dp_cpu"].findings if f.kind == "dp_on_cpu")
+    assert any(on_cpu.title in m.value for m in at.markdown)
+    # The DDP run is not DataParallel: the view says so instead of drawing zeros.
+    at.sidebar.selectbox(key="run").set_value(_label(runs_root, "ddp")).run()
+    assert any("Not a torch.nn.DataParallel run" in i.value for i in at.info)
 
 
 def test_run_without_traces_shows_its_step_table(
@@ -310,6 +353,16 @@ def test_cli_command_and_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFix
     assert dashboard_cli._parser().parse_args([]).host == "127.0.0.1"
 
 
+def test_cli_default_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert tmp_path / "gpudiag_runs" not in dashboard_cli.default_runs()
+    (tmp_path / "gpudiag_runs").mkdir()
+    defaults = dashboard_cli.default_runs()
+    assert tmp_path / "gpudiag_runs" in defaults
+    assert all(p.is_dir() for p in defaults)
+    assert (REPO / "sample_runs" in defaults) == SAMPLE_RUNS.is_dir()
+
+
 # --------------------------------------------------------------------------- browser
 
 
@@ -325,6 +378,7 @@ def test_browser_every_view_and_ctrl_c(runs_root: Path, shared_traces: Path) -> 
             for run, visit, charted in (
                 ("traces/param_dlrm_ddp8", VIEWS, set(VIEWS) - {"DataParallel", "Code"}),
                 (_label(runs_root, "ddp"), ["Timeline", "GPU metrics", "Code"], {"Timeline"}),
+                (_label(runs_root, "dp_cpu"), ["DataParallel"], {"DataParallel"}),
             ):
                 page.goto(browser.view_url(server.url, run, "Overview"))
                 browser.wait_idle(page)

@@ -239,3 +239,26 @@ def test_findings_on_the_real_gpu_traces(shared_traces):
     exposed = next(f for f in megatron.findings if f.kind == "exposed_communication")
     assert exposed.severity == "high" and exposed.ranks == list(range(8))
     assert "no_amp" not in {f.kind for f in megatron.findings}  # fp16 Megatron
+
+
+def test_location_comes_from_gpudiag_lint(tmp_path):
+    import subprocess
+    import sys
+
+    from gpudiag.analysis.findings import location_from_lint
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n\nmodel = torch.nn.Linear(2, 2)\nmodel = torch.nn.DataParallel(model)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "lint", "--format", "json", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    lint = json.loads(proc.stdout)
+    assert location_from_lint("dp_on_cpu", lint) == f"{script}:4"
+    assert location_from_lint("dataparallel_overhead", lint) == f"{script}:4"
+    assert location_from_lint("dataloader_stall", lint) is None

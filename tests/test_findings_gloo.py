@@ -31,6 +31,12 @@ JOBS: dict[str, tuple[int, list[str], list[str]]] = {
         ["--profile-steps", "3-8"],
         ["--steps", "10", "--batch", "64", "--width", "128", "--slow-rank", "2", "--slow-ms", "50"],
     ),
+    # --no-profile: no traces; everything from the run's steps and collectives tables
+    "slow_rank_no_profile": (
+        4,
+        ["--no-profile"],
+        ["--steps", "10", "--batch", "64", "--width", "128", "--slow-rank", "1", "--slow-ms", "50"],
+    ),
     "slow_data": (
         2,
         ["--profile-steps", "3-8"],
@@ -94,6 +100,16 @@ def test_slow_rank_is_named_as_the_only_straggler(gloo_runs):
     )
 
 
+def test_straggler_without_traces_from_the_run_tables(gloo_runs):
+    res = gloo_runs["slow_rank_no_profile"]
+    assert res.run["traced_ranks"] == [] and res.run["steps_analysed"] == 10
+    straggler = _kinds(res)["straggler"]
+    assert straggler.ranks == [1]
+    assert 20 < straggler.cost_ms_per_step < 80
+    assert set(res.collective_summary["op"]) >= {"all_reduce"}
+    assert len(res.ranks) == 4 and (res.ranks["step_ms_mean"] > 50).all()
+
+
 def test_slow_dataloader_gives_dataloader_stall(gloo_runs):
     res = gloo_runs["slow_data"]
     stall = _kinds(res)["dataloader_stall"]
@@ -124,6 +140,8 @@ def test_unmodified_run_has_no_high_finding(gloo_runs):
 
 def test_breakdown_components_sum_to_step_time(gloo_runs):
     for name in JOBS:
+        if name.endswith("no_profile"):
+            continue
         b = gloo_runs[name].breakdown
         parts = b[["compute", "comm_overlapped", "comm_exposed", "data_loading", "idle", "other"]]
         assert ((parts.sum(axis=1) - b["step_ms"]).abs() < 0.01).all(), name

@@ -126,13 +126,28 @@ def test_full_comm_args_on_kernels(loaded) -> None:
 @pytest.mark.parametrize(
     ("name", "op"),
     [
-        ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "all_reduce"),
+        (
+            "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+            "all_reduce",
+        ),
         ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "all_gather"),
-        ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "reduce_scatter"),
-        ("ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "broadcast"),
-        ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "send_recv"),
+        (
+            "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+            "reduce_scatter",
+        ),
+        (
+            "ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+            "broadcast",
+        ),
+        (
+            "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+            "send_recv",
+        ),
         ("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", None),
-        ("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*)", "all_reduce"),
+        (
+            "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*)",
+            "all_reduce",
+        ),
     ],
 )
 def test_classifier_every_kernel_naming(name: str, op: str | None) -> None:
@@ -154,9 +169,13 @@ def test_classifier_cpu_side_and_compute() -> None:
     assert cls.classify_one(name, "user_annotation") == "dataloader"
     assert cls.classify_one("Optimizer.step#SGD.step", "user_annotation") == "optimizer"
     for raw, op in [
-        ("c10d::_allgather_base_", "all_gather"), ("allreduce", "all_reduce"),
-        ("_reduce_scatter_base", "reduce_scatter"), ("c10d::alltoall_base_", "all_to_all"),
-        ("nccl:_all_gather_base", "all_gather"), ("wait", None), ("c10d::barrier", "barrier"),
+        ("c10d::_allgather_base_", "all_gather"),
+        ("allreduce", "all_reduce"),
+        ("_reduce_scatter_base", "reduce_scatter"),
+        ("c10d::alltoall_base_", "all_to_all"),
+        ("nccl:_all_gather_base", "all_gather"),
+        ("wait", None),
+        ("c10d::barrier", "barrier"),
     ]:
         assert cls.normalise_op(raw) == op, raw
 
@@ -202,11 +221,17 @@ def test_foreign_layouts_without_distributed_info(shared_traces: Path, tmp_path:
         for doc, name, z in zip(docs, names, gz, strict=True):
             _write(d / name, doc, z)
     titan = load_traces(find_traces(tmp_path / "titan"), warnings=[])
-    assert [(t.meta.rank, t.meta.rank_source) for t in titan] == [(0, "file name"), (1, "file name")]
+    assert [(t.meta.rank, t.meta.rank_source) for t in titan] == [
+        (0, "file name"),
+        (1, "file name"),
+    ]
     hta_warnings: list[str] = []
     hta = load_traces(find_traces(tmp_path / "hta"), warnings=hta_warnings)
     # rank-1.json.gz holds what was rank 0: the file name wins when distributedInfo is gone
-    assert {t.meta.rank: len(t.events) for t in hta} == {1: len(titan[0].events), 0: len(titan[1].events)}
+    assert {t.meta.rank: len(t.events) for t in hta} == {
+        1: len(titan[0].events),
+        0: len(titan[1].events),
+    }
     tb_warnings: list[str] = []
     tb = load_traces(find_traces(tmp_path / "tb"), warnings=tb_warnings)  # one level down
     assert [t.meta.rank_source for t in tb] == ["order", "order"]
@@ -217,7 +242,9 @@ def test_run_directory_layout(shared_traces: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     (run / "traces").mkdir(parents=True)
     (run / "rank0").mkdir()
-    for src, rank in zip(sorted((shared_traces / "param_dlrm_ddp8").glob("*.gz"))[:2], (0, 1), strict=True):
+    for src, rank in zip(
+        sorted((shared_traces / "param_dlrm_ddp8").glob("*.gz"))[:2], (0, 1), strict=True
+    ):
         shutil.copy(src, run / "traces" / f"rank{rank}.pt.trace.json.gz")
     (run / "manifest.json").write_text("{}")
     found = find_traces(run)

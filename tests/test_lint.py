@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -358,6 +359,35 @@ def train(model, loader, optimizer, scheduler, epochs):
 # ---------------------------------------------------------------- --diff
 
 
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def apply_unified_diff(original: str, diff: str) -> str:
+    """Apply a unified diff strictly: every context and removed line must match exactly."""
+    old_lines = original.splitlines(keepends=True)
+    new_lines: list[str] = []
+    position = 0
+    lines = diff.splitlines(keepends=True)[2:]
+    index = 0
+    while index < len(lines):
+        match = _HUNK.match(lines[index])
+        assert match, f"not a hunk header: {lines[index]!r}"
+        start = int(match.group(1)) - (0 if match.group(2) == "0" else 1)
+        assert start >= position
+        new_lines += old_lines[position:start]
+        position = start
+        index += 1
+        while index < len(lines) and not lines[index].startswith("@@"):
+            tag, text = lines[index][0], lines[index][1:]
+            if tag in " -":
+                assert old_lines[position] == text, (position, old_lines[position], text)
+                position += 1
+            if tag in " +":
+                new_lines.append(text)
+            index += 1
+    return "".join(new_lines + old_lines[position:])
+
+
 def run_diff(path: Path) -> tuple[int, str, str]:
     process = subprocess.run(
         [sys.executable, "-m", "gpudiag", "lint", "--diff", path.name],
@@ -409,14 +439,17 @@ def test_diff_applies_and_removes_the_dataparallel_finding(tmp_path: Path, name:
     code, diff, err = run_diff(source)
     assert code == 1, err
     assert diff.startswith(f"--- a/{name}\n+++ b/{name}\n")
-    check = subprocess.run(
-        ["patch", "-p1", "--dry-run"], input=diff, cwd=tmp_path, capture_output=True, text=True
-    )
-    assert check.returncode == 0, check.stdout + check.stderr
-    subprocess.run(
-        ["patch", "-p1"], input=diff, cwd=tmp_path, check=True, capture_output=True, text=True
-    )
-    rewritten = source.read_text()
+    rewritten = apply_unified_diff(original, diff)
+    if shutil.which("patch"):  # and GNU patch agrees, where it is installed
+        check = subprocess.run(
+            ["patch", "-p1", "--dry-run"], input=diff, cwd=tmp_path, capture_output=True, text=True
+        )
+        assert check.returncode == 0, check.stdout + check.stderr
+        subprocess.run(
+            ["patch", "-p1"], input=diff.encode(), cwd=tmp_path, check=True, capture_output=True
+        )
+        assert source.read_text() == rewritten
+    source.write_text(rewritten)
     assert rewritten != original
     tree = ast.parse(rewritten)
     calls = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
@@ -465,6 +498,7 @@ def test_diff_keeps_sequential_order_when_loader_did_not_shuffle(tmp_path: Path)
         ("a = torch.nn.DataParallel(a)\nb = torch.nn.DataParallel(b)\n", "more than one"),
         ("model = torch.nn.DataParallel(model, dim=1)\n", "only `model = nn.DataParallel"),
         ("dist.init_process_group('nccl')\nmodel = torch.nn.DataParallel(model)\n", "already"),
+        ("model = torch.nn.DataParallel(model)\nimport numpy\n", "imports follow"),
     ],
 )
 def test_diff_refuses_unsafe_patterns(tmp_path: Path, snippet: str, reason: str) -> None:
@@ -486,3 +520,17 @@ def test_docs_describe_every_rule() -> None:
         assert len(section) == 2, f"docs/lint.md has no section for {rule.code}"
         body = section[1].split("\n### ", 1)[0]
         assert "Fires when:" in body and rule.why in body and rule.fix in body
+
+
+def test_linting_imports_neither_torch_nor_the_linted_code() -> None:
+    script = (
+        "import sys; from gpudiag.lint.cli import main; "
+        f"code = main(['--format', 'json', {str(CASES / 'lm_finetune.py')!r}]); "
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules; "
+        "sys.exit(code)"
+    )
+    process = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert process.returncode == 1, process.stderr
+    assert json.loads(process.stdout)["counts"]["GD602"] == 1

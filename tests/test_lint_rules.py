@@ -75,8 +75,9 @@ def test_realistic_script_gives_exactly_the_marked_findings(name: str) -> None:
     assert found(path) == marks
 
 
-def test_clean_ddp_script_has_no_finding() -> None:
-    result = lint_paths([CASES / "clean_ddp.py"])
+@pytest.mark.parametrize("name", ["clean_ddp.py", "clean_ddp_cpu.py"])
+def test_clean_ddp_script_has_no_finding(name: str) -> None:
+    result = lint_paths([CASES / name])
     assert result.findings == [] and result.errors == []
     assert result.ok
 

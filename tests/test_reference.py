@@ -211,36 +211,27 @@ def test_only_the_named_rank_is_slowed() -> None:
     assert reference.slow_forward_s(reference.parse_args([]), 0) == 0.0
 
 
-def test_dataparallel_without_cuda_refuses_clearly() -> None:
+def test_dataparallel_without_cuda_refuses_clearly(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     if torch.cuda.is_available():
         pytest.skip("CUDA present: DataParallel runs here")
-    proc = _run([sys.executable, "-m", "gpudiag.reference", "--mode", "dp", "--steps", "2"])
-    assert proc.returncode == 2
-    assert "--mode dp needs CUDA devices" in proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert proc.stdout == ""
+    assert reference.main(["--mode", "dp", "--steps", "2", "--report-dir", str(tmp_path)]) == 2
+    out = capsys.readouterr()
+    assert "--mode dp needs CUDA devices" in out.err and len(out.err.strip().splitlines()) == 1
+    assert out.out == ""
+    assert not list(tmp_path.iterdir())  # nothing trained, nothing reported
 
 
-def test_dataparallel_cpu_fallback_says_it_is_single_device(tmp_path: Path) -> None:
+def test_dataparallel_cpu_fallback_says_it_is_single_device(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     if torch.cuda.is_available():
         pytest.skip("CUDA present: DataParallel runs here")
-    proc = _run(
-        [
-            sys.executable,
-            "-m",
-            "gpudiag.reference",
-            "--mode",
-            "dp",
-            "--allow-cpu-fallback",
-            "--steps",
-            "3",
-            "--report-dir",
-            str(tmp_path),
-            "--quiet",
-        ]
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "SINGLE-DEVICE" in proc.stderr and "not DP numbers" in proc.stderr
+    argv = ["--mode", "dp", "--allow-cpu-fallback", "--steps", "3", "--quiet"]
+    assert reference.main([*argv, "--report-dir", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "SINGLE-DEVICE" in err and "not DP numbers" in err
     assert _reports(tmp_path)[0]["mode"] == "single"
 
 

@@ -12,7 +12,7 @@ import pynvml
 import pytest
 
 from gpudiag import rundir
-from gpudiag.capture.sampler import NO_GPU_NOTICE, Sampler, nvml_or_none
+from gpudiag.capture.sampler import NO_GPU_NOTICE, Sampler, nvlink_rates, nvml_or_none
 
 
 def _has_nvml() -> bool:
@@ -99,3 +99,22 @@ def test_unsupported_counter_is_null() -> None:
     assert nvml_or_none(lambda: 7) == 7
     with pytest.raises(ZeroDivisionError):  # only NVML errors become null
         nvml_or_none(lambda: 1 / 0)
+
+
+def _fields(t_us: int, tx_kib: int, rx_kib: int, status: int = 0) -> object:
+    """NVML's own field-value structs, filled as nvmlDeviceGetFieldValues fills them."""
+    values = (pynvml.c_nvmlFieldValue_t * 2)()
+    for field, kib in zip(values, (tx_kib, rx_kib), strict=True):
+        field.nvmlReturn, field.valueType, field.timestamp = status, 3, t_us
+        field.value.ullVal = kib
+    return values
+
+
+def test_nvlink_rate_from_cumulative_counters() -> None:
+    prev: dict[int, tuple] = {}
+    assert nvlink_rates(_fields(1_000_000, 5_000, 7_000), 0, prev) == (None, None)  # first
+    assert nvlink_rates(_fields(1_250_000, 6_000, 7_000), 0, prev) == (4000.0, 0.0)
+    # a GPU without NVLink reports an error per field: null, never an exception
+    unsupported = _fields(1_500_000, 0, 0, status=pynvml.NVML_ERROR_NOT_SUPPORTED)
+    assert nvlink_rates(unsupported, 1, prev) == (None, None)
+    assert nvlink_rates(None, 2, prev) == (None, None)

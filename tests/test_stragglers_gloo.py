@@ -90,9 +90,19 @@ def record_gloo_run(out: Path, slow_rank: int, steps: int = STEPS) -> Path:
     script.write_text(WORKER)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-        str(script), str(out), str(slow_rank), str(steps),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(_free_port()),
+        str(script),
+        str(out),
+        str(slow_rank),
+        str(steps),
     ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -171,3 +181,24 @@ def test_collectives_buckets_and_stall(slowed_run: list[RankTrace]) -> None:
     stall = comms.allreduce_stall(slowed_run, table).groupby("rank")["stall_ms"].mean()
     assert stall[0] > 0.6 * SLOW_MS  # rank 0 waits for the slow rank's buckets
     assert stall[1] < stall[0] / 3
+
+
+def test_comm_per_step_equals_tb_profiler_on_gloo(slowed_run: list[RankTrace]) -> None:
+    """torch-tb-profiler's distributed view counts gloo:* spans as Communication."""
+    data = pytest.importorskip("torch_tb_profiler.profiler.data")
+    import json
+    import logging
+
+    logging.getLogger("torch_tb_profiler").setLevel(logging.ERROR)
+    per_step = comms.comm_per_step(slowed_run)
+    for t in slowed_run:
+        doc = json.loads(t.meta.path.read_bytes())
+        profile = data.RunProfileData.from_json("w", "s", doc)
+        tb = {
+            int(n): c.communication / 1000
+            for n, c in zip(profile.steps_names, profile.comm_overlap_costs, strict=True)
+        }
+        ours = per_step[per_step["rank"] == t.meta.rank]
+        assert len(ours) == STEPS
+        for step, ms in zip(ours["step"], ours["comm_ms"], strict=True):
+            assert abs(ms - tb[step]) < 0.01, (t.meta.rank, step, ms, tb[step])

@@ -233,8 +233,23 @@ def classify_one(name: str, cat: str) -> str:
 
 def classify(names: pd.Series, cats: pd.Series) -> pd.Categorical:
     """``kind`` for every event; one Python call per distinct (name, cat) pair."""
-    codes, uniques = pd.factorize(pd.MultiIndex.from_arrays([names.astype(str), cats.astype(str)]))
-    kinds = np.array([classify_one(n, c) for n, c in uniques], dtype=object)
-    if len(codes) == 0:
+    if len(names) == 0:
         return pd.Categorical([], categories=KINDS)
-    return pd.Categorical(kinds[codes], categories=KINDS)
+    names = names.astype("category")
+    cats = cats.astype("category")
+    n_codes = names.cat.codes.to_numpy().astype(np.int64)
+    c_codes = cats.cat.codes.to_numpy().astype(np.int64)
+    pair = n_codes * (len(cats.cat.categories) + 1) + c_codes
+    uniq, inverse = np.unique(pair, return_inverse=True)
+    name_cats = names.cat.categories
+    cat_cats = cats.cat.categories
+    width = len(cat_cats) + 1
+    kind_codes = np.array(
+        [
+            KINDS.index(classify_one(str(name_cats[p // width]), str(cat_cats[p % width])))
+            for p in uniq
+        ],
+        dtype=np.int8,
+    )
+    categories = pd.Index(KINDS, dtype=object)
+    return pd.Categorical.from_codes(kind_codes[inverse.ravel()], categories=categories)

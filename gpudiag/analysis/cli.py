@@ -40,10 +40,22 @@ def _analyze_parser() -> argparse.ArgumentParser:
 
 
 def sample_run_paths(root: Path = SAMPLE_RUNS) -> list[Path]:
-    """Every analysable directory directly under sample_runs/."""
+    """Every run directory under sample_runs/: its direct sub-directories, or, for a
+    directory that is not a run itself (a `gpudiag bench` output), the runs inside it."""
+    from gpudiag import rundir
+
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    paths: list[Path] = []
+    for p in sorted(root.iterdir()):
+        if not p.is_dir() or p.name.startswith("."):
+            continue
+        if rundir.is_run_dir(p):
+            paths.append(p)
+            continue
+        inner = sorted(c for c in p.iterdir() if c.is_dir() and rundir.is_run_dir(c))
+        paths.extend(inner or [p])
+    return paths
 
 
 def _error(msg: str) -> int:
@@ -60,7 +72,7 @@ def analyze_main(argv: list[str] | None = None) -> int:
             return _error(f"no PATH given and no runs in {SAMPLE_RUNS}")
         print(f"gpudiag: analysing the shipped sample runs in {SAMPLE_RUNS}:", file=sys.stderr)
         for p in paths:
-            print(f"  {p.name}", file=sys.stderr)
+            print(f"  {p.relative_to(SAMPLE_RUNS)}", file=sys.stderr)
 
     from gpudiag.analysis.result import AnalysisInputError, analyze
 

@@ -210,7 +210,7 @@ def _run_rows(run: Any) -> pd.DataFrame:
             "seq": c["seq"],
             "op": ops,
             "bytes": nbytes,
-            "dtype": c["dtype"] if "dtype" in c else None,
+            "dtype": c.get("dtype"),
             "start_ns": start,
             "end_ns": c["end_ns"],
             "step": pd.to_numeric(c["step"], errors="coerce").fillna(-1) if "step" in c else -1,

@@ -109,6 +109,14 @@ _LINT_WORDS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Kinds whose cause is the code a lint rule of another kind points at.
+_RELATED_KINDS: dict[str, tuple[str, ...]] = {
+    "dp_on_cpu": ("dataparallel_overhead",),
+    "gpu0_imbalance": ("dataparallel_overhead",),
+    "bucket_size": ("exposed_communication",),
+}
+
+
 def lint_entries(lint: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The list of diagnostics in a lint.json, whatever its top-level key."""
     if not isinstance(lint, dict):
@@ -139,10 +147,15 @@ def location_from_lint(kind: str, lint: dict[str, Any] | None) -> str | None:
     words = _LINT_WORDS.get(kind)
     if not words:
         return None
-    for entry in lint_entries(lint):
-        if entry.get("finding_kind") == kind or entry.get("finding") == kind:
+    entries = lint_entries(lint)
+    related = {kind, *_RELATED_KINDS.get(kind, ())}
+    for entry in entries:
+        # gpudiag lint's rules name the finding kind that measures the same cost
+        if related & {entry.get("relates_to"), entry.get("finding_kind")}:
             return _entry_location(entry)
-    for entry in lint_entries(lint):
+    for entry in entries:
+        if "relates_to" in entry:
+            continue
         text = _entry_text(entry)
         if any(w in text for w in words):
             return _entry_location(entry)

@@ -11,6 +11,7 @@ Times are integer epoch nanoseconds: ``baseTimeNanoseconds + ts * 1000`` (traces
 
 from __future__ import annotations
 
+import gc
 import gzip
 import math
 import os
@@ -260,6 +261,7 @@ def _collect_columns(events: list, warnings: list[str], path: Path) -> dict[str,
     thread_names: dict[tuple[str, str], str] = {}
     skipped = 0
     gpu_cats = cls.GPU_CATS
+    keeps_comm_args: dict[tuple[str, str], bool] = {}  # per distinct (name, cat)
     for ev in events:
         if type(ev) is not dict:
             skipped += 1
@@ -285,20 +287,29 @@ def _collect_columns(events: list, warnings: list[str], path: Path) -> dict[str,
         cat = cat.lower() if type(cat) is str else ""
         args = ev.get("args")
         if type(args) is not dict:
-            args = {}
+            args = _NO_ARGS
         stream = -1
         if cat in gpu_cats:
-            stream = _int_or_none(args.get("stream"))
-            if stream is None:
-                stream = _int_or_none(ev.get("tid"))
-                stream = -1 if stream is None else stream
-        corr = _int_or_none(args.get("correlation"))
-        ext = _int_or_none(args.get("External id"))
-        if (
-            "Collective name" in args
-            or cls.is_cpu_comm_name(name)
-            or (cat == "kernel" and cls.is_comm_kernel(name))
-        ):
+            stream = args.get("stream")
+            if type(stream) is not int:
+                stream = _int_or_none(stream)
+                if stream is None:
+                    stream = _int_or_none(ev.get("tid"))
+                    stream = -1 if stream is None else stream
+        corr = args.get("correlation", -1)
+        if type(corr) is not int:
+            corr = _int_or_none(corr)
+            corr = -1 if corr is None else corr
+        ext = args.get("External id", -1)
+        if type(ext) is not int:
+            ext = _int_or_none(ext)
+            ext = -1 if ext is None else ext
+        key = (name, cat)
+        keep = keeps_comm_args.get(key)
+        if keep is None:
+            keep = cls.is_cpu_comm_name(name) or (cat == "kernel" and cls.is_comm_kernel(name))
+            keeps_comm_args[key] = keep
+        if keep or "Collective name" in args:
             comm_args[len(names)] = _comm_args(args)
         names.append(name)
         cats.append(cat)
@@ -307,8 +318,8 @@ def _collect_columns(events: list, warnings: list[str], path: Path) -> dict[str,
         pids.append(ev.get("pid", ""))
         tids.append(ev.get("tid", ""))
         streams.append(stream)
-        correlations.append(-1 if corr is None else corr)
-        external_ids.append(-1 if ext is None else ext)
+        correlations.append(corr)
+        external_ids.append(ext)
     if skipped:
         warnings.append(
             f"{path}: skipped {skipped} malformed event(s) (missing/invalid name, ts or dur)"
@@ -339,6 +350,7 @@ def _note_thread_name(ev: dict, thread_names: dict[tuple[str, str], str]) -> Non
         thread_names[key] = label
 
 
+_NO_ARGS: dict = {}
 _COMM_ARG_KEYS = (
     "Collective name",
     "In msg nelems",
@@ -365,6 +377,8 @@ def load_trace(
     """Parse one file. Returns (trace or None, warnings); never raises for bad content."""
     path = Path(path)
     warnings: list[str] = []
+    collecting = gc.isenabled()
+    gc.disable()  # millions of fresh containers, none cyclic: GC passes cost ~20 %
     try:
         data = read_trace_bytes(path, max_bytes or max_trace_bytes())
         doc = parse_trace(data)
@@ -376,6 +390,9 @@ def load_trace(
     except MemoryError:
         warnings.append(f"{path}: out of memory while parsing; skipped")
         return None, warnings
+    finally:
+        if collecting:
+            gc.enable()
     return trace, warnings
 
 
@@ -425,10 +442,10 @@ def _event_frame(cols: dict[str, Any], base: int) -> pd.DataFrame:
     ts = np.asarray(cols["ts"], dtype=np.float64)
     dur_ns = np.rint(np.asarray(cols["dur"], dtype=np.float64) * 1000).astype(np.int64)
     start = _to_ns(ts, base)
-    pid = pd.Series(cols["pid"], dtype=object).map(str).astype("category")
-    tid = pd.Series(cols["tid"], dtype=object).map(str).astype("category")
-    name = pd.Series(cols["name"], dtype=object).astype("category")
-    cat = pd.Series(cols["cat"], dtype=object).astype("category")
+    pid = _str_categorical(cols["pid"])
+    tid = _str_categorical(cols["tid"])
+    name = _categorical(cols["name"])
+    cat = _categorical(cols["cat"])
     is_gpu = cat.isin(list(cls.GPU_CATS)).to_numpy()
     frame = pd.DataFrame(
         {
@@ -453,13 +470,35 @@ def _event_frame(cols: dict[str, Any], base: int) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
+def _categorical(values: list) -> pd.Series:
+    # object-dtype categories: pandas' default arrow strings make every take/mask slower
+    codes, uniques = pd.factorize(np.asarray(values, dtype=object))
+    return pd.Series(pd.Categorical.from_codes(codes, categories=pd.Index(uniques, dtype=object)))
+
+
+def _str_categorical(values: list) -> pd.Series:
+    """Categorical of str(value): factorise the raw values (ints and strings mixed) first,
+    so str() runs once per distinct value."""
+    codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+    labels = [str(u) for u in uniques]
+    distinct = list(dict.fromkeys(labels))
+    if len(distinct) != len(labels):  # 7 and "7" both present: merge them
+        remap = np.array([distinct.index(x) for x in labels], dtype=np.int64)
+        codes = remap[codes]
+    categories = pd.Index(distinct, dtype=object)
+    return pd.Series(pd.Categorical.from_codes(codes, categories=categories))
+
+
 def _thread_names(frame: pd.DataFrame, names: dict[tuple[str, str], str]) -> pd.Categorical:
     if not names:
         return pd.Categorical([""] * len(frame))
-    keys = pd.MultiIndex.from_arrays([frame["pid"].astype(str), frame["tid"].astype(str)])
-    lookup = pd.Series(names)
-    values = lookup.reindex(keys).fillna("").to_numpy(dtype=object)
-    return pd.Categorical(values)
+    pairs = frame[["pid", "tid"]].drop_duplicates()
+    labels = [
+        names.get((str(p), str(t)), "") for p, t in zip(pairs["pid"], pairs["tid"], strict=True)
+    ]
+    lookup = pairs.assign(thread_name=labels)
+    merged = frame[["pid", "tid"]].merge(lookup, on=["pid", "tid"], how="left", sort=False)
+    return pd.Categorical(merged["thread_name"].fillna("").to_numpy(dtype=object))
 
 
 def _main_thread_mask(frame: pd.DataFrame) -> np.ndarray:

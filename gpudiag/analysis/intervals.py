@@ -106,3 +106,26 @@ def _covered_until(s: np.ndarray, e: np.ndarray, cum: np.ndarray, t: np.ndarray)
     last = np.maximum(i - 1, 0)
     partial = np.clip(t - s[last], 0, e[last] - s[last])
     return np.where(i > 0, full + partial, 0)
+
+
+def grouped_union_length(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Length of the union of the intervals of each group (groups coded 0..G-1), in one
+    sweep: groups are laid side by side on one axis so they cannot touch."""
+    groups = np.asarray(groups, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.maximum(np.asarray(ends, dtype=np.int64), starts)
+    n_groups = int(groups.max()) + 1 if len(groups) else 0
+    out = np.zeros(n_groups, dtype=np.int64)
+    if len(groups) == 0:
+        return out
+    origin = starts.min()
+    span = int(ends.max() - origin) + 1
+    if span * n_groups >= 2**62:  # too wide to lay side by side: one group at a time
+        for g in range(n_groups):
+            m = groups == g
+            out[g] = length(union(starts[m], ends[m]))
+        return out
+    shift = groups * span - origin
+    s, e = union(starts + shift, ends + shift)
+    np.add.at(out, s // span, e - s)
+    return out

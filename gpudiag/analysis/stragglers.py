@@ -77,20 +77,26 @@ def arrival_skew(table: pd.DataFrame) -> pd.DataFrame:
     t = t[size.to_numpy() >= 2].copy()
     if t.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in SKEW_COLUMNS})
-    groups = t.groupby(["pg_name", "key"], sort=False)["start_ns"]
-    first = groups.transform("min")
-    last = groups.transform("max")
-    second_last = groups.transform(lambda s: s.nlargest(2).iloc[-1])
-    t["arrival_ns"] = t["start_ns"].astype(np.int64)
-    t["arrival_ms"] = (t["start_ns"] - first) / 1e6
+    t["group"] = t.groupby(["pg_name", "key"], sort=False).ngroup()
+    t = t.sort_values(["group", "start_ns", "rank"], kind="stable", ignore_index=True)
+    group = t["group"].to_numpy()
+    start = t["start_ns"].to_numpy(dtype=np.int64)
+    last_row = np.append(np.flatnonzero(np.diff(group)), len(t) - 1)  # per group, sorted
+    first_row = np.insert(last_row[:-1] + 1, 0, 0)
+    slot = np.searchsorted(last_row, np.arange(len(t)))  # the group's position
+    first, last, second_last = (
+        start[first_row][slot],
+        start[last_row][slot],
+        start[last_row - 1][slot],
+    )
+    t["arrival_ns"] = start
+    t["arrival_ms"] = (start - first) / 1e6
     t["skew_ms"] = t["arrival_ms"]
-    t["wait_ms"] = (last - t["start_ns"]) / 1e6
-    # ties: only the first row holding the max counts as last
-    is_max = (t["start_ns"] == last).to_numpy().copy()
-    dup = t[is_max].duplicated(["pg_name", "key"])
-    is_max[np.flatnonzero(is_max)[dup.to_numpy()]] = False
-    t["is_last"] = is_max
-    t["lead_ms"] = np.where(is_max, (last - second_last) / 1e6, 0.0)
+    t["wait_ms"] = (last - start) / 1e6
+    is_last = np.zeros(len(t), dtype=bool)
+    is_last[last_row] = True  # ties: the highest rank among equal arrivals
+    t["is_last"] = is_last
+    t["lead_ms"] = np.where(is_last, (last - second_last) / 1e6, 0.0)
     t["step"] = t["step"].fillna(-1).astype(np.int64)
     return t.sort_values(["pg_name", "key", "rank"], ignore_index=True)[list(SKEW_COLUMNS)]
 
@@ -116,27 +122,36 @@ def _steps_analysed(skew: pd.DataFrame, steps: pd.DataFrame | None) -> tuple[int
     return max(n, 1), median_ms
 
 
-def _union_ms(rows: pd.DataFrame, column: str) -> float:
-    """Length of the union of [arrival, arrival + column]: waits for collectives issued
-    back to back (DDP buckets) overlap and must not be counted twice."""
-    start = rows["arrival_ns"].to_numpy(dtype=np.int64)
-    if column == "lead_ms":  # the others wait from the second-to-last arrival on
-        start = start - np.rint(rows[column].to_numpy() * 1e6).astype(np.int64)
-        end = rows["arrival_ns"].to_numpy(dtype=np.int64)
-    else:
-        end = start + np.rint(rows[column].to_numpy() * 1e6).astype(np.int64)
-    return iv.length(iv.union(start, end)) / 1e6
+def _lead_and_wait_spans(
+    skew: pd.DataFrame,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(lead start, lead end, wait start, wait end) in ns per row: the others wait for
+    the last rank from the second-to-last arrival on; every rank waits from its own
+    arrival to the last."""
+    arrival = skew["arrival_ns"].to_numpy(dtype=np.int64)
+    lead = np.rint(skew["lead_ms"].to_numpy(dtype=float) * 1e6).astype(np.int64)
+    wait = np.rint(skew["wait_ms"].to_numpy(dtype=float) * 1e6).astype(np.int64)
+    return arrival - lead, arrival, arrival, arrival + wait
 
 
-def _per_step_cost(skew: pd.DataFrame) -> pd.DataFrame:
-    """(rank x step) lead union in ms; steps where a rank was never last count 0."""
-    rows = skew[skew["is_last"]]
-    if rows.empty:
-        return pd.DataFrame()
-    per = rows.groupby(["rank", "step"]).apply(_union_ms, "lead_ms", include_groups=False)
-    table = per.unstack("step", fill_value=0.0)
-    ranks = sorted(skew["rank"].unique())
-    return table.reindex(ranks, fill_value=0.0)
+def _union_ms_by(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Union length (ms) per group: waits for collectives issued back to back (DDP
+    buckets) overlap and must not be counted twice."""
+    return iv.grouped_union_length(codes, starts, ends) / 1e6
+
+
+def _per_step_cost(skew: pd.DataFrame, ranks: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """(rank x step) matrix of lead-union ms; steps where a rank was never last are 0."""
+    lead_s, lead_e, _, _ = _lead_and_wait_spans(skew)
+    r = np.searchsorted(ranks, skew["rank"].to_numpy())
+    k = np.searchsorted(steps, skew["step"].to_numpy())
+    cost = _union_ms_by(r * len(steps) + k, lead_s, lead_e)
+    cost = np.concatenate([cost, np.zeros(len(ranks) * len(steps) - len(cost))])
+    return cost.reshape(len(ranks), len(steps))
+
+
+def _pad(values: np.ndarray, size: int) -> np.ndarray:
+    return np.concatenate([values, np.zeros(size - len(values))])
 
 
 def stragglers(skew: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -146,25 +161,26 @@ def stragglers(skew: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.Data
     if skew is None or len(skew) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in STRAGGLER_COLUMNS})
     n_steps, median_step_ms = _steps_analysed(skew, steps)
+    ranks = np.unique(skew["rank"].to_numpy())
+    steps_seen = np.unique(skew["step"].to_numpy())
+    r = np.searchsorted(ranks, skew["rank"].to_numpy())
+    lead_s, lead_e, wait_s, wait_e = _lead_and_wait_spans(skew)
     g = skew.groupby("rank")
     out = pd.DataFrame(
         {
             "collectives": g.size(),
             "mean_skew_ms": g["skew_ms"].mean(),
             "last_count": g["is_last"].sum(),
-            "wait_ms_per_step": g.apply(_union_ms, "wait_ms", include_groups=False) / n_steps,
-            "cost_ms_per_step": g.apply(_union_ms, "lead_ms", include_groups=False) / n_steps,
-        }
+            "wait_ms_per_step": _pad(_union_ms_by(r, wait_s, wait_e), len(ranks)) / n_steps,
+            "cost_ms_per_step": _pad(_union_ms_by(r, lead_s, lead_e), len(ranks)) / n_steps,
+        },
+        index=pd.Index(ranks, name="rank"),
     )
-    per_step = _per_step_cost(skew)
-    if per_step.empty:
-        out["median_cost_ms"] = 0.0
-    else:
-        padded = per_step.to_numpy()
-        missing_steps = max(n_steps - padded.shape[1], 0)
-        if missing_steps:
-            padded = np.hstack([padded, np.zeros((padded.shape[0], missing_steps))])
-        out["median_cost_ms"] = pd.Series(np.median(padded, axis=1), index=per_step.index)
+    per_step = _per_step_cost(skew, ranks, steps_seen)
+    missing_steps = max(n_steps - per_step.shape[1], 0)
+    if missing_steps:
+        per_step = np.hstack([per_step, np.zeros((len(ranks), missing_steps))])
+    out["median_cost_ms"] = np.median(per_step, axis=1)
     out = out.reset_index()
     threshold = MIN_COST_MS
     if median_step_ms == median_step_ms:  # not NaN

@@ -33,11 +33,13 @@ from gpudiag import rundir
 from gpudiag.capture import ddp
 
 FR_BUFFER_SIZE = 2000
-# Dump when the ring may hold this share of new entries; keeps losses at zero as long
-# as one step issues fewer than half the ring.
-_DUMP_FILL = 0.5
+# Dump when the ring may hold this share of new entries. A dump serialises the whole
+# ring, so its cost per new entry is 1/_DUMP_FILL times the per-entry cost; the margin
+# absorbs steps that issue more collectives than the ones measured so far.
+_DUMP_FILL = 0.75
 _MAX_DUMP_EVERY = 100
 _TIMES_FLUSH_ROWS = 256
+_TIMES_FLUSH_NS = 1_000_000_000
 
 _FR_DTYPE_BYTES = {
     "Float": ("float32", 4),
@@ -56,7 +58,7 @@ _FR_DTYPE_BYTES = {
     "Float8_e5m2": ("float8_e5m2", 1),
 }
 
-# dist functions whose calls are timed; positional index of their tensor argument.
+# torch.distributed functions whose calls are timed and tracked while in flight.
 _PATCHED_OPS = (
     "all_reduce",
     "broadcast",
@@ -72,6 +74,12 @@ _PATCHED_OPS = (
     "barrier",
     "all_reduce_coalesced",
 )
+
+# ops whose second argument is the input (the first is the output)
+_INPUT_SECOND = frozenset(
+    ("all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+     "all_to_all", "all_to_all_single")
+)  # fmt: skip
 
 _ACTIVE: CollectiveRecorder | None = None
 _WRAPPER_TLS = threading.local()
@@ -165,7 +173,10 @@ def dump_flight_recorder() -> list[dict[str, Any]]:
 
 def _user_callsite() -> str | None:
     """``file:line in func`` of the first frame outside torch and gpudiag."""
-    frame = sys._getframe(2)
+    try:
+        frame = sys._getframe(2)
+    except ValueError:  # called near the bottom of a thread's stack
+        return None
     while frame is not None:
         filename = frame.f_code.co_filename
         if not _is_library_file(filename):
@@ -214,13 +225,13 @@ def _shape_of(obj: Any) -> Any:
 class _OpSignature:
     """Where an op's tensor, group and async_op arguments sit (computed once)."""
 
-    def __init__(self, fn: Callable) -> None:
+    def __init__(self, op: str, fn: Callable) -> None:
         params = list(inspect.signature(fn).parameters)
         self.names = params
         self.tensor_name = params[0] if params else None
-        if fn.__name__ in ("all_gather", "reduce_scatter", "all_to_all"):
-            self.tensor_name = params[1] if len(params) > 1 else None  # the input side
-        if fn.__name__ == "barrier":
+        if op in _INPUT_SECOND:
+            self.tensor_name = params[1] if len(params) > 1 else None
+        if op == "barrier":
             self.tensor_name = None
 
     def get(self, name: str | None, args: tuple, kwargs: dict) -> Any:
@@ -282,6 +293,7 @@ class CollectiveRecorder:
         self._dump_ns: list[int] = []
         self._times_buffer: list[dict[str, Any]] = []
         self._times_lock = threading.Lock()
+        self._time_totals: dict[tuple[str, str | None], int] = {}
         self.inflight = _Inflight()
         self._ddp_models: list[Any] = []
         self._ddp_writer: rundir.JsonlWriter | None = None
@@ -323,7 +335,7 @@ class CollectiveRecorder:
                 setattr(dist, name, wrapper)
 
     def _make_wrapper(self, op: str, fn: Callable) -> Callable:
-        sig = _OpSignature(fn)
+        sig = _OpSignature(op, fn)
         depth = _WRAPPER_TLS
         recorder = self
 
@@ -388,7 +400,7 @@ class CollectiveRecorder:
             fut = work.get_future()
         except (RuntimeError, AttributeError):
             fut = None
-        if fut is None:  # e.g. p2p on gloo: keep it in flight until the user waits
+        if fut is None:  # no future to watch (p2p on gloo): FR alone records it
             self.inflight.leave(token)
             return
         fut.add_done_callback(lambda _f: self._complete(token, record))
@@ -417,6 +429,7 @@ class CollectiveRecorder:
             "op": record["op"],
             "start_ns": None,
             "end_ns": None,
+            "returned_ns": time.time_ns(),
             "call_ns": record["enter_ns"],
             "source": record["source"],
             "callsite": record["callsite"],
@@ -428,9 +441,18 @@ class CollectiveRecorder:
         self._flush_times()
 
     def _add_time_row(self, row: dict[str, Any]) -> None:
+        """Buffered; out at the step end, or when 256 rows or 1 s old (so the hang
+        watchdog sees progress in loops without optimizer steps)."""
         with self._times_lock:
             self._times_buffer.append(row)
-            full = len(self._times_buffer) >= _TIMES_FLUSH_ROWS
+            if row.get("end_ns") and row.get("call_ns"):
+                key = (row["op"], row["pg_name"])
+                self._time_totals[key] = self._time_totals.get(key, 0) + (
+                    row["end_ns"] - row["call_ns"]
+                )
+            full = len(self._times_buffer) >= _TIMES_FLUSH_ROWS or (
+                row["returned_ns"] - self._times_buffer[0]["returned_ns"] > _TIMES_FLUSH_NS
+            )
         if full:
             self._flush_times()
 
@@ -438,12 +460,14 @@ class CollectiveRecorder:
         with self._times_lock:
             rows, self._times_buffer = self._times_buffer, []
         if rows and self._times_writer is not None:
-            self._times_writer.write_many(rows)
+            _write_rows(self._times_writer, rows)
 
     # ---------------------------------------------------------------- steps
 
     def on_step_end(self, step: int, t_ns: int) -> None:
         """Step boundary (hot path): buffered stamps out, FR dumped every K steps."""
+        if not self._installed or self._closed:
+            return
         self._step_ends.append(t_ns)
         self._step_ids.append(step)
         self._last_step = step
@@ -473,15 +497,16 @@ class CollectiveRecorder:
     # ---------------------------------------------------------------- FR dump
 
     def dump(self) -> int:
-        """Append FR entries not yet written; returns how many were new."""
+        """Append FR entries not yet written; returns how many records were new (lost
+        ones included, so the dump interval adapts down after a loss)."""
         with self._dump_lock:
             t0 = time.perf_counter_ns()
             entries = dump_flight_recorder()
             rows = self._new_rows(entries)
             if rows and self._coll_writer is not None:
-                self._coll_writer.write_many(rows)
+                _write_rows(self._coll_writer, rows)
             self._dump_ns.append(time.perf_counter_ns() - t0)
-            return len(rows)
+            return sum(r.get("lost_records", 1) for r in rows)
 
     def _new_rows(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         pg_info = _pg_info()
@@ -539,7 +564,8 @@ class CollectiveRecorder:
 
     def summary(self) -> dict[str, Any]:
         """Collective totals per (op, pg) plus recorder health."""
-        times = self._known_times()
+        with self._times_lock:
+            times = dict(self._time_totals)
         per = []
         for (op, pg), total in sorted(self._totals.items()):
             per.append({"op": op, "pg_name": pg, **total, "known_time_ns": times.get((op, pg), 0)})
@@ -552,15 +578,6 @@ class CollectiveRecorder:
             "fr_dump_max_ns": dumps[-1] if dumps else None,
             "fr_dump_every_steps": self._dump_every,
         }
-
-    def _known_times(self) -> dict[tuple[str, str], int]:
-        path = rundir.table_path(self.rank_dir, rundir.COLLECTIVE_TIMES)
-        out: dict[tuple[str, str], int] = {}
-        for row in rundir.iter_jsonl(path):
-            if row.get("end_ns") and row.get("call_ns"):
-                key = (row.get("op"), row.get("pg_name"))
-                out[key] = out.get(key, 0) + row["end_ns"] - row["call_ns"]
-        return out
 
     def close(self) -> None:
         """Final dump; call before the process group is destroyed."""
@@ -575,6 +592,15 @@ class CollectiveRecorder:
         for writer in (self._coll_writer, self._times_writer):
             if writer is not None:
                 writer.close()
+
+
+def _write_rows(writer: rundir.JsonlWriter, rows: list[dict[str, Any]]) -> None:
+    """Rows out with orjson (several times faster than json on this path): the rows are
+    plain ints, strings, lists and None."""
+    if not hasattr(writer, "write_text"):
+        writer.write_many(rows)
+        return
+    writer.write_text(b"".join(orjson.dumps(r) + b"\n" for r in rows).decode())
 
 
 # --------------------------------------------------------------------------- groups

@@ -1,7 +1,7 @@
 """DDP instrumentation without user code change (runs inside the training process).
 
 At each DistributedDataParallel's first forward: runtime logging sampled every
-iteration, and — when the user registered no comm hook — a hook wrapping
+iteration, and — on gloo, when the user registered no comm hook — gpudiag's copy of
 ``default_hooks.allreduce_hook`` that stamps each bucket all-reduce's completion (gloo
 FR has no completion times). A user's own hook is wrapped at registration to be timed
 the same way. At each step end the numeric fields of ``_get_ddp_logging_data()`` go to
@@ -11,6 +11,7 @@ the same way. At each step end the numeric fields of ``_get_ddp_logging_data()``
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,8 @@ DDP_STAT_FIELDS = (
 )
 _LIST_FIELDS = ("rebuilt_bucket_sizes",)
 
+ENV_DDP_HOOK = "GPUDIAG_DDP_HOOK"  # "0": no timing hook (FR rows only, no gloo end times)
+
 _PATCHED = False
 _RECORDER: CollectiveRecorder | None = None
 _SEEN: weakref.WeakSet = weakref.WeakSet()
@@ -53,9 +56,15 @@ _USER_HOOKED: weakref.WeakSet = weakref.WeakSet()
 _HOOK_TLS = threading.local()
 
 
+def _user_callsite() -> str | None:  # replaced by collectives._user_callsite at install
+    return None
+
+
 def install(recorder: CollectiveRecorder) -> None:
     """Patch DistributedDataParallel once per process."""
-    global _PATCHED, _RECORDER
+    global _PATCHED, _RECORDER, _user_callsite
+    from gpudiag.capture.collectives import _user_callsite
+
     _RECORDER = recorder
     if _PATCHED:
         return
@@ -100,15 +109,72 @@ def _on_first_forward(model: Any) -> None:
         pass
     if _RECORDER is not None:
         _RECORDER._ddp_models.append(weakref.ref(model))
-    if model in _USER_HOOKED or getattr(model, "_comm_hooks", None):
+    if model in _USER_HOOKED or getattr(model, "_comm_hooks", None) or not _wants_hook(model):
         return
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-    hook = timed_hook(default_hooks.allreduce_hook, source="ddp_hook")
-    # Call the unpatched method: this is gpudiag's hook, not the user's.
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    DDP.register_comm_hook.__wrapped__(model, model.process_group, hook)
+    # The unpatched method: this is gpudiag's hook, not the user's.
+    DDP.register_comm_hook.__wrapped__(model, model.process_group, timed_allreduce_hook)
+
+
+def _wants_hook(model: Any) -> bool:
+    """Only where it gives completion times: gloo. On NCCL the hook's future completes
+    at enqueue, and the Flight Recorder (with TORCH_NCCL_ENABLE_TIMING) has the times."""
+    if os.environ.get(ENV_DDP_HOOK, "1") == "0":
+        return False
+    import torch.distributed as dist
+
+    try:
+        return dist.get_backend(model.process_group) == "gloo"
+    except (RuntimeError, ValueError, AttributeError):
+        return False
+
+
+def timed_allreduce_hook(process_group: Any, bucket: Any) -> Any:
+    """``default_hooks.allreduce_hook`` with the completion stamped in its own ``then``
+    callback (one Python callback per bucket, as in the original; not two)."""
+    import torch.distributed as dist
+
+    recorder = _RECORDER
+    group = process_group if process_group is not None else dist.group.WORLD
+    tensor = bucket.buffer()
+    tensor.div_(group.size())
+    if recorder is None:
+        return (
+            _raw_all_reduce()(tensor, group=group, async_op=True)
+            .get_future()
+            .then(lambda fut: fut.value()[0])
+        )
+    # On CPU backward runs in the caller's thread: the user's frame is its backward() line.
+    token, record = recorder._enter("all_reduce", group, tensor, _user_callsite(), "ddp_hook")
+    record["bucket"] = bucket.index()
+    try:
+        work = _raw_all_reduce()(tensor, group=group, async_op=True)
+    except BaseException as exc:
+        recorder._fail(token, record, exc)
+        raise
+    recorder._issued(record, group)
+
+    def done(fut: Any) -> Any:
+        recorder._complete(token, record)
+        return fut.value()[0]
+
+    return work.get_future().then(done)
+
+
+# DDP checks a hook's annotations against dist.GradBucket / Future[Tensor]; under
+# `from __future__ import annotations` they are strings and fail that check.
+timed_allreduce_hook.__annotations__ = {}
+
+
+def _raw_all_reduce() -> Any:
+    """torch.distributed.all_reduce without gpudiag's wrapper (the hook records itself)."""
+    import torch.distributed.distributed_c10d as c10d
+
+    recorder = _RECORDER
+    if recorder is not None and "all_reduce" in recorder._originals:
+        return recorder._originals["all_reduce"]
+    return c10d.all_reduce
 
 
 def timed_hook(hook: Any, source: str) -> Any:
@@ -121,7 +187,10 @@ def timed_hook(hook: Any, source: str) -> Any:
             return hook(state, bucket)
         import torch.distributed as dist
 
-        pg = state if isinstance(state, dist.ProcessGroup) else dist.GroupMember.WORLD
+        pg = (
+            state if isinstance(state, dist.ProcessGroup) else getattr(state, "process_group", None)
+        )
+        pg = pg if isinstance(pg, dist.ProcessGroup) else dist.GroupMember.WORLD
         token, record = recorder._enter("all_reduce", pg, bucket.buffer(), None, source)
         record["bucket"] = bucket.index()
         _HOOK_TLS.busy = True  # the user's hook may call the patched dist.* functions

@@ -467,6 +467,9 @@ def _unusable_run_dir(run_dir: Path, node_rank: int) -> str | None:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] in (["-h"], ["--help"]) or not argv:
+        _parser().print_help()
+        return 0 if argv else 2
     try:
         args = parse(argv)
     except UsageError as exc:

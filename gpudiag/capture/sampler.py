@@ -21,6 +21,8 @@ NO_GPU_NOTICE = "no NVIDIA GPU/NVML found: sampling host CPU and memory instead"
 # nvmlDeviceGetFieldValues ids: NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX (KiB)
 NVLINK_TX_FIELD = 138
 NVLINK_RX_FIELD = 139
+# c_nvmlValue_t is a union: the member to read depends on the field's valueType.
+_NVML_VALUE_ATTR = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal"}
 
 
 def nvml_or_none(call: Callable[..., Any], *args: Any) -> Any:
@@ -43,15 +45,18 @@ def _init_nvml() -> tuple[list[Any], str | None]:
         pynvml.nvmlInit()
         count = pynvml.nvmlDeviceGetCount()
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-    except pynvml.NVMLError:
+    except (pynvml.NVMLError, OSError):
         return [], NO_GPU_NOTICE
     if not handles:
         return [], NO_GPU_NOTICE
     return handles, None
 
 
-def gpu_row(node: int, index: int, handle: Any, t_ns: int) -> dict[str, Any]:
-    """One GPU's counters (every unsupported one null)."""
+def gpu_row(
+    node: int, index: int, handle: Any, t_ns: int, nvlink_prev: dict[int, tuple] | None = None
+) -> dict[str, Any]:
+    """One GPU's counters (every unsupported one null). ``nvlink_prev`` keeps the last
+    cumulative NVLink reading per GPU: the rate needs two."""
     import pynvml
 
     util = nvml_or_none(pynvml.nvmlDeviceGetUtilizationRates, handle)
@@ -60,6 +65,7 @@ def gpu_row(node: int, index: int, handle: Any, t_ns: int) -> dict[str, Any]:
     fields = nvml_or_none(
         pynvml.nvmlDeviceGetFieldValues, handle, [NVLINK_TX_FIELD, NVLINK_RX_FIELD]
     )
+    nvlink_tx, nvlink_rx = nvlink_rates(fields, index, nvlink_prev)
     return {
         "t_ns": t_ns,
         "gpu": index,
@@ -77,26 +83,45 @@ def gpu_row(node: int, index: int, handle: Any, t_ns: int) -> dict[str, Any]:
         "pcie_rx_kbs": nvml_or_none(
             pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_RX_BYTES
         ),
-        "nvlink_tx_kbs": _field_value(fields, 0),
-        "nvlink_rx_kbs": _field_value(fields, 1),
+        "nvlink_tx_kbs": nvlink_tx,
+        "nvlink_rx_kbs": nvlink_rx,
         "temp_c": nvml_or_none(
             pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU
         ),
     }
 
 
-def _field_value(fields: Any, index: int) -> int | None:
-    """A field value's integer, or None when absent or flagged with an NVML error."""
+def nvlink_rates(
+    fields: Any, index: int, prev: dict[int, tuple] | None
+) -> tuple[float | None, float | None]:
+    """KiB/s from NVML's cumulative NVLink data counters (KiB, µs timestamps): None on the
+    first reading, on GPUs without NVLink, and when a counter went backwards."""
+    readings = [_field_reading(fields, i) for i in (0, 1)]
+    if prev is None or any(r is None for r in readings):
+        return None, None
+    last = prev.get(index)
+    prev[index] = tuple(readings)
+    if last is None:
+        return None, None
+    rates = []
+    for (t_us, value), (last_t_us, last_value) in zip(readings, last, strict=True):
+        dt_s = (t_us - last_t_us) / 1e6
+        rates.append((value - last_value) / dt_s if dt_s > 0 and value >= last_value else None)
+    return rates[0], rates[1]
+
+
+def _field_reading(fields: Any, index: int) -> tuple[int, int] | None:
+    """(timestamp µs, integer value) of one field, None when absent or an NVML error."""
     if fields is None or len(fields) <= index:
         return None
     field = fields[index]
     if getattr(field, "nvmlReturn", 1) != 0:
         return None
-    value = getattr(field, "value", None)
-    for attr in ("ullVal", "ulVal", "uiVal", "sllVal"):
-        if value is not None and hasattr(value, attr):
-            return int(getattr(value, attr))
-    return None
+    attr = _NVML_VALUE_ATTR.get(getattr(field, "valueType", 3), "ullVal")
+    try:
+        return int(field.timestamp), int(getattr(field.value, attr))
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 class Sampler:
@@ -117,6 +142,8 @@ class Sampler:
         self.notice: str | None = None
         self.samples = 0
         self._handles: list[Any] = []
+        self._nvlink_prev: dict[int, tuple] = {}
+        self.errors: list[str] = []
         self._procs: dict[int, Any] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -150,7 +177,11 @@ class Sampler:
     def _run(self) -> None:
         next_t = time.monotonic()
         while not self._stop.is_set():
-            self.sample_once()
+            try:
+                self.sample_once()
+            except Exception as exc:  # noqa: BLE001 - sampling must outlive any one failure
+                if len(self.errors) < 10:
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
             next_t += self.interval_s
             delay = next_t - time.monotonic()
             if delay < 0:  # fell behind (loaded machine): skip, do not burst
@@ -162,7 +193,8 @@ class Sampler:
         t_ns = time.time_ns()
         if self._gpu_writer is not None:
             self._gpu_writer.write_many(
-                gpu_row(self.node, i, h, t_ns) for i, h in enumerate(self._handles)
+                gpu_row(self.node, i, h, t_ns, self._nvlink_prev)
+                for i, h in enumerate(self._handles)
             )
         if self._host_writer is not None:
             self._host_writer.write(self._host_row(t_ns))

@@ -133,15 +133,10 @@ class StepTracker:
     def _end_step(self, now: int, source: str) -> None:
         start = self.start_ns if self.start_ns is not None else self.origin_ns
         step = self.step
-        self._writer.write(
-            {
-                "step": step,
-                "start_ns": start,
-                "end_ns": now,
-                "data_ns": self.data_ns,
-                "optimizer_ns": self.optimizer_ns,
-                "source": source,
-            }
+        # formatted directly (all ints, source a fixed word): this is the per-step hot path
+        self._writer.write_text(
+            f'{{"step":{step},"start_ns":{start},"end_ns":{now},"data_ns":{self.data_ns},'
+            f'"optimizer_ns":{self.optimizer_ns},"source":"{source}"}}\n'
         )
         self.durations_ns.append(now - start)
         self.data_total_ns += self.data_ns
@@ -155,7 +150,7 @@ class StepTracker:
                 from torch.nn.modules.module import register_module_forward_pre_hook
 
                 self._first_forward_handle = register_module_forward_pre_hook(self._first_forward)
-        for callback in self.on_step_end:
+        for callback in tuple(self.on_step_end):  # a callback may remove itself
             callback(step, now)
         self.step = step + 1
         self.start_ns = now

@@ -88,7 +88,7 @@ class HangWatchdog:
         for rank, pid in ranks.items():
             request_dump(self.run_dir, rank, pid)
         _wait_for_dumps(self.run_dir, list(ranks), requested_ns)
-        self.report = build_hang_report(self.run_dir, idle_s, sorted(ranks))
+        self.report = build_hang_report(self.run_dir, idle_s, sorted(ranks), requested_ns)
         rundir.write_json_atomic(self.run_dir / rundir.HANG_REPORT, self.report)
         if self.on_hang is not None:
             self.on_hang(self.report)
@@ -176,9 +176,11 @@ def _last_step(run_dir: Path, rank: int, fallback: int | None) -> int | None:
     return last
 
 
-def _rank_state(run_dir: Path, rank: int) -> dict[str, Any]:
+def _rank_state(run_dir: Path, rank: int, requested_ns: int) -> dict[str, Any]:
     rdir = rundir.rank_dir(run_dir, rank)
     dump = rundir.read_json(rdir / rundir.INFLIGHT) or {}
+    if int(dump.get("t_ns") or 0) < requested_ns:
+        dump = {}  # no answer to this request (a blocked GIL, or a dead rank)
     stacks_path = rdir / rundir.STACKS
     stacks = stacks_path.read_text(errors="replace") if stacks_path.is_file() else ""
     inflight = _merge_inflight(dump.get("inflight") or [], dump.get("fr_unfinished") or [])
@@ -230,8 +232,10 @@ def _merge_inflight(entered: list[dict], fr_unfinished: list[dict]) -> list[dict
     return merged
 
 
-def build_hang_report(run_dir: Path, idle_s: float, ranks: list[int]) -> dict[str, Any]:
-    states = {r: _rank_state(run_dir, r) for r in ranks}
+def build_hang_report(
+    run_dir: Path, idle_s: float, ranks: list[int], requested_ns: int = 0
+) -> dict[str, Any]:
+    states = {r: _rank_state(run_dir, r, requested_ns) for r in ranks}
     verdict, stuck, not_in, desync = hang_verdict(states)
     return {
         "detected_after_s": round(idle_s, 2),

@@ -208,8 +208,10 @@ class Worker:
         except KeyboardInterrupt:
             return _outcome_of_exception("interrupted", EXIT_SIGINT, *sys.exc_info())
         except BaseException:
-            traceback.print_exc()
-            return _outcome_of_exception("failed", EXIT_EXCEPTION, *sys.exc_info())
+            exc_type, exc, tb = sys.exc_info()
+            tb = _user_frames(tb)
+            traceback.print_exception(exc_type, exc, tb)
+            return _outcome_of_exception("failed", EXIT_EXCEPTION, exc_type, exc, tb)
         return Outcome("ok", 0)
 
     # ------------------------------------------------------------------ finishing
@@ -225,7 +227,7 @@ class Worker:
             "script threads", lambda: _join_user_threads(30.0 if outcome.status == "ok" else 5.0)
         )
         collectives: dict[str, Any] | None = None
-        self._guard("profiler export", lambda: self.profiler and self.profiler.finish())
+        self._guard("profiler export", self._finish_profiler)
         if self.recorder is not None:
             self._guard("collective dump", self.recorder.close)
             collectives = self._guard("collective summary", self.recorder.summary)
@@ -238,6 +240,19 @@ class Worker:
         self._guard("atexit handlers", atexit._run_exitfuncs)
         self._guard("flush", _flush_open_files)
         os._exit(outcome.exit_code)
+
+    def _finish_profiler(self) -> None:
+        if self.profiler is None:
+            return
+        self.profiler.finish()
+        if self.profiler.exported is None and self.profiler.export_error is None:
+            steps = self.tracker.steps_completed if self.tracker else 0
+            self.profiler.export_error = (
+                f"profile window {self.profiler.first}-{self.profiler.last} not reached "
+                f"(the run completed {steps} steps): no trace"
+            )
+            if self.rank == 0:
+                self._warn(self.profiler.export_error)
 
     def _write_summary(self, outcome: Outcome, collectives: dict[str, Any] | None) -> None:
         from gpudiag.capture.summary import build_summary
@@ -294,6 +309,17 @@ def _outcome_of_exit(exc: SystemExit) -> Outcome:
     return Outcome("failed", 1, "SystemExit", str(code))
 
 
+def _user_frames(tb: Any) -> Any:
+    """Drop gpudiag's and runpy's frames from the top, as a plain `python script.py`
+    traceback would not show them."""
+    while tb is not None and tb.tb_next is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename != __file__ and "runpy" not in filename:
+            break
+        tb = tb.tb_next
+    return tb
+
+
 def _outcome_of_exception(status: str, code: int, exc_type: Any, exc: Any, tb: Any) -> Outcome:
     name = "SIGTERM" if exc_type is _Terminated else exc_type.__name__
     return Outcome(
@@ -320,7 +346,8 @@ def _flush_open_files() -> None:
     import io
 
     for obj in gc.get_objects():
-        if isinstance(obj, io.IOBase) and not obj.closed:
+        # type(), not isinstance(): isinstance reads __class__, which some objects warn on
+        if issubclass(type(obj), io.IOBase) and not obj.closed:
             try:
                 if obj.writable():
                     obj.flush()

@@ -5,7 +5,7 @@
 - the *step loops*: a for/while loop whose own body (not a nested loop's) calls
   backward() / optimizer.step() (directly or through a function of this file) or which
   iterates a DataLoader; every node executed once per step is in `step_nodes`;
-- "GPU job" (a CUDA device is used) and "DDP code" (DDP or init_process_group present);
+- "GPU job" (a CUDA device is used) and "DDP code" (DDP built or any torch.distributed call);
 - rank-0 guards (`if rank == 0:`, early `return` on other ranks, functions only called
   under such a guard) and periodic guards (`if step % n == 0:`).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 LOOP_TYPES = (ast.For, ast.AsyncFor, ast.While)
 SCOPE_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -48,6 +48,7 @@ _RANK_NAME = re.compile(
 )
 
 
+_DEVICE_TEST = re.compile(r"cuda|is_available|device|cpu|gpu|backend", re.I)
 _LEAF_TYPES = (ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
 
 
@@ -422,6 +423,40 @@ class ModuleContext:
             child = ancestor
         return False
 
+    def device_conditional(self, node: ast.AST) -> bool:
+        """Under `if torch.cuda.is_available():` / `if args.cpu:` or its else: a branch for
+        one kind of device only, so CPU-only code there is not a finding in a GPU job."""
+        child = node
+        for ancestor in self.ancestors(node):
+            if (
+                isinstance(ancestor, (ast.If, ast.IfExp))
+                and child is not ancestor.test
+                and _is_device_test(ancestor.test)
+            ):
+                return True
+            if _early_return_before(ancestor, child, _is_device_test):
+                return True
+            if isinstance(ancestor, SCOPE_TYPES):
+                return False
+            child = ancestor
+        return False
+
+    def exclusive_branches(self, first: ast.AST, second: ast.AST) -> bool:
+        """The two nodes sit in different branches of one `if`: never both run."""
+        branch_of_first: dict[ast.AST, str] = {}
+        child = first
+        for ancestor in self.ancestors(first):
+            if isinstance(ancestor, ast.If):
+                branch_of_first[ancestor] = "body" if child in ancestor.body else "orelse"
+            child = ancestor
+        child = second
+        for ancestor in self.ancestors(second):
+            if isinstance(ancestor, ast.If) and ancestor in branch_of_first:
+                branch = "body" if child in ancestor.body else "orelse"
+                return branch != branch_of_first[ancestor]
+            child = ancestor
+        return False
+
     def rank_guarded(self, node: ast.AST, depth: int = 0) -> bool:
         child = node
         for ancestor in self.ancestors(node):
@@ -431,7 +466,7 @@ class ModuleContext:
                 and _is_rank_test(ancestor.test)
             ):
                 return True
-            if _early_rank_return_before(ancestor, child):
+            if _early_return_before(ancestor, child, _is_rank_test):
                 return True
             if isinstance(ancestor, FUNCTION_TYPES):
                 return depth < 5 and self._all_callers_guarded(ancestor.name, depth + 1)
@@ -467,8 +502,14 @@ def _is_rank_test(test: ast.expr) -> bool:
     return any(_RANK_NAME.search(name) for name in names_in(test))
 
 
-def _early_rank_return_before(block: ast.AST, child: ast.AST) -> bool:
-    """`if rank != 0: return` earlier in the same block as `child`."""
+def _is_device_test(test: ast.expr) -> bool:
+    return any(_DEVICE_TEST.search(name) for name in names_in(test))
+
+
+def _early_return_before(
+    block: ast.AST, child: ast.AST, is_guard: Callable[[ast.expr], bool]
+) -> bool:
+    """`if rank != 0: return` (a guard test, then return) earlier in the block of `child`."""
     for field in ("body", "orelse", "finalbody"):
         statements = getattr(block, field, None)
         if not isinstance(statements, list) or child not in statements:
@@ -476,7 +517,7 @@ def _early_rank_return_before(block: ast.AST, child: ast.AST) -> bool:
         for stmt in statements[: statements.index(child)]:
             if (
                 isinstance(stmt, ast.If)
-                and _is_rank_test(stmt.test)
+                and is_guard(stmt.test)
                 and any(isinstance(s, (ast.Return, ast.Continue, ast.Raise)) for s in stmt.body)
             ):
                 return True

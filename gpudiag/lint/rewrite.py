@@ -24,6 +24,7 @@ from gpudiag.lint.context import (
     DIST_SAMPLER,
     LOOP_TYPES,
     ModuleContext,
+    canonical,
     has_star_kwargs,
     keyword,
     names_in,
@@ -94,7 +95,7 @@ class _Rewriter:
         )
         if "local_rank" in self.used_names:
             raise Refused("the name `local_rank` is already used: rewrite by hand")
-        self._insert_setup(scope, os_name, torch_name, dist_name)
+        self._insert_setup(scope, region, os_name, torch_name, dist_name)
         self._replace_dp(statement, region, ddp_name)
         self._drop_following_move(region, statement.targets[0].id)  # type: ignore[attr-defined]
         self._add_destroy(scope, dist_name)
@@ -150,9 +151,23 @@ class _Rewriter:
         ):
             raise Refused("a GPU index is hard-coded (cuda:N / .cuda(N)): every rank would use it")
 
+    def _module_level_names(self) -> dict[str, str]:
+        """Local name -> canonical qualified name, for the imports at module level only (a
+        name imported inside some function is not usable where the setup goes)."""
+        names: dict[str, str] = {}
+        for statement in self.ctx.tree.body:
+            if isinstance(statement, ast.Import):
+                for alias in statement.names:
+                    local = alias.asname or alias.name.split(".")[0]
+                    names[local] = alias.name if alias.asname else local
+            elif isinstance(statement, ast.ImportFrom) and statement.module and not statement.level:
+                for alias in statement.names:
+                    names[alias.asname or alias.name] = f"{statement.module}.{alias.name}"
+        return {local: canonical(qualified) for local, qualified in names.items()}
+
     def _name_for(self, qualified: str, import_line: str, default: str) -> str:
-        for local in self.ctx.aliases:
-            if self.ctx.qualify(ast.Name(id=local)) == qualified:
+        for local, target in self._module_level_names().items():
+            if target == qualified:
                 return local
         if default in self.used_names or default in self.ctx.aliases:
             raise Refused(f"the name `{default}` is used for something else: rewrite by hand")
@@ -165,15 +180,19 @@ class _Rewriter:
         line = self.lines[node.lineno - 1]  # type: ignore[attr-defined]
         return line[: len(line) - len(line.lstrip())]
 
-    def _insert_setup(self, scope: ast.AST, os_name: str, torch_name: str, dist_name: str) -> None:
+    def _insert_setup(
+        self, scope: ast.AST, region: ast.stmt, os_name: str, torch_name: str, dist_name: str
+    ) -> None:
         body = scope.body  # type: ignore[attr-defined]
         index = 0
         if _is_docstring(body[0]):
             index = 1
-        if isinstance(scope, ast.Module):
-            while index < len(body) and isinstance(body[index], (ast.Import, ast.ImportFrom)):
-                index += 1
-        first = body[min(index, len(body) - 1)]
+        if isinstance(scope, ast.Module):  # after the last top-level import
+            imports = [i for i, s in enumerate(body) if isinstance(s, (ast.Import, ast.ImportFrom))]
+            index = max(index, imports[-1] + 1) if imports else index
+            if index > body.index(region):
+                raise Refused("imports follow the DataParallel line: rewrite by hand")
+        first = body[index]
         indent = self._indent_of(first)
         self.setup_line = first.lineno
         self.edits.append(

@@ -160,8 +160,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.lr = WORKLOADS[args.model].default_lr
     if args.steps is None and args.epochs is None:
         args.steps = 20
-    for name in ("batch_size", "dataset_size"):
-        if getattr(args, name) < 1:
+    for name in ("batch_size", "dataset_size", "steps", "epochs"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda, but torch sees no CUDA device on this machine")

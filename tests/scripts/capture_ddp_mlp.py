@@ -50,9 +50,11 @@ def main() -> None:
     data = TensorDataset(torch.randn(n, args.width), torch.randn(n, 1))
     loader = DataLoader(data, batch_size=args.batch, sampler=DistributedSampler(data))
     times = []
+    cpu_times = []  # process CPU time per step: far less disturbed by other load than wall
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     for step, (x, y) in enumerate(loader):
         t0 = time.perf_counter()
+        c0 = time.process_time()
         if rank == args.crash_rank and step == args.crash_step:
             raise RuntimeError(f"injected crash on rank {rank} at step {step}")
         if rank == args.hang_rank and step == args.hang_step:
@@ -63,6 +65,7 @@ def main() -> None:
         if args.sleep:
             time.sleep(args.sleep)
         times.append((time.perf_counter() - t0) * 1e3)
+        cpu_times.append((time.process_time() - c0) * 1e3)
     if args.times:
         with open(args.times, "a") as fh:
             fh.write(
@@ -73,6 +76,7 @@ def main() -> None:
                         "grad_bytes": grad_bytes,
                         "steps": len(times),
                         "ms": times,
+                        "cpu_ms": cpu_times,
                     }
                 )
                 + "\n"

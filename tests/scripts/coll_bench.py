@@ -44,6 +44,11 @@ def _child() -> None:
     hooked = DDP(copy.deepcopy(base), bucket_cap_mb=0.25)
     plain = DDP(copy.deepcopy(base), bucket_cap_mb=0.25)
     ddp.leave_untouched(plain)
+    # the same Python hook without gpudiag's timing: splits the hook's cost from ours
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    untimed = DDP(copy.deepcopy(base), bucket_cap_mb=0.25)
+    DDP.register_comm_hook.__wrapped__(untimed, None, default_hooks.allreduce_hook)
     x = torch.randn(64, 256)
     step_no = 0
 
@@ -58,12 +63,12 @@ def _child() -> None:
             step_no += 1
         return times
 
-    run(hooked), run(plain)  # warm-up, bucket rebuild
-    print(f"rank {rank}: warm", file=sys.stderr, flush=True)
-    a, b = [], []
+    run(hooked), run(plain), run(untimed)  # warm-up, bucket rebuild
+    a, b, c = [], [], []
     for _ in range(ROUNDS):
         a += run(hooked)
         b += run(plain)
+        c += run(untimed)
     original = rec._originals["all_reduce"]
     small = torch.ones(16)
     pa, pb = [], []
@@ -74,6 +79,10 @@ def _child() -> None:
                 fn(small)
             out.append((time.perf_counter() - t0) / 50)
     summary = rec.summary()
+    t0 = time.perf_counter()
+    for i in range(100):
+        ddp.record_step(rec, step_no + i, time.time_ns())
+    ddp_stats_us = (time.perf_counter() - t0) / 100 * 1e6 / len(rec._ddp_models)
     for _ in range(2000):  # fill the ring
         original(small)
     t0 = time.perf_counter()
@@ -82,9 +91,11 @@ def _child() -> None:
     rec.close()
     if rank == 0:
         med = statistics.median
+        print(f"ddp_stats row per model per step: {ddp_stats_us:.1f} us")
         print(
             f"DDP step (12x256 MLP, {len(a)} steps each): hooked {med(a) * 1e3:.2f} ms, "
-            f"default {med(b) * 1e3:.2f} ms, ratio {med(a) / med(b):.3f}"
+            f"default {med(b) * 1e3:.2f} ms, ratio {med(a) / med(b):.3f}; untimed Python "
+            f"allreduce_hook {med(c) * 1e3:.2f} ms, ratio to it {med(a) / med(c):.3f}"
         )
         print(
             f"dist.all_reduce(16 floats): patched {med(pa) * 1e6:.1f} us, original "

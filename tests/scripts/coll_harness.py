@@ -78,6 +78,13 @@ def mode_record(run: Path, rank: int, steps: int) -> dict:
     identical = all(
         torch.equal(a, b) for a, b in zip(check.parameters(), plain.parameters(), strict=True)
     )
+    # a user's own comm hook: gpudiag times it through register_comm_hook
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    user_hooked = DDP(copy.deepcopy(base), bucket_cap_mb=0.5)
+    user_hooked.register_comm_hook(None, default_hooks.allreduce_hook)
+    train(user_hooked, 2, rank, rec, first_step=step)
+    step += 2
     world = dist.group.WORLD
     from torch.distributed import all_reduce as imported_all_reduce  # after install
 

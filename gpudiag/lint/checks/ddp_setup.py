@@ -25,7 +25,8 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
         if is_const(keyword(ddp, "find_unused_parameters"), True):
             yield Hit("GD401", ddp)
         yield from _changed_after_wrap(ctx, ddp)
-        if ctx.gpu_job and keyword(ddp, "device_ids") is None and len(ddp.args) < 2:
+        no_device_ids = keyword(ddp, "device_ids") is None and len(ddp.args) < 2
+        if ctx.gpu_job and no_device_ids and not ctx.device_conditional(ddp):
             yield Hit("GD404", ddp)
     if ddp_calls and ctx.gpu_job and not _device_set_before(ctx, ddp_calls[0]):
         yield Hit("GD403", ddp_calls[0])
@@ -49,7 +50,7 @@ def _changed_after_wrap(ctx: ModuleContext, ddp: ast.Call) -> Iterator[Hit]:
     scope = ctx.scope_of(ddp)
     after = statement.end_lineno or statement.lineno
     for node in ctx.body_nodes(scope.body):  # type: ignore[attr-defined]
-        if getattr(node, "lineno", 0) <= after:
+        if getattr(node, "lineno", 0) <= after or ctx.exclusive_branches(statement, node):
             continue
         if (
             isinstance(node, ast.Call)

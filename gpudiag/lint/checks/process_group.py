@@ -16,6 +16,8 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
     inits = ctx.calls_to(_INIT)
     for init in inits:
         backend = _literal_backend(init)
+        if ctx.device_conditional(init):  # `if torch.cuda.is_available(): nccl else: gloo`
+            continue
         if backend == "gloo" and ctx.gpu_job:
             yield Hit("GD501", init)
         elif backend == "nccl" and not ctx.gpu_job:

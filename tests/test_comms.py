@@ -1,0 +1,91 @@
+"""Collective table, bandwidth factors, summary and buckets on real GPU traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpudiag.analysis import comms
+from gpudiag.analysis.ingest import find_traces, load_traces
+
+
+@pytest.mark.parametrize(
+    ("op", "n", "factor"),
+    [
+        ("all_reduce", 8, 1.75),
+        ("all_reduce", 2, 1.0),
+        ("all_gather", 8, 0.875),
+        ("reduce_scatter", 4, 0.75),
+        ("all_to_all", 8, 0.875),
+        ("broadcast", 8, 1.0),
+        ("send_recv", 2, 1.0),
+    ],
+)
+def test_nccl_tests_bus_bandwidth_factors(op: str, n: int, factor: float) -> None:
+    assert comms.busbw_factor(op, n) == factor
+
+
+@pytest.fixture(scope="module")
+def megatron(shared_traces: Path):
+    traces = load_traces(find_traces(shared_traces / "astrasim_megatron_tp8"), warnings=[])
+    return traces, comms.collective_table(traces)
+
+
+def test_megatron_collective_table(megatron) -> None:
+    traces, table = megatron
+    assert list(table.columns)[: len(comms.TABLE_COLUMNS)] == list(comms.TABLE_COLUMNS)
+    assert table.groupby("rank").size().tolist() == [84] * 8
+    assert (table["op"] == "all_reduce").all() and (table["pg_size"] == 8).all()
+    assert (table["index"].groupby(table["rank"]).max() == 83).all()
+    big = table[table["bytes"] == 4 * 2048 * 4096 * 2]
+    expected = big["bytes"] / (big["dur_ms"] * 1e6) * 1.75
+    assert np.allclose(big["busbw_gbs"], expected)
+    assert (table["peak_gbs"] == 300.0).all()  # A100-SXM4 NVLink 3
+    assert table["link"].str.contains("A100-SXM4-80GB").all()
+    # the fastest 64 MiB all-reduce is a plausible A100 NVLink figure: 50-300 GB/s bus
+    assert 50 < big["busbw_gbs"].max() < 300
+
+
+def test_summary_counts_per_rank(megatron) -> None:
+    _, table = megatron
+    summary = comms.collective_summary(table)
+    assert summary["op"].tolist() == ["all_reduce"]
+    row = summary.iloc[0]
+    assert row["count"] == 84 and row["ranks"] == 8 and row["peak_gbs"] == 300.0
+    assert row["total_ms"] == pytest.approx(table["dur_ms"].sum() / 8)
+
+
+def test_dlrm_ops_buckets_and_stall(shared_traces: Path) -> None:
+    traces = load_traces(find_traces(shared_traces / "param_dlrm_ddp8"), warnings=[])
+    table = comms.collective_table(traces)
+    summary = comms.collective_summary(table).set_index("op")
+    assert summary.loc["all_to_all", "count"] == 5 and summary.loc["all_reduce", "count"] == 3
+    assert (
+        table.loc[table["op"] == "all_to_all", "busbw_gbs"]
+        == table.loc[table["op"] == "all_to_all", "algbw_gbs"] * 0.875
+    ).all()
+    buckets = comms.ddp_buckets(table)
+    assert buckets.groupby("rank").size().tolist() == [3] * 8
+    assert (buckets.groupby("rank")["bytes"].sum() == 1576964 + 907840 + 448).all()
+    stall = comms.allreduce_stall(traces, table)
+    assert len(stall) == 8 and (stall["stall_ms"] >= 0).all()
+    assert (stall["stall_ms"] <= stall["stall_ms"].max()).all() and stall["stall_ms"].max() < 15
+
+
+def test_rccl_generic_and_unknown_ops(shared_traces: Path) -> None:
+    traces = load_traces(find_traces(shared_traces / "tracelens_mi300_ddp"), warnings=[])
+    summary = comms.collective_summary(comms.collective_table(traces)).set_index("op")
+    assert summary.loc["all_reduce", "count"] == 6 and summary.loc["broadcast", "count"] == 6
+    # kernels whose launch lies before the profiled window keep no type: shown, not dropped
+    assert summary.loc["unknown", "count"] == 5
+    assert summary.loc["all_reduce", "peak_gbs"] == 448.0
+
+
+def test_empty_inputs() -> None:
+    table = comms.collective_table([])
+    assert table.empty and list(table.columns) == list(comms.TABLE_COLUMNS)
+    assert comms.collective_summary(table).empty
+    assert comms.ddp_buckets(table).empty
+    assert comms.allreduce_stall([], table).empty
