@@ -165,18 +165,30 @@ def test_several_gb_trace_is_refused_with_bounded_memory(
 # --------------------------------------------------------------------------- hypothesis
 
 
-@pytest.fixture(scope="module")
-def small_doc(shared_traces: Path) -> dict:
-    """A real trace cut to a few hundred events around its comm kernels."""
-    doc = orjson.loads(gzip.decompress(_dlrm_files(shared_traces)[0].read_bytes()))
+GLOO_RUN = Path(__file__).resolve().parents[1] / "sample_runs" / "ddp2_healthy"
+
+
+def _cut_around_comms(doc: dict, marker: str) -> dict:
+    """Keep thread names, steps and a few hundred events around the comm events."""
     events = doc["traceEvents"]
     keep = [e for e in events if e.get("ph") == "M"]
-    comm = [i for i, e in enumerate(events) if "nccl" in str(e.get("name", "")).lower()]
+    comm = [i for i, e in enumerate(events) if marker in str(e.get("name", "")).lower()][:12]
     idx = sorted({j for i in comm for j in range(max(i - 15, 0), min(i + 15, len(events)))})
     keep += [events[i] for i in idx]
     keep += [e for e in events if str(e.get("name", "")).startswith("ProfilerStep")]
-    doc["traceEvents"] = keep
-    return doc
+    return {**doc, "traceEvents": keep}
+
+
+@pytest.fixture(scope="module", params=["nccl", "gloo"])
+def small_doc(request: pytest.FixtureRequest, shared_traces: Path) -> dict:
+    """A real trace cut small: DLRM (GPU, NCCL) or a gloo run recorded by gpudiag trace."""
+    if request.param == "nccl":
+        doc = orjson.loads(gzip.decompress(_dlrm_files(shared_traces)[0].read_bytes()))
+        return _cut_around_comms(doc, "nccl")
+    path = GLOO_RUN / "traces" / "rank0.pt.trace.json.gz"
+    if not path.is_file():
+        pytest.skip(f"{path} not recorded")
+    return _cut_around_comms(orjson.loads(gzip.decompress(path.read_bytes())), "gloo:")
 
 
 _WEIRD = st.one_of(
@@ -236,7 +248,7 @@ def _mutate(doc: dict, ops: list[tuple]) -> tuple[dict, bool]:
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(ops=mutations(), cut=st.one_of(st.none(), st.floats(0.0, 1.0)), gz=st.booleans())
 def test_mutated_traces_never_crash(small_doc: dict, tmp_path: Path, ops, cut, gz) -> None:

@@ -148,6 +148,25 @@ def ddp_sigterm(jobs_dir: Path) -> Traced:
 
 
 @pytest.fixture(scope="session")
+def single_sigint(jobs_dir: Path) -> Traced:
+    """Ctrl-C to gpudiag running one process (no torchrun): forwarded to the script."""
+    out = jobs_dir / "single_sigint"
+    proc = gpudiag_trace(
+        ["--out", str(out), "--no-lint", str(SCRIPTS / "capture_single.py"), "--steps", "500",
+         "--sleep", "0.05"],
+        jobs_dir,
+    )  # fmt: skip
+    steps = rundir.table_path(rundir.rank_dir(out, 0), rundir.STEPS)
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    # past the default window (5-9), so the provisional window of steps 0-4 was dropped
+    while time.monotonic() < deadline and proc.poll() is None and _count_lines(steps) < 12:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=JOB_TIMEOUT_S)
+    return Traced(out, proc.returncode, stdout, stderr)
+
+
+@pytest.fixture(scope="session")
 def single_ok(jobs_dir: Path) -> Traced:
     # 4 steps: shorter than the default window (5-9), so the provisional window is kept
     return run_trace(
@@ -386,6 +405,22 @@ def test_sigterm_interrupts_and_keeps_data(ddp_sigterm: Traced) -> None:
         names = {e.get("name") for e in _trace(run.trace_files[rank])["traceEvents"]}
         assert {"ProfilerStep#1", f"ProfilerStep#{n - 1}", f"IncompleteStep#{n}"} <= names
         assert run.summaries[rank]["profiled_steps"] == list(range(1, n))
+
+
+def test_ctrl_c_single_process(single_sigint: Traced) -> None:
+    assert single_sigint.returncode == 130, single_sigint.stderr[-3000:]
+    run = rundir.load_run(single_sigint.run)
+    assert run.warnings == []
+    assert run.manifest["status"] == "interrupted" and run.manifest["exit_code"] == 130
+    status = run.statuses[0]
+    assert status["status"] == "interrupted" and status["exc_type"] == "KeyboardInterrupt"
+    assert 12 <= status["steps_completed"] == len(run.steps) < 500
+    names = {e.get("name") for e in _trace(run.trace_files[0])["traceEvents"]}
+    profiled = sorted(int(n.split("#")[1]) for n in names if n and n.startswith("ProfilerStep#"))
+    assert profiled == [5, 6, 7, 8, 9]  # the default window; warm-up not in the trace
+    assert run.summaries[0]["profiled_steps"] == [5, 6, 7, 8, 9]
+    assert run.summaries[0]["steps"]["count"] == len(run.steps)
+    assert "DONE" not in single_sigint.stdout
 
 
 # --------------------------------------------------------------------------- one process, -m

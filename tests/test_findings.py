@@ -88,6 +88,11 @@ def test_dataparallel_on_cpu_is_reported_plainly(cpu_dp_trace):
     assert len(dp) == 1 and dp[0].severity == "low"
     assert "does nothing" in dp[0].title
     assert not [f for f in res.findings if f.kind == "dataparallel_overhead"]
+    # the input-copy (scatter) matcher finds no explicit device transfer inside DP here
+    from gpudiag.analysis.dataparallel import _dp_windows, _input_copies
+
+    events = res.traces[0].events
+    assert len(_input_copies(events, _dp_windows(events))) == 0
 
 
 def test_no_dataparallel_no_dp_finding(slow_loader_trace):

@@ -50,7 +50,7 @@ JOBS: dict[str, tuple[int, list[str], list[str]]] = {
 }
 
 
-def _trace(out: Path, ranks: int, options: list[str], script: Path, args: list[str]) -> int:
+def _trace(out: Path, ranks: int, options: list[str], script: Path, args: list[str]) -> str:
     cmd = [
         sys.executable,
         "-m",
@@ -67,7 +67,7 @@ def _trace(out: Path, ranks: int, options: list[str], script: Path, args: list[s
         *args,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=JOB_TIMEOUT_S, check=False)
-    return proc.returncode
+    return proc.stderr[-2000:]
 
 
 @pytest.fixture(scope="session")
@@ -75,8 +75,10 @@ def gloo_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     root = tmp_path_factory.mktemp("findings_runs")
     results = {}
     for name, (ranks, options, args) in JOBS.items():
-        _trace(root / name, ranks, options, TRAIN, args)
+        log = _trace(root / name, ranks, options, TRAIN, args)
         results[name] = analyze(root / name)
+        # a job that did not finish cleanly is a broken fixture, not a finding to test
+        assert results[name].run["status"] == "ok", f"{name}: {log}"
     _trace(root / "hang", 2, ["--hang-timeout", "5"], HANG, [])
     results["hang"] = analyze(root / "hang")
     return results

@@ -69,6 +69,7 @@ def test_report_names_rank_not_in_collective(hang: dict) -> None:
     # 5 warm-up all_reduces, then the one rank 1 skips: seq 6 on the world group
     assert (waiting[0]["op"], waiting[0]["seq"], waiting[0]["bytes"]) == ("all_reduce", 6, 16384)
     assert HARNESS in waiting[0]["callsite"]
+    assert waiting[0]["pg_ranks"] == [0, 1]
     assert report["verdict"].startswith("rank 1 never entered all_reduce seq 6 (pg 0)")
     assert "rank 0 is waiting in" in report["verdict"]
     assert report["desync"] is None

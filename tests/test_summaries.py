@@ -62,3 +62,14 @@ def test_no_summaries_is_a_clear_error(tmp_path):
     (tmp_path / "rank0").mkdir()
     with pytest.raises(AnalysisInputError, match="summary.json"):
         analyze_summaries(tmp_path)
+
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_runs"
+
+
+@pytest.mark.skipif(not (SAMPLES / "ddp4_straggler").is_dir(), reason="sample runs not recorded")
+def test_real_straggler_run_from_its_summaries_only():
+    res = analyze_summaries(SAMPLES / "ddp4_straggler")  # rank 2 sleeps 40 ms per forward
+    straggler = next(f for f in res.findings if f.kind == "straggler")
+    assert straggler.ranks == [2]
+    assert straggler.cost_ms_per_step > 20

@@ -32,9 +32,8 @@ _HOST_SKIP_KINDS = ("step",)
 
 def is_gpu_trace(events: pd.DataFrame) -> bool:
     gpu = events["is_gpu"].to_numpy()
-    return bool(
-        (gpu & events["kind"].isin(["compute", "comm", "memcpy", "memset"]).to_numpy()).any()
-    )
+    kind = events["kind"].to_numpy()
+    return bool((gpu & np.isin(kind, ["compute", "comm", "memcpy", "memset"])).any())
 
 
 def _set(events: pd.DataFrame, mask: np.ndarray) -> iv.Intervals:
@@ -42,7 +41,15 @@ def _set(events: pd.DataFrame, mask: np.ndarray) -> iv.Intervals:
 
 
 def activity_sets(rank_trace: RankTrace) -> dict[str, iv.Intervals]:
-    """The four raw activity sets: compute, comm, data_loading, host (training thread busy)."""
+    """The four raw activity sets: compute, comm, data_loading, host (training thread busy).
+    Computed once per trace (cached on it)."""
+    cached = rank_trace.cache.get("activity_sets")
+    if cached is None:
+        cached = rank_trace.cache["activity_sets"] = _activity_sets(rank_trace)
+    return cached
+
+
+def _activity_sets(rank_trace: RankTrace) -> dict[str, iv.Intervals]:
     ev = rank_trace.events
     kind = ev["kind"].to_numpy()
     gpu = ev["is_gpu"].to_numpy()

@@ -36,6 +36,11 @@ def _analyze_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--workers", type=int, default=None, help="processes for trace loading")
     p.add_argument("--rank", type=int, default=None, help="only this rank in the per-rank table")
+    p.add_argument(
+        "--summaries-only",
+        action="store_true",
+        help="read only rank*/summary.json (automatic above 256 ranks)",
+    )
     return p
 
 
@@ -75,11 +80,15 @@ def analyze_main(argv: list[str] | None = None) -> int:
             print(f"  {p.relative_to(SAMPLE_RUNS)}", file=sys.stderr)
 
     from gpudiag.analysis.result import AnalysisInputError, analyze
+    from gpudiag.analysis.summaries import analyze_summaries
 
     results = []
     for path in paths:
         try:
-            res = analyze(path, workers=args.workers)
+            if args.summaries_only:
+                res = analyze_summaries(path)
+            else:
+                res = analyze(path, workers=args.workers)
         except AnalysisInputError as exc:
             for w in exc.warnings:
                 print(f"gpudiag: warning: {w}", file=sys.stderr)

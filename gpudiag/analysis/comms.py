@@ -188,40 +188,43 @@ def _trace_rows(trace: RankTrace) -> pd.DataFrame:
     return rows
 
 
-def _run_rows(run: Any) -> pd.DataFrame:
-    c = run.collectives
-    if c is None or len(c) == 0:
+def _run_rows(run: Any, traces: list[RankTrace]) -> pd.DataFrame:
+    """Rows from a gpudiag run's collectives table; arrival = enqueue (else start)."""
+    from gpudiag.analysis.classify import normalise_op
+
+    c = getattr(run, "collectives", None)
+    if c is None or len(c) == 0 or "rank" not in c:
         return pd.DataFrame()
     c = c.copy()
     for col in ("start_ns", "end_ns", "enqueue_ns", "in_bytes", "out_bytes", "seq", "pg_size"):
         c[col] = pd.to_numeric(c[col], errors="coerce") if col in c else np.nan
-    start = c["enqueue_ns"].fillna(c["start_ns"])
-    nbytes = c[["in_bytes", "out_bytes"]].max(axis=1)
-    from gpudiag.analysis.classify import normalise_op
-
+    for col in ("op", "dtype", "pg_name", "source", "step"):
+        if col not in c:
+            c[col] = None
     ops = c["op"].map(lambda o: normalise_op(o) or (str(o) if o is not None else None))
+    rank = pd.to_numeric(c["rank"], errors="coerce")
+    links = {t.meta.rank: link_of(t) for t in traces}
     rows = pd.DataFrame(
         {
-            "rank": pd.to_numeric(c["rank"], errors="coerce"),
-            "pg_name": c["pg_name"].astype(object).where(c["pg_name"].notna(), "0")
-            if "pg_name" in c
-            else "0",
+            "rank": rank,
+            "pg_name": c["pg_name"].astype(object).where(c["pg_name"].notna(), "0"),
             "pg_size": c["pg_size"],
             "seq": c["seq"],
             "op": ops,
-            "bytes": nbytes,
-            "dtype": c.get("dtype"),
-            "start_ns": start,
+            "bytes": c[["in_bytes", "out_bytes"]].max(axis=1),
+            "dtype": c["dtype"],
+            "start_ns": c["enqueue_ns"].fillna(c["start_ns"]),
             "end_ns": c["end_ns"],
-            "step": pd.to_numeric(c["step"], errors="coerce").fillna(-1) if "step" in c else -1,
-            "source": "run:" + c["source"].astype(str) if "source" in c else "run",
-            "link": "unknown",
-            "peak_gbs": np.nan,
+            "step": pd.to_numeric(c["step"], errors="coerce").fillna(-1),
+            "source": "run:" + c["source"].fillna("unknown").astype(str),
+            "link": rank.map(lambda r: links.get(r, ("unknown", np.nan))[0]),
+            "peak_gbs": rank.map(lambda r: links.get(r, ("unknown", np.nan))[1]).astype(float),
         }
     )
     rows = rows.dropna(subset=["rank", "start_ns"])
     rows["rank"] = rows["rank"].astype(np.int64)
     rows["start_ns"] = rows["start_ns"].astype(np.int64)
+    rows["step"] = rows["step"].astype(np.int64)
     return rows
 
 
@@ -232,7 +235,7 @@ def collective_table(traces: list[RankTrace], run: Any = None) -> pd.DataFrame:
     """One row per collective per rank, with algbw/busbw (GB/s = bytes/ns)."""
     frames: list[pd.DataFrame] = []
     if run is not None:
-        from_run = _run_rows(run)
+        from_run = _run_rows(run, traces)
         if len(from_run) and from_run["end_ns"].notna().any():
             frames.append(from_run)
     if not frames:

@@ -52,6 +52,32 @@ def _dp_windows(ev: pd.DataFrame) -> pd.DataFrame:
     return ev[names.str.contains(DP_FORWARD_RE) & ~ev["is_gpu"].astype(bool)]
 
 
+_COPY_OPS = ("aten::to", "aten::_to_copy")  # explicit transfers, not copy_ inside modules
+
+
+def _input_copies(ev: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    """Main-thread tensor copies inside DataParallel.forward before its replicate (or
+    parallel_apply) starts: the scatter of the inputs to the GPUs."""
+    ws, we = merge_intervals(windows["start_ns"].to_numpy(), windows["end_ns"].to_numpy())
+    copies = ev[ev["main_thread"].astype(bool) & ev["name"].astype(str).isin(_COPY_OPS)]
+    if copies.empty or not len(ws):
+        return copies.iloc[0:0]
+    names = ev["name"].astype(str)
+    later = ev[
+        names.str.contains(STAGES["replicate"]) | names.str.contains(STAGES["parallel_apply"])
+    ]
+    first_later = np.full(len(ws), np.iinfo(np.int64).max)
+    if len(later):
+        lw = np.searchsorted(ws, later["start_ns"].to_numpy(), side="right") - 1
+        ok = (lw >= 0) & (later["start_ns"].to_numpy() < we[np.clip(lw, 0, None)])
+        np.minimum.at(first_later, lw[ok], later["start_ns"].to_numpy()[ok])
+    start = copies["start_ns"].to_numpy()
+    cw = np.searchsorted(ws, start, side="right") - 1
+    inside = (cw >= 0) & (start < we[np.clip(cw, 0, None)])
+    before = inside & (start < first_later[np.clip(cw, 0, None)])
+    return copies[before]
+
+
 def trace_dataparallel(trace: Any) -> dict[str, Any] | None:
     """Per-rank DP stage costs (ms/step), or None when the trace has no DataParallel."""
     ev = trace.events
@@ -67,6 +93,8 @@ def trace_dataparallel(trace: Any) -> dict[str, Any] | None:
     counts: dict[str, int] = {}
     for stage, pattern in STAGES.items():
         hits = ev[cpu & names.str.contains(pattern)]
+        if stage == "scatter" and has_gpu:
+            hits = pd.concat([hits, _input_copies(ev, windows)])
         counts[stage] = int(len(hits))
         total = _per_step_union_ms(hits, steps).sum() if n_steps else hits["dur_ns"].sum() / 1e6
         stages[stage] = float(total / n_steps) if n_steps else float(total)

@@ -245,7 +245,10 @@ def straggler_findings(stragglers: Any, step_ms: float) -> list[Finding]:
     turns arriving last are jitter, not a straggler)."""
     if stragglers is None or len(stragglers) == 0 or "is_straggler" not in stragglers:
         return []
-    cost = stragglers["cost_ms_per_step"].astype(float).to_numpy()
+    # The median over steps resists a few steps where one rank was descheduled (shared
+    # hosts): a real straggler is late in most steps.
+    column = "median_cost_ms" if "median_cost_ms" in stragglers else "cost_ms_per_step"
+    cost = stragglers[column].astype(float).fillna(0).to_numpy()
     flagged = stragglers["is_straggler"].astype(bool).to_numpy()
     if not flagged.any() or (len(stragglers) > 1 and flagged.all()):
         return []
@@ -274,6 +277,13 @@ def straggler_findings(stragglers: Any, step_ms: float) -> list[Finding]:
             evidence={
                 "net_wait_ms_per_step": {str(r): ms(v) for r, v in net.items()},
                 "others_max_wait_caused_ms": ms(best_other),
+                "cost_basis": column,
+                "mean_cost_ms_per_step": {
+                    str(int(r)): ms(c)
+                    for r, c in zip(
+                        stragglers["rank"], stragglers["cost_ms_per_step"], strict=False
+                    )
+                },
                 "mean_skew_ms": {str(int(r)): ms(v) for r, v in all_skew},
                 "last_arrivals": {
                     str(int(r)): int(n)

@@ -47,6 +47,18 @@ _RANK_IN_NAME_RES = (
 _TB_HANDLER_RE = re.compile(r"^(.*)\.(\d{10,})$")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
+# JSON files of a gpudiag run directory that are not traces
+_RUN_FILES = frozenset(
+    {
+        "manifest.json",
+        "lint.json",
+        "hang_report.json",
+        "rank_info.json",
+        "status.json",
+        "summary.json",
+    }
+)
+
 EVENT_COLUMNS = (
     "name",
     "cat",
@@ -95,6 +107,8 @@ class RankTrace:
     meta: TraceMeta
     events: pd.DataFrame
     steps: pd.DataFrame
+    # derived values that several analyses share (e.g. breakdown's activity sets)
+    cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def rank(self) -> int:
@@ -122,6 +136,11 @@ def find_traces(path: str | os.PathLike[str]) -> list[Path]:
         return [path]
     if not path.is_dir():
         return []
+    from gpudiag import rundir
+
+    if rundir.is_run_dir(path):  # only its traces/, never its own JSON files
+        tdir = path / rundir.TRACES_DIR
+        return _trace_files_in(tdir) if tdir.is_dir() else []
     if (path / "traces").is_dir():
         found = _trace_files_in(path / "traces")
         if found:
@@ -142,7 +161,7 @@ def _trace_files_in(directory: Path) -> list[Path]:
         if p.is_file()
         and is_trace_name(p.name)
         and not p.name.startswith(".")
-        and p.name not in ("manifest.json", "lint.json", "hang_report.json")
+        and p.name not in _RUN_FILES
         and not p.name.startswith("manifest.")
     )
 
@@ -315,8 +334,10 @@ def _collect_columns(events: list, warnings: list[str], path: Path) -> dict[str,
         cats.append(cat)
         tss.append(ts)
         durs.append(dur)
-        pids.append(ev.get("pid", ""))
-        tids.append(ev.get("tid", ""))
+        pid = ev.get("pid", "")
+        tid = ev.get("tid", "")
+        pids.append(pid if type(pid) in (int, str) else str(pid))
+        tids.append(tid if type(tid) in (int, str) else str(tid))
         streams.append(stream)
         correlations.append(corr)
         external_ids.append(ext)

@@ -92,11 +92,17 @@ def active_recorder() -> CollectiveRecorder | None:
 
 def worker_env() -> dict[str, str]:
     """Environment the launcher sets for every worker before torch.distributed starts."""
-    return {
-        "TORCH_FR_BUFFER_SIZE": os.environ.get("TORCH_FR_BUFFER_SIZE", str(FR_BUFFER_SIZE)),
+    env = {
         # NCCL only (absent in CPU builds): FR then has start/end times.
         "TORCH_NCCL_ENABLE_TIMING": os.environ.get("TORCH_NCCL_ENABLE_TIMING", "1"),
     }
+    if _fr_ring_env() is None:  # the user's own size (either spelling) wins
+        env["TORCH_FR_BUFFER_SIZE"] = str(FR_BUFFER_SIZE)
+    return env
+
+
+def _fr_ring_env() -> str | None:
+    return os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE")
 
 
 # --------------------------------------------------------------------------- FR rows
@@ -282,7 +288,10 @@ class CollectiveRecorder:
         self._fixed_dump_every = dump_every
         self._dump_every = dump_every or 1
         self._steps_since_dump = 0
-        self._ring_size = int(os.environ.get("TORCH_FR_BUFFER_SIZE") or FR_BUFFER_SIZE)
+        try:
+            self._ring_size = int(_fr_ring_env() or FR_BUFFER_SIZE)
+        except ValueError:
+            self._ring_size = FR_BUFFER_SIZE
         self._watermark = -1  # every record_id <= this is written
         self._written_ahead: set[int] = set()
         self._step_ends: list[int] = []

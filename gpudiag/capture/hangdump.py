@@ -66,8 +66,11 @@ def inflight_snapshot() -> dict[str, Any]:
 
     recorder = collectives.active_recorder()
     entered = recorder.inflight.snapshot() if recorder is not None else []
+    groups = collectives._pg_info()
+    for record in entered:
+        record["pg_ranks"] = groups.get(record.get("pg_name"), (None, None))[1]
     fr_open = [
-        collectives.fr_entry_to_row(e, {}) | {"state": e.get("state")}
+        collectives.fr_entry_to_row(e, groups) | {"state": e.get("state")}
         for e in collectives.dump_flight_recorder()
         if not e.get("retired") and e.get("state") != "completed"
     ]

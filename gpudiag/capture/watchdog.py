@@ -198,6 +198,7 @@ def _rank_state(run_dir: Path, rank: int, requested_ns: int) -> dict[str, Any]:
 _INFLIGHT_KEYS = (
     "op",
     "pg_name",
+    "pg_ranks",
     "seq",
     "bytes",
     "shape",
@@ -220,6 +221,7 @@ def _merge_inflight(entered: list[dict], fr_unfinished: list[dict]) -> list[dict
             {
                 "op": e.get("op"),
                 "pg_name": e.get("pg_name"),
+                "pg_ranks": e.get("pg_ranks"),
                 "seq": e.get("seq"),
                 "bytes": e.get("in_bytes"),
                 "shape": (e.get("in_sizes") or [None])[0],
@@ -266,12 +268,19 @@ def hang_verdict(
             not_in,
             None,
         )
-    (pg, seq), by_rank = min(waiting.items(), key=lambda kv: (kv[0][1], kv[0][0]))
-    desync = _desync(pg, seq, by_rank)
-    if desync is not None:
-        return desync["verdict"], stuck, not_in, desync
+    # Desync first (ranks disagree at one seq), then the lowest seq some member of the
+    # group never entered: the collective everything else queues behind.
+    for (pg, seq), by_rank in sorted(waiting.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        desync = _desync(pg, seq, by_rank)
+        if desync is not None:
+            return desync["verdict"], stuck, not_in, desync
+    candidates = []
+    for (pg, seq), by_rank in waiting.items():
+        members = _members(by_rank, states)
+        absent = sorted(r for r in members if r not in by_rank)
+        candidates.append((not absent, seq, pg, by_rank, absent))
+    _, seq, pg, by_rank, absent = min(candidates, key=lambda c: c[:3])
     op = next(iter(by_rank.values())).get("op")
-    absent = sorted(r for r in states if r not in by_rank)
     if absent:
         verdict = (
             f"rank{'s' if len(absent) > 1 else ''} {_join(absent)} never entered {op} "
@@ -285,6 +294,12 @@ def hang_verdict(
             "this node or the transport is stuck"
         )
     return verdict, stuck, not_in, None
+
+
+def _members(by_rank: dict[int, dict], states: dict[int, dict[str, Any]]) -> list[int]:
+    """The group's ranks seen by this watchdog (all of them when the group is unknown)."""
+    ranks = next((c.get("pg_ranks") for c in by_rank.values() if c.get("pg_ranks")), None)
+    return [r for r in states if ranks is None or r in ranks]
 
 
 def _desync(pg: str, seq: int, by_rank: dict[int, dict]) -> dict[str, Any] | None:

@@ -19,6 +19,7 @@ p.add_argument("--steps", type=int, default=4)
 p.add_argument("--exit-code", type=int, default=0)
 p.add_argument("--label", default="")
 p.add_argument("--log", default="")
+p.add_argument("--sleep", type=float, default=0.0)
 p.add_argument("--out", default="")  # same name as a gpudiag option: must reach the script
 args = p.parse_args()
 
@@ -29,6 +30,7 @@ for x, y in DataLoader(data, batch_size=4):
     opt.zero_grad()
     torch.nn.functional.mse_loss(model(x), y).backward()
     opt.step()
+    time.sleep(args.sleep)
 print(f"DONE {args.steps}", flush=True)
 if args.log:
     # left open and unflushed on purpose, and written late by a non-daemon thread: a
