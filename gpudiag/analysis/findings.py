@@ -298,11 +298,22 @@ def straggler_findings(stragglers: Any, step_ms: float) -> list[Finding]:
     ]
 
 
+def waiting_share(ranks: Any, straggler_ranks: list[int], straggler_ms: float) -> float:
+    """Mean over ranks of the time spent waiting for the straggler(s): every rank but
+    the straggler(s) waits ``straggler_ms`` per step (it shows as exposed communication
+    there, and is costed by ``straggler``)."""
+    n = len(ranks) if ranks is not None else 0
+    if not n or not straggler_ranks:
+        return 0.0
+    waiting = n - len(set(straggler_ranks) & set(int(r) for r in ranks["rank"]))
+    return straggler_ms * waiting / n
+
+
 def exposed_comm_findings(
     ranks: Any, step_ms: float, stall: Any = None, straggler_ms: float = 0.0
 ) -> list[Finding]:
-    """Exposed communication not explained by waiting for a straggler (that wait shows
-    as exposed communication on the other ranks and is costed by ``straggler``)."""
+    """Exposed communication net of the waiting for a straggler (``straggler_ms`` is the
+    mean over ranks of that wait, see :func:`waiting_share`)."""
     if ranks is None or len(ranks) == 0 or "comm_exposed" not in ranks:
         return []
     exposed = ranks["comm_exposed"].astype(float)

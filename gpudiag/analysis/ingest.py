@@ -402,9 +402,9 @@ def load_trace(
     gc.disable()  # millions of fresh containers, none cyclic: GC passes cost ~20 %
     try:
         data = read_trace_bytes(path, max_bytes or max_trace_bytes())
-        doc = parse_trace(data)
+        box = [parse_trace(data)]
         del data
-        trace = _build_rank_trace(doc, path, warnings)
+        trace = _build_rank_trace(box, path, warnings)  # empties box: the JSON is freed early
     except TraceError as exc:
         warnings.append(f"{path}: {exc}")
         return None, warnings
@@ -417,7 +417,8 @@ def load_trace(
     return trace, warnings
 
 
-def _build_rank_trace(doc: dict[str, Any], path: Path, warnings: list[str]) -> RankTrace:
+def _build_rank_trace(box: list[dict[str, Any]], path: Path, warnings: list[str]) -> RankTrace:
+    doc = box.pop()
     dist = doc.get("distributedInfo")
     dist = dist if isinstance(dist, dict) else None
     base = _int_or_none(doc.get("baseTimeNanoseconds")) or 0
@@ -662,28 +663,55 @@ def _enrich_comms(events: pd.DataFrame, comm_args: dict[int, dict], meta: TraceM
         _fill_group_defaults(events, meta)
 
 
+def _thread_codes(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    pid = events["pid"].cat.codes.to_numpy()[rows].astype(np.int64)
+    tid = events["tid"].cat.codes.to_numpy()[rows].astype(np.int64)
+    return pid * (len(events["tid"].cat.categories) + 1) + tid
+
+
 def _fill_kernels_from_cpu(events: pd.DataFrame) -> None:
     """GPU comm kernels get what only the CPU-side op knows (RCCL's ``Generic`` type,
     ``all_to_all`` run as SendRecv, sizes, group): kernel -> its launch (correlation) ->
-    the innermost enclosing c10d/nccl/record_param_comms op on the launching thread."""
+    the innermost enclosing c10d/nccl/record_param_comms op, on the launching thread,
+    that has the value."""
     kind = events["kind"].to_numpy()
     gpu = events["is_gpu"].to_numpy()
     corr = events["correlation"].to_numpy()
     kernel_rows = np.flatnonzero((kind == "comm") & gpu & (corr >= 0))
-    if len(kernel_rows) == 0:
+    cpu_rows = np.flatnonzero(kind == "comm_cpu")
+    if len(kernel_rows) == 0 or len(cpu_rows) == 0:
         return
     launch_rows = np.flatnonzero(~gpu & np.isin(corr, corr[kernel_rows]))
-    cols = ["correlation", "pid", "tid", "start_ns"]
-    launches = events.iloc[launch_rows][cols].drop_duplicates("correlation")
-    kernels = pd.DataFrame({"index": kernel_rows, "correlation": corr[kernel_rows]})
-    k = kernels.merge(launches, on="correlation", how="inner")
-    if k.empty:
+    launch_of = pd.Series(launch_rows, index=corr[launch_rows])
+    launch_of = launch_of[~launch_of.index.duplicated()]
+    launch = launch_of.reindex(corr[kernel_rows]).to_numpy()
+    found = ~np.isnan(launch)
+    kernel_rows, launch = kernel_rows[found], launch[found].astype(np.int64)
+    if len(kernel_rows) == 0:
         return
-    k = k.rename(columns={"start_ns": "launch_ns"}).sort_values("launch_ns")
-    k["thread"] = k["pid"].astype(str) + "/" + k["tid"].astype(str)
-    k = k.drop(columns=["pid", "tid"])
-    cpu = events.iloc[np.flatnonzero(kind == "comm_cpu")]
-    cpu = cpu.assign(thread=cpu["pid"].astype(str) + "/" + cpu["tid"].astype(str))
+    start = events["start_ns"].to_numpy()
+    end = events["end_ns"].to_numpy()
+    k_thread, k_time = _thread_codes(events, launch), start[launch]
+    c_thread, c_start, c_end = _thread_codes(events, cpu_rows), start[cpu_rows], end[cpu_rows]
+    block = max(1, 4_000_000 // len(cpu_rows))  # bounded kernels x cpu-ops matrices
+    for lo in range(0, len(kernel_rows), block):
+        sl = slice(lo, lo + block)
+        inside = (
+            (k_thread[sl, None] == c_thread[None, :])
+            & (c_start[None, :] <= k_time[sl, None])
+            & (c_end[None, :] >= k_time[sl, None])
+        )
+        _fill_from_enclosing(events, kernel_rows[sl], cpu_rows, inside, c_start)
+    _bytes_from_nelems(events)
+
+
+def _fill_from_enclosing(
+    events: pd.DataFrame,
+    kernel_rows: np.ndarray,
+    cpu_rows: np.ndarray,
+    inside: np.ndarray,
+    c_start: np.ndarray,
+) -> None:
     for column, fill in (
         ("comm_op", _prefer_cpu_op),
         ("comm_nelems", None),
@@ -692,23 +720,21 @@ def _fill_kernels_from_cpu(events: pd.DataFrame) -> None:
         ("pg_size", None),
         ("seq", None),
     ):
-        src = cpu[cpu[column].notna()][["thread", "start_ns", "end_ns", column]]
-        if src.empty:
+        values = events[column].to_numpy()
+        has = pd.notna(values[cpu_rows])
+        valid = inside & has[None, :]
+        hit = valid.any(axis=1)
+        if not hit.any():
             continue
-        src = src.sort_values("start_ns").rename(columns={"start_ns": "cpu_start"})
-        m = pd.merge_asof(
-            k, src, left_on="launch_ns", right_on="cpu_start", by="thread", direction="backward"
-        )
-        m = m[m[column].notna() & (m["end_ns"] >= m["launch_ns"])]
-        if m.empty:
-            continue
-        idx = m["index"].to_numpy()
+        innermost = np.where(valid, c_start[None, :], np.iinfo(np.int64).min).argmax(axis=1)
+        rows = kernel_rows[hit]
+        source = values[cpu_rows[innermost[hit]]]
+        current = values[rows]
         if fill is not None:
-            events.loc[idx, column] = fill(events.loc[idx, column].to_numpy(), m[column].to_numpy())
+            merged = fill(current, source)
         else:
-            current = events.loc[idx, column]
-            events.loc[idx, column] = current.where(current.notna(), m[column].to_numpy())
-    _bytes_from_nelems(events)
+            merged = np.where(pd.notna(current), current, source)
+        events.loc[rows, column] = merged
 
 
 def _prefer_cpu_op(kernel_ops: np.ndarray, cpu_ops: np.ndarray) -> np.ndarray:

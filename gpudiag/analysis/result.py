@@ -474,7 +474,7 @@ def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
     found: list[Finding] = []
     found += failures.failure_findings(run)
     straggler = fnd.straggler_findings(slow, step_ms)
-    waited = sum(f.cost_ms_per_step for f in straggler)
+    waited = sum(fnd.waiting_share(ranks, f.ranks, f.cost_ms_per_step) for f in straggler)
     found += straggler
     found += fnd.exposed_comm_findings(ranks, step_ms, stall, straggler_ms=waited)
     if _uses_ddp(traces, run):
