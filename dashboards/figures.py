@@ -68,6 +68,7 @@ def timeline_figure(timeline: pd.DataFrame, title: str = "Timeline") -> go.Figur
             )
         )
     steps = tl[tl["lane"] == "step"]
+    steps = steps[steps["rank"] == steps["rank"].min()] if len(steps) else steps
     for row in steps.head(200).itertuples():
         fig.add_vrect(x0=row.start_ms, x1=row.end_ms, fillcolor=COLORS["step"], opacity=0.06)
     fig.update_yaxes(

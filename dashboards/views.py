@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import figures, runs
+from gpudiag import rundir
 from gpudiag.report import html as html_report
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
@@ -386,7 +387,7 @@ def _mean_step_ms(result: Any) -> float | None:
 def _default_pair(refs: list[runs.RunRef]) -> tuple[int, int]:
     """The bench's runs first (a folder with bench.json): DP vs DDP, else single vs DDP;
     otherwise the first two runs."""
-    bench = [i for i, r in enumerate(refs) if (r.path.parent / "bench.json").is_file()]
+    bench = [i for i, r in enumerate(refs) if (r.path.parent / rundir.BENCH).is_file()]
     pool = bench if len(bench) >= 2 else list(range(len(refs)))
 
     def first(pred: Callable[[str], bool]) -> int | None:

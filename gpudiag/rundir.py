@@ -10,6 +10,7 @@ Layout (format version 1)::
     <run>/manifest.node<N>.json            launchers of nodes N > 0
     <run>/lint.json                        lint result for the traced script
     <run>/hang_report.json                 only when the hang watchdog fired
+    <run>/bench.json                       only for runs made by `gpudiag bench`
     <run>/traces/rank<R>.pt.trace.json.gz  Kineto trace of the profiled window
     <run>/rank<R>/steps.jsonl              one row per training step
     <run>/rank<R>/collectives.jsonl        one row per collective (Flight Recorder et al.)
@@ -61,6 +62,7 @@ RANK_INFO = "rank_info.json"
 STATUS = "status.json"
 SUMMARY = "summary.json"
 STACKS = "stacks.txt"
+BENCH = "bench.json"  # gpudiag bench: the comparison table, in the bench folder and each run
 INFLIGHT = "inflight.json"  # in-flight collectives + FR dump, written on a hang request
 
 _RANK_DIR_RE = re.compile(r"^rank(\d+)$")
@@ -132,7 +134,9 @@ class JsonlWriter:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] | None = open(self.path, "a", encoding="utf-8", buffering=1)
+        self._fh: IO[str] | None = open(  # noqa: SIM115 - held open for the run
+            self.path, "a", encoding="utf-8", buffering=1
+        )
         self._lock = threading.Lock()
 
     def write(self, row: dict[str, Any]) -> None:
@@ -200,7 +204,7 @@ def iter_jsonl(path: str | os.PathLike[str], warnings: list[str] | None = None) 
     naming the file and line; it never raises for bad content."""
     path = Path(path)
     try:
-        fh = open(path, "rb")
+        fh = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except OSError as exc:
         if warnings is not None:
             warnings.append(f"{path}: cannot read ({exc.strerror or exc})")
@@ -310,7 +314,10 @@ class Run:
     @property
     def ranks(self) -> list[int]:
         return sorted(
-            set(self.rank_info) | set(self.statuses) | set(self.summaries) | set(self.trace_files)
+            set(self.rank_info)
+            | set(self.statuses)
+            | set(self.summaries)
+            | set(self.trace_files)
             | (set(self.steps["rank"].unique()) if len(self.steps) else set())
         )
 
@@ -333,17 +340,53 @@ def _frame(rows: list[dict], columns: Iterable[str]) -> Any:
 
 STEP_COLUMNS = ("rank", "step", "start_ns", "end_ns", "data_ns", "optimizer_ns", "source")
 COLLECTIVE_COLUMNS = (
-    "rank", "pg_name", "pg_desc", "pg_size", "pg_ranks", "seq", "op", "in_bytes", "out_bytes",
-    "dtype", "in_sizes", "out_sizes", "enqueue_ns", "start_ns", "end_ns", "step", "record_id",
+    "rank",
+    "pg_name",
+    "pg_desc",
+    "pg_size",
+    "pg_ranks",
+    "seq",
+    "op",
+    "in_bytes",
+    "out_bytes",
+    "dtype",
+    "in_sizes",
+    "out_sizes",
+    "enqueue_ns",
+    "start_ns",
+    "end_ns",
+    "step",
+    "record_id",
     "source",
 )
 REGION_COLUMNS = ("rank", "name", "start_ns", "end_ns", "step")
 GPU_COLUMNS = (
-    "node", "t_ns", "gpu", "uuid", "util_gpu", "util_mem", "mem_used", "mem_total", "power_w",
-    "sm_clock_mhz", "throttle_reasons", "pcie_tx_kbs", "pcie_rx_kbs", "nvlink_tx_kbs",
-    "nvlink_rx_kbs", "temp_c",
+    "node",
+    "t_ns",
+    "gpu",
+    "uuid",
+    "util_gpu",
+    "util_mem",
+    "mem_used",
+    "mem_total",
+    "power_w",
+    "sm_clock_mhz",
+    "throttle_reasons",
+    "pcie_tx_kbs",
+    "pcie_rx_kbs",
+    "nvlink_tx_kbs",
+    "nvlink_rx_kbs",
+    "temp_c",
 )
-HOST_COLUMNS = ("node", "t_ns", "cpu_percent", "mem_used", "mem_total", "proc_cpu_percent", "proc_rss")
+HOST_COLUMNS = (
+    "node",
+    "t_ns",
+    "cpu_percent",
+    "mem_used",
+    "mem_total",
+    "proc_cpu_percent",
+    "proc_rss",
+)
 
 
 def _read_rank_table(run: Path, ranks: list[int], table: str, warnings: list[str]) -> list[dict]:

@@ -111,7 +111,9 @@ def _trace_timeline(trace: Any) -> pd.DataFrame:
     for lane, mask in _lane_masks(ev).items():
         sel = ev[mask]
         s, e = merge_intervals(sel["start_ns"].to_numpy(), sel["end_ns"].to_numpy())
-        if len(s):
+        if lane == "communication" and len(sel):
+            parts.append(_collective_rows(sel))
+        elif len(s):
             parts.append(pd.DataFrame({"lane": lane, "start_ns": s, "end_ns": e, "name": lane}))
         if lane != "data_loading":
             busy_s.append(s)
@@ -119,6 +121,16 @@ def _trace_timeline(trace: Any) -> pd.DataFrame:
     steps = trace.steps
     if steps is not None and len(steps):
         lo, hi = int(steps["start_ns"].min()), int(steps["end_ns"].max())
+        parts.append(
+            pd.DataFrame(
+                {
+                    "lane": "step",
+                    "start_ns": steps["start_ns"].to_numpy(),
+                    "end_ns": steps["end_ns"].to_numpy(),
+                    "name": [f"step {int(n)}" for n in steps["step"]],
+                }
+            )
+        )
         s, e = merge_intervals(np.concatenate(busy_s), np.concatenate(busy_e))
         gap_s = np.concatenate([[lo], e])
         gap_e = np.concatenate([s, [hi]])
@@ -135,6 +147,21 @@ def _trace_timeline(trace: Any) -> pd.DataFrame:
     out = pd.concat(parts, ignore_index=True)
     out.insert(0, "rank", int(trace.meta.rank))
     return out
+
+
+def _collective_rows(comm: pd.DataFrame) -> pd.DataFrame:
+    """Each collective as its own interval, named by its op, so it can be highlighted;
+    _downsample merges them (losing the names) only when there are too many to draw."""
+    op = comm["comm_op"].astype("string").fillna("").astype(str)
+    names = op.where(op != "", comm["name"].astype(str))
+    return pd.DataFrame(
+        {
+            "lane": "communication",
+            "start_ns": comm["start_ns"].to_numpy(),
+            "end_ns": comm["end_ns"].to_numpy(),
+            "name": names.to_numpy(),
+        }
+    )
 
 
 def _downsample(frame: pd.DataFrame, max_intervals: int) -> pd.DataFrame:

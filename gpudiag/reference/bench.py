@@ -34,7 +34,7 @@ from typing import Any
 from gpudiag import rundir
 
 PREFIX = "gpudiag bench"
-BENCH_FILE = "bench.json"  # also written into each run directory (see rundir.py)
+BENCH_FILE = rundir.BENCH  # also written into each run directory
 WARMUP_STEPS = 2
 MODES_ORDER = ("single", "dp", "ddp")
 
