@@ -242,6 +242,16 @@ def test_ddp_steps_counted_equal_steps_run(ddp_ok: Traced) -> None:
         assert run.summaries[rank]["steps"]["count"] == DDP_STEPS
 
 
+def test_ddp_stats_sampled_every_tenth_step_and_at_the_end(ddp_ok: Traced) -> None:
+    stats = rundir.load_run(ddp_ok.run).ddp_stats
+    for rank in (0, 1):
+        steps = sorted(stats[stats["rank"] == rank]["step"])
+        # the last step too only when the model outlives the script (here it does not)
+        assert steps[:2] == [0, 10] and set(steps) <= {0, 10, DDP_STEPS - 1}
+        later = stats[(stats["rank"] == rank) & (stats["step"] == 10)].iloc[0]
+        assert later["avg_backward_comm_time"] > 0
+
+
 def test_ddp_steps_on_the_manifest_clock(ddp_ok: Traced) -> None:
     run = rundir.load_run(ddp_ok.run)
     start, end = run.manifest["start_ns"], run.manifest["end_ns"]

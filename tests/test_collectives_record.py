@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent / "scripts"))
 import coll_launch  # noqa: E402
 
 from gpudiag import rundir  # noqa: E402
+from gpudiag.capture import ddp  # noqa: E402
 
 STEPS = 10  # steps on the hooked model; then 3 on DDP's default path, 3 hooked again,
 TRAIN_STEPS = STEPS + 8  # and 2 with the user's own comm hook
@@ -20,7 +22,18 @@ TRAIN_STEPS = STEPS + 8  # and 2 with the user's own comm hook
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict:
     run = tmp_path_factory.mktemp("coll_record")
-    codes, output = coll_launch.finish(coll_launch.start("record", run, steps=STEPS))
+    # ddp_stats rows every step here (the default samples every 10th) so each is checked
+    # and gpudiag's timing hook on (opt-in: `gpudiag trace --time-buckets`)
+    previous = {k: os.environ.get(k) for k in (ddp.ENV_STATS_EVERY, ddp.ENV_DDP_HOOK)}
+    os.environ.update({ddp.ENV_STATS_EVERY: "1", ddp.ENV_DDP_HOOK: "1"})
+    try:
+        codes, output = coll_launch.finish(coll_launch.start("record", run, steps=STEPS))
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     assert codes == [0, 0], output
     results = {
         r: json.loads((run / f"rank{r}" / "harness_record.json").read_text()) for r in (0, 1)

@@ -236,7 +236,9 @@ def collective_table(traces: list[RankTrace], run: Any = None) -> pd.DataFrame:
     frames: list[pd.DataFrame] = []
     if run is not None:
         from_run = _run_rows(run, traces)
-        if len(from_run) and from_run["end_ns"].notna().any():
+        # The run's table covers every step; without end times (gloo, no --time-buckets)
+        # it still gives arrivals for skew, but a trace's window has real durations.
+        if len(from_run) and (from_run["end_ns"].notna().any() or not traces):
             frames.append(from_run)
     if not frames:
         frames = [_trace_rows(t) for t in traces]

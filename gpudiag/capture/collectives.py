@@ -597,6 +597,8 @@ class CollectiveRecorder:
         if self.fr_enabled:
             self.dump()
         self._flush_times()
+        if self._last_step is not None and self._last_step % ddp.STATS_EVERY:
+            ddp.record_step(self, self._last_step, time.time_ns(), force=True)
         ddp.close(self)
         for writer in (self._coll_writer, self._times_writer):
             if writer is not None:
