@@ -18,7 +18,7 @@ import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dashboards import runs, views  # noqa: E402
+from dashboards import cache, runs, views  # noqa: E402
 
 
 def _roots() -> list[Path]:
@@ -26,26 +26,7 @@ def _roots() -> list[Path]:
     return [Path(a) for a in args] if args else list(runs.DEFAULT_ROOTS)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
-
-
-@st.cache_resource(max_entries=16, show_spinner="Analysing run…")
-def _analysis(path: str, content_key: str) -> tuple[Any, str | None]:
-    """(AnalysisResult, None) or (None, one-line error). content_key is only the cache key."""
-    try:
-        from gpudiag.analysis import analyze
-    except ImportError as exc:
-        return None, f"gpudiag.analysis is not available ({_first_line(exc)})"
-    try:
-        return analyze(path), None
-    except Exception as exc:  # the app must never die on a bad run
-        return None, f"{path}: cannot be analysed ({_first_line(exc)})"
-
-
-def result_of(ref: runs.RunRef) -> tuple[Any, str | None]:
-    return _analysis(str(ref.path), runs.fingerprint(ref.path))
+result_of = cache.result_of
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
@@ -125,7 +106,7 @@ def main() -> None:
     try:
         views.VIEWS[view](ctx)
     except Exception as exc:  # a view must never take the app down with it
-        st.error(f"{view}: could not render this run ({_first_line(exc)})")
+        st.error(f"{view}: could not render this run ({cache.first_line(exc)})")
 
 
 main()

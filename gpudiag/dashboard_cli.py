@@ -20,6 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 APP = REPO / "dashboards" / "app.py"
+SERVE = REPO / "dashboards" / "serve.py"
 DEFAULT_PORT = 8501
 STARTUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
@@ -73,8 +74,7 @@ def _pick_port(host: str) -> int:
 def streamlit_command(runs: list[Path], host: str, port: int, dev: bool = False) -> list[str]:
     return [
         sys.executable,
-        "-m",
-        "streamlit",
+        str(SERVE),  # `streamlit` itself, plus an analysis prewarm at start-up
         "run",
         str(APP),
         "--server.headless",
