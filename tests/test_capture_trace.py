@@ -391,10 +391,17 @@ def test_crash_keeps_steps_up_to_the_crash(ddp_crash: Traced) -> None:
     for rank in (0, 1):
         steps = run.steps[run.steps["rank"] == rank]
         assert list(steps["step"]) == list(range(6))
-        assert run.statuses[rank]["steps_completed"] == 6
-        assert run.summaries[rank]["steps"]["count"] == 6
+    assert run.statuses[1]["steps_completed"] == 6 and run.summaries[1]["steps"]["count"] == 6
     assert run.statuses[1]["status"] == "failed" and run.statuses[1]["exit_code"] == 1
-    assert run.statuses[0]["status"] in ("failed", "interrupted")  # its peer went away
+    # Rank 0 was inside an all-reduce when its peer died: usually gloo raises there and the
+    # rank ends as failed/interrupted; sometimes gloo's own thread aborts the process
+    # (SIGABRT, see FACTS.md) before Python runs again. Its steps are kept either way,
+    # and a rank without status.json is reported as failed.
+    if 0 in run.statuses:
+        assert run.statuses[0]["status"] in ("failed", "interrupted")
+        assert run.statuses[0]["steps_completed"] == 6
+    else:
+        assert 0 in run.manifest["failed_ranks"]
     assert not run.trace_files  # --no-profile
 
 

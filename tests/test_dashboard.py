@@ -229,7 +229,10 @@ def test_timeline_draws_the_analysis_intervals(
     spec = _specs(at)[0]
     lines = [t for t in spec["data"] if t["mode"] == "lines"]
     drawn = sum(sum(1 for x in _values(t["x"]) if x is not None) // 2 for t in lines)
-    assert drawn == len(expected) > 100
+    steps = expected[expected["lane"] == "step"]
+    assert drawn == len(expected) - len(steps) > 100  # steps are shaded bands, not lines
+    shaded = [s for s in spec["layout"].get("shapes", []) if s.get("type") == "rect"]
+    assert len(shaded) == (steps["rank"] == steps["rank"].min()).sum() >= 1
     ticks = spec["layout"]["yaxis"]["ticktext"]
     assert "rank 7 · communication" in ticks and "rank 0 · compute" in ticks
     assert {t["type"] for t in spec["data"]} == {"scatter"}

@@ -31,8 +31,12 @@ def test_terminal_report_has_every_finding_field(result):
 def test_timeline_lanes_and_downsampling(result):
     tl = result.timeline()
     assert list(tl.columns) == ["rank", "lane", "start_ms", "end_ms", "name"]
-    assert set(tl["lane"]) <= {"compute", "communication", "data_loading", "idle"}
-    assert {"compute", "communication"} <= set(tl["lane"])
+    assert set(tl["lane"]) <= {"compute", "communication", "data_loading", "idle", "step"}
+    assert {"compute", "communication", "step"} <= set(tl["lane"])
+    steps = tl[tl["lane"] == "step"]
+    assert steps["name"].str.match(r"step \d+$").all()
+    comm = tl[(tl["lane"] == "communication") & (tl["rank"] == 0)]
+    assert "all_reduce" in set(comm["name"])  # each collective named by its op
     assert sorted(tl["rank"].unique()) == [0, 1]
     assert (tl["end_ms"] >= tl["start_ms"]).all()
     small = result.timeline(rank=1, max_intervals=50)

@@ -395,6 +395,18 @@ def _steady_state(
     return coll, steps
 
 
+def _arrivals(coll: pd.DataFrame, run: Any, comms: Any, warnings: list[str]) -> pd.DataFrame:
+    """Collectives to match across ranks for stragglers: the run's own table when it has
+    one (every step, matched on sequence numbers, arrival = enqueue time) even where the
+    collective table above comes from the traces for want of completion times."""
+    if run is None or not len(run.collectives) or comms is None:
+        return coll
+    if len(coll) and coll["source"].astype(str).str.startswith("run:").all():
+        return coll
+    from_run = _guard(warnings, "run collectives", comms.collective_table, [], run=run)
+    return from_run if from_run is not None and len(from_run) else coll
+
+
 def _uses_ddp(traces: list[Any], run: Any) -> bool:
     if run is not None and len(getattr(run, "ddp_stats", [])):
         return True
@@ -472,7 +484,7 @@ def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
         if comms is not None and traces and len(coll)
         else None
     )
-    coll_steady, steps_frame = _steady_state(coll, traces, run)
+    coll_steady, steps_frame = _steady_state(_arrivals(coll, run, comms, warnings), traces, run)
     skew = (
         _guard(warnings, "arrival skew", strag.arrival_skew, coll_steady)
         if len(coll_steady) and strag is not None

@@ -7,7 +7,10 @@ time the rank spent inside them (``known_time_ns``). No trace or table is opened
 Straggler without traces: in synchronous training every rank has the same step time,
 but the rank that arrives last at each collective waits the least inside it. A rank
 whose collective time per step is far below the median is named, and the difference
-is what the others wait for it per step.
+is what the others wait for it per step. Where completion times were not recorded
+(gloo without `--time-buckets`), the recorder's ``arrival_ms_mean`` (how far into its
+step a rank issues its collectives; steps end together) is used instead: the rank that
+issues them last is the one the others wait for.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ def summary_frame(summaries: dict[int, dict[str, Any]]) -> pd.DataFrame:
                 "step_ms_median": _f(steps.get("median_ms")),
                 "step_ms_p90": _f(steps.get("p90_ms")),
                 "data_loading": _f(steps.get("data_ms_mean"), 0.0),
-                "coll_ms_per_step": coll_ns / 1e6 / count if count else np.nan,
+                "coll_ms_per_step": coll_ns / 1e6 / count if count and coll_ns else np.nan,
+                "arrival_ms": _f(colls.get("arrival_ms_mean")),
             }
         )
     cols = [
@@ -61,6 +65,7 @@ def summary_frame(summaries: dict[int, dict[str, Any]]) -> pd.DataFrame:
         "step_ms_p90",
         "data_loading",
         "coll_ms_per_step",
+        "arrival_ms",
     ]
     return pd.DataFrame(rows, columns=cols).sort_values("rank").reset_index(drop=True)
 
@@ -96,13 +101,17 @@ def collective_totals(summaries: dict[int, dict[str, Any]]) -> pd.DataFrame:
 def summary_stragglers(frame: pd.DataFrame) -> pd.DataFrame:
     """rank, mean_skew_ms (how much less it waits than the median rank), cost, flag."""
     f = frame.dropna(subset=["coll_ms_per_step"])
+    late_sign = -1.0  # less time waiting inside collectives = later arrival
+    column = "coll_ms_per_step"
+    if len(f) < 2 and "arrival_ms" in frame:
+        f, late_sign, column = frame.dropna(subset=["arrival_ms"]), 1.0, "arrival_ms"
     if len(f) < 2:
         return pd.DataFrame(columns=["rank", "mean_skew_ms", "cost_ms_per_step", "is_straggler"])
-    wait = f["coll_ms_per_step"].to_numpy(float)
-    median = float(np.median(wait))
-    mad = float(np.median(np.abs(wait - median)))
+    value = f[column].to_numpy(float)
+    median = float(np.median(value))
+    mad = float(np.median(np.abs(value - median)))
     step = float(np.nanmedian(f["step_ms_mean"].to_numpy(float)))
-    skew = median - wait
+    skew = late_sign * (value - median)
     threshold = max(5 * 1.4826 * mad, 0.02 * step if np.isfinite(step) else 0.0, 1e-3)
     return pd.DataFrame(
         {

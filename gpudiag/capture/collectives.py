@@ -306,6 +306,8 @@ class CollectiveRecorder:
         self.inflight = _Inflight()
         self._ddp_models: list[Any] = []
         self._ddp_writer: rundir.JsonlWriter | None = None
+        self._arrival_ns = 0
+        self._arrival_count = 0
         self._coll_writer: rundir.JsonlWriter | None = None
         self._times_writer: rundir.JsonlWriter | None = None
         self._installed = False
@@ -534,6 +536,7 @@ class CollectiveRecorder:
                 continue
             row = fr_entry_to_row(entry, pg_info)
             row["step"] = self._step_of(row["enqueue_ns"])
+            self._note_arrival(row)
             rows.append(row)
             self._count(row)
             if blocked:
@@ -556,6 +559,19 @@ class CollectiveRecorder:
             "step": self._last_step,
             "source": "flight_recorder_gap",
         }
+
+    def _note_arrival(self, row: dict[str, Any]) -> None:
+        """How far into its step each collective was issued: in synchronous training the
+        steps of all ranks end together, so a rank that issues its collectives later
+        than the others (summary: arrival_ms_mean) is the one they wait for. Needs no
+        completion times, so it works on gloo without the timing hook."""
+        step, enqueue = row.get("step"), row.get("enqueue_ns")
+        if not step or enqueue is None:  # step 0 has no previous boundary
+            return
+        i = bisect.bisect_left(self._step_ids, step - 1)
+        if i < len(self._step_ids) and self._step_ids[i] == step - 1:
+            self._arrival_ns += max(0, enqueue - self._step_ends[i])
+            self._arrival_count += 1
 
     def _trim_steps(self) -> None:
         keep = 4 * _MAX_DUMP_EVERY  # more than the steps between two dumps
@@ -586,6 +602,10 @@ class CollectiveRecorder:
             "fr_dump_median_ns": dumps[len(dumps) // 2] if dumps else None,
             "fr_dump_max_ns": dumps[-1] if dumps else None,
             "fr_dump_every_steps": self._dump_every,
+            "arrival_ms_mean": (
+                self._arrival_ns / self._arrival_count / 1e6 if self._arrival_count else None
+            ),
+            "arrival_count": self._arrival_count,
         }
 
     def close(self) -> None:
