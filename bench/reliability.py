@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 DDP_SCRIPT = REPO / "tests" / "scripts" / "capture_ddp_mlp.py"
 TRACES = REPO.parent / "shared" / "traces" / "param_dlrm_ddp8"
 
-DESYNC_SCRIPT = '''
+DESYNC_SCRIPT = """
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 t = torch.ones(1000)
@@ -36,7 +36,7 @@ if dist.get_rank() == 0:
     dist.all_reduce(t)          # rank 0: all_reduce at this seq
 else:
     dist.broadcast(t, src=0)    # rank 1: broadcast at the same seq
-'''
+"""
 
 
 def trace_cmd(out: Path, *args: str) -> list[str]:
