@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,30 +93,29 @@ def row(name: str, code: int, seconds: float, s: dict, extra: str = "") -> str:
     )
 
 
-def failures(tmp: Path, hang_timeout: float) -> list[str]:
-    rows = []
+def failures(tmp: Path, hang_timeout: float) -> Iterator[str]:
     ddp = ["--nproc-per-node", "2", "--standalone", str(DDP_SCRIPT)]
     out = tmp / "crash"
     code, sec = run_to_end(trace_cmd(out, *ddp, "--steps", "12", "--crash-rank", "1",
                                      "--crash-step", "5"), tmp)  # fmt: skip
-    rows.append(row("rank 1 raises at step 5", code, sec, summarise(out)))
+    yield row("rank 1 raises at step 5", code, sec, summarise(out))
 
     for name, signum in (("SIGTERM", signal.SIGTERM), ("Ctrl-C (SIGINT)", signal.SIGINT)):
         out = tmp / name.split()[0].lower()
         code, sec = signal_mid_run(
             trace_cmd(out, *ddp, "--steps", "200", "--sleep", "0.05"), tmp, signum, 8.0
         )
-        rows.append(row(f"{name} to gpudiag mid-run", code, sec, summarise(out),
-                        "seconds = signal to exit"))  # fmt: skip
+        yield row(f"{name} to gpudiag mid-run", code, sec, summarise(out),
+                  "seconds = signal to exit")  # fmt: skip
 
     out = tmp / "hang"
     code, sec = run_to_end(trace_cmd(out, "--hang-timeout", str(hang_timeout), *ddp, "--steps",
                                      "12", "--hang-rank", "1", "--hang-step", "4"), tmp)  # fmt: skip
     s = summarise(out)
     hang = s["hang"] or {}
-    rows.append(row(f"rank 1 hangs at step 4 (--hang-timeout {hang_timeout:g})", code, sec, s,
+    yield row(f"rank 1 hangs at step 4 (--hang-timeout {hang_timeout:g})", code, sec, s,
                     f"detected after {hang.get('detected_after_s', float('nan')):.2f} s: "
-                    f"{hang.get('verdict')}"))  # fmt: skip
+              f"{hang.get('verdict')}")  # fmt: skip
 
     script = tmp / "desync.py"
     script.write_text(DESYNC_SCRIPT)
@@ -124,10 +124,9 @@ def failures(tmp: Path, hang_timeout: float) -> list[str]:
                                      "--nproc-per-node", "2", "--standalone", str(script)), tmp)  # fmt: skip
     s = summarise(out)
     hang = s["hang"] or {}
-    rows.append(row("rank 0 all_reduce, rank 1 broadcast at the same seq", code, sec, s,
+    yield row("rank 0 all_reduce, rank 1 broadcast at the same seq", code, sec, s,
                     f"detected after {hang.get('detected_after_s', float('nan')):.2f} s: "
-                    f"{hang.get('verdict')}"))  # fmt: skip
-    return rows
+              f"{hang.get('verdict')}")  # fmt: skip
 
 
 def bad_input(tmp: Path) -> list[str]:

@@ -274,3 +274,16 @@ def test_mutated_traces_never_crash(small_doc: dict, tmp_path: Path, ops, cut, g
     bd = run_breakdown([trace])
     if len(bd):
         assert (bd["step_ms"] >= 0).all()
+
+
+@pytest.mark.parametrize("fraction", [50, 3])
+def test_truncated_gzip_is_called_truncated_not_too_big(
+    shared_traces: Path, tmp_path: Path, fraction: int
+) -> None:
+    """A cut-off gzip's last 4 bytes are not its size: it must not read as a huge trace."""
+    whole = _dlrm_files(shared_traces)[0].read_bytes()
+    cut = tmp_path / "rank0.pt.trace.json.gz"
+    cut.write_bytes(whole[: len(whole) // fraction])
+    warnings: list[str] = []
+    assert load_traces([cut], warnings=warnings) == []
+    _one_line_naming(warnings, cut, "truncated gzip")

@@ -467,6 +467,16 @@ class CollectiveRecorder:
         if full:
             self._flush_times()
 
+    def flush_stale_times(self) -> None:
+        """Flush buffered stamps older than the flush age (called from a background
+        thread; the main thread flushes at step ends and when the buffer fills)."""
+        with self._times_lock:
+            stale = bool(self._times_buffer) and (
+                time.time_ns() - self._times_buffer[0]["returned_ns"] > _TIMES_FLUSH_NS
+            )
+        if stale:
+            self._flush_times()
+
     def _flush_times(self) -> None:
         with self._times_lock:
             rows, self._times_buffer = self._times_buffer, []

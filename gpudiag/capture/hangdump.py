@@ -57,7 +57,19 @@ def _poll_requests(run_dir: Path, rank: int) -> None:
                     request.unlink()
                 except OSError:
                     pass
+        _flush_stale_times()
         time.sleep(POLL_S)
+
+
+def _flush_stale_times() -> None:
+    """Completed collectives reach the disk within a poll even while the main thread is
+    blocked (a loop without optimizer steps that hangs after a few collectives): the
+    watchdog arms on those rows and then sees that nothing moves."""
+    from gpudiag.capture import collectives
+
+    recorder = collectives.active_recorder()
+    if recorder is not None:
+        recorder.flush_stale_times()
 
 
 def inflight_snapshot() -> dict[str, Any]:

@@ -28,6 +28,9 @@ from gpudiag.capture.ddp import ENV_DDP_HOOK
 from gpudiag.capture.profiling import DEFAULT_WINDOW, parse_window
 
 KILL_GRACE_S = 30.0
+# After a hang the ranks sit in C++ collectives where Python's SIGTERM handler cannot run
+# (their stacks and in-flight collectives are already on disk): a short grace suffices.
+HANG_KILL_GRACE_S = 5.0
 
 # torchrun options passed through: flag -> takes a value
 TORCHRUN_OPTIONS: dict[str, bool] = {
@@ -253,13 +256,13 @@ class Job:
             pass
         return pids
 
-    def stop(self, signum: int = signal.SIGTERM) -> None:
+    def stop(self, signum: int = signal.SIGTERM, grace_s: float = KILL_GRACE_S) -> None:
         """Forward a signal; a second request, or the grace period running out, kills."""
         with self._lock:
             if self.kill_deadline is not None and signum != signal.SIGKILL:
                 self.kill()
                 return
-            self.kill_deadline = time.monotonic() + KILL_GRACE_S
+            self.kill_deadline = time.monotonic() + grace_s
         self._send(self.proc.pid, signum)
 
     def kill(self) -> None:
@@ -401,7 +404,7 @@ def _start_watchdog(run_dir: Path, timeout_s: float, job: Job, hang: threading.E
     def on_hang(*_: Any) -> None:
         hang.set()
         _say(f"no progress for {timeout_s:g} s: hang; ending the job")
-        job.stop(signal.SIGTERM)
+        job.stop(signal.SIGTERM, grace_s=HANG_KILL_GRACE_S)
 
     try:
         watchdog = HangWatchdog(run_dir, timeout_s, on_hang=on_hang)
