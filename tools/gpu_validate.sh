@@ -6,14 +6,14 @@
 #   ddp_nccl_ws1             DDP, world size 1, NCCL
 #   gloo_cuda_2rank          DDP, 2 ranks, gloo on CUDA tensors (both on GPU 0)
 #   dp_two_replicas_one_gpu  nn.DataParallel(device_ids=[0, 0]), if torch accepts it
-# The run directories (each <= 2 MB) are left in $1 (default ./gpu_runs) so they can be
-# committed as test fixtures.
+# The run directories (each <= 2 MB) are left in $1 (default tests/fixtures/gpu_runs, where
+# tests/test_findings.py reads them) so they can be committed as test fixtures.
 #
 # usage: tools/gpu_validate.sh [OUT_DIR]
 set -u
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-OUT=${1:-./gpu_runs}
+OUT=${1:-$REPO/tests/fixtures/gpu_runs}
 PY=${PYTHON:-python3}
 TRAIN="$REPO/tools/gpu_train.py"
 mkdir -p "$OUT"
