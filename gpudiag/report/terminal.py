@@ -126,8 +126,32 @@ def print_report(result: Any, *, rank: int | None = None, console: Console | Non
         for c in cols:
             table.add_column(c, justify="right")
         for row in result.collective_summary.head(20).to_dict(orient="records"):
-            table.add_row(*(str(row[c]) if isinstance(row[c], str) else _num(row[c]) for c in cols))
+            table.add_row(*(_collective_cell(c, row[c]) for c in cols))
         console.print(table)
+
+
+def _collective_cell(column: str, value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if column == "count":
+        return _num(value, 0 if float(value).is_integer() else 1)
+    if column == "bytes":
+        return _bytes(value)
+    return _num(value)
+
+
+def _bytes(value: Any) -> str:
+    try:
+        size = float(value)
+    except (TypeError, ValueError):
+        return "-"
+    if size != size:  # NaN
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
 
 
 def print_comparison(comparison: Any, console: Console | None = None) -> None:
