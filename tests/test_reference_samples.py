@@ -63,6 +63,7 @@ def test_healthy_run_has_no_straggler_or_data_stall(analysed: dict) -> None:
     result = analysed["ddp2_healthy"]
     assert not [f for f in _findings(result, "straggler") if f.severity == "high"]
     assert all(f.severity == "low" for f in _findings(result, "dataloader_stall"))
+    assert not [f for f in result.findings if f.severity == "high"]  # healthy: nothing high
 
 
 def test_bench_sample_holds_the_table_and_its_runs() -> None:

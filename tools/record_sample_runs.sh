@@ -26,7 +26,7 @@ trace() {  # trace NAME NPROC [trainer args...]
 }
 
 ddp2_healthy() {  # a healthy 2-rank DDP run
-  trace ddp2_healthy 2 --mode ddp --model mlp --steps 15 --batch-size 32 --seed 0
+  trace ddp2_healthy 2 --mode ddp --model mlp --steps 15 --batch-size 512 --seed 0
 }
 
 ddp4_straggler() {  # 4 ranks, rank 2 sleeps 40 ms in every forward
