@@ -26,6 +26,7 @@ sys.path.insert(0, str(REPO))  # dashboards/ and tests/browser/ are not installe
 from dashboards import runs as dash_runs  # noqa: E402
 from dashboards import views  # noqa: E402
 from gpudiag import dashboard_cli  # noqa: E402
+from tests.browser.dashboard import free_port  # noqa: E402
 
 APP = REPO / "dashboards" / "app.py"
 SCRIPT = REPO / "tests" / "scripts" / "capture_ddp_mlp.py"
@@ -33,12 +34,6 @@ ARTIFACTS = REPO / "tests" / "_artifacts"
 SAMPLE_RUNS = REPO / "sample_runs"
 RENDER_FAILED = "could not render"
 VIEWS = list(views.VIEWS)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 DP_CPU_SCRIPT = """
@@ -59,7 +54,7 @@ def _record(out: Path, *extra: str, script: Path = SCRIPT, ranks: int = 2) -> No
     script_args = ["--steps", "8"] if script == SCRIPT else []
     cmd = [
         sys.executable, "-m", "gpudiag", "trace", "--nproc-per-node", str(ranks),
-        "--master-port", str(_free_port()), "--out", str(out), *extra,
+        "--master-port", str(free_port()), "--out", str(out), *extra,
         str(script), *script_args,
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
