@@ -146,6 +146,15 @@ def test_outcome_rank_without_status_is_failed(tmp_path: Path) -> None:
     assert out["exit_code"] == 137
 
 
+def test_outcome_crash_plus_rank_without_status_lists_both(tmp_path: Path) -> None:
+    # rank 1 raised; rank 0 was aborted by gloo's own thread before it could write status.json
+    _status(tmp_path, 1, "failed", 1, end_ns=100)
+    rundir.write_rank_json(tmp_path, 0, rundir.RANK_INFO, {"rank": 0, "world_size": 2})
+    out = launcher.decide_outcome(tmp_path, 1, None, False, 2)
+    assert out["status"] == "failed" and out["failed_ranks"] == [1, 0]
+    assert out["failure"]["rank"] == 1 and out["missing_status_ranks"] == [0]
+
+
 def test_outcome_all_ok_but_job_aborted_is_failed(tmp_path: Path) -> None:
     _status(tmp_path, 0, "ok", 0, end_ns=100)
     _status(tmp_path, 1, "ok", 0, end_ns=100)

@@ -347,7 +347,9 @@ def decide_outcome(
             "traceback": None,
             "exit_code": returncode,
         }
-        failed = missing or failed
+    if status == "failed":
+        # a rank that never wrote status.json died too (SIGABRT in gloo, OOM-kill, ...)
+        failed = failed + [r for r in missing if r not in failed]
     return {
         "status": status,
         "exit_code": _exit_code(status, returncode, signal_received, failure),
