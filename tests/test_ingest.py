@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 from pathlib import Path
 
@@ -269,3 +270,20 @@ def test_single_file_load(shared_traces: Path) -> None:
     assert trace is not None and warnings == []
     assert trace.meta.world_size == 2 and trace.meta.pg_config[0]["pg_size"] == 2
     assert len(trace.meta.device_properties) == 8
+
+
+def test_ids_beyond_int64_become_unknown(tmp_path: Path) -> None:
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "ts": 10, "dur": 2, "pid": 0, "tid": 7}
+    events = [
+        # a u64 id (an int to orjson) and a float beyond int64; stream falls back to tid
+        {**kernel, "args": {"stream": 10**30, "correlation": 1e30, "External id": 2**64 - 1}},
+        {**kernel, "ts": 20, "args": {"stream": 7, "correlation": 5, "External id": "12"}},
+    ]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": events}))  # orjson refuses ints over 64 bits
+    trace, warnings = load_trace(path)
+    assert trace is not None and warnings == []
+    ev = trace.events.sort_values("start_ns")
+    assert list(ev["correlation"]) == [-1, 5]
+    assert list(ev["external_id"]) == [-1, 12]
+    assert list(ev["stream"]) == [7, 7]

@@ -100,12 +100,18 @@ def step_windows(rank_trace: RankTrace) -> pd.DataFrame:
 
 def step_breakdown(rank_trace: RankTrace) -> pd.DataFrame:
     """Per step, milliseconds in each component; the components sum to ``step_ms``."""
+    out = rank_trace.cached("step_breakdown", lambda: _step_breakdown(rank_trace)).copy()
+    out["rank"] = rank_trace.meta.rank
+    return out
+
+
+def _step_breakdown(rank_trace: RankTrace) -> pd.DataFrame:
     windows = step_windows(rank_trace)
     if windows.empty:
         return pd.DataFrame(columns=list(BREAKDOWN_COLUMNS))
     lo = windows["start_ns"].to_numpy(dtype=np.int64)
     hi = windows["end_ns"].to_numpy(dtype=np.int64)
-    out = pd.DataFrame({"rank": rank_trace.meta.rank, "step": windows["step"].to_numpy()})
+    out = pd.DataFrame({"rank": -1, "step": windows["step"].to_numpy()})  # rank: on return
     out["step_ms"] = (hi - lo) / 1e6
     parts = component_intervals(rank_trace)
     covered = np.zeros(len(windows), dtype=np.int64)
@@ -121,6 +127,10 @@ def comm_comp_overlap(rank_trace: RankTrace) -> float:
     """Percent of communication time that overlaps computation, over the whole trace
     (HTA's ``get_comm_comp_overlap``: GPU compute kernels only, memcpy/memset excluded).
     NaN when the trace has no communication."""
+    return rank_trace.cached("comm_comp_overlap", lambda: _comm_comp_overlap(rank_trace))
+
+
+def _comm_comp_overlap(rank_trace: RankTrace) -> float:
     ev = rank_trace.events
     if is_gpu_trace(ev):
         kind = ev["kind"].to_numpy()

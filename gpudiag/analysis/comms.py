@@ -177,11 +177,17 @@ def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
     return ops[(ops["start_ns"] >= reach).to_numpy()]
 
 
+def trace_rows(trace: RankTrace) -> pd.DataFrame:
+    """The rank's collectives from its trace (cached on it, see ingest.RankTrace.cached)."""
+    rows = trace.cached("collective_rows", lambda: _trace_rows(trace)).copy()
+    rows.insert(0, "rank", trace.meta.rank)
+    return rows
+
+
 def _trace_rows(trace: RankTrace) -> pd.DataFrame:
     ev = trace.events
     gpu_comm = (ev["is_gpu"].to_numpy() & (ev["kind"].to_numpy() == "comm")).any()
     rows = _gpu_rows(ev) if gpu_comm else _cpu_rows(ev)
-    rows.insert(0, "rank", trace.meta.rank)
     link, peak = link_of(trace)
     rows["link"] = link
     rows["peak_gbs"] = peak
@@ -241,7 +247,7 @@ def collective_table(traces: list[RankTrace], run: Any = None) -> pd.DataFrame:
         if len(from_run) and (from_run["end_ns"].notna().any() or not traces):
             frames.append(from_run)
     if not frames:
-        frames = [_trace_rows(t) for t in traces]
+        frames = [trace_rows(t) for t in traces]
     frames = [f for f in frames if len(f)]
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in TABLE_COLUMNS})

@@ -17,11 +17,11 @@ import math
 import os
 import re
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import orjson
@@ -58,6 +58,8 @@ _RUN_FILES = frozenset(
         "summary.json",
     }
 )
+
+T = TypeVar("T")
 
 EVENT_COLUMNS = (
     "name",
@@ -113,6 +115,13 @@ class RankTrace:
     @property
     def rank(self) -> int:
         return self.meta.rank
+
+    def cached(self, key: str, compute: Callable[[], T]) -> T:
+        """``compute()`` once per trace; kept in ``cache`` (which travels with the trace
+        from an ingest worker, so per-rank analyses can run there in parallel)."""
+        if key not in self.cache:
+            self.cache[key] = compute()
+        return self.cache[key]
 
     @property
     def time_range(self) -> tuple[int, int]:
@@ -244,15 +253,18 @@ def parse_trace(data: bytes) -> dict[str, Any]:
 
 
 def _int_or_none(value: Any) -> int | None:
+    """An int64 from an int, a finite float or a numeric string; None otherwise."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value):
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
+    finite = isinstance(value, float) and math.isfinite(value)
+    numeric = isinstance(value, str) and value.strip().lstrip("-").isdigit()
+    if not (isinstance(value, int) or finite or numeric):
+        return None
+    number = int(value)
+    return number if _INT64_MIN <= number <= _INT64_MAX else None
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _num(value: Any) -> float | None:
@@ -460,43 +472,59 @@ def _to_ns(ts: np.ndarray, base: int) -> np.ndarray:
 
 def _event_frame(cols: dict[str, Any], base: int) -> pd.DataFrame:
     ts = np.asarray(cols["ts"], dtype=np.float64)
-    dur_ns = np.rint(np.asarray(cols["dur"], dtype=np.float64) * 1000).astype(np.int64)
+    order = np.argsort(ts, kind="stable")  # by start time; "_row" keeps the original index
+    ts = ts[order]
+    dur_ns = np.rint(np.asarray(cols["dur"], dtype=np.float64)[order] * 1000).astype(np.int64)
     start = _to_ns(ts, base)
-    pid = _str_categorical(cols["pid"])
-    tid = _str_categorical(cols["tid"])
-    name = _categorical(cols["name"])
-    cat = _categorical(cols["cat"])
-    is_gpu = cat.isin(list(cls.GPU_CATS)).to_numpy()
+    pid = _str_categorical(cols["pid"], order)
+    tid = _str_categorical(cols["tid"], order)
+    name = _categorical(cols["name"], order)
+    cat = _categorical(cols["cat"], order)
+    is_gpu = np.isin(cat.codes, _codes_of(cat, cls.GPU_CATS))
+    kind = cls.classify(pd.Series(name, copy=False), pd.Series(cat, copy=False))
+    thread_ids, thread_of = _thread_ids(pid, tid)
     frame = pd.DataFrame(
         {
             "name": name,
             "cat": cat,
-            "kind": cls.classify(name, cat),
+            "kind": kind,
             "start_ns": start,
             "end_ns": start + dur_ns,
             "dur_ns": dur_ns,
             "pid": pid,
             "tid": tid,
-            "stream": np.asarray(cols["stream"], dtype=np.int64),
+            "stream": _int64_column(cols["stream"])[order],
             "is_gpu": is_gpu,
-            "correlation": np.asarray(cols["correlation"], dtype=np.int64),
-            "external_id": np.asarray(cols["external_id"], dtype=np.int64),
+            "correlation": _int64_column(cols["correlation"])[order],
+            "external_id": _int64_column(cols["external_id"])[order],
+            "thread_name": _thread_names(pid, tid, thread_ids, thread_of, cols["thread_names"]),
+            "main_thread": _main_thread_mask(kind, cat, is_gpu, dur_ns, thread_of),
+            "_row": order,  # original position, for comm_args
         }
     )
-    frame["thread_name"] = _thread_names(frame, cols["thread_names"])
-    frame["main_thread"] = _main_thread_mask(frame)
-    frame = frame.sort_values("start_ns", kind="stable")
-    frame["_row"] = frame.index  # original position, for comm_args
-    return frame.reset_index(drop=True)
+    return frame
 
 
-def _categorical(values: list) -> pd.Series:
+def _int64_column(values: list[int]) -> np.ndarray:
+    try:
+        return np.asarray(values, dtype=np.int64)
+    except OverflowError:  # an id beyond int64 in a damaged trace: unknown (-1)
+        converted = (_int_or_none(v) for v in values)
+        return np.fromiter((-1 if v is None else v for v in converted), np.int64, len(values))
+
+
+def _codes_of(categorical: pd.Categorical, values: Iterable[str]) -> list[int]:
+    categories = categorical.categories
+    return [int(i) for i in np.flatnonzero(categories.isin(list(values)))]
+
+
+def _categorical(values: list, order: np.ndarray) -> pd.Categorical:
     # object-dtype categories: pandas' default arrow strings make every take/mask slower
     codes, uniques = pd.factorize(np.asarray(values, dtype=object))
-    return pd.Series(pd.Categorical.from_codes(codes, categories=pd.Index(uniques, dtype=object)))
+    return pd.Categorical.from_codes(codes[order], categories=pd.Index(uniques, dtype=object))
 
 
-def _str_categorical(values: list) -> pd.Series:
+def _str_categorical(values: list, order: np.ndarray) -> pd.Categorical:
     """Categorical of str(value): factorise the raw values (ints and strings mixed) first,
     so str() runs once per distinct value."""
     codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
@@ -506,33 +534,52 @@ def _str_categorical(values: list) -> pd.Series:
         remap = np.array([distinct.index(x) for x in labels], dtype=np.int64)
         codes = remap[codes]
     categories = pd.Index(distinct, dtype=object)
-    return pd.Series(pd.Categorical.from_codes(codes, categories=categories))
+    return pd.Categorical.from_codes(codes[order], categories=categories)
 
 
-def _thread_names(frame: pd.DataFrame, names: dict[tuple[str, str], str]) -> pd.Categorical:
-    if not names:
-        return pd.Categorical([""] * len(frame))
-    pairs = frame[["pid", "tid"]].drop_duplicates()
+def _thread_ids(pid: pd.Categorical, tid: pd.Categorical) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct (pid, tid) pairs as ``pid_code * n_tids + tid_code`` (sorted), and each
+    event's index into them."""
+    width = len(tid.categories) + 1
+    pair = pid.codes.astype(np.int64) * width + tid.codes.astype(np.int64)
+    thread_ids, thread_of = np.unique(pair, return_inverse=True)
+    return thread_ids, thread_of.ravel()
+
+
+def _thread_names(
+    pid: pd.Categorical,
+    tid: pd.Categorical,
+    thread_ids: np.ndarray,
+    thread_of: np.ndarray,
+    names: dict[tuple[str, str], str],
+) -> pd.Categorical:
+    width = len(tid.categories) + 1
     labels = [
-        names.get((str(p), str(t)), "") for p, t in zip(pairs["pid"], pairs["tid"], strict=True)
+        names.get((str(pid.categories[t // width]), str(tid.categories[t % width])), "")
+        for t in thread_ids
     ]
-    lookup = pairs.assign(thread_name=labels)
-    merged = frame[["pid", "tid"]].merge(lookup, on=["pid", "tid"], how="left", sort=False)
-    return pd.Categorical(merged["thread_name"].fillna("").to_numpy(dtype=object))
+    codes, uniques = pd.factorize(np.asarray(labels, dtype=object))
+    return pd.Categorical.from_codes(codes[thread_of], categories=pd.Index(uniques, dtype=object))
 
 
-def _main_thread_mask(frame: pd.DataFrame) -> np.ndarray:
+def _main_thread_mask(
+    kind: pd.Categorical,
+    cat: pd.Categorical,
+    is_gpu: np.ndarray,
+    dur_ns: np.ndarray,
+    thread_of: np.ndarray,
+) -> np.ndarray:
     """The training thread: the one running ProfilerStep, else the most cpu_op time."""
-    cpu = frame[~frame["is_gpu"]]
-    steps = cpu[cpu["kind"] == "step"]
-    pool = steps if len(steps) else cpu[cpu["cat"] == "cpu_op"]
-    if pool.empty:
+    cpu = ~is_gpu
+    pool = cpu & (np.asarray(kind) == "step")
+    if not pool.any():
+        pool = cpu & np.isin(cat.codes, _codes_of(cat, ["cpu_op"]))
+    if not pool.any():
         pool = cpu
-    if pool.empty:
-        return np.zeros(len(frame), dtype=bool)
-    busy = pool.groupby(["pid", "tid"], observed=True)["dur_ns"].sum()
-    pid, tid = busy.idxmax()
-    return ((frame["pid"] == pid) & (frame["tid"] == tid) & ~frame["is_gpu"]).to_numpy()
+    if not pool.any():
+        return np.zeros(len(is_gpu), dtype=bool)
+    busy = np.bincount(thread_of[pool], weights=dur_ns[pool], minlength=thread_of.max() + 1)
+    return (thread_of == int(busy.argmax())) & cpu
 
 
 def _steps(events: pd.DataFrame) -> pd.DataFrame:
@@ -630,35 +677,38 @@ def _comm_row(name: str, is_kernel: bool, args: dict) -> tuple:
     )
 
 
+_COMM_FIELDS = ("comm_op", "comm_bytes", "comm_dtype", "pg_name", "pg_size", "seq", "comm_nelems")
+
+
 def _enrich_comms(events: pd.DataFrame, comm_args: dict[int, dict], meta: TraceMeta) -> None:
+    """Adds the comm columns (op, bytes, dtype, group, group size, seq, nelems); built on
+    numpy arrays and assigned once, since pandas' per-column .loc writes are slow."""
     n = len(events)
-    op = np.full(n, None, dtype=object)
-    dtype = np.full(n, None, dtype=object)
-    pg = np.full(n, None, dtype=object)
-    nbytes = np.full(n, np.nan)
-    pg_size = np.full(n, np.nan)
-    seq = np.full(n, np.nan)
-    nelems = np.full(n, np.nan)
+    fields: dict[str, np.ndarray] = {
+        name: np.full(n, None, dtype=object) if name in _OBJECT_FIELDS else np.full(n, np.nan)
+        for name in _COMM_FIELDS
+    }
     kinds = events["kind"].to_numpy()
-    comm_rows = np.flatnonzero(np.isin(kinds, ["comm", "comm_cpu"]))
+    comm = np.isin(kinds, ["comm", "comm_cpu"])
+    comm_rows = np.flatnonzero(comm)
     if len(comm_rows):
         rows = events["_row"].to_numpy()
         names = events["name"].to_numpy()
         cats = events["cat"].to_numpy()
         for i in comm_rows:
             r = _comm_row(str(names[i]), cats[i] == "kernel", comm_args.get(int(rows[i]), {}))
-            op[i], nbytes[i], dtype[i], pg[i], pg_size[i], seq[i], nelems[i] = r
-    events["comm_op"] = op
-    events["comm_bytes"] = nbytes
-    events["comm_dtype"] = dtype
-    events["pg_name"] = pg
-    events["pg_size"] = pg_size
-    events["seq"] = seq
-    events["comm_nelems"] = nelems
+            for name, value in zip(_COMM_FIELDS, r, strict=True):
+                fields[name][i] = value
+        _fill_kernels_from_cpu(events, fields)
+        _bytes_from_nelems(fields)
+        _fill_group_defaults(fields, comm, meta)
     del events["_row"]
-    if len(comm_rows):
-        _fill_kernels_from_cpu(events)
-        _fill_group_defaults(events, meta)
+    for name in _COMM_FIELDS:
+        dtype = object if name == "pg_name" else None  # group names may be ints in traces
+        events[name] = pd.Series(fields[name], index=events.index, dtype=dtype, copy=False)
+
+
+_OBJECT_FIELDS = frozenset({"comm_op", "comm_dtype", "pg_name"})
 
 
 def _thread_codes(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
@@ -667,7 +717,7 @@ def _thread_codes(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     return pid * (len(events["tid"].cat.categories) + 1) + tid
 
 
-def _fill_kernels_from_cpu(events: pd.DataFrame) -> None:
+def _fill_kernels_from_cpu(events: pd.DataFrame, fields: dict[str, np.ndarray]) -> None:
     """GPU comm kernels get what only the CPU-side op knows (RCCL's ``Generic`` type,
     ``all_to_all`` run as SendRecv, sizes, group): kernel -> its launch (correlation) ->
     the innermost enclosing c10d/nccl/record_param_comms op, on the launching thread,
@@ -699,26 +749,18 @@ def _fill_kernels_from_cpu(events: pd.DataFrame) -> None:
             & (c_start[None, :] <= k_time[sl, None])
             & (c_end[None, :] >= k_time[sl, None])
         )
-        _fill_from_enclosing(events, kernel_rows[sl], cpu_rows, inside, c_start)
-    _bytes_from_nelems(events)
+        _fill_from_enclosing(fields, kernel_rows[sl], cpu_rows, inside, c_start)
 
 
 def _fill_from_enclosing(
-    events: pd.DataFrame,
+    fields: dict[str, np.ndarray],
     kernel_rows: np.ndarray,
     cpu_rows: np.ndarray,
     inside: np.ndarray,
     c_start: np.ndarray,
 ) -> None:
-    for column, fill in (
-        ("comm_op", _prefer_cpu_op),
-        ("comm_nelems", None),
-        ("comm_dtype", None),
-        ("pg_name", None),
-        ("pg_size", None),
-        ("seq", None),
-    ):
-        values = events[column].to_numpy()
+    for column in ("comm_op", "comm_nelems", "comm_dtype", "pg_name", "pg_size", "seq"):
+        values = fields[column]
         has = pd.notna(values[cpu_rows])
         valid = inside & has[None, :]
         hit = valid.any(axis=1)
@@ -728,11 +770,10 @@ def _fill_from_enclosing(
         rows = kernel_rows[hit]
         source = values[cpu_rows[innermost[hit]]]
         current = values[rows]
-        if fill is not None:
-            merged = fill(current, source)
+        if column == "comm_op":
+            values[rows] = _prefer_cpu_op(current, source)
         else:
-            merged = np.where(pd.notna(current), current, source)
-        events.loc[rows, column] = merged
+            values[rows] = np.where(pd.notna(current), current, source)
 
 
 def _prefer_cpu_op(kernel_ops: np.ndarray, cpu_ops: np.ndarray) -> np.ndarray:
@@ -741,33 +782,48 @@ def _prefer_cpu_op(kernel_ops: np.ndarray, cpu_ops: np.ndarray) -> np.ndarray:
     return np.where(keep_kernel, kernel_ops, cpu_ops)
 
 
-def _bytes_from_nelems(events: pd.DataFrame) -> None:
-    missing = events["comm_bytes"].isna() & events["comm_nelems"].notna()
-    if not missing.any():
+def _bytes_from_nelems(fields: dict[str, np.ndarray]) -> None:
+    nbytes, nelems = fields["comm_bytes"], fields["comm_nelems"]
+    missing = np.flatnonzero(np.isnan(nbytes) & ~np.isnan(nelems))
+    if len(missing) == 0:
         return
-    sizes = events.loc[missing, "comm_dtype"].map(lambda d: cls.dtype_size(d) or np.nan)
-    events.loc[missing, "comm_bytes"] = events.loc[missing, "comm_nelems"] * sizes.astype(float)
+    sizes = [cls.dtype_size(d) or np.nan for d in fields["comm_dtype"][missing]]
+    nbytes[missing] = nelems[missing] * np.asarray(sizes, dtype=np.float64)
 
 
-def _fill_group_defaults(events: pd.DataFrame, meta: TraceMeta) -> None:
-    comm = events["kind"].isin(["comm", "comm_cpu"])
-    sizes = {str(p.get("pg_name")): _num(p.get("pg_size")) for p in meta.pg_config}
-    no_pg = comm & events["pg_name"].isna()
+def _fill_group_defaults(fields: dict[str, np.ndarray], comm: np.ndarray, meta: TraceMeta) -> None:
+    pg, pg_size = fields["pg_name"], fields["pg_size"]
     # without a recorded group, everything ran on the default group "0"
-    events.loc[no_pg, "pg_name"] = "0"
-    need = comm & events["pg_size"].isna()
-    if need.any():
-        known = events.loc[need, "pg_name"].map(lambda p: sizes.get(str(p)))
-        if meta.world_size:
-            known = known.fillna(float(meta.world_size))
-        events.loc[need, "pg_size"] = known.astype(float)
+    pg[comm & pd.isna(pg)] = "0"
+    need = np.flatnonzero(comm & np.isnan(pg_size))
+    if len(need) == 0:
+        return
+    sizes = {str(p.get("pg_name")): _num(p.get("pg_size")) for p in meta.pg_config}
+    default = float(meta.world_size) if meta.world_size else np.nan
+    known = [sizes.get(str(p)) for p in pg[need]]
+    pg_size[need] = [default if k is None else k for k in known]
 
 
 # --------------------------------------------------------------------------- many ranks
 
 
-def _load_for_pool(args: tuple[str, int]) -> tuple[RankTrace | None, list[str]]:
-    return load_trace(args[0], max_bytes=args[1])
+Prepare = Callable[[RankTrace], None]
+
+
+def _load_and_prepare(
+    path: str | os.PathLike[str], limit: int, prepare: Prepare | None
+) -> tuple[RankTrace | None, list[str]]:
+    trace, warnings = load_trace(path, max_bytes=limit)
+    if trace is not None and prepare is not None:
+        try:
+            prepare(trace)
+        except Exception:  # noqa: BLE001 - the analysis recomputes it and reports the error
+            trace.cache.clear()
+    return trace, warnings
+
+
+def _load_for_pool(args: tuple[str, int, Prepare | None]) -> tuple[RankTrace | None, list[str]]:
+    return _load_and_prepare(*args)
 
 
 def load_traces(
@@ -776,12 +832,17 @@ def load_traces(
     workers: int | None = None,
     warnings: list[str],
     max_bytes: int | None = None,
+    prepare: Prepare | None = None,
 ) -> list[RankTrace]:
     """Load every file (in parallel processes when there are several files and cores),
-    assign ranks, and drop duplicates / files from another run with a warning each."""
+    assign ranks, and drop duplicates / files from another run with a warning each.
+
+    ``prepare(trace)``, a module-level function, runs on each trace where it was loaded
+    (so in the worker) to fill ``trace.cache`` with per-rank results; it must not depend
+    on the rank number, which is only final once every trace is loaded."""
     paths = [Path(p) for p in paths]
     limit = max_bytes or max_trace_bytes()
-    results = _run_loads(paths, workers, limit)
+    results = _run_loads(paths, workers, limit, prepare)
     traces: list[RankTrace] = []
     for trace, notes in results:
         warnings.extend(notes)
@@ -793,17 +854,19 @@ def load_traces(
     return sorted(traces, key=lambda t: t.meta.rank)
 
 
-def _run_loads(paths: Sequence[Path], workers: int | None, limit: int) -> list:
+def _run_loads(
+    paths: Sequence[Path], workers: int | None, limit: int, prepare: Prepare | None
+) -> list:
     cores = os.cpu_count() or 1
     n = min(len(paths), workers if workers is not None else cores)
     if n <= 1:
-        return [load_trace(p, max_bytes=limit) for p in paths]
-    jobs = [(str(p), limit) for p in paths]
+        return [_load_and_prepare(p, limit, prepare) for p in paths]
+    jobs = [(str(p), limit, prepare) for p in paths]
     try:
         with ProcessPoolExecutor(max_workers=n) as pool:
             return list(pool.map(_load_for_pool, jobs))
     except (OSError, RuntimeError):  # no process support (sandbox): fall back to serial
-        return [load_trace(p, max_bytes=limit) for p in paths]
+        return [_load_and_prepare(p, limit, prepare) for p in paths]
 
 
 def _drop_other_runs(traces: list[RankTrace], warnings: list[str]) -> list[RankTrace]:

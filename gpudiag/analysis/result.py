@@ -423,6 +423,16 @@ def _mean_step_ms(ranks: pd.DataFrame, run: Any) -> float:
     return float("nan")
 
 
+def prepare_rank(trace: Any) -> None:
+    """The per-rank analyses, run by each ingest worker on the trace it loaded so they
+    run in parallel; their results are cached on the trace for the analyses below."""
+    from gpudiag.analysis import breakdown as bd
+    from gpudiag.analysis import comms
+
+    bd.step_breakdown(trace)
+    comms.trace_rows(trace)
+
+
 def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
     """Analyse a gpudiag run directory or any directory / file of profiler traces."""
     from gpudiag.analysis import breakdown as bd
@@ -441,7 +451,11 @@ def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
         )
         return result
     run, files, warnings = _resolve_inputs(path)
-    traces = ingest.load_traces(files, workers=workers, warnings=warnings) if files else []
+    traces = (
+        ingest.load_traces(files, workers=workers, warnings=warnings, prepare=prepare_rank)
+        if files
+        else []
+    )
     if not traces and (
         run is None
         or (run.steps.empty and run.collectives.empty and not run.statuses and not run.manifest)
