@@ -3,10 +3,13 @@
     python bench/dashboard.py [--traces ../shared/traces] [--repeat 3]
 
 Starts the real `gpudiag dashboard` on a free port and measures, per 8-rank run, the
-seconds from navigation to the first plotly chart drawn (`.js-plotly-plot .main-svg`):
-cold (the run analysed for the first time in this server) and warm (a new browser
-session; the analysis comes from the content-keyed cache), for the Overview and the
-Timeline. Prints each figure beside the 3 s target as a ratio (≤ 1.00 meets it).
+seconds from navigation to the run's first content (the view's header or the run's
+facts) and to the first plotly chart drawn (`.js-plotly-plot .main-svg`), which is the
+figure held against the 3 s target: cold (the run analysed for the first time in this
+server), warm (a new browser session; the analysis comes from the content-keyed cache),
+for the Overview and the Timeline, and the first view in a brand-new browser profile of
+a server started 10 s earlier. Prints the chart figure beside the target as a ratio
+(≤ 1.00 meets it).
 """
 
 from __future__ import annotations
@@ -26,8 +29,11 @@ TARGET_S = 3.0
 RUNS = ("astrasim_megatron_tp8", "param_dlrm_ddp8")
 
 
-def measure(traces: Path, repeat: int) -> list[tuple[str, str, float]]:
-    rows: list[tuple[str, str, float]] = []
+Row = tuple[str, str, float, float]  # run, what, first content s, first chart s
+
+
+def measure(traces: Path, repeat: int) -> list[Row]:
+    rows: list[Row] = []
     server = browser.Dashboard([traces])
     try:
         server.wait_ready()
@@ -36,26 +42,26 @@ def measure(traces: Path, repeat: int) -> list[tuple[str, str, float]]:
             # server's start-up prewarm (dashboards/serve.py) may still be analysing
             for run in RUNS:
                 label = f"{traces.name}/{run}"
-                cold = browser.first_paint_s(page, browser.view_url(server.url, label, "Overview"))
-                rows.append((run, "Overview, cold (analysis included)", cold))
+                cold = browser.paint_times_s(page, browser.view_url(server.url, label, "Overview"))
+                rows.append((run, "Overview, cold (analysis included)", *cold))
                 for view in ("Overview", "Timeline"):
                     times = [
-                        browser.first_paint_s(page, browser.view_url(server.url, label, view))
+                        browser.paint_times_s(page, browser.view_url(server.url, label, view))
                         for _ in range(repeat)
                     ]
-                    rows.append(
-                        (run, f"{view}, warm (median of {repeat})", statistics.median(times))
-                    )
+                    content = statistics.median(t[0] for t in times)
+                    chart = statistics.median(t[1] for t in times)
+                    rows.append((run, f"{view}, warm (median of {repeat})", content, chart))
     finally:
         server.close()
     rows += _settled(traces)
     return rows
 
 
-def _settled(traces: Path, settle_s: float = 10.0) -> list[tuple[str, str, float]]:
+def _settled(traces: Path, settle_s: float = 10.0) -> list[Row]:
     """First view in a fresh browser of a server started settle_s earlier: what a user
     who opens the printed URL a few seconds after `gpudiag dashboard` sees."""
-    rows: list[tuple[str, str, float]] = []
+    rows: list[Row] = []
     server = browser.Dashboard([traces])
     try:
         server.wait_ready()
@@ -64,7 +70,7 @@ def _settled(traces: Path, settle_s: float = 10.0) -> list[tuple[str, str, float
             for run in RUNS:
                 url = browser.view_url(server.url, f"{traces.name}/{run}", "Overview")
                 what = f"Overview, first view {settle_s:.0f} s after start"
-                rows.append((run, what, browser.first_paint_s(page, url)))
+                rows.append((run, what, *browser.paint_times_s(page, url)))
     finally:
         server.close()
     return rows
@@ -80,9 +86,13 @@ def main() -> int:
         print(f"bench/dashboard.py: {args.traces}: missing {', '.join(missing)}", file=sys.stderr)
         return 2
     rows = measure(args.traces.resolve(), args.repeat)
-    print(f"{'run':<24} {'what':<38} {'first paint s':>13} {'target s':>9} {'ratio':>6}")
-    for run, what, seconds in rows:
-        print(f"{run:<24} {what:<38} {seconds:>13.2f} {TARGET_S:>9.1f} {seconds / TARGET_S:>6.2f}")
+    head = f"{'run':<24} {'what':<38} {'content s':>9} {'chart s':>8} {'target s':>9} {'ratio':>6}"
+    print(head)
+    for run, what, content, chart in rows:
+        print(
+            f"{run:<24} {what:<38} {content:>9.2f} {chart:>8.2f} {TARGET_S:>9.1f} "
+            f"{chart / TARGET_S:>6.2f}"
+        )
     return 0
 
 

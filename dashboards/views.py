@@ -137,14 +137,18 @@ def overview(ctx: ViewContext) -> None:
     ]
     st.markdown(f"**Devices:** {', '.join(devices) if devices else 'CPU only (no GPU in the run)'}")
 
-    level, sentence = health_verdict(result.findings)
-    getattr(st, level)(f"Health: {sentence}")
-    _findings(result.findings)
-
+    verdict_and_findings, per_rank = st.container(), st.container()
+    # The chart is sent first though laid out below the findings: the browser then starts
+    # loading plotly.js (the page's largest script) before the tables' scripts.
     if _has_rows(result.ranks):
-        st.subheader("Per rank")
-        _chart(html_report.breakdown_figure(result))
-        st.dataframe(result.ranks.round(3), width="stretch", hide_index=True)
+        with per_rank:
+            st.subheader("Per rank")
+            _chart(html_report.breakdown_figure(result))
+            st.dataframe(result.ranks.round(3), width="stretch", hide_index=True)
+    with verdict_and_findings:
+        level, sentence = health_verdict(result.findings)
+        getattr(st, level)(f"Health: {sentence}")
+        _findings(result.findings)
     _warnings(result.warnings)
     _raw_traces(ctx)
 

@@ -139,9 +139,20 @@ def open_view(page: Any, view: str, timeout_ms: int = 60_000) -> None:
     wait_idle(page, timeout_ms)
 
 
+RUN_CONTENT = 'h2, [data-testid="stMetric"]'  # a view's header or the run's facts
+
+
 def first_paint_s(page: Any, url: str, timeout_ms: int = 60_000) -> float:
     """Seconds from navigation to the first plotly chart drawn."""
+    return paint_times_s(page, url, timeout_ms)[1]
+
+
+def paint_times_s(page: Any, url: str, timeout_ms: int = 60_000) -> tuple[float, float]:
+    """Seconds from navigation to the run's first content (a view header or the facts)
+    and to the first plotly chart drawn."""
     start = time.perf_counter()
     page.goto(url)
+    page.wait_for_selector(RUN_CONTENT, timeout=timeout_ms)
+    content = time.perf_counter() - start
     page.wait_for_selector(PLOTLY, timeout=timeout_ms)
-    return time.perf_counter() - start
+    return content, time.perf_counter() - start
