@@ -471,11 +471,10 @@ def _to_ns(ts: np.ndarray, base: int) -> np.ndarray:
 
 
 def _event_frame(cols: dict[str, Any], base: int) -> pd.DataFrame:
-    ts = np.asarray(cols["ts"], dtype=np.float64)
-    order = np.argsort(ts, kind="stable")  # by start time; "_row" keeps the original index
-    ts = ts[order]
+    start = _to_ns(np.asarray(cols["ts"], dtype=np.float64), base)
+    order = np.argsort(start, kind="stable")  # by start time; "_row" keeps the original index
+    start = start[order]
     dur_ns = np.rint(np.asarray(cols["dur"], dtype=np.float64)[order] * 1000).astype(np.int64)
-    start = _to_ns(ts, base)
     pid = _str_categorical(cols["pid"], order)
     tid = _str_categorical(cols["tid"], order)
     name = _categorical(cols["name"], order)
