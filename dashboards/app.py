@@ -109,4 +109,8 @@ def main() -> None:
         st.error(f"{view}: could not render this run ({cache.first_line(exc)})")
 
 
-main()
+cache.activity.started()
+try:
+    main()
+finally:
+    cache.activity.finished()

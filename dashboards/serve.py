@@ -1,16 +1,23 @@
-"""Streamlit for the gpudiag dashboard, with every run analysed in the background from
-the moment the server starts, so the first page view finds its analysis (and the heavy
-imports) already done. `gpudiag dashboard` starts it; its arguments are `streamlit`'s
-own (`run dashboards/app.py --server.port P ... -- RUN ...`)."""
+"""Streamlit for the gpudiag dashboard, with the runs analysed in the background: the
+first run (the one the app opens) from the moment the server starts, so the first page
+view finds its analysis and the heavy imports done; the others once the server is quiet.
+`gpudiag dashboard` starts it; its arguments are `streamlit`'s own
+(`run dashboards/app.py --server.port P ... -- RUN ...`)."""
 
 from __future__ import annotations
 
 import logging
 import sys
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+QUIET_S = 3.0
+UNATTENDED_S = 20.0
+_STARTED = time.monotonic()
 
 
 def _roots(argv: list[str]) -> list[Path]:
@@ -32,11 +39,24 @@ def _prewarm(roots: list[Path]) -> None:
     logging.getLogger("streamlit.runtime.caching.cache_data_api").setLevel(logging.ERROR)
     from dashboards import cache, runs, views  # noqa: F401 - views: plotly and figures too
 
-    for ref in runs.discover_runs(roots):
+    refs = runs.discover_runs(roots)
+    for i, ref in enumerate(refs):
+        if i:  # the first run is the one the app opens; the others wait for a quiet server
+            _wait_until_quiet(cache.activity)
         try:
             cache.result_of(ref)
         except Exception:  # noqa: BLE001 - the app reports it when the run is opened
             continue
+
+
+def _wait_until_quiet(activity: Any) -> None:
+    """Until no script has run for QUIET_S (the browser has drawn its page meanwhile), or,
+    when no browser came, until UNATTENDED_S after start: analysing the other runs while a
+    browser loads its first page slows that page by the analyses' CPU and GIL time."""
+    while activity.quiet_for() < QUIET_S:
+        if not activity.ever_ran() and time.monotonic() - _STARTED > UNATTENDED_S:
+            return
+        time.sleep(0.25)
 
 
 def main() -> int:

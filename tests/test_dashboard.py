@@ -396,3 +396,27 @@ def test_browser_every_view_and_ctrl_c(runs_root: Path, shared_traces: Path) -> 
     assert code == 130, log
     with pytest.raises(ConnectionRefusedError):  # streamlit stopped with the CLI
         socket.create_connection(("127.0.0.1", server.port), timeout=5).close()
+
+
+def test_script_activity_and_quiet_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from dashboards import cache, serve
+
+    activity = cache.ScriptActivity()
+    assert activity.quiet_for() == 0.0 and not activity.ever_ran()
+    activity.started()
+    assert activity.quiet_for() == 0.0 and activity.ever_ran()  # running: never quiet
+    activity.finished()
+    time.sleep(0.05)
+    assert activity.quiet_for() >= 0.05
+    monkeypatch.setattr(serve, "QUIET_S", 0.05)
+    t0 = time.monotonic()
+    serve._wait_until_quiet(activity)  # quiet already
+    assert time.monotonic() - t0 < 0.5
+    # no browser ever came: the other runs are analysed once UNATTENDED_S has passed
+    monkeypatch.setattr(serve, "QUIET_S", 60.0)
+    monkeypatch.setattr(serve, "UNATTENDED_S", 0.0)
+    t0 = time.monotonic()
+    serve._wait_until_quiet(cache.ScriptActivity())
+    assert time.monotonic() - t0 < 0.5
