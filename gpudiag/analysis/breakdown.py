@@ -43,10 +43,7 @@ def _set(events: pd.DataFrame, mask: np.ndarray) -> iv.Intervals:
 def activity_sets(rank_trace: RankTrace) -> dict[str, iv.Intervals]:
     """The four raw activity sets: compute, comm, data_loading, host (training thread busy).
     Computed once per trace (cached on it)."""
-    cached = rank_trace.cache.get("activity_sets")
-    if cached is None:
-        cached = rank_trace.cache["activity_sets"] = _activity_sets(rank_trace)
-    return cached
+    return rank_trace.cached("activity_sets", lambda: _activity_sets(rank_trace))
 
 
 def _activity_sets(rank_trace: RankTrace) -> dict[str, iv.Intervals]:
