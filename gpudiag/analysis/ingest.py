@@ -536,12 +536,15 @@ def _str_categorical(values: list, order: np.ndarray) -> pd.Categorical:
     return pd.Categorical.from_codes(codes[order], categories=categories)
 
 
-def _thread_ids(pid: pd.Categorical, tid: pd.Categorical) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct (pid, tid) pairs as ``pid_code * n_tids + tid_code`` (sorted), and each
-    event's index into them."""
+def _thread_pair_codes(pid: pd.Categorical, tid: pd.Categorical) -> np.ndarray:
+    """Each event's thread as one int: ``pid_code * (n_tids + 1) + tid_code``."""
     width = len(tid.categories) + 1
-    pair = pid.codes.astype(np.int64) * width + tid.codes.astype(np.int64)
-    thread_ids, thread_of = np.unique(pair, return_inverse=True)
+    return pid.codes.astype(np.int64) * width + tid.codes.astype(np.int64)
+
+
+def _thread_ids(pid: pd.Categorical, tid: pd.Categorical) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct threads as pair codes (sorted), and each event's index into them."""
+    thread_ids, thread_of = np.unique(_thread_pair_codes(pid, tid), return_inverse=True)
     return thread_ids, thread_of.ravel()
 
 
@@ -710,12 +713,6 @@ def _enrich_comms(events: pd.DataFrame, comm_args: dict[int, dict], meta: TraceM
 _OBJECT_FIELDS = frozenset({"comm_op", "comm_dtype", "pg_name"})
 
 
-def _thread_codes(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
-    pid = events["pid"].cat.codes.to_numpy()[rows].astype(np.int64)
-    tid = events["tid"].cat.codes.to_numpy()[rows].astype(np.int64)
-    return pid * (len(events["tid"].cat.categories) + 1) + tid
-
-
 def _fill_kernels_from_cpu(events: pd.DataFrame, fields: dict[str, np.ndarray]) -> None:
     """GPU comm kernels get what only the CPU-side op knows (RCCL's ``Generic`` type,
     ``all_to_all`` run as SendRecv, sizes, group): kernel -> its launch (correlation) ->
@@ -738,8 +735,9 @@ def _fill_kernels_from_cpu(events: pd.DataFrame, fields: dict[str, np.ndarray]) 
         return
     start = events["start_ns"].to_numpy()
     end = events["end_ns"].to_numpy()
-    k_thread, k_time = _thread_codes(events, launch), start[launch]
-    c_thread, c_start, c_end = _thread_codes(events, cpu_rows), start[cpu_rows], end[cpu_rows]
+    thread = _thread_pair_codes(events["pid"].array, events["tid"].array)
+    k_thread, k_time = thread[launch], start[launch]
+    c_thread, c_start, c_end = thread[cpu_rows], start[cpu_rows], end[cpu_rows]
     block = max(1, 4_000_000 // len(cpu_rows))  # bounded kernels x cpu-ops matrices
     for lo in range(0, len(kernel_rows), block):
         sl = slice(lo, lo + block)

@@ -278,6 +278,21 @@ class _Inflight:
 # --------------------------------------------------------------------------- recorder
 
 
+def _time_row(record: dict[str, Any], end_ns: int | None, returned_ns: int) -> dict[str, Any]:
+    """A collective_times row for a call the recorder watched to its end (or failure)."""
+    return {
+        "pg_name": record["pg_name"],
+        "seq": record["seq"],
+        "op": record["op"],
+        "start_ns": None,
+        "end_ns": end_ns,
+        "returned_ns": returned_ns,
+        "call_ns": record["enter_ns"],
+        "source": record["source"],
+        "callsite": record["callsite"],
+    }
+
+
 class CollectiveRecorder:
     """Records every collective of one rank into its run directory."""
 
@@ -419,35 +434,14 @@ class CollectiveRecorder:
     def _complete(self, token: int, record: dict[str, Any]) -> None:
         end = time.time_ns()
         self.inflight.leave(token)
-        row = {
-            "pg_name": record["pg_name"],
-            "seq": record["seq"],
-            "op": record["op"],
-            "start_ns": None,
-            "end_ns": None if record["cuda"] else end,
-            "returned_ns": end,
-            "call_ns": record["enter_ns"],
-            "source": record["source"],
-            "callsite": record["callsite"],
-        }
-        self._add_time_row(row)
+        self._add_time_row(_time_row(record, None if record["cuda"] else end, end))
 
     def _fail(self, token: int, record: dict[str, Any], exc: BaseException) -> None:
         self.inflight.leave(token)
-        row = {
-            "pg_name": record["pg_name"],
-            "seq": record["seq"],
-            "op": record["op"],
-            "start_ns": None,
-            "end_ns": None,
-            "returned_ns": time.time_ns(),
-            "call_ns": record["enter_ns"],
-            "source": record["source"],
-            "callsite": record["callsite"],
-            "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
-            "bytes": record["bytes"],
-            "shape": record["shape"],
-        }
+        row = _time_row(record, None, time.time_ns())
+        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        row["bytes"] = record["bytes"]
+        row["shape"] = record["shape"]
         self._add_time_row(row)
         self._flush_times()
 

@@ -142,11 +142,6 @@ def open_view(page: Any, view: str, timeout_ms: int = 60_000) -> None:
 RUN_CONTENT = 'h2, [data-testid="stMetric"]'  # a view's header or the run's facts
 
 
-def first_paint_s(page: Any, url: str, timeout_ms: int = 60_000) -> float:
-    """Seconds from navigation to the first plotly chart drawn."""
-    return paint_times_s(page, url, timeout_ms)[1]
-
-
 def paint_times_s(page: Any, url: str, timeout_ms: int = 60_000) -> tuple[float, float]:
     """Seconds from navigation to the run's first content (a view header or the facts)
     and to the first plotly chart drawn."""
