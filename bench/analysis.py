@@ -54,7 +54,7 @@ GPUDIAG = (
 from gpudiag.analysis import comms, stragglers
 from gpudiag.analysis.breakdown import comm_comp_overlap, run_breakdown
 from gpudiag.analysis.ingest import find_traces, load_traces
-from gpudiag.analysis.result import prepare_rank
+from gpudiag.analysis.pipeline import prepare_rank
 base = peak_mib()
 def work():
     warnings = []

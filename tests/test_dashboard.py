@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))  # dashboards/ and tests/browser/ are not installe
 
 from dashboards import runs as dash_runs  # noqa: E402
 from dashboards import views  # noqa: E402
-from gpudiag import dashboard_cli  # noqa: E402
+from gpudiag.cli import dashboard as dashboard_cli  # noqa: E402
 from tests.browser.dashboard import free_port  # noqa: E402
 
 APP = REPO / "dashboards" / "app.py"

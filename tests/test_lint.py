@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from gpudiag.cli import main as gpudiag_main
+from gpudiag.cli.lint import main as lint_main
 from gpudiag.lint import RULES, ConfigError, lint_paths, lint_source
-from gpudiag.lint.cli import main as lint_main
 
 CASES = Path(__file__).parent / "lint_cases"
 
@@ -524,7 +524,7 @@ def test_docs_describe_every_rule() -> None:
 
 def test_linting_imports_neither_torch_nor_the_linted_code() -> None:
     script = (
-        "import sys; from gpudiag.lint.cli import main; "
+        "import sys; from gpudiag.cli.lint import main; "
         f"code = main(['--format', 'json', {str(CASES / 'lm_finetune.py')!r}]); "
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules; "
         "sys.exit(code)"

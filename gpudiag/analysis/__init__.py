@@ -14,6 +14,6 @@ __all__ = ["analyze"]
 
 def analyze(path: str | Path, *, workers: int | None = None) -> Any:
     """Analyse a gpudiag run directory or any directory / file(s) of profiler traces."""
-    from gpudiag.analysis.result import analyze as _analyze
+    from gpudiag.analysis.pipeline import analyze as _analyze
 
     return _analyze(path, workers=workers)

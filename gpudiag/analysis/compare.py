@@ -7,7 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-from gpudiag.analysis.result import BREAKDOWN_KEYS, records
+from gpudiag.analysis.jsonable import records
+from gpudiag.analysis.result import BREAKDOWN_KEYS
 
 COMPARE_METRICS = ("step_ms_mean", "step_ms_median", "step_ms_p90", *BREAKDOWN_KEYS)
 

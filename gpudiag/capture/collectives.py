@@ -20,7 +20,6 @@ import functools
 import inspect
 import math
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ import orjson
 
 from gpudiag import rundir
 from gpudiag.capture import ddp
+from gpudiag.capture.callsite import user_callsite
 
 FR_BUFFER_SIZE = 2000
 # Dump when the ring may hold this share of new entries. A dump serialises the whole
@@ -175,34 +175,6 @@ def dump_flight_recorder() -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _user_callsite() -> str | None:
-    """``file:line in func`` of the first frame outside torch and gpudiag."""
-    try:
-        frame = sys._getframe(2)
-    except ValueError:  # called near the bottom of a thread's stack
-        return None
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not _is_library_file(filename):
-            return f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"
-        frame = frame.f_back
-    return None
-
-
-_LIB_MARKERS = (
-    f"{os.sep}torch{os.sep}",
-    f"{os.sep}gpudiag{os.sep}capture{os.sep}",
-    "<frozen ",
-    "runpy.py",
-    f"{os.sep}contextlib.py",
-    f"{os.sep}functools.py",
-)
-
-
-def _is_library_file(filename: str) -> bool:
-    return any(marker in filename for marker in _LIB_MARKERS)
 
 
 def _first_tensor_bytes(obj: Any) -> int | None:
@@ -372,7 +344,7 @@ class CollectiveRecorder:
             group = sig.get("group", args, kwargs)
             pg = _resolve_group(group)
             tensor = sig.get(sig.tensor_name, args, kwargs)
-            token, record = recorder._enter(op, pg, tensor, _user_callsite(), "dist")
+            token, record = recorder._enter(op, pg, tensor, user_callsite(), "dist")
             depth.n = 1
             try:
                 work = fn(*args, **kwargs)

@@ -20,12 +20,33 @@ import functools
 import os
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from gpudiag import rundir
+from gpudiag.capture.callsite import user_callsite
 
-if TYPE_CHECKING:
-    from gpudiag.capture.collectives import CollectiveRecorder
+
+class CollectiveRecorder(Protocol):
+    """What this module uses of collectives.CollectiveRecorder (which imports this
+    module: naming the class here would close an import circle)."""
+
+    run_dir: Any
+    rank: int
+    _originals: dict[str, Callable[..., Any]]
+    _ddp_models: list[weakref.ref[Any]]
+    _ddp_writer: Any
+
+    def _enter(
+        self, op: str, pg: Any, tensor: Any, callsite: str | None, source: str
+    ) -> tuple[int, dict[str, Any]]: ...
+
+    def _issued(self, record: dict[str, Any], pg: Any) -> None: ...
+
+    def _complete(self, token: int, record: dict[str, Any]) -> None: ...
+
+    def _fail(self, token: int, record: dict[str, Any], exc: BaseException) -> None: ...
+
 
 ENV_STATS_EVERY = "GPUDIAG_DDP_STATS_EVERY"
 STATS_EVERY = max(1, int(os.environ.get(ENV_STATS_EVERY, "10") or 10))
@@ -65,15 +86,9 @@ _USER_HOOKED: weakref.WeakSet = weakref.WeakSet()
 _HOOK_TLS = threading.local()
 
 
-def _user_callsite() -> str | None:  # replaced by collectives._user_callsite at install
-    return None
-
-
 def install(recorder: CollectiveRecorder) -> None:
     """Patch DistributedDataParallel once per process."""
-    global _PATCHED, _RECORDER, _user_callsite
-    from gpudiag.capture.collectives import _user_callsite
-
+    global _PATCHED, _RECORDER
     _RECORDER = recorder
     if _PATCHED:
         return
@@ -155,7 +170,7 @@ def timed_allreduce_hook(process_group: Any, bucket: Any) -> Any:
             .then(lambda fut: fut.value()[0])
         )
     # On CPU backward runs in the caller's thread: the user's frame is its backward() line.
-    token, record = recorder._enter("all_reduce", group, tensor, _user_callsite(), "ddp_hook")
+    token, record = recorder._enter("all_reduce", group, tensor, user_callsite(), "ddp_hook")
     record["bucket"] = bucket.index()
     try:
         work = _raw_all_reduce()(tensor, group=group, async_op=True)

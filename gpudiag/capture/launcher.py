@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -417,37 +418,17 @@ def _start_watchdog(run_dir: Path, timeout_s: float, job: Job, hang: threading.E
         return None
 
 
-def _lint_target(target: dict[str, str]) -> Path | None:
-    if "script" in target:
-        return Path(target["script"])
-    parts = target["module"].split(".")
-    for base in [Path.cwd(), *map(Path, sys.path[1:])]:
-        for candidate in (
-            base.joinpath(*parts).with_suffix(".py"),
-            base.joinpath(*parts, "__main__.py"),
-        ):
-            if candidate.is_file():
-                return candidate
-    return None
+# (run directory, target) -> one-line reason it was skipped, or None
+PreRun = Callable[[Path, dict[str, str]], "str | None"]
 
 
-def _run_lint(run_dir: Path, target: dict[str, str]) -> None:
+def _pre_run(fn: PreRun, run_dir: Path, target: dict[str, str]) -> None:
     try:
-        from gpudiag.lint import lint_paths
-    except ImportError:
-        return
-    path = _lint_target(target)
-    if path is None:
-        return
-    try:
-        result = lint_paths([path]).to_json()
-        if isinstance(result, (str, bytes)):
-            import json
-
-            result = json.loads(result)
-        rundir.write_json_atomic(run_dir / rundir.LINT, result)
-    except Exception as exc:
-        _say(f"lint skipped ({type(exc).__name__}: {exc})")
+        problem = fn(run_dir, target)
+    except Exception as exc:  # noqa: BLE001 - the job must not depend on it
+        problem = f"lint skipped ({type(exc).__name__}: {exc})"
+    if problem:
+        _say(problem)
 
 
 def _stop_quietly(thing: Any, what: str) -> None:
@@ -482,7 +463,9 @@ def _unusable_run_dir(run_dir: Path, node_rank: int) -> str | None:
     return None
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], pre_run: PreRun | None = None) -> int:
+    """Run the job; ``pre_run(run_dir, target)`` runs in a thread while it starts (the
+    command layer's lint of the script: capture does not import the linter)."""
     if argv[:1] in (["-h"], ["--help"]) or not argv:
         _parser().print_help()
         return 0 if argv else 2
@@ -534,8 +517,10 @@ def main(argv: list[str]) -> int:
     sampler = _start_sampler(run_dir, node_rank, ns.sample_hz, job)
     watchdog = _start_watchdog(run_dir, ns.hang_timeout, job, hang)
     lint_thread = None
-    if not ns.no_lint:
-        lint_thread = threading.Thread(target=_run_lint, args=(run_dir, args.target), daemon=True)
+    if pre_run is not None and not ns.no_lint:
+        lint_thread = threading.Thread(
+            target=_pre_run, args=(pre_run, run_dir, args.target), daemon=True
+        )
         lint_thread.start()
     try:
         returncode = job.wait()

@@ -1,29 +1,33 @@
-"""`gpudiag` command line: dispatches to the sub-command's own module.
+"""`gpudiag` command line: the one layer that parses arguments and picks exit codes.
 
-Each sub-command parses its own arguments, so `gpudiag trace` can pass everything after
-the script name to the script untouched. Nothing heavy is imported here: `gpudiag
-analyze` must start without importing torch.
+One module per command (gpudiag/cli/<command>.py), each with ``main(argv) -> int``,
+imported statically here. The command modules import only the standard library at
+module level: `gpudiag analyze` must start without importing torch, pandas work waits
+until a command needs it. Each command parses its own arguments, so `gpudiag trace` can
+pass everything after the script name to the script untouched.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
+from collections.abc import Callable
 
-# name -> (module, function, one-line help)
-COMMANDS: dict[str, tuple[str, str, str]] = {
-    "trace": ("gpudiag.capture.launcher", "main", "run a training script under capture"),
-    "analyze": ("gpudiag.analysis.cli", "analyze_main", "find bottlenecks in a run or traces"),
-    "compare": ("gpudiag.analysis.cli", "compare_main", "two runs side by side"),
-    "dashboard": ("gpudiag.dashboard_cli", "main", "open the Streamlit dashboard"),
-    "lint": ("gpudiag.lint.cli", "main", "find DP/DDP anti-patterns in code"),
-    "bench": ("gpudiag.reference.bench", "main", "single vs DP vs DDP comparison"),
+from gpudiag.cli import analyze, bench, compare, dashboard, lint, trace
+
+# name -> (main, one-line help)
+COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
+    "trace": (trace.main, "run a training script under capture"),
+    "analyze": (analyze.main, "find bottlenecks in a run or traces"),
+    "compare": (compare.main, "two runs side by side"),
+    "dashboard": (dashboard.main, "open the Streamlit dashboard"),
+    "lint": (lint.main, "find DP/DDP anti-patterns in code"),
+    "bench": (bench.main, "single vs DP vs DDP comparison"),
 }
 
 
 def _usage() -> str:
     lines = ["usage: gpudiag <command> [options]", "", "commands:"]
-    lines += [f"  {name:<10} {help_}" for name, (_, _, help_) in COMMANDS.items()]
+    lines += [f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items()]
     lines += ["", "`gpudiag <command> --help` for a command's options."]
     return "\n".join(lines)
 
@@ -42,9 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"gpudiag: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module, func, _ = COMMANDS[name]
-    code = getattr(importlib.import_module(module), func)(rest)
-    return int(code or 0)
+    command, _ = COMMANDS[name]
+    return int(command(rest) or 0)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`gpudiag analyze` and `gpudiag compare`: argument parsing and exit codes only.
+"""`gpudiag analyze`: argument parsing and exit codes only.
 
 Exit codes: 0 ok; 1 a finding at or above --fail-on exists; 2 bad usage or nothing
 analysable (one-line error on stderr, never a traceback). Warnings about bad files go
@@ -68,7 +68,7 @@ def _error(msg: str) -> int:
     return 2
 
 
-def analyze_main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = _analyze_parser().parse_args(argv)
     paths = [Path(p) for p in args.paths]
     if not paths:
@@ -79,7 +79,8 @@ def analyze_main(argv: list[str] | None = None) -> int:
         for p in paths:
             print(f"  {p.relative_to(SAMPLE_RUNS)}", file=sys.stderr)
 
-    from gpudiag.analysis.result import AnalysisInputError, analyze
+    from gpudiag.analysis import analyze
+    from gpudiag.analysis.result import AnalysisInputError
     from gpudiag.analysis.summaries import analyze_summaries
 
     results = []
@@ -127,39 +128,3 @@ def _render(results: list[Any], args: argparse.Namespace) -> None:
 
         for res in results:
             print_report(res, rank=args.rank)
-
-
-def compare_main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="gpudiag compare",
-        description="Two runs side by side: step time and each breakdown component, with deltas.",
-    )
-    p.add_argument("a", metavar="A", help="baseline run or traces")
-    p.add_argument("b", metavar="B", help="run or traces to compare with A")
-    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    p.add_argument("--workers", type=int, default=None)
-    args = p.parse_args(argv)
-
-    from gpudiag.analysis.compare import compare
-    from gpudiag.analysis.result import AnalysisInputError, analyze
-
-    try:
-        a = analyze(Path(args.a), workers=args.workers)
-        b = analyze(Path(args.b), workers=args.workers)
-    except AnalysisInputError as exc:
-        for w in exc.warnings:
-            print(f"gpudiag: warning: {w}", file=sys.stderr)
-        return _error(str(exc))
-    for res in (a, b):
-        for w in res.warnings:
-            print(f"gpudiag: warning: {w}", file=sys.stderr)
-    table = compare(a, b)
-    if args.json:
-        from gpudiag.report.jsonout import dumps
-
-        sys.stdout.write(dumps(table.to_json()) + "\n")
-    else:
-        from gpudiag.report.terminal import print_comparison
-
-        print_comparison(table)
-    return 0

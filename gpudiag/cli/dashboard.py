@@ -18,7 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "dashboards" / "app.py"
 SERVE = REPO / "dashboards" / "serve.py"
 DEFAULT_PORT = 8501

@@ -1,0 +1,355 @@
+"""``analyze(path)``: run every analysis on a run directory or on profiler traces and
+gather them into an :class:`~gpudiag.analysis.result.AnalysisResult`.
+
+One analysis failing becomes a one-line warning; the others still run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpudiag.analysis import dataloader, dataparallel, failures, gpu
+from gpudiag.analysis import findings as fnd
+from gpudiag.analysis.findings import Finding, attach_locations, sort_findings
+from gpudiag.analysis.result import (
+    BREAKDOWN_COLUMNS,
+    BREAKDOWN_KEYS,
+    RANK_COLUMNS,
+    AnalysisInputError,
+    AnalysisResult,
+)
+
+
+def _guard(
+    warnings: list[str], label: str, fn: Any, *args: Any, default: Any = None, **kw: Any
+) -> Any:
+    """Run one analysis; a failure becomes a one-line warning instead of killing the rest."""
+    try:
+        return fn(*args, **kw)
+    except Exception as exc:  # noqa: BLE001 - one broken analysis must not hide the others
+        first = str(exc).splitlines()[0][:200] if str(exc) else ""
+        warnings.append(f"{label} skipped: {type(exc).__name__}: {first}")
+        return default
+
+
+SUMMARY_ONLY_RANKS = 256
+
+
+def _many_ranks(path: Path) -> bool:
+    from gpudiag import rundir
+
+    return (
+        path.is_dir()
+        and rundir.is_run_dir(path)
+        and len(rundir.list_ranks(path)) > SUMMARY_ONLY_RANKS
+    )
+
+
+def _optional(module: str) -> Any:
+    """A core analysis module, or None while it is not part of this checkout."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"gpudiag.analysis.{module}")
+    except ImportError:
+        return None
+
+
+def _empty(columns: tuple[str, ...]) -> pd.DataFrame:
+    return pd.DataFrame(columns=list(columns))
+
+
+def _resolve_inputs(path: Path) -> tuple[Any, list[Path], list[str]]:
+    """(Run or None, trace files, warnings) for a run dir, a trace dir or a trace file."""
+    from gpudiag import rundir
+    from gpudiag.analysis import ingest
+
+    if not path.exists():
+        raise AnalysisInputError(f"{path}: no such file or directory")
+    if path.is_dir() and rundir.is_run_dir(path):
+        run = rundir.load_run(path)
+        files = [run.trace_files[r] for r in sorted(run.trace_files)]
+        return run, files, list(run.warnings)
+    if path.is_file():
+        return None, [path], []
+    return None, list(ingest.find_traces(path)), []
+
+
+def _breakdown_from_steps(run: Any) -> pd.DataFrame:
+    """Without traces: step time from the steps table, data wait from data_ns, rest other."""
+    steps = getattr(run, "steps", None)
+    if steps is None or steps.empty:
+        return _empty(BREAKDOWN_COLUMNS)
+    s = steps.dropna(subset=["start_ns", "end_ns"])
+    step_ms = (s["end_ns"].astype(float) - s["start_ns"].astype(float)) / 1e6
+    data = (
+        pd.to_numeric(s.get("data_ns"), errors="coerce").fillna(0) / 1e6 if "data_ns" in s else 0.0
+    )
+    data = np.minimum(data, step_ms)
+    out = pd.DataFrame(
+        {"rank": s["rank"].astype(int), "step": s["step"].astype(int), "step_ms": step_ms}
+    )
+    for key in BREAKDOWN_KEYS:
+        out[key] = 0.0
+    out["data_loading"] = data
+    out["other"] = step_ms - data
+    return out.reset_index(drop=True)
+
+
+def rank_table(breakdown: pd.DataFrame) -> pd.DataFrame:
+    if breakdown is None or breakdown.empty:
+        return _empty(RANK_COLUMNS)
+    g = breakdown.groupby("rank")
+    out = pd.DataFrame(
+        {
+            "steps": g["step_ms"].count(),
+            "step_ms_mean": g["step_ms"].mean(),
+            "step_ms_median": g["step_ms"].median(),
+            "step_ms_p90": g["step_ms"].quantile(0.9),
+        }
+    )
+    for key in BREAKDOWN_KEYS:
+        out[key] = g[key].mean() if key in breakdown else 0.0
+    return out.reset_index()[list(RANK_COLUMNS)]
+
+
+def _run_info(path: Path, run: Any, traces: list[Any], breakdown: pd.DataFrame) -> dict[str, Any]:
+    manifest = getattr(run, "manifest", None) or {}
+    metas = [t.meta for t in traces]
+    devices: list[str] = []
+    for m in metas:
+        for d in m.device_properties or []:
+            name = d.get("name") if isinstance(d, dict) else None
+            if name and name not in devices:
+                devices.append(str(name))
+    if run is not None:
+        for info in run.rank_info.values():
+            dev = info.get("device_name") or info.get("device")
+            if dev and str(dev) not in devices:
+                devices.append(str(dev))
+    world = (run.world_size if run is not None else None) or max(
+        (m.world_size or 0 for m in metas), default=0
+    )
+    backend = manifest.get("backend") or next((m.backend for m in metas if m.backend), None)
+    if backend is None and run is not None:
+        backend = next((i.get("backend") for i in run.rank_info.values() if i.get("backend")), None)
+    ranks_seen = sorted({m.rank for m in metas} | set(run.ranks if run is not None else []))
+    return {
+        "kind": "gpudiag_run" if run is not None else "traces",
+        "path": str(path),
+        "world_size": world or None,
+        "backend": backend,
+        "devices": devices,
+        "ranks_present": ranks_seen,
+        "traced_ranks": sorted(m.rank for m in metas),
+        "steps_analysed": int(breakdown["step"].nunique()) if len(breakdown) else 0,
+        "has_gpu_trace": any(bool(t.events["is_gpu"].any()) for t in traces if len(t.events)),
+        "status": manifest.get("status"),
+        "exit_code": manifest.get("exit_code"),
+        "script": manifest.get("script") or manifest.get("argv"),
+        "total_steps": int(len(run.steps)) if run is not None and len(run.steps) else None,
+    }
+
+
+def _steady_state(
+    coll: pd.DataFrame, traces: list[Any], run: Any
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Collectives and the steps they span, for straggler matching. The run's first step
+    (and collectives outside any step: DDP's construction broadcasts) is warm-up where
+    ranks start at different times; it is left out when the run has 3 steps or more.
+    The steps frame covers exactly the steps the collectives come from, so the per-step
+    costs divide by the right count (the run's collectives span every step, the trace
+    only the profiled window)."""
+    trace_steps = [t.steps for t in traces if len(t.steps)]
+    if run is not None and len(run.steps):
+        steps = run.steps
+    elif trace_steps:
+        steps = pd.concat(trace_steps, ignore_index=True)
+    else:
+        return coll, _empty(("rank", "step", "start_ns", "end_ns"))
+    if "step" not in coll or coll["step"].isna().all():
+        return coll, steps
+    step_col = pd.to_numeric(coll["step"], errors="coerce").fillna(-1)
+    present = np.sort(step_col[step_col >= 0].unique())
+    if len(present) >= 3:
+        keep = step_col > present[0]
+    else:
+        keep = pd.Series(True, index=coll.index)
+    coll = coll[keep.to_numpy()]
+    used = set(step_col[keep].unique())
+    steps = steps[steps["step"].isin(used)]
+    return coll, steps
+
+
+def _arrivals(coll: pd.DataFrame, run: Any, comms: Any, warnings: list[str]) -> pd.DataFrame:
+    """Collectives to match across ranks for stragglers: the run's own table when it has
+    one (every step, matched on sequence numbers, arrival = enqueue time) even where the
+    collective table above comes from the traces for want of completion times."""
+    if run is None or not len(run.collectives) or comms is None:
+        return coll
+    if len(coll) and coll["source"].astype(str).str.startswith("run:").all():
+        return coll
+    from_run = _guard(warnings, "run collectives", comms.collective_table, [], run=run)
+    return from_run if from_run is not None and len(from_run) else coll
+
+
+def _uses_ddp(traces: list[Any], run: Any) -> bool:
+    if run is not None and len(getattr(run, "ddp_stats", [])):
+        return True
+    return any(
+        t.events["name"].astype(str).str.contains("DistributedDataParallel.forward").any()
+        for t in traces
+        if len(t.events)
+    )
+
+
+def _mean_step_ms(ranks: pd.DataFrame, run: Any) -> float:
+    if len(ranks):
+        return float(ranks["step_ms_mean"].astype(float).mean())
+    return float("nan")
+
+
+def prepare_rank(trace: Any) -> None:
+    """The per-rank analyses, run by each ingest worker on the trace it loaded so they
+    run in parallel; their results are cached on the trace for the analyses below."""
+    from gpudiag.analysis import breakdown as bd
+    from gpudiag.analysis import comms
+
+    bd.step_breakdown(trace)
+    comms.trace_rows(trace)
+
+
+def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
+    """Analyse a gpudiag run directory or any directory / file of profiler traces."""
+    from gpudiag.analysis import breakdown as bd
+    from gpudiag.analysis import ingest
+
+    comms = _optional("comms")
+    strag = _optional("stragglers")
+
+    path = Path(path)
+    if _many_ranks(path):
+        from gpudiag.analysis.summaries import analyze_summaries
+
+        result = analyze_summaries(path)
+        result.warnings.append(
+            f"{path}: more than {SUMMARY_ONLY_RANKS} ranks; analysed from summary.json files only"
+        )
+        return result
+    run, files, warnings = _resolve_inputs(path)
+    traces = (
+        ingest.load_traces(files, workers=workers, warnings=warnings, prepare=prepare_rank)
+        if files
+        else []
+    )
+    if not traces and (
+        run is None
+        or (run.steps.empty and run.collectives.empty and not run.statuses and not run.manifest)
+    ):
+        detail = (
+            "no readable profiler trace" if files else "no profiler traces or gpudiag run files"
+        )
+        raise AnalysisInputError(f"{path}: nothing to analyse ({detail})", warnings)
+
+    if traces:
+        parts = [
+            _guard(warnings, f"breakdown of rank {t.meta.rank}", bd.step_breakdown, t)
+            for t in traces
+        ]
+        parts = [p for p in parts if p is not None and len(p)]
+        breakdown = pd.concat(parts, ignore_index=True) if parts else _empty(BREAKDOWN_COLUMNS)
+    else:
+        breakdown = _breakdown_from_steps(run)
+    ranks = rank_table(breakdown)
+    step_ms = _mean_step_ms(ranks, run)
+
+    if comms is None or strag is None:
+        warnings.append("communication and straggler analysis unavailable in this build")
+    coll = (
+        _guard(warnings, "collective table", comms.collective_table, traces, run=run)
+        if comms is not None
+        else None
+    )
+    coll = coll if coll is not None else _empty(("rank", "pg_name", "seq", "op"))
+    summary = (
+        _guard(warnings, "collective summary", comms.collective_summary, coll)
+        if len(coll) and comms is not None
+        else None
+    )
+    buckets = (
+        _guard(warnings, "DDP buckets", comms.ddp_buckets, coll) if comms is not None else None
+    )
+    stall = (
+        _guard(warnings, "all-reduce stall", comms.allreduce_stall, traces, coll)
+        if comms is not None and traces and len(coll)
+        else None
+    )
+    coll_steady, steps_frame = _steady_state(_arrivals(coll, run, comms, warnings), traces, run)
+    skew = (
+        _guard(warnings, "arrival skew", strag.arrival_skew, coll_steady)
+        if len(coll_steady) and strag is not None
+        else None
+    )
+    slow = (
+        _guard(warnings, "stragglers", strag.stragglers, skew, steps_frame)
+        if skew is not None and len(skew)
+        else None
+    )
+
+    dp = _guard(warnings, "DataParallel", dataparallel.analyze_dataparallel, traces, step_ms)
+    dl = (
+        _guard(warnings, "data loading", dataloader.analyze_dataloader, traces, run, default={})
+        or {}
+    )
+    gpu_samples = run.gpu_samples if run is not None else _empty(())
+    host_samples = run.host_samples if run is not None else _empty(())
+    gpu_info = (
+        _guard(warnings, "GPU health", gpu.analyze_gpu, traces, gpu_samples, default={}) or {}
+    )
+
+    step_by_rank = dict(
+        zip(ranks["rank"].astype(int), ranks["step_ms_mean"].astype(float), strict=False)
+    )
+    found: list[Finding] = []
+    found += failures.failure_findings(run)
+    straggler = fnd.straggler_findings(slow, step_ms)
+    waited = sum(fnd.waiting_share(ranks, f.ranks, f.cost_ms_per_step) for f in straggler)
+    found += straggler
+    found += fnd.exposed_comm_findings(ranks, step_ms, stall, straggler_ms=waited)
+    if _uses_ddp(traces, run):
+        found += fnd.bucket_findings(buckets, ranks, step_ms, straggler_ms=waited)
+    found += dataloader.dataloader_findings(dl, step_by_rank)
+    found += dataloader.host_sync_findings(dl, step_by_rank)
+    found += dataparallel.dataparallel_findings(dp, step_ms)
+    found += gpu.gpu_findings(
+        gpu_info, step_ms, dp_active=bool(dp and not dp.get("on_cpu")), ranks=ranks
+    )
+    found += gpu.no_amp_findings(traces, step_ms)
+    lint = getattr(run, "lint", None)
+    attach_locations(found, lint)
+
+    return AnalysisResult(
+        source=path,
+        run=_run_info(path, run, traces, breakdown),
+        ranks=ranks,
+        breakdown=breakdown,
+        collectives=coll,
+        collective_summary=summary if summary is not None else _empty(()),
+        buckets=buckets if buckets is not None else _empty(()),
+        skew=skew if skew is not None else _empty(()),
+        stragglers=slow if slow is not None else _empty(()),
+        dataparallel=dp,
+        dataloader=dl,
+        gpu=gpu_info,
+        gpu_samples=gpu_samples,
+        host_samples=host_samples,
+        findings=sort_findings(found),
+        lint=lint,
+        warnings=warnings,
+        traces=traces,
+        allreduce_stall=stall if stall is not None else pd.DataFrame(),
+    )

@@ -1,0 +1,137 @@
+"""The per-rank timeline drawn by the report and the dashboard: merged intervals per
+lane (compute, communication, data loading, idle, steps), downsampled to a drawable count.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpudiag.analysis.dataloader import merge_intervals
+
+TIMELINE_COLUMNS = ("rank", "lane", "start_ms", "end_ms", "name")
+LANES = ("compute", "communication", "data_loading", "idle")
+
+
+def timeline(traces: list[Any], rank: int | None = None, max_intervals: int = 5000) -> pd.DataFrame:
+    """Merged intervals per rank and lane (ms since the earliest event), for plotting."""
+    traces = [t for t in traces if rank is None or t.meta.rank == rank]
+    frames = [_trace_timeline(t) for t in traces]
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame(columns=list(TIMELINE_COLUMNS))
+    out = pd.concat(frames, ignore_index=True)
+    origin = out["start_ns"].min()
+    out["start_ms"] = (out["start_ns"] - origin) / 1e6
+    out["end_ms"] = (out["end_ns"] - origin) / 1e6
+    out = _downsample(out, max_intervals)
+    return out[list(TIMELINE_COLUMNS)].reset_index(drop=True)
+
+
+def _lane_masks(ev: pd.DataFrame) -> dict[str, pd.Series]:
+    kind = ev["kind"].astype(str)
+    gpu = ev["is_gpu"].astype(bool)
+    if gpu.any():
+        compute = gpu & kind.isin(["compute", "memcpy", "memset"])
+        comm = gpu & (kind == "comm")
+    else:
+        main = ev["main_thread"].astype(bool)
+        compute = main & kind.isin(["cpu_op", "optimizer"])
+        comm = kind == "comm"
+    return {"compute": compute, "communication": comm, "data_loading": kind == "dataloader"}
+
+
+def _trace_timeline(trace: Any) -> pd.DataFrame:
+    ev = trace.events
+    if ev is None or ev.empty:
+        return pd.DataFrame()
+    parts = []
+    busy_s, busy_e = [], []
+    for lane, mask in _lane_masks(ev).items():
+        sel = ev[mask]
+        s, e = merge_intervals(sel["start_ns"].to_numpy(), sel["end_ns"].to_numpy())
+        if lane == "communication" and len(sel):
+            parts.append(_collective_rows(sel))
+        elif len(s):
+            parts.append(pd.DataFrame({"lane": lane, "start_ns": s, "end_ns": e, "name": lane}))
+        if lane != "data_loading":
+            busy_s.append(s)
+            busy_e.append(e)
+    steps = trace.steps
+    if steps is not None and len(steps):
+        lo, hi = int(steps["start_ns"].min()), int(steps["end_ns"].max())
+        parts.append(
+            pd.DataFrame(
+                {
+                    "lane": "step",
+                    "start_ns": steps["start_ns"].to_numpy(),
+                    "end_ns": steps["end_ns"].to_numpy(),
+                    "name": [f"step {int(n)}" for n in steps["step"]],
+                }
+            )
+        )
+        s, e = merge_intervals(np.concatenate(busy_s), np.concatenate(busy_e))
+        gap_s = np.concatenate([[lo], e])
+        gap_e = np.concatenate([s, [hi]])
+        gap_s, gap_e = np.clip(gap_s, lo, hi), np.clip(gap_e, lo, hi)
+        keep = gap_e > gap_s
+        if keep.any():
+            parts.append(
+                pd.DataFrame(
+                    {"lane": "idle", "start_ns": gap_s[keep], "end_ns": gap_e[keep], "name": "idle"}
+                )
+            )
+    if not parts:
+        return pd.DataFrame()
+    out = pd.concat(parts, ignore_index=True)
+    out.insert(0, "rank", int(trace.meta.rank))
+    return out
+
+
+def _collective_rows(comm: pd.DataFrame) -> pd.DataFrame:
+    """Each collective as its own interval, named by its op, so it can be highlighted;
+    _downsample merges them (losing the names) only when there are too many to draw."""
+    op = comm["comm_op"].astype("string").fillna("").astype(str)
+    names = op.where(op != "", comm["name"].astype(str))
+    return pd.DataFrame(
+        {
+            "lane": "communication",
+            "start_ns": comm["start_ns"].to_numpy(),
+            "end_ns": comm["end_ns"].to_numpy(),
+            "name": names.to_numpy(),
+        }
+    )
+
+
+def _downsample(frame: pd.DataFrame, max_intervals: int) -> pd.DataFrame:
+    """Merge neighbours closer than a growing tolerance until few enough intervals remain."""
+    if len(frame) <= max_intervals:
+        return frame
+    tol = 0.001
+    while True:
+        merged = []
+        for (rank, lane), g in frame.groupby(["rank", "lane"], sort=False):
+            g = g.sort_values("start_ms")
+            start = g["start_ms"].to_numpy()
+            end = np.maximum.accumulate(g["end_ms"].to_numpy())
+            new = np.concatenate([[True], start[1:] > end[:-1] + tol])
+            group = np.cumsum(new) - 1
+            ends = np.zeros(group[-1] + 1)
+            np.maximum.at(ends, group, end)
+            merged.append(
+                pd.DataFrame(
+                    {
+                        "rank": rank,
+                        "lane": lane,
+                        "start_ms": start[new],
+                        "end_ms": ends,
+                        "name": lane,
+                    }
+                )
+            )
+        out = pd.concat(merged, ignore_index=True)
+        if len(out) <= max_intervals or tol > 1e6:
+            return out
+        tol *= 4
