@@ -215,6 +215,9 @@ def fix_straddling_optimizer(events: list[dict[str, Any]]) -> int:
         key=lambda e: float(e["ts"]),
     )
     optimizers = [e for e in events if str(e.get("name", "")).startswith(OPTIMIZER_PREFIX)]
+    # Durations are rounded to the trace's 1 ns resolution, so a boundary already moved
+    # can end up to half a nanosecond before the optimizer's end: not a straddle.
+    tolerance_us = 0.001
     moved = 0
     for i, step in enumerate(steps):
         ts = float(step["ts"])
@@ -223,7 +226,8 @@ def fix_straddling_optimizer(events: list[dict[str, Any]]) -> int:
             float(o["ts"]) + float(o.get("dur", 0))
             for o in optimizers
             if o.get("tid") == step.get("tid")
-            and ts <= float(o["ts"]) < end < float(o["ts"]) + float(o.get("dur", 0))
+            and ts <= float(o["ts"]) < end
+            and end + tolerance_us < float(o["ts"]) + float(o.get("dur", 0))
         ]
         if not straddling_ends:
             continue
