@@ -3,6 +3,11 @@
 ../shared/traces holds real GPU traces from other public projects. Tests read them in
 place (never copied into the repository). In CI (CI=true) their absence is an error;
 outside CI the tests that need them are skipped.
+
+Markers: `slow` (launches training processes or servers, or inflates gigabytes) and
+`browser` (drives headless Chromium). `pytest -q` skips both (pyproject's addopts);
+`pytest -q -m ""` runs everything, as CI does. A test that uses one of the fixtures in
+RECORDING_FIXTURES records a gloo job, so it is slow wherever it lives.
 """
 
 from __future__ import annotations
@@ -24,3 +29,13 @@ def shared_traces() -> Path:
             pytest.fail(f"{SHARED_TRACES} is missing: CI must have ../shared/traces")
         pytest.skip(f"{SHARED_TRACES} not present (outside CI)")
     return SHARED_TRACES
+
+
+# Fixtures that record a training job (gloo ranks under `gpudiag trace` or torchrun).
+RECORDING_FIXTURES = frozenset({"runs_root", "analyzed"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if RECORDING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

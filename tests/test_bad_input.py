@@ -132,6 +132,7 @@ HUGE_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_several_gb_trace_is_refused_with_bounded_memory(
     shared_traces: Path, tmp_path: Path
 ) -> None:

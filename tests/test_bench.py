@@ -13,6 +13,9 @@ import pytest
 from gpudiag import rundir
 from gpudiag.reference import bench
 
+# Launches training processes (gloo jobs or CLI runs): CI runs it, `pytest -q` skips it.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="session")
 def tiny_bench(tmp_path_factory: pytest.TempPathFactory) -> dict:
@@ -46,7 +49,6 @@ def tiny_bench(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"proc": proc, "out": out}
 
 
-@pytest.mark.slow
 def test_bench_runs_every_cpu_mode_under_capture(tiny_bench: dict) -> None:
     proc, out = tiny_bench["proc"], tiny_bench["out"]
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -59,7 +61,6 @@ def test_bench_runs_every_cpu_mode_under_capture(tiny_bench: dict) -> None:
     assert rundir.load_run(out / "ddp-bs16").world_size == 2
 
 
-@pytest.mark.slow
 def test_bench_numbers_come_from_the_run_directories(tiny_bench: dict) -> None:
     out = tiny_bench["out"]
     doc = json.loads((out / "bench.json").read_text())
@@ -85,7 +86,6 @@ def test_bench_numbers_come_from_the_run_directories(tiny_bench: dict) -> None:
     assert ddp["dp_overhead_share"] is None  # no DataParallel on CPU
 
 
-@pytest.mark.slow
 def test_bench_writes_markdown_csv_and_per_run_json(tiny_bench: dict) -> None:
     out, proc = tiny_bench["out"], tiny_bench["proc"]
     md = (out / "bench.md").read_text()

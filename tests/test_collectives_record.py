@@ -15,6 +15,9 @@ import coll_launch  # noqa: E402
 from gpudiag import rundir  # noqa: E402
 from gpudiag.capture import ddp  # noqa: E402
 
+# Launches training processes (gloo jobs or CLI runs): CI runs it, `pytest -q` skips it.
+pytestmark = pytest.mark.slow
+
 STEPS = 10  # steps on the hooked model; then 3 on DDP's default path, 3 hooked again,
 TRAIN_STEPS = STEPS + 8  # and 2 with the user's own comm hook
 

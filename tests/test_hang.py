@@ -15,6 +15,9 @@ import coll_launch  # noqa: E402
 from gpudiag import rundir  # noqa: E402
 from gpudiag.capture.watchdog import HangWatchdog, top_user_frame  # noqa: E402
 
+# Launches training processes (gloo jobs or CLI runs): CI runs it, `pytest -q` skips it.
+pytestmark = pytest.mark.slow
+
 TIMEOUT_S = 3.0
 HARNESS = "coll_harness.py"
 

@@ -15,6 +15,9 @@ import coll_launch  # noqa: E402
 
 from gpudiag import rundir  # noqa: E402
 
+# Launches training processes (gloo jobs or CLI runs): CI runs it, `pytest -q` skips it.
+pytestmark = pytest.mark.slow
+
 SCRIPT = Path(__file__).parent / "scripts" / "coll_train.py"
 HANG_TIMEOUT_S = 5
 

@@ -19,6 +19,9 @@ import torch
 from gpudiag.reference import train as reference
 from gpudiag.reference.train import free_port
 
+# Launches training processes (gloo jobs or CLI runs): CI runs it, `pytest -q` skips it.
+pytestmark = pytest.mark.slow
+
 TIMEOUT_S = 180
 
 
@@ -119,7 +122,6 @@ def spawn_ddp(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"proc": proc, "out": out, "argv": argv}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("fixture", ["torchrun_ddp", "spawn_ddp"])
 def test_ddp_trains_and_matches_single_device(
     fixture: str, request: pytest.FixtureRequest, tmp_path: Path
@@ -153,7 +155,6 @@ def test_ddp_trains_and_matches_single_device(
     assert any(not torch.allclose(initial[k], single_params[k]) for k in initial)
 
 
-@pytest.mark.slow
 def test_spawn_ddp_epochs_and_output(spawn_ddp: dict) -> None:
     proc = spawn_ddp["proc"]
     assert proc.returncode == 0, proc.stderr[-3000:]

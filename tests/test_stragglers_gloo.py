@@ -21,6 +21,9 @@ from gpudiag.analysis import comms, stragglers
 from gpudiag.analysis.breakdown import COMPONENTS, comm_comp_overlap, run_breakdown
 from gpudiag.analysis.ingest import RankTrace, find_traces, load_traces
 
+# Launches training processes (gloo jobs or CLI runs): CI runs it, `pytest -q` skips it.
+pytestmark = pytest.mark.slow
+
 STEPS = 5
 SLOW_MS = 50
 
