@@ -16,9 +16,13 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dashboards import cache, runs, views  # noqa: E402
+# Streamlit runs this file by path. Installed, it is gpudiag/dashboards/app.py inside the
+# package; in a source checkout, dashboards/ sits beside gpudiag/.
+if (Path(__file__).resolve().parents[1] / "__init__.py").is_file():
+    from gpudiag.dashboards import cache, runs, views  # type: ignore[import-not-found,no-redef,unused-ignore]
+else:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from dashboards import cache, runs, views
 
 
 def _roots() -> list[Path]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import streamlit as st
 
-from dashboards import runs
+from . import runs
 
 
 def first_line(exc: BaseException) -> str:

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudiag import rundir
+from gpudiag.paths import sample_runs_dir
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_ROOTS = (REPO / "sample_runs", Path("gpudiag_runs"))
+DEFAULT_ROOTS = (sample_runs_dir(), Path("gpudiag_runs"))
 
 # Profiler trace names the analysis package reads (tensorboard_trace_handler, HTA,
 # torchtitan, Megatron): plain or gzipped Chrome-trace JSON. Kineto's own name counts as

@@ -13,15 +13,35 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# Run by path (`gpudiag dashboard`). Installed, this is gpudiag/dashboards/serve.py; in a
+# source checkout dashboards/ sits beside gpudiag/ and is imported as `dashboards`.
+_INSTALLED = (Path(__file__).resolve().parents[1] / "__init__.py").is_file()
+if not _INSTALLED:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 QUIET_S = 3.0
 UNATTENDED_S = 20.0
 _STARTED = time.monotonic()
 
 
+def _modules() -> tuple[Any, Any]:
+    """The dashboard's cache and runs modules (views too: plotly and figures load here)."""
+    if _INSTALLED:
+        from gpudiag.dashboards import (  # type: ignore[import-not-found,no-redef,unused-ignore]
+            cache,
+            runs,
+            views,
+        )
+    else:
+        from dashboards import cache, runs, views  # noqa: F401
+    return cache, runs
+
+
 def _roots(argv: list[str]) -> list[Path]:
-    from dashboards import runs
+    if _INSTALLED:
+        from gpudiag.dashboards import runs  # type: ignore[import-not-found,no-redef,unused-ignore]
+    else:
+        from dashboards import runs
 
     if "--" in argv:
         given = [Path(a) for a in argv[argv.index("--") + 1 :] if a and not a.startswith("-")]
@@ -37,7 +57,7 @@ def _prewarm(roots: list[Path]) -> None:
         logging.ERROR
     )
     logging.getLogger("streamlit.runtime.caching.cache_data_api").setLevel(logging.ERROR)
-    from dashboards import cache, runs, views  # noqa: F401 - views: plotly and figures too
+    cache, runs = _modules()
 
     refs = runs.discover_runs(roots)
     for i, ref in enumerate(refs):

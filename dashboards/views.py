@@ -12,9 +12,10 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from dashboards import figures, runs
 from gpudiag import rundir
 from gpudiag.report import html as html_report
+
+from . import figures, runs
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 GPU_METRICS = (

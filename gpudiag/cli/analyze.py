@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-SAMPLE_RUNS = REPO / "sample_runs"
+from gpudiag.paths import sample_runs_dir
 
 
 def _analyze_parser() -> argparse.ArgumentParser:
@@ -44,11 +43,12 @@ def _analyze_parser() -> argparse.ArgumentParser:
     return p
 
 
-def sample_run_paths(root: Path = SAMPLE_RUNS) -> list[Path]:
+def sample_run_paths(root: Path | None = None) -> list[Path]:
     """Every run directory under sample_runs/: its direct sub-directories, or, for a
     directory that is not a run itself (a `gpudiag bench` output), the runs inside it."""
     from gpudiag import rundir
 
+    root = sample_runs_dir() if root is None else root
     if not root.is_dir():
         return []
     paths: list[Path] = []
@@ -72,12 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _analyze_parser().parse_args(argv)
     paths = [Path(p) for p in args.paths]
     if not paths:
-        paths = sample_run_paths()
+        root = sample_runs_dir()
+        paths = sample_run_paths(root)
         if not paths:
-            return _error(f"no PATH given and no runs in {SAMPLE_RUNS}")
-        print(f"gpudiag: analysing the shipped sample runs in {SAMPLE_RUNS}:", file=sys.stderr)
+            return _error(f"no PATH given and no runs in {root}")
+        print(f"gpudiag: analysing the shipped sample runs in {root}:", file=sys.stderr)
         for p in paths:
-            print(f"  {p.relative_to(SAMPLE_RUNS)}", file=sys.stderr)
+            print(f"  {p.relative_to(root)}", file=sys.stderr)
 
     from gpudiag.analysis import analyze
     from gpudiag.analysis.result import AnalysisInputError

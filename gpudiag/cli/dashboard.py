@@ -18,17 +18,18 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-APP = REPO / "dashboards" / "app.py"
-SERVE = REPO / "dashboards" / "serve.py"
+from gpudiag.paths import dashboards_dir, sample_runs_dir
+
+APP = dashboards_dir() / "app.py"
+SERVE = dashboards_dir() / "serve.py"
 DEFAULT_PORT = 8501
 STARTUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 
 
 def default_runs() -> list[Path]:
-    """<repo>/sample_runs and ./gpudiag_runs, those that exist."""
-    return [p for p in (REPO / "sample_runs", Path.cwd() / "gpudiag_runs") if p.is_dir()]
+    """The shipped sample runs and ./gpudiag_runs, those that exist."""
+    return [p for p in (sample_runs_dir(), Path.cwd() / "gpudiag_runs") if p.is_dir()]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if not APP.is_file():
         print(
-            f"gpudiag dashboard: {APP} not found (install gpudiag from its repository)",
+            f"gpudiag dashboard: {APP} not found (a gpudiag install without its dashboard)",
             file=sys.stderr,
         )
         return 2
