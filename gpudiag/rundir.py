@@ -34,11 +34,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
+import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 FORMAT_VERSION = 1
 
@@ -64,6 +67,19 @@ SUMMARY = "summary.json"
 STACKS = "stacks.txt"
 BENCH = "bench.json"  # gpudiag bench: the comparison table, in the bench folder and each run
 INFLIGHT = "inflight.json"  # in-flight collectives + FR dump, written on a hang request
+
+# The run's status (manifest ``status``), the one list. ``running`` is what the launcher
+# writes at start; ``launcher_lost`` is never written: readers report it for a run still
+# marked running whose launcher is gone (see :func:`run_status`).
+RUN_STATUSES = ("running", "ok", "failed", "interrupted", "hang", "launcher_lost")
+RANK_STATUSES = ("ok", "failed", "interrupted")  # status.json ``status``
+
+# The launcher touches its manifest every LAUNCHER_HEARTBEAT_S while the job runs.
+# A reader on another host (where the pid cannot be checked) takes a manifest that still
+# says running and has not been touched for LAUNCHER_STALE_S as a lost launcher.
+LAUNCHER_HEARTBEAT_S = 5.0
+LAUNCHER_STALE_S = 60.0
+RESERVE = ".gpudiag_reserve"  # space kept for the last writes (see reserve_space)
 
 _RANK_DIR_RE = re.compile(r"^rank(\d+)$")
 _NODE_DIR_RE = re.compile(r"^node(\d+)$")
@@ -97,6 +113,10 @@ def manifest_path(run: str | os.PathLike[str], node: int = 0) -> Path:
     return Path(run) / f"manifest.node{node}.json"
 
 
+def reserve_path(run: str | os.PathLike[str], node: int = 0) -> Path:
+    return Path(run) / (RESERVE if node == 0 else f"{RESERVE}.node{node}")
+
+
 # --------------------------------------------------------------------------- writing
 
 
@@ -114,63 +134,205 @@ def dumps_line(row: dict[str, Any]) -> str:
     return json.dumps(row, separators=(",", ":"), default=_json_default) + "\n"
 
 
+# --------------------------------------------------------------------------- write problems
+#
+# Capture writes from inside the user's training (step hooks, collective wrappers) and
+# from the launcher. A full disk or any other I/O error must never reach user code: the
+# writer that failed stops (that table is no longer recorded), the first problem of a
+# process is said once on stderr, and every problem is kept here so the worker's
+# status.json and the launcher's manifest can mark the run ``incomplete`` with reasons.
+
+_PROBLEMS: list[str] = []
+_PROBLEMS_LOCK = threading.Lock()
+
+
+def note_write_problem(path: str | os.PathLike[str], exc: BaseException, what: str = "") -> str:
+    """Record that writing ``path`` failed; the first time in this process, say so on
+    stderr. Returns the reason as recorded."""
+    detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else _short(exc)
+    reason = f"{path}: {detail}" + (f" ({what})" if what else "")
+    with _PROBLEMS_LOCK:
+        first = not _PROBLEMS
+        if reason not in _PROBLEMS:
+            _PROBLEMS.append(reason)
+    if first:
+        try:
+            print(
+                f"gpudiag: cannot write {path} ({detail}): gpudiag stops recording it and "
+                "the run will be marked incomplete; training goes on",
+                file=sys.stderr,
+                flush=True,
+            )
+        except (OSError, ValueError):
+            pass
+    return reason
+
+
+def write_problems() -> list[str]:
+    """Every write problem noted in this process, in order (empty when none)."""
+    with _PROBLEMS_LOCK:
+        return list(_PROBLEMS)
+
+
+# --------------------------------------------------------------------------- writing
+
+
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
-    """Write JSON so that a reader sees the old file or the new one, never half of one."""
+    """Write JSON so that a reader sees the old file or the new one, never half of one.
+    On failure (full disk...) the temporary file is removed and the error raised."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    try:
+        _write_json_file(tmp, obj)
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+
+
+def write_json_exclusive(path: str | os.PathLike[str], obj: Any) -> None:
+    """Create ``path`` with this JSON, complete, or raise FileExistsError when it exists.
+    Two launchers given one run directory: the first to create the manifest owns it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        _write_json_file(tmp, obj)
+        try:
+            os.link(tmp, path)  # atomic, and fails when path exists
+        except FileExistsError:
+            raise
+        except OSError:  # a filesystem without hard links: claim by O_EXCL, then fill
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(tmp.read_text(encoding="utf-8"))
+    finally:
+        _unlink_quietly(tmp)
+
+
+def _write_json_file(path: Path, obj: Any) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
         json.dump(obj, fh, indent=2, default=_json_default)
         fh.write("\n")
         fh.flush()
         os.fsync(fh.fileno())
-    os.replace(tmp, path)
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def create_unique_dir(path: str | os.PathLike[str]) -> Path:
+    """Create ``path``, or ``path-2``, ``path-3``... when it exists: ``os.mkdir`` is atomic,
+    so two runs started in the same second never share a directory."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for i in range(1, 10_000):
+        candidate = path if i == 1 else path.with_name(f"{path.name}-{i}")
+        try:
+            os.mkdir(candidate)
+        except FileExistsError:
+            continue
+        return candidate
+    raise FileExistsError(f"{path}: too many runs with this name")
+
+
+def reserve_space(path: str | os.PathLike[str], nbytes: int) -> Path | None:
+    """Write ``nbytes`` of real data at ``path`` (None when that fails): space kept so
+    that status.json and the manifest can still be written once the disk is full.
+    :func:`release_space` frees it just before those last writes."""
+    path = Path(path)
+    try:
+        with open(path, "wb") as fh:
+            fh.write(b"\0" * nbytes)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError:
+        _unlink_quietly(path)
+        return None
+    return path
+
+
+def release_space(path: Path | None) -> None:
+    if path is not None:
+        _unlink_quietly(path)
 
 
 class JsonlWriter:
-    """Append-only JSON Lines table. Each row is written and flushed whole, so a crash
-    loses at most the row being written (the reader skips a torn last line)."""
+    """Append-only JSON Lines table. Each row (or batch of rows) goes out in one
+    ``write`` call on an unbuffered descriptor, so a crash loses at most the row being
+    written (the reader skips a torn last line).
+
+    Never raises for I/O: when opening or writing fails (full disk, EFBIG, a vanished
+    directory) the writer cuts the file back to its last whole row, notes the problem
+    (:func:`note_write_problem`), closes, and ignores every later row; ``failed`` then
+    holds the reason."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] | None = open(  # noqa: SIM115 - held open for the run
-            self.path, "a", encoding="utf-8", buffering=1
-        )
+        self.failed: str | None = None
         self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._size = 0  # bytes of whole rows in the file
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._size = os.fstat(self._fd).st_size
+        except OSError as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Called with the lock held (or from __init__)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.ftruncate(fd, self._size)  # drop a partly written row
+            except OSError:
+                pass
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.failed = note_write_problem(self.path, exc, "stopped recording this table")
+
+    def _append(self, text: str) -> None:
+        data = text.encode("utf-8")
+        with self._lock:
+            if self._fd is None:
+                return
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self._fd, view) :]
+                self._size += len(data)
+            except OSError as exc:
+                self._fail(exc)
 
     def write(self, row: dict[str, Any]) -> None:
-        line = dumps_line(row)
-        with self._lock:
-            if self._fh is None:
-                return
-            self._fh.write(line)
-            self._fh.flush()
+        self._append(dumps_line(row))
 
     def write_text(self, line: str) -> None:
         """Append one row already serialised as a JSON object ending in a newline: the
         hot-path form (a per-step row formatted directly costs ~1 µs, json.dumps ~10)."""
-        with self._lock:
-            if self._fh is None:
-                return
-            self._fh.write(line)
-            self._fh.flush()
+        self._append(line)
 
     def write_many(self, rows: Iterable[dict[str, Any]]) -> None:
         text = "".join(dumps_line(r) for r in rows)
-        if not text:
-            return
-        with self._lock:
-            if self._fh is None:
-                return
-            self._fh.write(text)
-            self._fh.flush()
+        if text:
+            self._append(text)
 
     def close(self) -> None:
         with self._lock:
-            if self._fh is not None:
-                self._fh.close()
-                self._fh = None
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def __enter__(self) -> JsonlWriter:
         return self
@@ -249,6 +411,83 @@ def read_json(path: str | os.PathLike[str], warnings: list[str] | None = None) -
 
 def _short(exc: BaseException) -> str:
     return str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+
+
+def _process_start_time(pid: int) -> float | None:
+    try:
+        import psutil
+
+        return float(psutil.Process(pid).create_time())
+    except Exception:  # psutil missing, no such process, access denied
+        return None
+
+
+def launcher_gone(manifest: dict[str, Any], manifest_file: str | os.PathLike[str]) -> str | None:
+    """Why the launcher of a run still marked running is known to be gone, or None
+    (alive, or nothing to tell). Same host: its pid no longer exists, or belongs to a
+    process started later. Another host: the manifest heartbeat is stale."""
+    launcher = manifest.get("launcher")
+    if not isinstance(launcher, dict):
+        return None
+    pid = launcher.get("pid")
+    host = launcher.get("hostname")
+    if isinstance(pid, int) and not isinstance(pid, bool) and host == socket.gethostname():
+        started = launcher.get("start_time")
+        actual = _process_start_time(pid)
+        if actual is None and not _pid_exists(pid):
+            return f"launcher pid {pid} on {host} is gone"
+        if actual is not None and isinstance(started, (int, float)) and abs(actual - started) > 2:
+            return f"launcher pid {pid} on {host} is gone (the pid now belongs to another process)"
+        return None
+    beat = launcher.get("heartbeat_s")
+    stale = max(LAUNCHER_STALE_S, 10 * beat if isinstance(beat, (int, float)) else 0)
+    try:
+        age = time.time() - os.stat(manifest_file).st_mtime
+    except OSError:
+        return None
+    if age > stale:
+        return f"launcher on {host or 'another host'} has not touched the manifest for {age:.0f} s"
+    return None
+
+
+def _pid_exists(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def run_status(manifest: dict[str, Any], manifest_file: str | os.PathLike[str]) -> str | None:
+    """The run's status as a reader should see it: the manifest's, except that a run
+    still marked running whose launcher is gone is ``launcher_lost``."""
+    status = manifest.get("status")
+    if status == "running" and launcher_gone(manifest, manifest_file):
+        return "launcher_lost"
+    return status if isinstance(status, str) else None
+
+
+def _reader_notes(manifest: dict[str, Any], manifest_file: Path, warnings: list[str]) -> None:
+    """Adjust the manifest to what a reader should see (launcher_lost) and warn about
+    runs whose record is incomplete."""
+    if manifest.get("status") == "running":
+        why = launcher_gone(manifest, manifest_file)
+        if why:
+            manifest["recorded_status"] = "running"
+            manifest["status"] = "launcher_lost"
+            warnings.append(
+                f"{manifest_file}: launcher_lost: the run never finished ({why}); its "
+                "tables hold what the ranks wrote before"
+            )
+    incomplete = manifest.get("incomplete")
+    if isinstance(incomplete, list) and incomplete:
+        shown = "; ".join(str(x) for x in incomplete[:3])
+        more = f" (+{len(incomplete) - 3} more)" if len(incomplete) > 3 else ""
+        warnings.append(f"{manifest_file}: run incomplete: {shown}{more}")
 
 
 def is_run_dir(path: str | os.PathLike[str]) -> bool:
@@ -433,6 +672,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     if not isinstance(manifest, dict):
         warnings.append(f"{run / MANIFEST}: not a JSON object; ignored")
         manifest = {}
+    _reader_notes(manifest, run / MANIFEST, warnings)
     version = manifest.get("format_version")
     if version is not None and version > FORMAT_VERSION:
         warnings.append(
@@ -497,6 +737,8 @@ def load_summaries(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[i
     run = Path(path)
     warnings: list[str] = []
     manifest = read_json(run / MANIFEST, warnings) or {}
+    if isinstance(manifest, dict):
+        _reader_notes(manifest, run / MANIFEST, warnings)
     summaries: dict[int, dict] = {}
     for r in list_ranks(run):
         obj = read_json(rank_dir(run, r) / SUMMARY, warnings)

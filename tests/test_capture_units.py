@@ -82,7 +82,7 @@ def test_job_command_single_vs_torchrun(tmp_path: Path) -> None:
     multi = launcher.job_command(
         launcher.parse(["--nproc-per-node", "4", "--rdzv-endpoint", "h:1", "-m", "p.m", "--a"])
     )
-    assert multi[1:3] == ["-m", "torch.distributed.run"]
+    assert multi[1:3] == ["-m", "gpudiag.capture.agent"]  # torch.distributed.run, wrapped
     assert multi[3:] == [
         "--nproc-per-node",
         "4",

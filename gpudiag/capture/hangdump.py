@@ -96,4 +96,8 @@ def inflight_snapshot() -> dict[str, Any]:
 
 
 def write_inflight(run_dir: Path, rank: int) -> None:
-    rundir.write_json_atomic(rundir.rank_dir(run_dir, rank) / rundir.INFLIGHT, inflight_snapshot())
+    path = rundir.rank_dir(run_dir, rank) / rundir.INFLIGHT
+    try:
+        rundir.write_json_atomic(path, inflight_snapshot())
+    except OSError as exc:  # full disk: the watchdog reports the rank as not answering
+        rundir.note_write_problem(path, exc)

@@ -10,6 +10,7 @@ exit code. Everything after the script or module name belongs to the script.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import subprocess
@@ -25,10 +26,17 @@ from typing import Any
 from gpudiag import rundir
 from gpudiag.capture import manifest as manifest_mod
 from gpudiag.capture import worker as worker_mod
+from gpudiag.capture.agent import ENV_LAUNCHER_PID
 from gpudiag.capture.ddp import ENV_DDP_HOOK
 from gpudiag.capture.profiling import DEFAULT_WINDOW, parse_window
 
 KILL_GRACE_S = 30.0
+# Space kept in the run directory until the end, so that the final manifest can be
+# written on a disk the job filled (see rundir.reserve_space).
+RESERVE_BYTES = 256 * 1024
+# How often the launcher touches its manifest while the job runs: readers on other hosts
+# see a run whose manifest is older than rundir.LAUNCHER_STALE_S as launcher_lost.
+HEARTBEAT_S = rundir.LAUNCHER_HEARTBEAT_S
 # After a hang the ranks sit in C++ collectives where Python's SIGTERM handler cannot run
 # (their stacks and in-flight collectives are already on disk): a short grace suffices.
 HANG_KILL_GRACE_S = 5.0
@@ -153,16 +161,71 @@ def split_argv(argv: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
     return options, {"script": argv[i]}, argv[i + 1 :]
 
 
-def parse(argv: list[str]) -> TraceArgs:
-    options_argv, target, script_args = split_argv(argv)
-    ns = _parser().parse_args(options_argv)
+# --sample-hz bounds: below, a sample every 100 s says nothing; above, the sampler
+# thread would take a core of the machine it measures.
+MIN_SAMPLE_HZ = 0.01
+MAX_SAMPLE_HZ = 1000.0
+# --nproc-per-node words torchrun understands besides a count
+NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
+
+
+def _positive_int(text: str, name: str, minimum: int = 1, maximum: int | None = None) -> int:
+    try:
+        value = int(text, 10)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or value < minimum or (maximum is not None and value > maximum):
+        upper = f" and <= {maximum}" if maximum is not None else ""
+        raise UsageError(f"{name} {text!r}: expected an integer >= {minimum}{upper}")
+    return value
+
+
+def check_options(ns: argparse.Namespace) -> None:
+    """Refuse values torchrun or the sampler would fail on later (or loop on), with one
+    line naming the option, before anything starts."""
     if ns.profile_steps:
         try:
             parse_window(ns.profile_steps)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    if ns.sample_hz <= 0:
-        raise UsageError("--sample-hz must be > 0")
+    if not (math.isfinite(ns.sample_hz) and MIN_SAMPLE_HZ <= ns.sample_hz <= MAX_SAMPLE_HZ):
+        raise UsageError(
+            f"--sample-hz {ns.sample_hz:g}: expected a number from {MIN_SAMPLE_HZ:g} "
+            f"to {MAX_SAMPLE_HZ:g}"
+        )
+    if not (math.isfinite(ns.hang_timeout) and ns.hang_timeout >= 0):
+        raise UsageError(f"--hang-timeout {ns.hang_timeout:g}: expected seconds >= 0 (0 disables)")
+    if ns.nproc_per_node is not None and ns.nproc_per_node not in NPROC_WORDS:
+        try:
+            _positive_int(ns.nproc_per_node, "--nproc-per-node")
+        except UsageError:
+            raise UsageError(
+                f"--nproc-per-node {ns.nproc_per_node!r}: expected a count >= 1 or one of "
+                + ", ".join(NPROC_WORDS)
+            ) from None
+    if ns.nnodes is not None:
+        parts = ns.nnodes.split(":")
+        if len(parts) > 2:
+            raise UsageError(f"--nnodes {ns.nnodes!r}: expected N or MIN:MAX")
+        low, high = (_positive_int(p, "--nnodes") for p in (parts[0], parts[-1]))
+        if low > high:
+            raise UsageError(f"--nnodes {ns.nnodes!r}: MIN is larger than MAX")
+    if ns.node_rank is not None and ns.node_rank < 0:
+        raise UsageError(f"--node-rank {ns.node_rank}: expected an integer >= 0")
+    if ns.max_restarts is not None:
+        _positive_int(ns.max_restarts, "--max-restarts", minimum=0)
+    if ns.master_port is not None:
+        _positive_int(ns.master_port, "--master-port", minimum=1, maximum=65535)
+    for name in ("out", "rdzv_endpoint", "rdzv_backend", "rdzv_id", "master_addr"):
+        value = getattr(ns, name)
+        if value is not None and not value.strip():
+            raise UsageError(f"--{name.replace('_', '-')}: empty value")
+
+
+def parse(argv: list[str]) -> TraceArgs:
+    options_argv, target, script_args = split_argv(argv)
+    ns = _parser().parse_args(options_argv)
+    check_options(ns)
     if "script" in target and not Path(target["script"]).is_file():
         raise UsageError(f"{target['script']}: no such script")
     torchrun_argv = []
@@ -185,11 +248,13 @@ def job_command(args: TraceArgs) -> list[str]:
     target = ["-m", args.target["module"]] if "module" in args.target else [args.target["script"]]
     worker = ["-m", "gpudiag.capture.worker", *target, *args.script_args]
     if uses_torchrun(args):
-        return [sys.executable, "-m", "torch.distributed.run", *args.torchrun_argv, *worker]
+        return [sys.executable, "-m", "gpudiag.capture.agent", *args.torchrun_argv, *worker]
     return [sys.executable, *worker]
 
 
 def default_out(target: dict[str, str]) -> Path:
+    """``gpudiag_runs/<script>-<time>``; :func:`rundir.create_unique_dir` adds a suffix
+    when another run started in the same second took that name."""
     stem = Path(target["script"]).stem if "script" in target else target["module"].split(".")[-1]
     return Path("gpudiag_runs") / f"{stem}-{datetime.now():%Y%m%d-%H%M%S}"
 
@@ -222,6 +287,7 @@ def worker_env(
     except ImportError:
         pass
     env[worker_mod.ENV_RUN_DIR] = str(run_dir)
+    env[ENV_LAUNCHER_PID] = str(os.getpid())
     env[worker_mod.ENV_NODE_RANK] = str(node_rank)
     if time_buckets:
         env[ENV_DDP_HOOK] = "1"
@@ -240,12 +306,18 @@ def worker_env(
 class Job:
     """The running job: signal forwarding, grace period, kill."""
 
-    def __init__(self, command: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self, command: list[str], env: dict[str, str], heartbeat: Path | None = None
+    ) -> None:
         # Own session: a terminal Ctrl-C reaches only the launcher, which forwards it once.
+        # The job process (torchrun's agent, or the single worker) dies with the launcher:
+        # it sets its own parent-death signal at start (agent.die_with_parent).
         self.proc = subprocess.Popen(command, env=env, start_new_session=True)
         self.signal_received: int | None = None
         self.kill_deadline: float | None = None
         self._lock = threading.Lock()
+        self._heartbeat = heartbeat
+        self._next_beat = time.monotonic() + HEARTBEAT_S
 
     def pids(self) -> list[int]:
         pids = [self.proc.pid]
@@ -277,11 +349,22 @@ class Job:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def beat(self) -> None:
+        """Touch the manifest (no data written: works on a full disk too)."""
+        if self._heartbeat is None or time.monotonic() < self._next_beat:
+            return
+        self._next_beat = time.monotonic() + HEARTBEAT_S
+        try:
+            os.utime(self._heartbeat)
+        except OSError:
+            pass
+
     def wait(self) -> int:
         while True:
             try:
                 return self.proc.wait(timeout=0.2)
             except subprocess.TimeoutExpired:
+                self.beat()
                 if self.kill_deadline is not None and time.monotonic() > self.kill_deadline:
                     self.kill()
                     self.kill_deadline = time.monotonic() + KILL_GRACE_S
@@ -327,24 +410,35 @@ def decide_outcome(
             "traceback": s.get("traceback"),
             "exit_code": s.get("exit_code"),
         }
+    # Exit 0 means every rank ended through gpudiag's worker with status ok: a rank
+    # without status.json then could not write it (full disk), it did not fail.
+    unwritten = missing if returncode == 0 and not failed and signal_received is None else []
+    started = bool(statuses or infos)
     if hang:
         status = "hang"
     elif signal_received is not None:
         status = "interrupted"
-    elif failed or returncode != 0 or (missing and world):
+    elif failed or returncode != 0 or (missing and world and not unwritten):
         status = "failed"
     else:
         status = "ok"
     if status == "failed" and failure is None:
-        failure = {
-            "rank": missing[0] if missing else None,
-            "exc_type": None,
-            "message": (
+        if missing and started:
+            message = (
                 f"rank(s) {missing} ended without writing status.json (killed or crashed "
                 f"in native code?); job exit code {returncode}"
-                if missing
-                else f"every rank reported ok but the job exited with {returncode}"
-            ),
+            )
+        elif not started:
+            message = (
+                f"the job exited with {returncode} before any rank started "
+                "(see the launcher's error above)"
+            )
+        else:
+            message = f"every rank reported ok but the job exited with {returncode}"
+        failure = {
+            "rank": missing[0] if missing and started else None,
+            "exc_type": None,
+            "message": message,
             "traceback": None,
             "exit_code": returncode,
         }
@@ -357,6 +451,7 @@ def decide_outcome(
         "failed_ranks": failed,
         "failure": failure,
         "missing_status_ranks": missing,
+        "unwritten_status_ranks": unwritten,
         "backend": next((i["backend"] for i in infos.values() if i.get("backend")), None),
         "world_size": world or None,
         "rank_versions": infos[min(infos)].get("versions") if infos else None,
@@ -447,20 +542,66 @@ def _say(text: str) -> None:
 # --------------------------------------------------------------------------- main
 
 
-def _unusable_run_dir(run_dir: Path, node_rank: int) -> str | None:
-    """Why the run cannot be written there, or None. A directory that already holds a
-    run is refused: the new rows would be appended to the old tables."""
+def claim_run_dir(
+    out: str | None, target: dict[str, str], node_rank: int
+) -> tuple[Path, str | None]:
+    """(run directory, why it cannot be used or None). The default directory is created
+    atomically under a unique name; a given ``--out`` that already holds a run is
+    refused (the new rows would be appended to the old tables). Creating the manifest
+    (:func:`rundir.write_json_exclusive`) is the final claim."""
+    if out is None:
+        try:
+            return rundir.create_unique_dir(default_out(target).resolve()), None
+        except OSError as exc:
+            return default_out(target).resolve(), _cannot_create(exc)
+    run_dir = Path(out).resolve()
     if rundir.manifest_path(run_dir, node_rank).exists() or (
         node_rank == 0 and rundir.is_run_dir(run_dir)
     ):
-        return "already holds a gpudiag run; choose another --out or remove it"
+        return run_dir, "already holds a gpudiag run; choose another --out or remove it"
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        return f"cannot create the run directory ({exc.strerror or exc})"
+        return run_dir, _cannot_create(exc)
     if not os.access(run_dir, os.W_OK):
-        return "not writable"
-    return None
+        return run_dir, "not writable"
+    return run_dir, None
+
+
+def _cannot_create(exc: OSError) -> str:
+    return f"cannot create the run directory ({exc.strerror or exc})"
+
+
+def _write_manifest(path: Path, manifest: dict[str, Any], first: bool) -> bool:
+    """Write the manifest; never raises for I/O (the job goes on). The first write is
+    exclusive: FileExistsError (another launcher owns the directory) is raised."""
+    try:
+        if first:
+            rundir.write_json_exclusive(path, manifest)
+        else:
+            rundir.write_json_atomic(path, manifest)
+        return True
+    except FileExistsError:
+        if first:
+            raise
+        return False
+    except OSError as exc:
+        rundir.note_write_problem(path, exc, "manifest")
+        return False
+
+
+def _incomplete_reasons(run_dir: Path, outcome: dict[str, Any], own: list[str]) -> list[str]:
+    """Why the run's record is incomplete: the launcher's own write problems, each
+    rank's (status.json ``incomplete``), ranks that exited 0 without status.json."""
+    reasons = list(own)
+    for r in rundir.list_ranks(run_dir):
+        status = rundir.read_json(rundir.rank_dir(run_dir, r) / rundir.STATUS)
+        if isinstance(status, dict) and isinstance(status.get("incomplete"), list):
+            reasons += [f"rank {r}: {x}" for x in status["incomplete"] if isinstance(x, str)]
+    unwritten = outcome.get("unwritten_status_ranks") or []
+    if unwritten:
+        reasons.append(f"rank(s) {unwritten} exited 0 but could not write status.json (disk full?)")
+    return reasons
 
 
 def main(argv: list[str], pre_run: PreRun | None = None) -> int:
@@ -477,8 +618,7 @@ def main(argv: list[str], pre_run: PreRun | None = None) -> int:
         return 2
     ns = args.options
     node_rank = ns.node_rank or 0
-    run_dir = Path(ns.out or default_out(args.target)).resolve()
-    problem = _unusable_run_dir(run_dir, node_rank)
+    run_dir, problem = claim_run_dir(ns.out, args.target, node_rank)
     if problem:
         _say(f"trace: {run_dir}: {problem}")
         return 2
@@ -502,10 +642,15 @@ def main(argv: list[str], pre_run: PreRun | None = None) -> int:
         profile=profile,
     )
     manifest_path = rundir.manifest_path(run_dir, node_rank)
-    rundir.write_json_atomic(manifest_path, manifest)
+    try:
+        _write_manifest(manifest_path, manifest, first=True)
+    except FileExistsError:
+        _say(f"trace: {run_dir}: another gpudiag run took this directory; choose another --out")
+        return 2
+    reserve = rundir.reserve_space(rundir.reserve_path(run_dir, node_rank), RESERVE_BYTES)
     _say(f"tracing into {run_dir}")
 
-    job = Job(launch["command"], env)
+    job = Job(launch["command"], env, heartbeat=manifest_path)
     hang = threading.Event()
 
     def forward(signum: int, frame: Any) -> None:
@@ -532,6 +677,7 @@ def main(argv: list[str], pre_run: PreRun | None = None) -> int:
     if lint_thread is not None:
         lint_thread.join(timeout=30)
 
+    rundir.release_space(reserve)
     outcome = decide_outcome(
         run_dir,
         returncode,
@@ -560,7 +706,12 @@ def main(argv: list[str], pre_run: PreRun | None = None) -> int:
     manifest["backend"] = outcome["backend"]
     if outcome["rank_versions"]:
         manifest["versions"].update(outcome["rank_versions"])
-    rundir.write_json_atomic(manifest_path, manifest)
+    incomplete = _incomplete_reasons(run_dir, outcome, rundir.write_problems())
+    manifest["incomplete"] = incomplete or None
+    if not _write_manifest(manifest_path, manifest, first=False):
+        _say(f"the manifest could not be updated: {manifest_path} still says running")
+    if incomplete:
+        _say(f"run incomplete: {'; '.join(incomplete)}")
     _report(run_dir, manifest)
     return int(manifest["exit_code"])
 

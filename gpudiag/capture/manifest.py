@@ -103,6 +103,24 @@ def host_info(node_rank: int) -> dict[str, Any]:
     return info
 
 
+def launcher_identity(heartbeat_s: float) -> dict[str, Any]:
+    """What readers need to tell a running launcher from a vanished one: pid, host and
+    process start time (a reused pid has another), and the heartbeat period."""
+    start_time = None
+    try:
+        import psutil
+
+        start_time = float(psutil.Process().create_time())
+    except Exception:
+        pass
+    return {
+        "pid": os.getpid(),
+        "hostname": socket.gethostname(),
+        "start_time": start_time,
+        "heartbeat_s": heartbeat_s,
+    }
+
+
 def initial_manifest(
     *,
     env: dict[str, str],
@@ -138,8 +156,10 @@ def initial_manifest(
         "sampler": None,
         "start_ns": time.time_ns(),
         "end_ns": None,
+        "launcher": launcher_identity(rundir.LAUNCHER_HEARTBEAT_S),
         "status": "running",
         "exit_code": None,
         "failed_ranks": [],
         "failure": None,
+        "incomplete": None,
     }

@@ -14,6 +14,7 @@ starts, so warm-up is not in the trace of a long run.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
 from pathlib import Path
@@ -146,6 +147,8 @@ class ProfilerWindow:
                 )
         except Exception as exc:  # never let tracing kill training
             self.export_error = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, OSError):
+                rundir.note_write_problem(rundir.trace_path(self.run_dir, self.rank), exc)
             print(f"gpudiag: rank {self.rank}: profiler trace not written ({self.export_error})")
         if export or not self._is_provisional:
             self.done = True
@@ -178,6 +181,8 @@ def export_trace(
     tmp_gz = final.with_name(f".rank{rank}.{os.getpid()}.gz.tmp")
     try:
         prof.export_chrome_trace(str(tmp_json))
+        if not tmp_json.is_file():  # Kineto logs "Failed to write" and carries on
+            raise OSError(errno.EIO, "torch.profiler could not write its trace (disk full?)")
         trace = orjson.loads(tmp_json.read_bytes())
         fix_trace(trace, rank, world_size, incomplete_step)
         with gzip.open(tmp_gz, "wb", compresslevel=6) as fh:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import rundir
+from gpudiag.capture import agent
 
 ENV_RUN_DIR = "GPUDIAG_RUN_DIR"
 ENV_PROFILE_STEPS = "GPUDIAG_PROFILE_STEPS"  # "A-B" or "off"
@@ -36,6 +37,8 @@ ENV_FINISH_TIMEOUT = "GPUDIAG_FINISH_TIMEOUT_S"
 EXIT_EXCEPTION = 1
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
+RANK_RESERVE_BYTES = 64 * 1024  # kept for summary.json and status.json on a full disk
+LAUNCHER_LOST_GRACE_S = 15.0
 
 
 @dataclass
@@ -117,6 +120,8 @@ class Worker:
         self.tracker: Any = None
         self.profiler: Any = None
         self.recorder: Any = None
+        self._kept: Any = None  # the script's globals or its exception, kept until os._exit
+        self._reserve: Path | None = None
 
     # ------------------------------------------------------------------ set-up
 
@@ -133,7 +138,10 @@ class Worker:
             "versions": _torch_versions(),
             "start_ns": self.start_ns,
         }
-        rundir.write_rank_json(self.run_dir, self.rank, rundir.RANK_INFO, self.rank_info)
+        self._write_rank_info()
+        self._reserve = rundir.reserve_space(
+            rundir.rank_dir(self.run_dir, self.rank) / rundir.RESERVE, RANK_RESERVE_BYTES
+        )
         self._install_collectives()
         self._install_steps()
         signal.signal(signal.SIGTERM, _on_sigterm)
@@ -181,13 +189,22 @@ class Worker:
         self.tracker.install()
         api.install(self.tracker)
 
+    def _write_rank_info(self) -> None:
+        """Never raises for I/O (this also runs in the step hook, inside user code)."""
+        try:
+            rundir.write_rank_json(self.run_dir, self.rank, rundir.RANK_INFO, self.rank_info)
+        except OSError as exc:
+            rundir.note_write_problem(
+                rundir.rank_dir(self.run_dir, self.rank) / rundir.RANK_INFO, exc
+            )
+
     def _note_backend(self, step: int, t_ns: int) -> None:
         """rank_info.json gets the backend once the process group exists."""
         backend = _backend()
         if backend is not None:
             self.rank_info["backend"] = backend
-            rundir.write_rank_json(self.run_dir, self.rank, rundir.RANK_INFO, self.rank_info)
             self.tracker.on_step_end.remove(self._note_backend)
+            self._write_rank_info()
 
     # ------------------------------------------------------------------ running
 
@@ -197,22 +214,34 @@ class Worker:
             if "script" in self.target:
                 script = self.target["script"]
                 sys.path[0] = str(Path(script).resolve().parent)
-                runpy.run_path(script, run_name="__main__")
+                self._kept = runpy.run_path(script, run_name="__main__")
             else:
                 sys.path[0] = os.getcwd()
-                runpy.run_module(self.target["module"], run_name="__main__", alter_sys=True)
-        except SystemExit as exc:
-            return _outcome_of_exit(exc)
-        except _Terminated:
-            return _outcome_of_exception("interrupted", EXIT_SIGTERM, *sys.exc_info())
-        except KeyboardInterrupt:
-            return _outcome_of_exception("interrupted", EXIT_SIGINT, *sys.exc_info())
-        except BaseException:
-            exc_type, exc, tb = sys.exc_info()
-            tb = _user_frames(tb)
-            traceback.print_exception(exc_type, exc, tb)
-            return _outcome_of_exception("failed", EXIT_EXCEPTION, exc_type, exc, tb)
+                self._kept = runpy.run_module(
+                    self.target["module"], run_name="__main__", alter_sys=True
+                )
+        except BaseException as exc:
+            # The exception's frames hold the script's globals (model, data, process
+            # group): keep them. Freeing them is teardown work that os._exit skips anyway,
+            # and it took 0.5-1 s of every Ctrl-C (DDP reducer, tensors, loader).
+            self._kept = exc
+            return self._outcome_of(exc)
         return Outcome("ok", 0)
+
+    def _outcome_of(self, exc: BaseException) -> Outcome:
+        if isinstance(exc, SystemExit):
+            return _outcome_of_exit(exc)
+        if isinstance(exc, _Terminated):
+            return _outcome_of_exception(
+                "interrupted", EXIT_SIGTERM, type(exc), exc, exc.__traceback__
+            )
+        if isinstance(exc, KeyboardInterrupt):
+            return _outcome_of_exception(
+                "interrupted", EXIT_SIGINT, type(exc), exc, exc.__traceback__
+            )
+        tb = _user_frames(exc.__traceback__)
+        traceback.print_exception(type(exc), exc, tb)
+        return _outcome_of_exception("failed", EXIT_EXCEPTION, type(exc), exc, tb)
 
     # ------------------------------------------------------------------ finishing
 
@@ -234,6 +263,7 @@ class Worker:
         if self.tracker is not None:
             self._guard("step tracker", self.tracker.uninstall)
             self._guard("step table", self.tracker.close)
+        rundir.release_space(self._reserve)  # room for summary.json and status.json
         self._guard("summary.json", lambda: self._write_summary(outcome, collectives))
         self._guard("status.json", lambda: self._write_status(outcome))
         self._guard("process group", _destroy_process_group)
@@ -271,7 +301,7 @@ class Worker:
     def _write_status(self, outcome: Outcome) -> None:
         if self.rank_info.get("backend") is None and (backend := _backend()):
             self.rank_info["backend"] = backend
-            rundir.write_rank_json(self.run_dir, self.rank, rundir.RANK_INFO, self.rank_info)
+            self._write_rank_info()
         status = {
             "rank": self.rank,
             "status": outcome.status,
@@ -283,12 +313,16 @@ class Worker:
             "start_ns": self.start_ns,
             "end_ns": time.time_ns(),
             "profile_error": getattr(self.profiler, "export_error", None),
+            "incomplete": rundir.write_problems() or None,
         }
         rundir.write_rank_json(self.run_dir, self.rank, rundir.STATUS, status)
 
     def _guard(self, what: str, func: Any) -> Any:
         try:
             return func()
+        except OSError as exc:
+            rundir.note_write_problem(rundir.rank_dir(self.run_dir, self.rank), exc, what)
+            return None
         except BaseException as exc:
             self._warn(f"{what} failed at exit ({type(exc).__name__}: {exc})")
             return None
@@ -342,12 +376,15 @@ def _join_user_threads(limit_s: float) -> None:
 def _flush_open_files() -> None:
     """os._exit skips the flush that closing file objects at teardown would do: flush
     every open writable file object of the script (logs, CSV writers...) ourselves."""
+    import _io
     import gc
-    import io
 
+    # type(), not isinstance(): isinstance reads __class__, which some objects warn on.
+    # _io._IOBase (the C base of every io class, io.IOBase included), not the io.IOBase
+    # ABC: an ABC subclass check per object took 1-1.5 s over a torch process's objects.
+    base = _io._IOBase
     for obj in gc.get_objects():
-        # type(), not isinstance(): isinstance reads __class__, which some objects warn on
-        if issubclass(type(obj), io.IOBase) and not obj.closed:
+        if issubclass(type(obj), base) and not obj.closed:
             try:
                 if obj.writable():
                     obj.flush()
@@ -377,8 +414,23 @@ def _exit_after(seconds: float, code: int) -> None:
     timer.start()
 
 
+def _end_when_launcher_lost(rank: int) -> None:
+    """The launcher is gone (SIGKILL, OOM): end this rank as if it had been sent SIGTERM
+    (flush, status.json, exit 143); if the main thread cannot take the signal (blocked
+    in a collective whose peer also went away), exit after a grace period."""
+    print(f"gpudiag: rank {rank}: the launcher is gone; ending this rank", file=sys.stderr)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(LAUNCHER_LOST_GRACE_S)
+    os._exit(EXIT_SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # Ranks end when their parent (torchrun's agent, or the launcher) dies, and when the
+    # launcher dies even if their parent lives on.
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    agent.die_with_parent(signal.SIGTERM)
+    agent.watch_launcher(lambda: _end_when_launcher_lost(_rank_env()[0]))
     target, script_args = parse_target(argv)
     run_dir = Path(os.environ.get(ENV_RUN_DIR) or "gpudiag_run").resolve()
     worker = Worker(run_dir, target, script_args)
