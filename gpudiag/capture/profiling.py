@@ -189,8 +189,13 @@ def export_trace(
             fh.write(orjson.dumps(trace))
         os.replace(tmp_gz, final)
     finally:
-        for tmp in (tmp_json, tmp_gz):
-            tmp.unlink(missing_ok=True)
+        # Kineto writes <name>.tmp and renames it: left behind when its write failed
+        kineto_tmp = tmp_json.with_name(tmp_json.name + ".tmp")
+        for tmp in (tmp_json, tmp_gz, kineto_tmp):
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
     return final
 
 
