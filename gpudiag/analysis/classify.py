@@ -18,6 +18,42 @@ import pandas as pd
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
 
+# Every category spelling Kineto has written (lower-cased) -> the current name. libkineto's
+# output_json.cpp wrote "Operator", "User", "Runtime", "Kernel", "Memcpy", "Memset" until
+# 2021/22 (PyTorch <= 1.10); ActivityType.h names the rest (xpu/mtia/privateuse1 runtimes
+# for other devices, "gpu_user_Annotation" with a capital A). Names not listed pass through.
+CATEGORY_ALIASES = {
+    "operator": "cpu_op",
+    "cpu_op": "cpu_op",
+    "user": "user_annotation",
+    "user_annotation": "user_annotation",
+    "kernel": "kernel",
+    "concurrent_kernel": "kernel",
+    "memcpy": "gpu_memcpy",
+    "gpu_memcpy": "gpu_memcpy",
+    "memset": "gpu_memset",
+    "gpu_memset": "gpu_memset",
+    "gpu_user_annotation": "gpu_user_annotation",
+    "runtime": "cuda_runtime",
+    "cuda_runtime": "cuda_runtime",
+    "cuda_driver": "cuda_driver",
+    "hip_runtime": "cuda_runtime",
+    "hip_driver": "cuda_driver",
+    "xpu_runtime": "cuda_runtime",
+    "xpu_driver": "cuda_driver",
+    "mtia_runtime": "cuda_runtime",
+    "privateuse1_runtime": "cuda_runtime",
+    "privateuse1_driver": "cuda_driver",
+}
+
+
+def canonical_category(cat: object) -> str:
+    """The current Kineto name of a trace event's ``cat`` (any spelling, any case)."""
+    if type(cat) is not str:
+        return ""
+    low = cat.lower()
+    return CATEGORY_ALIASES.get(low, low)
+
 KINDS = (
     "compute",
     "comm",
@@ -218,7 +254,7 @@ def classify_one(name: str, cat: str) -> str:
         return "comm_cpu"
     if name in _SYNC_NAMES:
         return "sync"
-    if cat in ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"):
+    if cat in ("cuda_runtime", "cuda_driver"):
         return "runtime"
     if "DataLoader" in name and ("__next__" in name or name.startswith("enumerate(")):
         return "dataloader"

@@ -290,6 +290,7 @@ def _collect_columns(events: list, warnings: list[str], path: Path) -> dict[str,
     thread_names: dict[tuple[str, str], str] = {}
     skipped = 0
     gpu_cats = cls.GPU_CATS
+    canonical_cat = cls.canonical_category
     keeps_comm_args: dict[tuple[str, str], bool] = {}  # per distinct (name, cat)
     for ev in events:
         if type(ev) is not dict:
@@ -312,8 +313,7 @@ def _collect_columns(events: list, warnings: list[str], path: Path) -> dict[str,
         ):
             skipped += 1  # NaN fails every comparison above
             continue
-        cat = ev.get("cat")
-        cat = cat.lower() if type(cat) is str else ""
+        cat = canonical_cat(ev.get("cat"))  # old Kineto spellings too (classify.py)
         args = ev.get("args")
         if type(args) is not dict:
             args = _NO_ARGS
