@@ -121,9 +121,13 @@ def _step_breakdown(rank_trace: RankTrace) -> pd.DataFrame:
 
 
 def comm_comp_overlap(rank_trace: RankTrace) -> float:
-    """Percent of communication time that overlaps computation, over the whole trace
-    (HTA's ``get_comm_comp_overlap``: GPU compute kernels only, memcpy/memset excluded).
-    NaN when the trace has no communication."""
+    """Percent of communication time that overlaps computation: HTA 0.5.0's
+    ``get_comm_comp_overlap`` (with ``include_last_profiler_step=True``) exactly.
+    GPU traces: |comm kernels ∩ compute kernels| / |comm kernels|, compute = GPU kernels
+    other than comm, memcpy and memset; with two or more ProfilerSteps only the kernels
+    whose launch (the CPU event with the same correlation id) starts at or before the
+    end of the last step count, so kernels with no launch event in the trace do not.
+    CPU traces: the same ratio on the CPU sets. NaN when the trace has no communication."""
     return rank_trace.cached("comm_comp_overlap", lambda: _comm_comp_overlap(rank_trace))
 
 
@@ -131,9 +135,7 @@ def _comm_comp_overlap(rank_trace: RankTrace) -> float:
     ev = rank_trace.events
     if is_gpu_trace(ev):
         kind = ev["kind"].to_numpy()
-        gpu = ev["is_gpu"].to_numpy()
-        if len(rank_trace.steps):  # kernels launched inside the profiled steps only
-            gpu = gpu & (ev["step"].to_numpy() >= 0)
+        gpu = ev["is_gpu"].to_numpy() & hta_launched(ev)
         compute = _set(ev, gpu & (kind == "compute"))
         comm = _set(ev, gpu & (kind == "comm"))
     else:
@@ -143,6 +145,29 @@ def _comm_comp_overlap(rank_trace: RankTrace) -> float:
     if total == 0:
         return float("nan")
     return 100.0 * iv.length(iv.intersect(comm, compute)) / total
+
+
+def overlap_by_rank(traces: list[RankTrace], ranks: pd.Series) -> np.ndarray:
+    """:func:`comm_comp_overlap` for each rank in ``ranks`` (NaN where none)."""
+    by_rank = {t.meta.rank: comm_comp_overlap(t) for t in traces}
+    return np.array([by_rank.get(int(r), np.nan) for r in ranks], dtype=float)
+
+
+def hta_launched(events: pd.DataFrame) -> np.ndarray:
+    """HTA's kernel filter (``Trace._filter_irrelevant_gpu_kernels`` with the last step
+    included): with two or more ProfilerSteps in the trace, a GPU event counts when a CPU
+    event with its correlation id starts at or before the end of the last step; with
+    fewer steps every GPU event counts. CPU events are always True."""
+    gpu = events["is_gpu"].to_numpy()
+    kind = events["kind"].to_numpy()
+    cpu = ~gpu
+    marks = cpu & (kind == "step")
+    if events["name"].to_numpy()[marks].size == 0 or len(set(events["name"][marks])) < 2:
+        return np.ones(len(events), dtype=bool)
+    last_end = events["end_ns"].to_numpy()[marks].max()
+    corr = events["correlation"].to_numpy()
+    launched = cpu & (corr >= 0) & (events["start_ns"].to_numpy() <= last_end)
+    return cpu | (np.isin(corr, corr[launched]) & (corr >= 0))
 
 
 def run_breakdown(traces: list[RankTrace]) -> pd.DataFrame:

@@ -54,6 +54,7 @@ def canonical_category(cat: object) -> str:
     low = cat.lower()
     return CATEGORY_ALIASES.get(low, low)
 
+
 KINDS = (
     "compute",
     "comm",
@@ -167,6 +168,15 @@ DTYPE_BYTES = {
     "u64": 8,
     "short": 2,
     "int16": 2,
+    # C++ spellings in the profiler's "Input type" (c10 scalar type names)
+    "long int": 8,
+    "long long": 8,
+    "long long int": 8,
+    "unsigned char": 1,
+    "signed char": 1,
+    "short int": 2,
+    "unsigned int": 4,
+    "unsigned long": 8,
 }
 
 

@@ -655,15 +655,17 @@ def _comm_row(name: str, is_kernel: bool, args: dict) -> tuple:
         op = cls.kernel_comm_op(name) if is_kernel else cls.normalise_op(name)
     dtype = args.get("dtype")
     if not isinstance(dtype, str):
-        dtype = cls.kernel_dtype(name) if is_kernel else None
-    if dtype is None:
+        dtype = None
         types = args.get("Input type")
         if isinstance(types, list) and types and cls.dtype_size(str(types[0])):
             dtype = str(types[0])
+    # Only a guess: NCCL runs float all_to_all as SendRecv ..._int8_t kernels. Used when
+    # neither the kernel's args nor its CPU-side op (see _fill_kernels_from_cpu) say.
+    guess = cls.kernel_dtype(name) if is_kernel else None
     nelems = [_num(args.get(k)) for k in ("In msg nelems", "Out msg nelems")]
     known = [n for n in nelems if n is not None and n >= 0]
     count = max(known) if known else _nelems_from_dims(args.get("Input Dims"))
-    size = cls.dtype_size(dtype)
+    size = cls.dtype_size(dtype)  # without a recorded dtype, bytes come later
     nbytes = float(count) * size if count is not None and size else math.nan
     pg = args.get("Process Group Name")
     pg_size = _num(args.get("Group size"))
@@ -676,10 +678,12 @@ def _comm_row(name: str, is_kernel: bool, args: dict) -> tuple:
         math.nan if pg_size is None else pg_size,
         math.nan if seq is None else seq,
         math.nan if count is None else float(count),
+        guess,
     )
 
 
 _COMM_FIELDS = ("comm_op", "comm_bytes", "comm_dtype", "pg_name", "pg_size", "seq", "comm_nelems")
+_DTYPE_GUESS = "_dtype_guess"  # the kernel name's dtype, the last resort
 
 
 def _enrich_comms(events: pd.DataFrame, comm_args: dict[int, dict], meta: TraceMeta) -> None:
@@ -688,7 +692,7 @@ def _enrich_comms(events: pd.DataFrame, comm_args: dict[int, dict], meta: TraceM
     n = len(events)
     fields: dict[str, np.ndarray] = {
         name: np.full(n, None, dtype=object) if name in _OBJECT_FIELDS else np.full(n, np.nan)
-        for name in _COMM_FIELDS
+        for name in (*_COMM_FIELDS, _DTYPE_GUESS)
     }
     kinds = events["kind"].to_numpy()
     comm = np.isin(kinds, ["comm", "comm_cpu"])
@@ -699,9 +703,11 @@ def _enrich_comms(events: pd.DataFrame, comm_args: dict[int, dict], meta: TraceM
         cats = events["cat"].to_numpy()
         for i in comm_rows:
             r = _comm_row(str(names[i]), cats[i] == "kernel", comm_args.get(int(rows[i]), {}))
-            for name, value in zip(_COMM_FIELDS, r, strict=True):
+            for name, value in zip((*_COMM_FIELDS, _DTYPE_GUESS), r, strict=True):
                 fields[name][i] = value
         _fill_kernels_from_cpu(events, fields)
+        dtype, guess = fields["comm_dtype"], fields[_DTYPE_GUESS]
+        fields["comm_dtype"] = np.where(pd.notna(dtype), dtype, guess)
         _bytes_from_nelems(fields)
         _fill_group_defaults(fields, comm, meta)
     del events["_row"]
@@ -710,7 +716,7 @@ def _enrich_comms(events: pd.DataFrame, comm_args: dict[int, dict], meta: TraceM
         events[name] = pd.Series(fields[name], index=events.index, dtype=dtype, copy=False)
 
 
-_OBJECT_FIELDS = frozenset({"comm_op", "comm_dtype", "pg_name"})
+_OBJECT_FIELDS = frozenset({"comm_op", "comm_dtype", "pg_name", _DTYPE_GUESS})
 
 
 def _fill_kernels_from_cpu(events: pd.DataFrame, fields: dict[str, np.ndarray]) -> None:

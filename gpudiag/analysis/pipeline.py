@@ -220,6 +220,7 @@ def prepare_rank(trace: Any) -> None:
     from gpudiag.analysis import comms
 
     bd.step_breakdown(trace)
+    bd.comm_comp_overlap(trace)
     comms.trace_rows(trace)
 
 
@@ -265,6 +266,10 @@ def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
     else:
         breakdown = _breakdown_from_steps(run)
     ranks = rank_table(breakdown)
+    if traces and len(ranks):
+        ranks["comm_comp_overlap_pct"] = _guard(
+            warnings, "comm/comp overlap", bd.overlap_by_rank, traces, ranks["rank"]
+        )
     step_ms = _mean_step_ms(ranks, run)
 
     if comms is None or strag is None:
