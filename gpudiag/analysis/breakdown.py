@@ -36,6 +36,36 @@ def is_gpu_trace(events: pd.DataFrame) -> bool:
     return bool((gpu & np.isin(kind, ["compute", "comm", "memcpy", "memset"])).any())
 
 
+def gpu_without_kernels(rank_trace: RankTrace) -> bool:
+    """The trace lists GPUs (deviceProperties) or calls the CUDA runtime, yet holds no
+    GPU event: profiled without CUDA activities (CUPTI off). It is analysed as a CPU run."""
+    ev = rank_trace.events
+    if ev.empty or ev["is_gpu"].to_numpy().any():
+        return False
+    listed = bool(rank_trace.meta.device_properties)
+    return listed or bool(np.isin(ev["cat"].to_numpy(), ["cuda_runtime", "cuda_driver"]).any())
+
+
+def gpu_without_kernels_warning(traces: list[RankTrace]) -> str | None:
+    """One line for the whole run (None when every trace is as it seems)."""
+    blind = [t for t in traces if gpu_without_kernels(t)]
+    if not blind:
+        return None
+    names = sorted(
+        {str(d.get("name")) for t in blind for d in t.meta.device_properties if d.get("name")}
+    )
+    gpus = f" ({', '.join(names[:2])})" if names else ""
+    ranks = ", ".join(str(t.meta.rank) for t in blind[:8]) + (" ..." if len(blind) > 8 else "")
+    where = blind[0].meta.path if len(blind) == 1 else blind[0].meta.path.parent
+    return (
+        f"{where}: the trace{'s' if len(blind) > 1 else ''} of rank{'s' if len(blind) > 1 else ''}"
+        f" {ranks} list{'' if len(blind) > 1 else 's'} GPUs{gpus} but hold"
+        f"{'' if len(blind) > 1 else 's'} no GPU kernels (profiled without CUDA activities, "
+        "CUPTI off?): analysed as a CPU run; GPU busy/idle, overlap and communication "
+        "kernels are unknown (profile with ProfilerActivity.CUDA)"
+    )
+
+
 def _set(events: pd.DataFrame, mask: np.ndarray) -> iv.Intervals:
     return iv.union(events["start_ns"].to_numpy()[mask], events["end_ns"].to_numpy()[mask])
 

@@ -186,12 +186,27 @@ def trace_rows(trace: RankTrace) -> pd.DataFrame:
 
 def _trace_rows(trace: RankTrace) -> pd.DataFrame:
     ev = trace.events
-    gpu_comm = (ev["is_gpu"].to_numpy() & (ev["kind"].to_numpy() == "comm")).any()
-    rows = _gpu_rows(ev) if gpu_comm else _cpu_rows(ev)
+    kind = ev["kind"].to_numpy()
+    gpu = ev["is_gpu"].to_numpy()
+    if (gpu & (kind == "comm")).any():
+        rows = _gpu_rows(ev)
+    elif (~gpu & (kind == "comm")).any() or not _host_calls_only(trace):
+        rows = _cpu_rows(ev)
+    else:  # c10d:: calls that moved no data: their durations are no collective's
+        rows = _gpu_rows(ev.iloc[0:0])
     link, peak = link_of(trace)
     rows["link"] = link
     rows["peak_gbs"] = peak
     return rows
+
+
+def _host_calls_only(trace: RankTrace) -> bool:
+    """Without comm kernels or gloo transfers, a GPU trace's (or a world of one's)
+    ``c10d::`` ops are host-side calls only: NCCL with one rank returns at once, and on
+    a GPU the collective would be a kernel. Their durations are not collectives'."""
+    from gpudiag.analysis.breakdown import is_gpu_trace
+
+    return trace.meta.world_size == 1 or is_gpu_trace(trace.events)
 
 
 def _run_rows(run: Any, traces: list[RankTrace]) -> pd.DataFrame:

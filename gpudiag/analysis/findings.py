@@ -229,6 +229,15 @@ EXPOSED_COMM_FIX = (
     "bf16 gradients (DDP comm hook bf16_compress_hook) and, on multi-node jobs, a faster "
     "interconnect; for large models consider FSDP/ZeRO-style sharding."
 )
+EXPOSED_COMM_FIX_LATENCY = (
+    "Every collective carries only a few bytes: the time is per-call latency, not "
+    "bandwidth, so compressing or sharding gradients would not help. Communicate less "
+    "often: accumulate gradients over several micro-batches with model.no_sync() on the "
+    "non-final ones, or use a larger per-GPU batch; keep ranks that talk often on one host."
+)
+# Below this many bytes in its largest collective, a job's communication is latency-bound:
+# at >= 1 GB/s, 64 KiB moves in <= 64 µs, the order of one gloo/NCCL call's latency.
+LATENCY_BOUND_BYTES = 64 * 1024
 BUCKET_FIX_FEW = (
     "Too few DDP buckets: the all-reduce starts only when most gradients are ready. "
     "Lower DDP(bucket_cap_mb=...) (default 25) so reductions overlap more of backward."
@@ -309,11 +318,29 @@ def waiting_share(ranks: Any, straggler_ranks: list[int], straggler_ms: float) -
     return straggler_ms * waiting / n
 
 
+def largest_collective_bytes(collectives: Any) -> float | None:
+    """Bytes of the largest collective with a known size (None when no size is known)."""
+    if collectives is None or len(collectives) == 0 or "bytes" not in collectives:
+        return None
+    sizes = collectives["bytes"].astype(float)
+    sizes = sizes[sizes.notna() & (sizes > 0)]
+    return float(sizes.max()) if len(sizes) else None
+
+
+def latency_bound(largest_bytes: float | None) -> bool:
+    return largest_bytes is not None and largest_bytes < LATENCY_BOUND_BYTES
+
+
 def exposed_comm_findings(
-    ranks: Any, step_ms: float, stall: Any = None, straggler_ms: float = 0.0
+    ranks: Any,
+    step_ms: float,
+    stall: Any = None,
+    straggler_ms: float = 0.0,
+    largest_bytes: float | None = None,
 ) -> list[Finding]:
     """Exposed communication net of the waiting for a straggler (``straggler_ms`` is the
-    mean over ranks of that wait, see :func:`waiting_share`)."""
+    mean over ranks of that wait, see :func:`waiting_share`). When even the largest
+    collective is tiny (``largest_bytes``), the advice is about latency, not bandwidth."""
     if ranks is None or len(ranks) == 0 or "comm_exposed" not in ranks:
         return []
     exposed = ranks["comm_exposed"].astype(float)
@@ -351,18 +378,30 @@ def exposed_comm_findings(
                 "per_rank_exposed_ms": {
                     str(int(r)): ms(e) for r, e in zip(ranks["rank"], exposed, strict=False)
                 },
+                **(
+                    {"latency_bound": True, "largest_collective_bytes": largest_bytes}
+                    if latency_bound(largest_bytes)
+                    else {}
+                ),
             },
-            fix=EXPOSED_COMM_FIX,
+            fix=EXPOSED_COMM_FIX_LATENCY if latency_bound(largest_bytes) else EXPOSED_COMM_FIX,
         )
     ]
 
 
 def bucket_findings(
-    buckets: Any, ranks: Any, step_ms: float, straggler_ms: float = 0.0
+    buckets: Any,
+    ranks: Any,
+    step_ms: float,
+    straggler_ms: float = 0.0,
+    largest_bytes: float | None = None,
 ) -> list[Finding]:
     """Fires only when communication is exposed (beyond waiting for a straggler): bucket
-    count/size is then the lever."""
+    count/size is then the lever. Not for latency-bound jobs (every collective tiny): a
+    model whose gradients fill a few hundred bytes has nothing to re-bucket."""
     if buckets is None or len(buckets) == 0 or ranks is None or len(ranks) == 0:
+        return []
+    if latency_bound(largest_bytes):
         return []
     exposed = max(float(ranks["comm_exposed"].astype(float).mean()) - straggler_ms, 0.0)
     if severity_for(exposed, step_ms) is None:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpudiag.analysis.breakdown import step_windows
 from gpudiag.analysis.dataloader import merge_intervals
 from gpudiag.analysis.findings import Finding, ms, severity_for
 
@@ -47,19 +48,17 @@ IMBALANCE_FIX = (
 
 
 def kernel_busy(trace: Any) -> dict[str, Any] | None:
-    """Fraction of the profiled steps during which some GPU kernel/copy runs."""
+    """Fraction of the profiled steps during which some GPU kernel/copy runs; a trace
+    without ProfilerStep marks is one step over all its events (as in the breakdown)."""
     ev = trace.events
     gpu = ev[ev["is_gpu"].astype(bool) & ev["kind"].isin(GPU_KINDS)]
     if gpu.empty:
         return None
     s, e = merge_intervals(gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy())
-    steps = trace.steps
-    if steps is not None and len(steps):
-        lo, hi = int(steps["start_ns"].min()), int(steps["end_ns"].max())
-        n_steps = len(steps)
-    else:
-        lo, hi = int(s.min()), int(e.max())
-        n_steps = 0
+    # the breakdown's windows: the ProfilerSteps, else the whole trace as one step
+    windows = step_windows(trace)
+    lo, hi = int(windows["start_ns"].min()), int(windows["end_ns"].max())
+    n_steps = len(windows)
     span = max(hi - lo, 1)
     busy = np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None).sum()
     compute = gpu[gpu["kind"] == "compute"]
@@ -71,8 +70,8 @@ def kernel_busy(trace: Any) -> dict[str, Any] | None:
             np.clip(np.minimum(ce, hi) - np.maximum(cs, lo), 0, None).sum() / span
         ),
         "window_ms": span / 1e6,
-        "steps": n_steps,
-        "idle_ms_per_step": (span - busy) / 1e6 / n_steps if n_steps else None,
+        "steps": n_steps if len(trace.steps) else 0,
+        "idle_ms_per_step": (span - busy) / 1e6 / n_steps,
     }
 
 
@@ -151,6 +150,8 @@ def _idle_finding(
         }
         per_rank = zip(ranks["rank"], unexplained, ranks["step_ms_mean"], strict=False)
         hit = sorted(int(r) for r, u, s in per_rank if severity_for(u, s))
+        if not any(b.get("steps") for b in busy):
+            evidence["window"] = "the whole trace as one step (no ProfilerStep marks)"
     else:
         util = [
             n["util_gpu_mean"] for n in info.get("nvml", []) if n.get("util_gpu_mean") is not None
@@ -175,7 +176,10 @@ def _idle_finding(
             severity=severity,
             cost_ms_per_step=cost,
             ranks=hit,
-            title=f"GPU idle {cost:.1f} ms per step ({100 * cost / step:.0f}% of the step)",
+            title=f"GPU idle {cost:.1f} ms per step ({100 * cost / step:.0f}% of the step)"
+            if "window" not in evidence
+            else f"GPU idle {cost:.1f} ms of the {step:.1f} ms traced ({100 * cost / step:.0f}%; "
+            "no ProfilerStep marks)",
             evidence=evidence,
             fix=GPU_IDLE_FIX,
         )
@@ -273,6 +277,18 @@ _FP32_RE = re.compile(
     r"sgemm|f32f32|fp32|float, float|<float,|_f32_|gemv2t_kernel_val<int, int, float", re.IGNORECASE
 )
 _HALF_RE = re.compile(r"f16|bf16|h884|h1688|s1688|16816|hgemm|half|tf32|fp8|e4m3", re.IGNORECASE)
+NO_AMP_FIX_FP16 = (
+    "Matrix multiplies run in fp32 on a GPU without bf16 or TF32 (compute capability "
+    "below 8.0, e.g. V100, T4): wrap forward and loss in torch.autocast('cuda', "
+    "dtype=torch.float16) and scale the loss with torch.amp.GradScaler('cuda') "
+    "(fp16 tensor cores)."
+)
+# name fragments of GPUs before Ampere (no bf16, no TF32), for traces without computeMajor
+_PRE_AMPERE_RE = re.compile(
+    r"V100|P100|P40|P4\b|T4\b|K80|K40|M60|M40|Titan V|Titan Xp|Quadro RTX|RTX 20\d\d|"
+    r"GTX|Tesla [KMP]\d",
+    re.IGNORECASE,
+)
 NO_AMP_FIX = (
     "Matrix multiplies run in fp32: wrap forward and loss in "
     "torch.autocast('cuda', dtype=torch.bfloat16) (with torch.amp.GradScaler for "
@@ -303,11 +319,34 @@ def gemm_precision(trace: Any) -> dict[str, Any] | None:
     }
 
 
+def compute_capability(trace: Any) -> tuple[str | None, float | None]:
+    """(device name, compute capability) of the trace's first listed GPU: capability from
+    deviceProperties' computeMajor/Minor, else 7.0 for a pre-Ampere name, else None."""
+    devices = getattr(trace.meta, "device_properties", None) or []
+    if not devices:
+        return None, None
+    dev = devices[0]
+    name = str(dev.get("name")) if dev.get("name") else None
+    major, minor = dev.get("computeMajor"), dev.get("computeMinor", 0)
+    if isinstance(major, int) and not isinstance(major, bool) and major > 0:
+        minor = minor if isinstance(minor, int) and 0 <= minor < 10 else 0
+        return name, major + minor / 10
+    if name and _PRE_AMPERE_RE.search(name):
+        return name, 7.0
+    return name, None
+
+
 def no_amp_findings(traces: list[Any], step_ms: float) -> list[Finding]:
     rows = [g for t in traces if (g := gemm_precision(t)) is not None]
     rows = [g for g in rows if g["fp32_gemm_ms_per_step"] > 0.5 * g["gemm_ms_per_step"] > 0]
     if not rows:
         return []
+    by_rank = {int(t.meta.rank): t for t in traces}
+    device, capability = compute_capability(by_rank[rows[0]["rank"]])
+    is_amd = bool(device) and any(k in device for k in ("AMD", "Instinct", "Radeon"))
+    if capability is not None and capability < 7.0 and not is_amd:
+        return []  # no tensor cores: mixed precision is no sure gain, say nothing
+    pre_ampere = capability is not None and capability < 8.0 and not is_amd
     fp32_ms = float(np.mean([g["fp32_gemm_ms_per_step"] for g in rows]))
     # Assumption: bf16/fp16 tensor-core GEMMs run at least 2x faster than fp32 ones.
     cost = fp32_ms / 2
@@ -325,8 +364,12 @@ def no_amp_findings(traces: list[Any], step_ms: float) -> list[Finding]:
                 "fp32_gemm_ms_per_step": ms(fp32_ms),
                 "gemm_ms_per_step": ms(float(np.mean([g["gemm_ms_per_step"] for g in rows]))),
                 "example_kernels": rows[0]["fp32_kernels"],
-                "estimate": "half of the fp32 GEMM time (bf16 tensor cores >= 2x faster)",
+                "device": device,
+                "compute_capability": capability,
+                "estimate": "half of the fp32 GEMM time ("
+                + ("fp16" if pre_ampere else "bf16")
+                + " tensor cores >= 2x faster)",
             },
-            fix=NO_AMP_FIX,
+            fix=NO_AMP_FIX_FP16 if pre_ampere else NO_AMP_FIX,
         )
     ]

@@ -256,6 +256,9 @@ def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
         )
         raise AnalysisInputError(f"{path}: nothing to analyse ({detail})", warnings)
 
+    blind = bd.gpu_without_kernels_warning(traces)
+    if blind:
+        warnings.append(blind)
     if traces:
         parts = [
             _guard(warnings, f"breakdown of rank {t.meta.rank}", bd.step_breakdown, t)
@@ -324,9 +327,14 @@ def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
     straggler = fnd.straggler_findings(slow, step_ms)
     waited = sum(fnd.waiting_share(ranks, f.ranks, f.cost_ms_per_step) for f in straggler)
     found += straggler
-    found += fnd.exposed_comm_findings(ranks, step_ms, stall, straggler_ms=waited)
+    largest = fnd.largest_collective_bytes(coll)
+    found += fnd.exposed_comm_findings(
+        ranks, step_ms, stall, straggler_ms=waited, largest_bytes=largest
+    )
     if _uses_ddp(traces, run):
-        found += fnd.bucket_findings(buckets, ranks, step_ms, straggler_ms=waited)
+        found += fnd.bucket_findings(
+            buckets, ranks, step_ms, straggler_ms=waited, largest_bytes=largest
+        )
     found += dataloader.dataloader_findings(dl, step_by_rank)
     found += dataloader.host_sync_findings(dl, step_by_rank)
     found += dataparallel.dataparallel_findings(dp, step_ms)
