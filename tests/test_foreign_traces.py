@@ -10,7 +10,9 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from gpudiag.analysis import analyze
 from gpudiag.analysis.breakdown import step_breakdown
 from gpudiag.analysis.comms import collective_table
 from gpudiag.analysis.ingest import find_traces, load_traces
@@ -72,3 +74,71 @@ def test_old_kineto_categories(tmp_path: Path) -> None:
         (copies["start_ns"] >= ws["start_ns"].min()) & (copies["end_ns"] <= ws["end_ns"].max())
     ]
     assert inside["dur_ns"].sum() / 1e6 / len(ws) > 1.0  # ms per step
+
+
+# --------------------------------------------------------------------------- findings
+
+NO_STEPS = "tracelens_b200_vllm"  # 8-GPU vLLM inference, rank 0: no ProfilerStep marks
+
+
+def test_gpu_idle_without_profiler_steps(shared_traces: Path) -> None:
+    """The whole trace is one step: a GPU idle most of it gets gpu_idle, with the same
+    number as the per-rank table."""
+    res = analyze(shared_traces / NO_STEPS)
+    (row,) = res.ranks.to_dict(orient="records")
+    assert res.run["steps_analysed"] == 1 and row["steps"] == 1
+    idle = {f.kind: f for f in res.findings}["gpu_idle"]
+    assert idle.severity == "high"
+    assert idle.cost_ms_per_step == pytest.approx(row["other"] + row["idle"])
+    assert idle.cost_ms_per_step > 0.8 * row["step_ms_mean"]
+    assert "no ProfilerStep" in idle.title
+    (busy,) = res.gpu["kernel_busy"]
+    assert busy["busy_fraction"] < 0.2 and busy["window_ms"] == pytest.approx(row["step_ms_mean"])
+
+
+def test_gpus_listed_but_no_kernels_is_said_once() -> None:
+    """HTA's distributed_info_not_found trace lists two A100s but holds only CPU ops."""
+    res = analyze(FIXTURES / "hta_gpus_no_kernels")
+    said = [w for w in res.warnings if "no GPU kernels" in w]
+    assert len(said) == 1
+    assert "A100" in said[0] and "analysed as a CPU run" in said[0]
+    assert said[0] in res.to_json()["warnings"]
+    assert not res.run["has_gpu_trace"]
+    # traces with kernels, and CPU runs that list no GPU, get no such warning
+    assert not any("no GPU kernels" in w for w in analyze(KINETO_2021).warnings)
+
+
+def test_world_of_one_has_no_collective_rows_from_host_calls() -> None:
+    """World size 1 on NCCL: DDP still calls c10d::allreduce_ but no kernel runs; those
+    host-side call durations are not collectives in any view."""
+    path = FIXTURES / "hta_v100_world1"
+    (trace,) = load_traces(find_traces(path), warnings=[])
+    names = trace.events["name"].astype(str)
+    assert names.str.startswith("c10d::").sum() > 5  # the calls are there
+    assert not (trace.events["kind"] == "comm").any()  # no comm kernel
+    res = analyze(path)
+    assert res.run["world_size"] == 1
+    assert len(res.collectives) == 0 and len(res.collective_summary) == 0
+    assert res.to_json()["collectives"] == []
+    assert (res.ranks["comm_overlapped"] == 0).all() and (res.ranks["comm_exposed"] == 0).all()
+
+
+@pytest.mark.parametrize("path", [KINETO_2021, FIXTURES / "hta_v100_world1"])
+def test_no_amp_on_a_v100_advises_fp16_not_bf16(path: Path) -> None:
+    res = analyze(path)
+    no_amp = {f.kind: f for f in res.findings}["no_amp"]
+    assert "V100" in no_amp.evidence["device"] and no_amp.evidence["compute_capability"] == 7.0
+    # it may say the GPU has neither, but must not tell the user to turn them on
+    assert "bfloat16" not in no_amp.fix and "bf16_compress" not in no_amp.fix
+    assert "allow_tf32" not in no_amp.fix and "set_float32_matmul_precision" not in no_amp.fix
+    assert "float16" in no_amp.fix and "GradScaler" in no_amp.fix
+
+
+def test_overlap_per_rank_in_the_json(shared_traces: Path) -> None:
+    """ranks[].comm_comp_overlap_pct is comm_comp_overlap (HTA's, tests/test_crosscheck.py)
+    for every rank; null where the rank has no communication."""
+    res = analyze(shared_traces / "hta_sampled_2of128")
+    rows = res.to_json()["ranks"]
+    assert [r["comm_comp_overlap_pct"] for r in rows] == pytest.approx([14.946, 19.926], abs=0.01)
+    world1 = analyze(FIXTURES / "hta_v100_world1").to_json()["ranks"]
+    assert world1[0]["comm_comp_overlap_pct"] is None

@@ -125,7 +125,9 @@ def _render(results: list[Any], args: argparse.Namespace) -> None:
         payload = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
         sys.stdout.write(dumps(payload) + "\n")
     elif not args.html or sys.stdout.isatty():
-        from gpudiag.report.terminal import print_report
+        from gpudiag.report.terminal import print_report, print_summary
 
         for res in results:
             print_report(res, rank=args.rank)
+        if len(results) > 1:
+            print_summary(results)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -22,7 +23,10 @@ RANK_COLUMNS = (
     ("data_loading", "data"),
     ("idle", "idle"),
     ("other", "other"),
+    ("comm_comp_overlap_pct", "overlap %"),
 )
+# wider than any report line, for measuring a table's natural width
+_MEASURE_WIDTH = 1000
 
 
 def _num(value: Any, digits: int = 2) -> str:
@@ -93,41 +97,93 @@ def render_findings(console: Console, findings: list[Any]) -> None:
         console.print(Panel(body, title=head, title_align="left", border_style=style or "white"))
 
 
-def render_ranks(console: Console, ranks: Any, rank: int | None = None) -> None:
+def ranks_table(ranks: Any, rank: int | None = None) -> Table | None:
     if ranks is None or ranks.empty:
-        console.print("No per-rank step data.")
-        return
+        return None
     if rank is not None:
         ranks = ranks[ranks["rank"] == rank]
-    table = Table(title="Per rank (ms per step, mean over analysed steps)")
+    table = Table(title="Per rank (ms per step, mean over analysed steps; overlap: % of comm)")
     table.add_column("rank", justify="right")
-    for _, label in RANK_COLUMNS:
+    columns = [(k, label) for k, label in RANK_COLUMNS if k in ranks]
+    for _, label in columns:
         table.add_column(label, justify="right")
     for row in ranks.to_dict(orient="records"):
         table.add_row(
             str(int(row["rank"])),
-            *(_num(row.get(key), 0 if key == "steps" else 2) for key, _ in RANK_COLUMNS),
+            *(_num(row.get(key), _DIGITS.get(key, 2)) for key, _ in columns),
         )
-    console.print(table)
+    return table
+
+
+_DIGITS = {"steps": 0, "comm_comp_overlap_pct": 1}
+
+
+def render_ranks(console: Console, ranks: Any, rank: int | None = None) -> None:
+    table = ranks_table(ranks, rank)
+    console.print(table if table is not None else "No per-rank step data.")
+
+
+def collectives_table(summary: Any) -> Table | None:
+    if summary is None or not len(summary):
+        return None
+    table = Table(title="Collectives")
+    cols = [
+        c
+        for c in ("op", "pg_name", "count", "bytes", "total_ms", "busbw_gbs_median", "peak_gbs")
+        if c in summary
+    ]
+    for c in cols:
+        table.add_column(c, justify="right")
+    for row in summary.head(20).to_dict(orient="records"):
+        table.add_row(*(_collective_cell(c, row[c]) for c in cols))
+    return table
+
+
+def output_console(tables: list[RenderableType | None]) -> Console:
+    """A terminal keeps its width (rich wraps to it). Piped or logged output has no width
+    to fit: it gets one wide enough for the widest table, so no number is cut."""
+    console = Console()
+    if console.is_terminal:
+        return console
+    wide = console.options.update_width(_MEASURE_WIDTH)
+    widths = [Measurement.get(console, wide, t).maximum for t in tables if t is not None]
+    return Console(width=max([console.width, *widths]))
 
 
 def print_report(result: Any, *, rank: int | None = None, console: Console | None = None) -> None:
-    console = console or Console()
+    per_rank = ranks_table(result.ranks, rank)
+    collectives = collectives_table(result.collective_summary)
+    console = console or output_console([per_rank, collectives])
     console.print(_header(result))
     render_findings(console, result.findings)
-    render_ranks(console, result.ranks, rank)
-    if result.collective_summary is not None and len(result.collective_summary):
-        table = Table(title="Collectives")
-        cols = [
-            c
-            for c in ("op", "pg_name", "count", "bytes", "total_ms", "busbw_gbs_median", "peak_gbs")
-            if c in result.collective_summary
-        ]
-        for c in cols:
-            table.add_column(c, justify="right")
-        for row in result.collective_summary.head(20).to_dict(orient="records"):
-            table.add_row(*(_collective_cell(c, row[c]) for c in cols))
-        console.print(table)
+    console.print(per_rank if per_rank is not None else "No per-rank step data.")
+    if collectives is not None:
+        console.print(collectives)
+
+
+def summary_line(result: Any) -> str:
+    """One line per run for the end of a multi-run report."""
+    counts = {s: sum(f.severity == s for f in result.findings) for s in ("high", "medium", "low")}
+    step = result.ranks["step_ms_mean"].astype(float).mean() if len(result.ranks) else math.nan
+    top = result.findings[0] if result.findings else None
+    worst = (
+        f"; first: {top.kind} {_num(top.cost_ms_per_step)} ms/step ({top.severity})"
+        if top is not None
+        else ""
+    )
+    return (
+        f"{result.source}: step {_num(step)} ms, "
+        f"{len(result.findings)} finding{'s' if len(result.findings) != 1 else ''} "
+        f"({counts['high']} high, {counts['medium']} medium, {counts['low']} low){worst}"
+    )
+
+
+def print_summary(results: list[Any], console: Console | None = None) -> None:
+    lines = [summary_line(r) for r in results]
+    console = console or Console(width=max([80, *(len(line) for line in lines)]))
+    console.print(Text(f"Summary ({len(results)} runs)", style="bold"))
+    for line in lines:
+        console.print(Text(line), no_wrap=True, overflow="ignore", crop=False)
 
 
 def _collective_cell(column: str, value: Any) -> str:
