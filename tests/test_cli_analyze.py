@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -74,10 +75,13 @@ def test_json_schema(shared_traces, gpudiag):
 
 
 def test_fail_on_exit_codes(shared_traces, gpudiag):
+    # HTA's V100 world-of-one trace (cut to 2 steps): a medium no_amp and a low gpu_idle
+    v100 = str(Path(__file__).parent / "fixtures" / "hta_v100_world1")
+    assert gpudiag("analyze", "--json", "--fail-on", "high", v100).returncode == 0
+    assert gpudiag("analyze", "--json", "--fail-on", "medium", v100).returncode == 1
+    # the vLLM trace (no ProfilerStep) has its GPU idle 87 % of the window: high
     b200 = str(shared_traces / "tracelens_b200_vllm")
-    # the vLLM trace has only a low finding (no steps, a few ms of exposed comm)
-    assert gpudiag("analyze", "--json", "--fail-on", "high", b200).returncode == 0
-    assert gpudiag("analyze", "--json", "--fail-on", "low", b200).returncode == 1
+    assert gpudiag("analyze", "--json", "--fail-on", "high", b200).returncode == 1
     dlrm = str(shared_traces / "param_dlrm_ddp8")
     assert gpudiag("analyze", "--json", "--fail-on", "high", dlrm).returncode == 1
 
