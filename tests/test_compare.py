@@ -26,3 +26,106 @@ def test_dataloader_bound_run_against_the_healthy_one():
     )
     assert "dataloader_stall:high" in cmp.findings_b
     assert cmp.to_json()["metrics"][0]["metric"] == "step_ms_mean"
+
+
+# --------------------------------------------------------------------------- regression gate
+
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from gpudiag.analysis.regression import (  # noqa: E402
+    NotEnoughSteps,
+    StepSample,
+    assess,
+    mann_whitney_greater,
+)
+from gpudiag.cli import compare as compare_cli  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent / "scripts"))
+from coll_launch import free_port  # noqa: E402
+
+MLP_SCRIPT = Path(__file__).parent / "scripts" / "capture_ddp_mlp.py"
+
+
+def test_assess_separates_a_shift_from_noise() -> None:
+    rng = np.random.default_rng(7)
+    base = StepSample(rng.normal(40, 2, 80), "a")
+    same = StepSample(rng.normal(40, 2, 80), "b")
+    slower = StepSample(rng.normal(48, 2, 80), "c")
+    assert not assess(base, same, 5).regressed
+    verdict = assess(base, slower, 5)
+    assert verdict.regressed and 15 < verdict.ci_low_pct < verdict.change_pct < verdict.ci_high_pct
+    assert verdict.mann_whitney_p < 0.01
+    with pytest.raises(NotEnoughSteps, match="BASE has 3 steps"):
+        assess(StepSample(np.ones(3), "x"), same, 5)
+
+
+def test_mann_whitney_matches_the_textbook_value() -> None:
+    # Two samples with one tie of three; by hand: ranks of NEW 5+7+7+9+10 = 38, U = 23,
+    # mean 12.5, tie-corrected sd 4.729, z = (23 - 12.5 - 0.5) / 4.729 = 2.115, p = 0.0172.
+    new = np.array([5.0, 6.0, 6.0, 7.0, 8.0])
+    base = np.array([1.0, 2.0, 6.0, 3.0, 4.0])
+    assert mann_whitney_greater(new, base) == pytest.approx(0.0172, abs=2e-4)
+
+
+@pytest.mark.skipif(not (SAMPLES / "ddp2_healthy").is_dir(), reason="sample runs not recorded")
+def test_gate_on_the_sample_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    healthy = str(SAMPLES / "ddp2_healthy")
+    assert compare_cli.main([healthy, healthy, "--fail-on-regression", "5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["regression"]["regressed"] is False
+    assert out["regression"]["base_source"].startswith("run tables")
+    assert out["regression"]["change_pct"] == 0
+    bound = str(SAMPLES / "ddp2_dataloader_bound")
+    assert compare_cli.main([healthy, bound, "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith("### gpudiag compare") and "| data_loading |" in md
+    assert "- dataloader_stall: low → high (severity)" in md
+    with pytest.raises(SystemExit) as usage:
+        compare_cli.main([healthy, bound, "--fail-on-regression", "abc"])
+    assert usage.value.code == 2
+
+
+def _record(out: Path, sleep_s: float, steps: int) -> None:
+    cmd = [
+        sys.executable, "-m", "gpudiag", "trace", "--nproc-per-node", "2",
+        "--master-port", str(free_port()), "--out", str(out), "--no-profile", "--no-lint",
+        str(MLP_SCRIPT), "--steps", str(steps), "--sleep", str(sleep_s),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_gate_on_recorded_jobs(tmp_path: Path) -> None:
+    """Three real 2-rank gloo jobs recorded at the same time, so machine load hits them
+    alike: the same job twice, and the job with 10 ms more per step (~25 % of its
+    ~35-40 ms step). Steps are sleep-dominated so the injected change is what differs."""
+    jobs = {"base": 0.03, "again": 0.03, "slower": 0.04}
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        for future in [pool.submit(_record, tmp_path / n, s, 60) for n, s in jobs.items()]:
+            future.result()
+    base, again, slower = (str(tmp_path / n) for n in jobs)
+    gate = ["--fail-on-regression", "5", "--json"]
+    same = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "compare", base, again, *gate],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert same.returncode == 0, same.stdout[-3000:] + same.stderr[-2000:]
+    verdict = json.loads(same.stdout)["regression"]
+    assert verdict["base_steps"] >= 50 and not verdict["regressed"]
+    worse = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "compare", base, slower, *gate],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert worse.returncode == 1, worse.stdout[-3000:] + worse.stderr[-2000:]
+    out = json.loads(worse.stdout)
+    assert out["regression"]["ci_low_pct"] > 5
+    # +10 ms on a step of 35 ms (idle machine) to 60 ms (loaded): +15 % to +30 %, more
+    # when the slower job happens to meet more load; the verdict is what must hold.
+    assert out["regression"]["change_pct"] > 10
+    assert out["changed_components"], out["metrics"]

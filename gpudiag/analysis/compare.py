@@ -1,16 +1,38 @@
-"""Two analyses side by side: step time and each breakdown component, with deltas."""
+"""Two analyses side by side: step time and each breakdown component, with deltas, the
+findings that appeared, went or changed severity, and (when asked) a regression verdict."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
+from gpudiag.analysis.findings import Finding
 from gpudiag.analysis.jsonable import records
-from gpudiag.analysis.result import BREAKDOWN_KEYS
+from gpudiag.analysis.regression import RegressionVerdict, assess, paired_samples
+from gpudiag.analysis.result import BREAKDOWN_KEYS, AnalysisResult
 
 COMPARE_METRICS = ("step_ms_mean", "step_ms_median", "step_ms_p90", *BREAKDOWN_KEYS)
+# A component must move by this share of A's mean step to be named as a change.
+COMPONENT_CHANGE_SHARE = 0.02
+
+
+@dataclass(frozen=True)
+class FindingChange:
+    kind: str
+    a: str | None  # severity in A, None when absent
+    b: str | None
+    cost_a_ms: float | None
+    cost_b_ms: float | None
+
+    @property
+    def change(self) -> str:
+        if self.a is None:
+            return "appeared"
+        if self.b is None:
+            return "resolved"
+        return "severity"
 
 
 @dataclass
@@ -20,25 +42,88 @@ class Comparison:
     table: pd.DataFrame  # metric, a, b, delta, delta_pct
     findings_a: list[str]
     findings_b: list[str]
+    finding_changes: list[FindingChange] = field(default_factory=list)
+    regression: RegressionVerdict | None = None
+
+    def changed_components(self) -> list[tuple[str, float]]:
+        """Breakdown components whose ms/step moved by ≥ 2 % of A's step, largest first."""
+        rows = self.table.set_index("metric")
+        step_a = float(rows.loc["step_ms_mean", "a"]) if "step_ms_mean" in rows.index else 0.0
+        floor = COMPONENT_CHANGE_SHARE * step_a if step_a == step_a else 0.0
+        moved = [
+            (metric, float(rows.loc[metric, "delta"]))
+            for metric in BREAKDOWN_KEYS
+            if metric in rows.index and abs(float(rows.loc[metric, "delta"])) >= max(floor, 1e-9)
+        ]
+        return sorted(moved, key=lambda item: -abs(item[1]))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "a": self.a,
             "b": self.b,
             "metrics": records(self.table),
             "findings": {"a": self.findings_a, "b": self.findings_b},
+            "changed_components": [
+                {"component": name, "delta_ms": delta} for name, delta in self.changed_components()
+            ],
+            "finding_changes": [
+                {
+                    "kind": c.kind,
+                    "change": c.change,
+                    "a": c.a,
+                    "b": c.b,
+                    "cost_a_ms": c.cost_a_ms,
+                    "cost_b_ms": c.cost_b_ms,
+                }
+                for c in self.finding_changes
+            ],
         }
+        if self.regression is not None:
+            out["regression"] = self.regression.to_json()
+        return out
 
 
-def _means(result: Any) -> dict[str, float]:
+def _means(result: AnalysisResult) -> dict[str, float]:
     ranks = result.ranks
     if ranks is None or ranks.empty:
         return dict.fromkeys(COMPARE_METRICS, float("nan"))
     return {m: float(ranks[m].astype(float).mean()) for m in COMPARE_METRICS if m in ranks}
 
 
-def compare(a: Any, b: Any) -> Comparison:
-    """Mean over ranks of each metric (ms per step) for A and B, B - A and its percentage."""
+def _worst_by_kind(findings: list[Finding]) -> dict[str, Finding]:
+    """The most costly finding of each kind (the analysis lists them in that order)."""
+    worst: dict[str, Finding] = {}
+    for f in findings:
+        worst.setdefault(f.kind, f)
+    return worst
+
+
+def finding_changes(a: list[Finding], b: list[Finding]) -> list[FindingChange]:
+    wa, wb = _worst_by_kind(a), _worst_by_kind(b)
+    changes = []
+    for kind in [*wa, *(k for k in wb if k not in wa)]:
+        fa, fb = wa.get(kind), wb.get(kind)
+        if fa is not None and fb is not None and fa.severity == fb.severity:
+            continue
+        changes.append(
+            FindingChange(
+                kind=kind,
+                a=fa.severity if fa else None,
+                b=fb.severity if fb else None,
+                cost_a_ms=fa.cost_ms_per_step if fa else None,
+                cost_b_ms=fb.cost_ms_per_step if fb else None,
+            )
+        )
+    return changes
+
+
+def compare(
+    a: AnalysisResult, b: AnalysisResult, *, regression_threshold_pct: float | None = None
+) -> Comparison:
+    """Mean over ranks of each metric (ms per step) for A and B, B - A and its percentage.
+
+    With ``regression_threshold_pct``, also judge whether B's step time is slower than A's
+    by more than that (regression.assess; raises regression.NotEnoughSteps)."""
     ma, mb = _means(a), _means(b)
     rows = []
     for metric in COMPARE_METRICS:
@@ -53,13 +138,18 @@ def compare(a: Any, b: Any) -> Comparison:
                 "delta_pct": 100 * delta / va if va else float("nan"),
             }
         )
+    verdict = None
+    if regression_threshold_pct is not None:
+        verdict = assess(*paired_samples(a, b), regression_threshold_pct)
     return Comparison(
         a=str(a.source),
         b=str(b.source),
         table=pd.DataFrame(rows),
         findings_a=[f"{f.kind}:{f.severity}" for f in a.findings],
         findings_b=[f"{f.kind}:{f.severity}" for f in b.findings],
+        finding_changes=finding_changes(a.findings, b.findings),
+        regression=verdict,
     )
 
 
-__all__ = ["COMPARE_METRICS", "Comparison", "compare"]
+__all__ = ["COMPARE_METRICS", "Comparison", "FindingChange", "compare", "finding_changes"]

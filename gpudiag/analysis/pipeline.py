@@ -365,4 +365,5 @@ def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
         warnings=warnings,
         traces=traces,
         allreduce_stall=stall if stall is not None else pd.DataFrame(),
+        run_steps=run.steps if run is not None else pd.DataFrame(),
     )

@@ -65,6 +65,8 @@ class AnalysisResult:
     warnings: list[str]
     traces: list[Any] = field(default_factory=list, repr=False)
     allreduce_stall: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    # Every step of the run tables (rundir.STEP_COLUMNS); empty for foreign traces.
+    run_steps: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {

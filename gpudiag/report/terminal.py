@@ -225,6 +225,28 @@ def print_comparison(comparison: Any, console: Console | None = None) -> None:
             Text(_num(delta), style=style),
             _num(row["delta_pct"], 1),
         )
+    verdict = comparison.regression
+    if verdict is not None:
+        word = "[bold red]REGRESSION[/]" if verdict.regressed else "[green]no regression[/]"
+        console.print(
+            f"{word}: median step {verdict.base_median_ms:.2f} -> {verdict.new_median_ms:.2f} ms, "
+            f"{verdict.change_pct:+.1f} % ({100 * verdict.confidence:.0f} % CI "
+            f"{verdict.ci_low_pct:+.1f} .. {verdict.ci_high_pct:+.1f} %), threshold "
+            f"{verdict.threshold_pct:g} %, Mann-Whitney p = {verdict.mann_whitney_p:.3g}; "
+            f"A: {verdict.base_source}, B: {verdict.new_source}",
+            highlight=False,
+        )
     console.print(table)
+    moved = comparison.changed_components()
+    if moved:
+        console.print(
+            "components that moved: " + ", ".join(f"{n} {d:+.2f} ms" for n, d in moved),
+            highlight=False,
+        )
+    for change in comparison.finding_changes:
+        console.print(
+            f"finding {change.kind}: {change.a or 'none'} -> {change.b or 'none'} ({change.change})",
+            highlight=False,
+        )
     console.print(f"findings A: {', '.join(comparison.findings_a) or 'none'}")
     console.print(f"findings B: {', '.join(comparison.findings_b) or 'none'}")

@@ -1,0 +1,66 @@
+"""A comparison as a short Markdown summary, suited to a pull-request comment."""
+
+from __future__ import annotations
+
+import math
+
+from gpudiag.analysis.compare import Comparison
+
+
+def _code(text: str) -> str:
+    """Inline code that no run-derived text can break out of."""
+    return "`" + text.replace("`", "'").replace("\n", " ") + "`"
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None or not math.isfinite(value) else f"{value:.2f}"
+
+
+def _verdict_lines(comparison: Comparison) -> list[str]:
+    v = comparison.regression
+    if v is None:
+        return []
+    level = f"{100 * v.confidence:.0f} %"
+    head = (
+        f"**Regression**: step time {v.change_pct:+.1f} % "
+        if v.regressed
+        else f"**No regression** beyond {v.threshold_pct:g} %: step time {v.change_pct:+.1f} % "
+    )
+    return [
+        head + f"({level} CI {v.ci_low_pct:+.1f} … {v.ci_high_pct:+.1f} %, "
+        f"threshold {v.threshold_pct:g} %, Mann-Whitney p = {v.mann_whitney_p:.3g}).",
+        "",
+        f"Median step {_ms(v.base_median_ms)} → {_ms(v.new_median_ms)} ms "
+        f"(base: {v.base_source}; new: {v.new_source}).",
+        "",
+    ]
+
+
+def comparison_markdown(comparison: Comparison) -> str:
+    lines = [
+        "### gpudiag compare",
+        "",
+        f"base {_code(comparison.a)} → new {_code(comparison.b)}",
+        "",
+        *_verdict_lines(comparison),
+        "| ms/step | base | new | Δ | Δ % |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in comparison.table.to_dict(orient="records"):
+        pct = row["delta_pct"]
+        pct_text = "–" if not math.isfinite(pct) else f"{pct:+.1f}"
+        lines.append(
+            f"| {row['metric']} | {_ms(row['a'])} | {_ms(row['b'])} | "
+            f"{_ms(row['delta'])} | {pct_text} |"
+        )
+    moved = comparison.changed_components()
+    if moved:
+        lines += ["", "Components that moved: " + ", ".join(f"{n} {d:+.2f} ms" for n, d in moved)]
+    if comparison.finding_changes:
+        lines += ["", "Findings that changed:"]
+        for c in comparison.finding_changes:
+            lines.append(f"- {c.kind}: {c.a or 'none'} → {c.b or 'none'} ({c.change})")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["comparison_markdown"]
