@@ -268,7 +268,13 @@ def test_straddle_fix_is_idempotent_after_rounding() -> None:
     count as straddling again (the profiler-window test failed 1 run in 5 on this)."""
     step = {"ph": "X", "name": "ProfilerStep#2", "ts": 0.1, "dur": 1.0, "tid": 1}
     following = {"ph": "X", "name": "ProfilerStep#3", "ts": 1.1, "dur": 2.0, "tid": 1}
-    optimizer = {"ph": "X", "name": "Optimizer.step#SGD.step", "ts": 0.9, "dur": 0.2500004, "tid": 1}
+    optimizer = {
+        "ph": "X",
+        "name": "Optimizer.step#SGD.step",
+        "ts": 0.9,
+        "dur": 0.2500004,
+        "tid": 1,
+    }
     events = [step, following, optimizer]
     assert fix_straddling_optimizer(events) == 1
     assert fix_straddling_optimizer(events) == 0
