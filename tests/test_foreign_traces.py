@@ -142,3 +142,27 @@ def test_overlap_per_rank_in_the_json(shared_traces: Path) -> None:
     assert [r["comm_comp_overlap_pct"] for r in rows] == pytest.approx([14.946, 19.926], abs=0.01)
     world1 = analyze(FIXTURES / "hta_v100_world1").to_json()["ranks"]
     assert world1[0]["comm_comp_overlap_pct"] is None
+
+
+def test_bucket_size_from_the_cpu_ops_elements(shared_traces: Path) -> None:
+    """hta_sampled_2of128 runs its float all-reduces as SendRecv ..._int8_t kernels too:
+    mean_bucket_mb is the nccl:all_reduce ops' float elements x 4 (it was a quarter)."""
+    path = shared_traces / "hta_sampled_2of128"
+    elements = [
+        math.prod(e["args"]["Input Dims"][0])
+        for e in _raw_events(path / "sampled_rank-0.json.gz")
+        if e.get("name") == "nccl:all_reduce"
+    ]
+    bucket = {f.kind: f for f in analyze(path).findings}["bucket_size"]
+    expected = sum(elements) * 4 / len(elements) / 2**20
+    assert bucket.evidence["mean_bucket_mb"] == pytest.approx(expected, abs=0.001)
+
+
+def test_html_report_shows_overlap_and_the_no_kernels_warning(tmp_path: Path) -> None:
+    from gpudiag.report.html import write_html
+
+    blind = analyze(FIXTURES / "hta_gpus_no_kernels")
+    out = write_html([blind, analyze(KINETO_2021)], tmp_path / "r.html")
+    text = out.read_text()
+    assert "comm_comp_overlap_pct" in text
+    assert "but holds no GPU kernels" in text

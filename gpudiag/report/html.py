@@ -124,7 +124,8 @@ def _result_section(result: Any, include_js: bool) -> str:
         f"{_e(run.get('backend'))} · {_e(run.get('steps_analysed'))} steps analysed · devices "
         f"{_e(', '.join(run.get('devices') or []) or 'CPU')}</p>"
         f"<h2>Findings</h2>{_findings_html(result.findings)}"
-        f"<h2>Per rank (ms per step)</h2>{_frame_html(result.ranks)}"
+        f"<h2>Per rank (ms per step; comm_comp_overlap_pct: % of communication overlapped "
+        f"with compute)</h2>{_frame_html(result.ranks)}"
         + "".join(charts)
         + f"<h2>Collectives</h2>{_frame_html(result.collective_summary)}"
         + (f"<h2>Warnings</h2><ul>{warnings}</ul>" if warnings else "")
