@@ -1,21 +1,30 @@
-"""Cost of `gpudiag trace --no-profile` on a 2-rank gloo DDP job.
+"""Cost of `gpudiag trace --no-profile` on a 2-rank gloo DDP job, as a user sees it.
 
-Runs the same job bare (torchrun) and under gpudiag, interleaved A B A B in one
-invocation, and prints the ratio of median step times. Step times are measured the same
-way in both: the training script (tests/scripts/capture_ddp_mlp.py) times its own steps
-(wall clock, and process CPU time, which other load on a shared machine disturbs far
-less) and appends them to a file. Target: ratio <= 1.02.
+The same job runs bare (`python -m torch.distributed.run`) and under gpudiag, alternated
+in pairs (bare first in even pairs, gpudiag first in odd ones, so drift in the machine's
+load falls on both equally). The training script (tests/scripts/capture_ddp_mlp.py)
+times its own steps with the wall clock and writes them to a file: the same clock and
+the same code in both modes, nothing read from gpudiag's own records. Per run: the
+median step time over both ranks, warm-up steps dropped. Printed: every pair, the
+median of the per-pair ratios with their spread (min, quartiles, max), the ratio of the
+medians, the machine's load average while measuring, and (for comparison only) the
+same on process CPU time. Target: wall-clock ratio <= 1.02.
 
-With --control, a second bare run takes the gpudiag slot in every other pair, which
-shows the noise floor of this machine (bare/bare should be 1.00).
+With --control, a second bare run takes a third slot in every pair: bare/bare shows
+the noise floor of the machine at that moment (it should be 1.00).
 
-    python bench/overhead.py [--pairs 6] [--steps 60] [--width 512] [--depth 4] [--control]
+    python bench/overhead.py [--pairs 7] [--steps 200] [--width 768] [--depth 4] [--control]
+                             [--baseline-tree DIR]
+
+The defaults give ~20 ms steps on an idle 2-core machine. On a shared machine prefer
+more pairs (--pairs 15) and read the spread: a pair is only comparable within itself.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -24,8 +33,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "scripts" / "capture_ddp_mlp.py"
-WARMUP_STEPS = 5
+WARMUP_STEPS = 10
 METRICS = ("ms", "cpu_ms")
+MIN_PAIRS = 5
 
 
 def run_job(
@@ -34,59 +44,98 @@ def run_job(
     """Median wall and CPU step time (ms) over both ranks, warm-up steps dropped."""
     times = workdir / f"{mode}-{index}.jsonl"
     script = [str(SCRIPT), "--steps", str(args.steps), "--width", str(args.width),
-              "--depth", str(args.depth), "--times", str(times)]  # fmt: skip
+              "--depth", str(args.depth), "--batch", str(args.batch), "--times", str(times)]  # fmt: skip
     torchrun = ["--nproc-per-node", "2", "--standalone"]
-    if mode == "gpudiag":
-        cmd = [sys.executable, "-m", "gpudiag", "trace", "--out", str(workdir / f"run-{index}"),
-               "--no-profile", "--no-lint", *torchrun, *script]  # fmt: skip
+    source = args.baseline_tree if mode == "baseline" else REPO
+    if mode in ("gpudiag", "baseline"):
+        cmd = [sys.executable, "-m", "gpudiag", "trace", "--out",
+               str(workdir / f"run-{mode}-{index}"), "--no-profile", "--no-lint", *torchrun,
+               *script]  # fmt: skip
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", *torchrun, *script]
     log = workdir / f"{mode}-{index}.log"
+    env = dict(os.environ, PYTHONPATH=str(source))
     with open(log, "w") as fh:
-        rc = subprocess.run(cmd, cwd=workdir, stdout=fh, stderr=subprocess.STDOUT, timeout=600)
-    if rc.returncode != 0:
+        rc = subprocess.run(
+            cmd, cwd=workdir, stdout=fh, stderr=subprocess.STDOUT, timeout=1200, env=env
+        )
+    rows = [json.loads(line) for line in times.read_text().splitlines()] if times.exists() else []
+    if len(rows) != 2:
+        # (a bare gloo worker may abort in teardown after writing its times: FACTS.md)
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         print(f"{mode} run {index} failed (exit {rc.returncode}); its log ends:\n{tail}")
         return None
-    rows = [json.loads(line) for line in times.read_text().splitlines()]
     return {m: statistics.median(v for r in rows for v in r[m][WARMUP_STEPS:]) for m in METRICS}
 
 
-def ratio_line(label: str, a: list[dict[str, float]], b: list[dict[str, float]]) -> str:
-    parts = []
-    for metric, name in zip(METRICS, ("wall", "cpu"), strict=True):
-        ma = statistics.median(x[metric] for x in a)
-        mb = statistics.median(x[metric] for x in b)
-        per_pair = sorted(y[metric] / x[metric] for x, y in zip(a, b, strict=True))
-        spread = f"{per_pair[0]:.3f}..{per_pair[-1]:.3f}"
-        parts.append(f"{name} {mb / ma:.3f} ({ma:.2f} vs {mb:.2f} ms; pairs {spread})")
-    return f"{label:<22} " + "   ".join(parts)
+def spread(values: list[float]) -> str:
+    values = sorted(values)
+    if len(values) >= 4:
+        q1, _, q3 = statistics.quantiles(values, n=4)
+        return f"min {values[0]:.3f}  q1 {q1:.3f}  q3 {q3:.3f}  max {values[-1]:.3f}"
+    return f"min {values[0]:.3f}  max {values[-1]:.3f}"
+
+
+def summary(label: str, a: list[dict[str, float]], b: list[dict[str, float]], metric: str) -> str:
+    ratios = [y[metric] / x[metric] for x, y in zip(a, b, strict=True)]
+    ma = statistics.median(x[metric] for x in a)
+    mb = statistics.median(x[metric] for x in b)
+    return (
+        f"{label:<26} median of pair ratios {statistics.median(ratios):.3f}  "
+        f"({spread(ratios)});  ratio of medians {mb / ma:.3f} ({ma:.2f} vs {mb:.2f} ms)"
+    )
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pairs", type=int, default=6)
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--width", type=int, default=512)
+    p.add_argument("--pairs", type=int, default=7)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--width", type=int, default=768)
     p.add_argument("--depth", type=int, default=4)
+    p.add_argument("--batch", type=int, default=64)
     p.add_argument("--control", action="store_true", help="also bare vs bare (noise floor)")
+    p.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="also gpudiag from this source tree (e.g. `git archive <commit>` unpacked): "
+        "before/after a change, in the same pairs",
+    )
     args = p.parse_args()
-    results: dict[str, list[dict[str, float]]] = {"bare": [], "gpudiag": [], "bare2": []}
-    modes = ("bare", "gpudiag", "bare2") if args.control else ("bare", "gpudiag")
+    if args.pairs < MIN_PAIRS:
+        p.error(f"--pairs must be at least {MIN_PAIRS}")
+    modes = ["bare", "gpudiag"] + ["bare2"] * args.control + ["baseline"] * bool(args.baseline_tree)
+    results: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    loads = []
+    print(f"host: {os.cpu_count()} cores; {args.pairs} pairs of {args.steps} steps "
+          f"(first {WARMUP_STEPS} dropped), width {args.width}, depth {args.depth}, "
+          f"batch {args.batch}", flush=True)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="gpudiag-overhead-") as tmp:
         for i in range(args.pairs):
-            pair = {mode: run_job(mode, Path(tmp), i, args) for mode in modes}
+            order = modes if i % 2 == 0 else list(reversed(modes))
+            pair = {}
+            for mode in order:
+                loads.append(os.getloadavg()[0])
+                pair[mode] = run_job(mode, Path(tmp), i, args)
             if None in pair.values():
                 continue  # a failed job is reported above and leaves the pair out
             for mode, result in pair.items():
                 results[mode].append(result)
             line = "   ".join(f"{m} {results[m][-1]['ms']:7.2f} ms" for m in modes)
-            print(f"pair {i + 1}: {line}", flush=True)
+            ratio = results["gpudiag"][-1]["ms"] / results["bare"][-1]["ms"]
+            print(f"pair {i + 1} ({' then '.join(order)}): {line}   ratio {ratio:.3f}", flush=True)
     print()
-    print(ratio_line("gpudiag/bare", results["bare"], results["gpudiag"]))
+    print(f"load average (1 min) while measuring: median {statistics.median(loads):.1f}, "
+          f"min {min(loads):.1f}, max {max(loads):.1f}")  # fmt: skip
+    if len(results["bare"]) < MIN_PAIRS:
+        print(f"only {len(results['bare'])} complete pairs: not enough for a figure")
+        return 1
+    print(summary("wall: gpudiag/bare", results["bare"], results["gpudiag"], "ms"))
     if args.control:
-        print(ratio_line("bare/bare (noise)", results["bare"], results["bare2"]))
-    print("target: gpudiag/bare <= 1.02")
+        print(summary("wall: bare/bare (noise)", results["bare"], results["bare2"], "ms"))
+    if args.baseline_tree:
+        print(summary("wall: baseline/bare", results["bare"], results["baseline"], "ms"))
+    print(summary("cpu:  gpudiag/bare", results["bare"], results["gpudiag"], "cpu_ms"))
+    print("target: wall-clock gpudiag/bare <= 1.02")
     return 0
 
 

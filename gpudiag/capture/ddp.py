@@ -1,17 +1,19 @@
 """DDP instrumentation without user code change (runs inside the training process).
 
-At each DistributedDataParallel's first forward: runtime logging sampled every
-iteration, and — only with ``gpudiag trace --time-buckets`` (GPUDIAG_DDP_HOOK=1), on gloo,
-when the user registered no comm hook — gpudiag's copy of ``default_hooks.allreduce_hook``
-that stamps each bucket all-reduce's completion (gloo FR has no completion times). It is
-opt-in because any Python comm hook on gloo costs ~0.4-0.7 ms per step on these 2-core
-machines (measured: +11 % for torch's own Python allreduce_hook, +18 % for the timed one,
-on a 4 ms step), while outside the profiler window capture must be nearly free; inside the
-window the trace has every bucket's transfer anyway (``gloo:all_reduce``). A user's own hook is wrapped at registration to be timed
-the same way. Every ``GPUDIAG_DDP_STATS_EVERY`` steps (default 10), and at the end while the model lives, the
-numeric fields of ``_get_ddp_logging_data()`` go to ``ddp_stats.jsonl``: fetching them
-costs ~0.1-0.3 ms (a dict of ~40 fields built in C++), too much for every step, and the
-``avg_*`` fields are running averages over every sampled iteration anyway.
+At each DistributedDataParallel's first forward, only with ``gpudiag trace
+--time-buckets`` (GPUDIAG_DDP_HOOK=1), on gloo, when the user registered no comm hook:
+gpudiag's copy of ``default_hooks.allreduce_hook`` that stamps each bucket all-reduce's
+completion (gloo FR has no completion times). It is opt-in because any Python comm hook
+on gloo costs ~0.4-0.7 ms per step on these 2-core machines (measured: +11 % for torch's
+own Python allreduce_hook, +18 % for the timed one, on a 4 ms step), while outside the
+profiler window capture must be nearly free; inside the window the trace has every
+bucket's transfer anyway (``gloo:all_reduce``). A user's own hook is wrapped at
+registration to be timed the same way. Every ``GPUDIAG_DDP_STATS_EVERY`` steps (default
+10), and at the end while the model lives, the numeric fields of
+``_get_ddp_logging_data()`` go to ``ddp_stats.jsonl``: fetching them costs ~0.1-0.3 ms (a
+dict of ~40 fields built in C++), too much for every step. DDP's runtime logging keeps
+torch's own sampling (iterations 1-10, then every 100th), so the ``avg_*`` fields average
+the sampled iterations.
 """
 
 from __future__ import annotations
@@ -127,10 +129,10 @@ def leave_untouched(model: Any) -> None:
 
 
 def _on_first_forward(model: Any) -> None:
-    try:
-        model._set_ddp_runtime_logging_sample_rate(1)
-    except (AttributeError, RuntimeError):
-        pass
+    # DDP's runtime logging keeps torch's own sampling (the first 10 iterations, then
+    # every 100th): sampling every iteration cost ~0.7 ms per step on gloo here (3.5 % of
+    # a 20 ms step, bench/overhead_parts.py), and on CUDA each sampled iteration
+    # synchronises five CUDA events at the next forward (reducer's Logger).
     if _RECORDER is not None:
         _RECORDER._ddp_models.append(weakref.ref(model))
     if model in _USER_HOOKED or getattr(model, "_comm_hooks", None) or not _wants_hook(model):
