@@ -6,11 +6,8 @@ line; a path that does not resolve inside one of those roots is refused.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import os
-import re
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,15 +16,6 @@ from gpudiag.paths import sample_runs_dir
 
 DEFAULT_ROOTS = (sample_runs_dir(), Path("gpudiag_runs"))
 
-# Profiler trace names the analysis package reads (tensorboard_trace_handler, HTA,
-# torchtitan, Megatron): plain or gzipped Chrome-trace JSON. Kineto's own name counts as
-# a trace by name (so a damaged one still shows up, with its error); any other *.json
-# must look like a Chrome trace in its first bytes (bench.json, reports are not runs).
-_TRACE_NAME = re.compile(r"\.json(\.gz)?$")
-_KINETO_NAME = re.compile(r"\.pt\.trace\.json(\.gz)?$")
-_TRACE_MARKERS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"')
-_SNIFF_BYTES = 65536
-_NOT_TRACES = {rundir.MANIFEST, rundir.LINT, rundir.HANG_REPORT}
 _FINGERPRINT_MAX_FILES = 5000
 MAX_DEPTH = 2  # a root, its runs, and runs grouped one folder deeper (e.g. a bench)
 
@@ -42,45 +30,6 @@ class RunRef:
     path: Path  # resolved
 
 
-def looks_like_trace(path: Path) -> bool:
-    if path.name in _NOT_TRACES or path.name.startswith(".") or not path.is_file():
-        return False
-    if _KINETO_NAME.search(path.name):
-        return True
-    if not _TRACE_NAME.search(path.name):
-        return False
-    try:
-        with (gzip.open if path.name.endswith(".gz") else open)(path, "rb") as fh:
-            head = fh.read(_SNIFF_BYTES)
-    except (OSError, EOFError, zlib.error):
-        return False
-    return any(marker in head for marker in _TRACE_MARKERS)
-
-
-def _has_trace_files(directory: Path) -> bool:
-    try:
-        return any(looks_like_trace(p) for p in directory.iterdir())
-    except OSError:
-        return False
-
-
-def is_run(directory: Path) -> bool:
-    """A gpudiag run directory, or a directory holding profiler traces itself."""
-    return directory.is_dir() and (rundir.is_run_dir(directory) or _has_trace_files(directory))
-
-
-def _runs_under(directory: Path, depth: int) -> list[Path]:
-    if is_run(directory):
-        return [directory]
-    if depth >= MAX_DEPTH:
-        return []
-    try:
-        children = sorted(p for p in directory.iterdir() if p.is_dir() and p.name[0] != ".")
-    except OSError:
-        return []
-    return [run for child in children for run in _runs_under(child, depth + 1)]
-
-
 def discover_runs(roots: list[Path]) -> list[RunRef]:
     """Runs under each root (the root itself when it is one), sorted by path; labels are
     paths relative to the root's parent, e.g. ``sample_runs/ddp2_healthy``."""
@@ -90,7 +39,7 @@ def discover_runs(roots: list[Path]) -> list[RunRef]:
         root = Path(root).resolve()
         if not root.is_dir():
             continue
-        for run in _runs_under(root, 0):
+        for run in rundir.find_runs(root, MAX_DEPTH):
             run = run.resolve()
             if run in seen or not is_inside(run, roots):
                 continue
@@ -143,7 +92,7 @@ def trace_files(run: Path, roots: list[Path]) -> dict[str, Path]:
     except OSError:
         return files
     for p in entries:
-        if looks_like_trace(p):
+        if rundir.looks_like_trace(p):
             try:
                 files[p.name] = confine(p, roots)
             except PathOutsideRoots:

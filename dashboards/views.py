@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from gpudiag import rundir
+from gpudiag.analysis.findings import measured_as
 from gpudiag.report import html as html_report
 
 from . import figures, runs
@@ -443,34 +444,25 @@ def compare(ctx: ViewContext) -> None:
 # --------------------------------------------------------------------------- Code
 
 
-def lint_rows(lint: Any) -> list[dict[str, Any]]:
-    """The findings of a lint.json (gpudiag.lint.LintResult.to_json schema)."""
-    items = lint.get("findings") if isinstance(lint, dict) else None
-    return [i for i in items or [] if isinstance(i, dict)]
+def lint_rows(lint: rundir.LintReport | None) -> list[rundir.LintDiagnostic]:
+    """The diagnostics of a run's lint.json."""
+    return list(lint.diagnostics) if lint is not None else []
 
 
-def _location_of(item: dict[str, Any]) -> str | None:
-    path, line = item.get("path"), item.get("line")
-    return f"{path}:{line}" if path and line else None
-
-
-def lint_table(items: list[dict[str, Any]], findings: list[Any]) -> pd.DataFrame:
-    """Lint findings joined to the measured finding of the same place or kind
-    (lint's ``relates_to`` names the runtime finding kind)."""
-    by_location = {f.location: f for f in findings if f.location}
-    by_kind = {f.kind: f for f in findings}
+def lint_table(items: list[rundir.LintDiagnostic], findings: list[Any]) -> pd.DataFrame:
+    """Lint findings joined to the runtime finding that measures them (the analysis's
+    one join: the rule's ``relates_to``)."""
     rows = []
     for item in items:
-        location = _location_of(item)
-        runtime = by_location.get(location) or by_kind.get(item.get("relates_to") or "")
+        runtime = measured_as(item, findings)
         rows.append(
             {
-                "code": item.get("code", ""),
-                "rule": item.get("rule", ""),
-                "severity": item.get("severity", ""),
-                "location": location or "",
-                "message": item.get("message", ""),
-                "fix": item.get("fix", ""),
+                "code": item.code,
+                "rule": item.rule,
+                "severity": item.severity,
+                "location": item.location,
+                "message": item.message,
+                "fix": item.fix,
                 "measured as": runtime.kind if runtime else "",
                 "runtime cost ms/step": (
                     round(float(runtime.cost_ms_per_step), 3) if runtime else None
@@ -498,7 +490,7 @@ def code(ctx: ViewContext) -> None:
         if st.button(f"Lint {script.name} now (static analysis, nothing is run)"):
             from gpudiag.lint import lint_paths
 
-            lint = lint_paths([script]).to_json()
+            lint = rundir.parse_lint(lint_paths([script]).to_json(), str(script))
     if lint is None:
         st.info(
             "No lint result for this run (`gpudiag trace` writes lint.json; "
@@ -507,9 +499,8 @@ def code(ctx: ViewContext) -> None:
     items = lint_rows(lint)
     if lint is not None and not items:
         st.success("The linter found no DataParallel/DDP anti-pattern in the traced script.")
-    for err in (lint or {}).get("errors") or []:
-        if isinstance(err, dict):
-            st.warning(f"{err.get('path')}:{err.get('line')}: {err.get('message')}")
+    for err in lint.errors if lint is not None else []:
+        st.warning(f"{err.path}:{err.line}: {err.message}")
     if items:
         table = lint_table(items, ctx.result.findings)
         st.dataframe(
@@ -525,8 +516,8 @@ def code(ctx: ViewContext) -> None:
                     f"**{row.code} {row.rule}** ({row.severity}) at `{row.location}`{measured}"
                 )
                 st.write(row.message)
-                if item.get("why"):
-                    st.caption(f"Why: {item['why']}")
+                if item.why:
+                    st.caption(f"Why: {item.why}")
                 if row.fix:
                     st.markdown(f"**Fix:** {row.fix}")
         costed = table.dropna(subset=["runtime cost ms/step"])

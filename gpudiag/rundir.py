@@ -22,6 +22,7 @@ Layout (format version 1)::
     <run>/rank<R>/summary.json             small per-rank summary (written at rank end)
     <run>/rank<R>/stacks.txt               Python stacks dumped by the hang watchdog
     <run>/rank<R>/inflight.json            collectives in flight when the watchdog fired
+    <run>/rank<R>/hang_request             the watchdog's request for inflight.json (control)
     <run>/node<N>/gpu_samples.jsonl        NVML samples, every local GPU
     <run>/node<N>/host_samples.jsonl       host CPU/memory samples (always; the only ones without NVML)
 
@@ -31,6 +32,7 @@ at ``ts`` µs is at ``baseTimeNanoseconds + ts * 1000``).
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -38,6 +40,7 @@ import socket
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,12 +70,25 @@ SUMMARY = "summary.json"
 STACKS = "stacks.txt"
 BENCH = "bench.json"  # gpudiag bench: the comparison table, in the bench folder and each run
 INFLIGHT = "inflight.json"  # in-flight collectives + FR dump, written on a hang request
+HANG_REQUEST = "hang_request"  # control file: the watchdog asks a rank for inflight.json
 
 # The run's status (manifest ``status``), the one list. ``running`` is what the launcher
 # writes at start; ``launcher_lost`` is never written: readers report it for a run still
 # marked running whose launcher is gone (see :func:`run_status`).
 RUN_STATUSES = ("running", "ok", "failed", "interrupted", "hang", "launcher_lost")
-RANK_STATUSES = ("ok", "failed", "interrupted")  # status.json ``status``
+RANK_STATUSES = ("ok", "failed", "interrupted")  # status.json and summary.json ``status``
+# The statuses that mean a rank (or the run) failed by itself: an exception in the script,
+# a non-zero exit, or a rank that died without writing status.json (the launcher marks
+# the run ``failed``). ``interrupted`` (a signal from outside: Ctrl-C, SIGTERM, a kill
+# after a hang) and ``hang`` (its own finding, from hang_report.json) are not failures of
+# a rank; ``launcher_lost`` says nothing about the ranks.
+FAILED_STATUSES = frozenset({"failed"})
+
+
+def is_failed(status: object) -> bool:
+    """Whether a manifest, status.json or summary.json ``status`` value means failed."""
+    return isinstance(status, str) and status.strip().lower() in FAILED_STATUSES
+
 
 # The launcher touches its manifest every LAUNCHER_HEARTBEAT_S while the job runs.
 # A reader on another host (where the pid cannot be checked) takes a manifest that still
@@ -525,6 +541,123 @@ def list_nodes(run: str | os.PathLike[str]) -> list[int]:
     )
 
 
+# --------------------------------------------------------------------------- discovery
+# Where runs and traces are found: `gpudiag analyze`, the dashboard and the sample runs
+# all ask here.
+
+# A profiler trace by name: Kineto's `<worker>[.<ns>].pt.trace.json[.gz]`, or any other
+# `*.json[.gz]` (HTA, torchtitan, Megatron dumps). The analysis reads every such file and
+# warns, naming it, when one is not a trace.
+_TRACE_NAME_RE = re.compile(r"\.(?:pt\.)?trace\.json(?:\.gz)?$|\.json(?:\.gz)?$")
+_KINETO_NAME_RE = re.compile(r"\.pt\.trace\.json(?:\.gz)?$")
+# JSON documents of a run directory (and of `gpudiag bench`) that are never traces
+RUN_FILES = frozenset({MANIFEST, LINT, HANG_REPORT, RANK_INFO, STATUS, SUMMARY, INFLIGHT, BENCH})
+_TRACE_MARKERS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"')
+_SNIFF_BYTES = 65536
+
+
+def is_trace_name(name: str) -> bool:
+    return bool(_TRACE_NAME_RE.search(name)) and not name.endswith((".jsonl", ".jsonl.gz"))
+
+
+def trace_name_stem(name: str) -> str:
+    """The file name without its trace suffix (``rank3.pt.trace.json.gz`` -> ``rank3``)."""
+    return _TRACE_NAME_RE.sub("", name)
+
+
+def _trace_files_in(directory: Path) -> list[Path]:
+    return sorted(
+        p
+        for p in directory.iterdir()
+        if p.is_file()
+        and is_trace_name(p.name)
+        and not p.name.startswith(".")
+        and p.name not in RUN_FILES
+        and not p.name.startswith("manifest.")
+    )
+
+
+def find_traces(path: str | os.PathLike[str]) -> list[Path]:
+    """Trace files under ``path``: a gpudiag run dir (its ``traces/``), a directory of
+    profiler traces (searched one level deep), or a single file. Chosen by name only: a
+    file named like a trace that is not one is for the reader to report."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        return []
+    if is_run_dir(path):  # only its traces/, never its own JSON files
+        tdir = path / TRACES_DIR
+        return _trace_files_in(tdir) if tdir.is_dir() else []
+    if (path / TRACES_DIR).is_dir():
+        found = _trace_files_in(path / TRACES_DIR)
+        if found:
+            return found
+    found = _trace_files_in(path)
+    if found:
+        return found
+    nested: list[Path] = []
+    for sub in sorted(p for p in path.iterdir() if p.is_dir()):
+        nested.extend(_trace_files_in(sub))
+    return nested
+
+
+def looks_like_trace(path: Path) -> bool:
+    """A profiler trace by name (Kineto's, even when damaged) or, for another ``*.json``,
+    by its first bytes: how a folder of runs is told apart from folders of other JSON."""
+    if path.name in RUN_FILES or path.name.startswith(".") or not path.is_file():
+        return False
+    if _KINETO_NAME_RE.search(path.name):
+        return True
+    if not _TRACE_NAME_RE.search(path.name) or path.name.endswith((".jsonl", ".jsonl.gz")):
+        return False
+    try:
+        with (gzip.open if path.name.endswith(".gz") else open)(path, "rb") as fh:
+            head = fh.read(_SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return False
+    return any(marker in head for marker in _TRACE_MARKERS)
+
+
+def holds_traces(directory: Path) -> bool:
+    try:
+        return any(looks_like_trace(p) for p in directory.iterdir())
+    except OSError:
+        return False
+
+
+def is_analysable(directory: Path) -> bool:
+    """A gpudiag run directory, or a directory holding profiler traces itself."""
+    return directory.is_dir() and (is_run_dir(directory) or holds_traces(directory))
+
+
+def find_runs(root: str | os.PathLike[str], max_depth: int = 2) -> list[Path]:
+    """Analysable directories under ``root`` (the root itself when it is one), sorted,
+    looking ``max_depth`` folders deep (a root, its runs, and runs grouped one folder
+    deeper such as a `gpudiag bench` output)."""
+    return _runs_under(Path(root), 0, max_depth)
+
+
+def _runs_under(directory: Path, depth: int, max_depth: int) -> list[Path]:
+    if is_analysable(directory):
+        return [directory]
+    if depth >= max_depth:
+        return []
+    try:
+        children = sorted(p for p in directory.iterdir() if p.is_dir() and p.name[0] != ".")
+    except OSError:
+        return []
+    return [run for child in children for run in _runs_under(child, depth + 1, max_depth)]
+
+
+def sample_run_paths(root: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Every run under the shipped sample_runs/ (or ``root``): `gpudiag analyze`'s and
+    the dashboard's default."""
+    from gpudiag.paths import sample_runs_dir
+
+    return find_runs(sample_runs_dir() if root is None else root)
+
+
 @dataclass
 class Run:
     """Everything in a run directory, as pandas DataFrames and plain dicts.
@@ -545,7 +678,7 @@ class Run:
     statuses: dict[int, dict[str, Any]] = field(default_factory=dict)
     summaries: dict[int, dict[str, Any]] = field(default_factory=dict)
     trace_files: dict[int, Path] = field(default_factory=dict)
-    lint: dict[str, Any] | None = None
+    lint: LintReport | None = None
     hang_report: dict[str, Any] | None = None
     stacks: dict[int, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -708,7 +841,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         ddp_stats=_frame(_read_rank_table(run, ranks, DDP_STATS, warnings), ("rank", "step")),
         gpu_samples=_frame(node_rows[GPU_SAMPLES], GPU_COLUMNS),
         host_samples=_frame(node_rows[HOST_SAMPLES], HOST_COLUMNS),
-        lint=read_json(run / LINT, warnings),
+        lint=read_lint(run, warnings),
         hang_report=read_json(run / HANG_REPORT, warnings),
         warnings=warnings,
     )
@@ -745,3 +878,101 @@ def load_summaries(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[i
         if isinstance(obj, dict):
             summaries[r] = obj
     return manifest, summaries
+
+
+# --------------------------------------------------------------------------- lint.json
+
+
+@dataclass(frozen=True)
+class LintDiagnostic:
+    """One finding of `gpudiag lint` as lint.json holds it (gpudiag/lint/result.py)."""
+
+    code: str
+    rule: str
+    severity: str
+    path: str
+    line: int
+    col: int
+    message: str
+    why: str = ""
+    fix: str = ""
+    relates_to: str | None = None  # the `gpudiag analyze` finding kind of the same cost
+
+    @property
+    def location(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass(frozen=True)
+class LintFileError:
+    path: str
+    line: int
+    message: str
+
+
+@dataclass
+class LintReport:
+    """lint.json, typed: the files linted, the diagnostics, the files that could not be."""
+
+    files: list[str]
+    diagnostics: list[LintDiagnostic]
+    errors: list[LintFileError]
+    raw: dict[str, Any] = field(repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.raw
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def parse_lint(obj: Any, source: str, warnings: list[str] | None = None) -> LintReport | None:
+    """A lint.json document (or `LintResult.to_json()`) as a LintReport; None, with a
+    one-line warning naming ``source``, when it is not one. Malformed entries are skipped."""
+    if obj is None:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("findings", []), list):
+        if warnings is not None:
+            warnings.append(f"{source}: not a gpudiag lint result; ignored")
+        return None
+    diagnostics = []
+    skipped = 0
+    for item in obj.get("findings") or []:
+        if not isinstance(item, dict) or not _text(item.get("code")) or not _text(item.get("path")):
+            skipped += 1
+            continue
+        relates = item.get("relates_to")
+        diagnostics.append(
+            LintDiagnostic(
+                code=item["code"],
+                rule=_text(item.get("rule")),
+                severity=_text(item.get("severity")),
+                path=item["path"],
+                line=_int(item.get("line")),
+                col=_int(item.get("col")),
+                message=_text(item.get("message")),
+                why=_text(item.get("why")),
+                fix=_text(item.get("fix")),
+                relates_to=relates if isinstance(relates, str) and relates else None,
+            )
+        )
+    if skipped and warnings is not None:
+        warnings.append(f"{source}: {skipped} malformed lint finding(s) skipped")
+    errors = [
+        LintFileError(_text(e.get("path")), _int(e.get("line")), _text(e.get("message")))
+        for e in obj.get("errors") or []
+        if isinstance(e, dict)
+    ]
+    files = [f for f in obj.get("files") or [] if isinstance(f, str)]
+    return LintReport(files=files, diagnostics=diagnostics, errors=errors, raw=obj)
+
+
+def read_lint(run: str | os.PathLike[str], warnings: list[str] | None = None) -> LintReport | None:
+    """<run>/lint.json, typed; None when the run has none (or it is unreadable: warned)."""
+    path = Path(run) / LINT
+    return parse_lint(read_json(path, warnings), str(path), warnings)

@@ -459,9 +459,9 @@ def test_single_process_args_and_exit_code(single_ok: Traced) -> None:
 def test_lint_result_recorded_for_the_script(single_ok: Traced) -> None:
     pytest.importorskip("gpudiag.lint", reason="lint engineer's linter")
     lint = rundir.load_run(single_ok.run).lint
-    assert lint is not None and lint["tool"] == "gpudiag lint"
-    assert lint["files"] and lint["files"][0].endswith("capture_single.py")
-    assert lint["errors"] == []
+    assert lint is not None and lint.raw["tool"] == "gpudiag lint"
+    assert lint.files and lint.files[0].endswith("capture_single.py")
+    assert lint.errors == []
 
 
 def test_script_threads_joined_and_open_files_flushed(single_ok: Traced) -> None:

@@ -276,9 +276,9 @@ def test_host_metrics_code_and_compare(
 
     _view(at, "Code")
     lint = at.dataframe[0].value
-    expected = result.lint["findings"]
-    assert lint["code"].tolist() == [f["code"] for f in expected]
-    assert lint["location"].tolist() == [f"{f['path']}:{f['line']}" for f in expected]
+    expected = result.lint.diagnostics
+    assert lint["code"].tolist() == [f.code for f in expected]
+    assert lint["location"].tolist() == [f"{f.path}:{f.line}" for f in expected]
 
     _view(at, "Compare")
     # Default pair: the DataParallel run against the DDP run.

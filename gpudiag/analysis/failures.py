@@ -11,9 +11,9 @@ from typing import Any
 
 import pandas as pd
 
+from gpudiag import rundir
 from gpudiag.analysis.findings import Finding, user_frame
 
-FAILED_STATES = {"failed", "error", "crashed", "killed", "aborted", "signaled", "timeout"}
 RANK_FAILED_FIX = (
     "Read the traceback of the first failing rank (the others were torn down after it). "
     "If it failed on a collective, check that every rank calls the same collectives with "
@@ -33,14 +33,14 @@ DESYNC_FIX = (
 )
 
 
-def _failed_ranks(run: Any) -> dict[int, dict[str, Any]]:
+def _failed_ranks(
+    statuses: dict[int, dict[str, Any]], failure: dict[str, Any]
+) -> dict[int, dict[str, Any]]:
     failed: dict[int, dict[str, Any]] = {}
-    for rank, status in (getattr(run, "statuses", None) or {}).items():
-        state = str(status.get("status", status.get("state", ""))).lower()
-        if state in FAILED_STATES:
+    for rank, status in statuses.items():
+        if isinstance(status, dict) and rundir.is_failed(status.get("status")):
             failed[int(rank)] = status
-    failure = (getattr(run, "manifest", None) or {}).get("failure")
-    if isinstance(failure, dict) and failure.get("rank") is not None:
+    if failure.get("rank") is not None:
         try:
             failed.setdefault(int(failure["rank"]), failure)
         except (TypeError, ValueError):
@@ -48,13 +48,18 @@ def _failed_ranks(run: Any) -> dict[int, dict[str, Any]]:
     return failed
 
 
-def rank_failed_findings(run: Any) -> list[Finding]:
-    manifest = getattr(run, "manifest", None) or {}
-    failed = _failed_ranks(run)
-    status = str(manifest.get("status", "")).lower()
-    if not failed and status not in FAILED_STATES:
-        return []
+def rank_failed_findings(
+    manifest: dict[str, Any] | None, statuses: dict[int, dict[str, Any]] | None
+) -> list[Finding]:
+    """The one ``rank_failed`` finding: from the manifest and the per-rank status
+    documents (status.json from a full run, summary.json for a summaries-only analysis:
+    both carry ``status``; only status.json has the traceback). Statuses per
+    docs/run-format.md: only ``failed`` is a failure."""
+    manifest = manifest or {}
     failure = manifest.get("failure") if isinstance(manifest.get("failure"), dict) else {}
+    failed = _failed_ranks(statuses or {}, failure)
+    if not failed and not rundir.is_failed(manifest.get("status")):
+        return []
     first_rank = failure.get("rank", min(failed) if failed else None)
     detail = failed.get(first_rank, failure) if first_rank is not None else failure
     traceback = str(detail.get("traceback") or failure.get("traceback") or "")
@@ -67,7 +72,12 @@ def rank_failed_findings(run: Any) -> list[Finding]:
     ranks = sorted(set(failed) | set(listed)) or (
         [int(first_rank)] if first_rank is not None else []
     )
-    title = f"Rank {first_rank} failed" if first_rank is not None else "The run failed"
+    if first_rank is not None and len(ranks) > 1:
+        title = f"Rank {first_rank} failed first ({len(ranks)} ranks did not finish)"
+    elif first_rank is not None:
+        title = f"Rank {first_rank} failed"
+    else:
+        title = "The run failed"
     if last_line:
         title += f": {last_line[:160]}"
     return [
@@ -261,7 +271,7 @@ def desync_findings(run: Any) -> list[Finding]:
 def failure_findings(run: Any | None) -> list[Finding]:
     if run is None:
         return []
-    findings = rank_failed_findings(run) + hang_findings(run)
+    findings = rank_failed_findings(run.manifest, run.statuses) + hang_findings(run)
     if not any(f.kind == "desync" for f in findings):
         findings += desync_findings(run)
     return findings

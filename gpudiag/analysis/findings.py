@@ -16,6 +16,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpudiag.rundir import LintDiagnostic, LintReport
+
 KINDS = (
     "straggler",
     "exposed_communication",
@@ -52,6 +54,14 @@ class Finding:
     fix: str
     location: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        # every finding is built here: a kind or severity outside the documented lists
+        # (docs/findings.md) is a bug in gpudiag, not something to show a user
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown finding kind {self.kind!r} (not in findings.KINDS)")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"unknown severity {self.severity!r} for a {self.kind} finding")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -95,21 +105,10 @@ def at_least(findings: list[Finding], severity: str) -> list[Finding]:
 
 
 # --------------------------------------------------------------------------- lint.json
+# The one join between `gpudiag lint` and `gpudiag analyze`: a lint rule's ``relates_to``
+# names the finding kind that measures the same cost (gpudiag/lint/rules.py).
 
-# Which lint rule (by words in its id or message) points at the code behind a finding.
-_LINT_WORDS: dict[str, tuple[str, ...]] = {
-    "dataloader_stall": ("dataloader", "num_workers", "pin_memory", "persistent_workers"),
-    "dataparallel_overhead": ("dataparallel",),
-    "dp_on_cpu": ("dataparallel",),
-    "gpu0_imbalance": ("dataparallel",),
-    "host_sync": (".item", "item(", "synchron", "host_sync", "sync"),
-    "no_amp": ("autocast", "amp", "mixed"),
-    "bucket_size": ("bucket",),
-    "exposed_communication": ("bucket", "no_sync", "ddp", "distributeddataparallel"),
-}
-
-
-# Kinds whose cause is the code a lint rule of another kind points at.
+# Kinds whose cause is the code that a lint rule relating to another kind points at.
 _RELATED_KINDS: dict[str, tuple[str, ...]] = {
     "dp_on_cpu": ("dataparallel_overhead",),
     "gpu0_imbalance": ("dataparallel_overhead",),
@@ -117,49 +116,29 @@ _RELATED_KINDS: dict[str, tuple[str, ...]] = {
 }
 
 
-def lint_entries(lint: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The list of diagnostics in a lint.json, whatever its top-level key."""
-    if not isinstance(lint, dict):
-        return []
-    for key in ("findings", "issues", "diagnostics", "results", "problems"):
-        value = lint.get(key)
-        if isinstance(value, list):
-            return [e for e in value if isinstance(e, dict)]
-    return []
+def relates(diagnostic: LintDiagnostic, kind: str) -> bool:
+    """Whether a lint diagnostic points at the code behind a finding of ``kind``."""
+    return diagnostic.relates_to is not None and diagnostic.relates_to in {
+        kind,
+        *_RELATED_KINDS.get(kind, ()),
+    }
 
 
-def _entry_location(entry: dict[str, Any]) -> str | None:
-    if isinstance(entry.get("location"), str):
-        return entry["location"]
-    path = entry.get("path") or entry.get("file") or entry.get("filename")
-    line = entry.get("line") or entry.get("lineno")
-    if path and line:
-        return f"{path}:{line}"
-    return str(path) if path else None
-
-
-def _entry_text(entry: dict[str, Any]) -> str:
-    keys = ("rule", "code", "id", "kind", "name", "message", "title")
-    return " ".join(str(entry.get(k, "")) for k in keys).lower()
-
-
-def location_from_lint(kind: str, lint: dict[str, Any] | None) -> str | None:
-    words = _LINT_WORDS.get(kind)
-    if not words:
-        return None
-    entries = lint_entries(lint)
-    related = {kind, *_RELATED_KINDS.get(kind, ())}
-    for entry in entries:
-        # gpudiag lint's rules name the finding kind that measures the same cost
-        if related & {entry.get("relates_to"), entry.get("finding_kind")}:
-            return _entry_location(entry)
-    for entry in entries:
-        if "relates_to" in entry:
-            continue
-        text = _entry_text(entry)
-        if any(w in text for w in words):
-            return _entry_location(entry)
+def location_from_lint(kind: str, lint: LintReport | None) -> str | None:
+    """Where the first lint diagnostic related to ``kind`` points, if any."""
+    for diagnostic in lint.diagnostics if lint is not None else ():
+        if relates(diagnostic, kind):
+            return diagnostic.location
     return None
+
+
+def measured_as(diagnostic: LintDiagnostic, findings: list[Finding]) -> Finding | None:
+    """The runtime finding that measures a lint diagnostic's cost: of the kinds it relates
+    to, the one located at the diagnostic, else the first (findings come sorted, costliest
+    first)."""
+    related = [f for f in findings if relates(diagnostic, f.kind)]
+    here = [f for f in related if f.location == diagnostic.location]
+    return (here or related or [None])[0]
 
 
 _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+)')
@@ -176,7 +155,7 @@ def user_frame(stack_text: str) -> str | None:
     return best
 
 
-def attach_locations(findings: list[Finding], lint: dict[str, Any] | None) -> None:
+def attach_locations(findings: list[Finding], lint: LintReport | None) -> None:
     for f in findings:
         if f.location is None:
             f.location = location_from_lint(f.kind, lint)

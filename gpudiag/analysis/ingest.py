@@ -28,6 +28,7 @@ import orjson
 import pandas as pd
 
 from gpudiag.analysis import classify as cls
+from gpudiag.rundir import find_traces, is_trace_name, trace_name_stem  # noqa: F401 - re-exported
 
 # A trace above this (uncompressed) is refused rather than loaded: parsing JSON costs
 # several times its size in memory. Override with GPUDIAG_MAX_TRACE_BYTES.
@@ -38,7 +39,6 @@ SEPARATE_RUN_GAP_NS = 600 * 1_000_000_000
 _MAX_ABS_TS_US = 4e15  # keeps base + ts*1000 inside int64 (year ~2096 as epoch µs)
 _MAX_DUR_US = 1e12  # 11.6 days
 
-_TRACE_NAME_RE = re.compile(r"\.(?:pt\.)?trace\.json(?:\.gz)?$|\.json(?:\.gz)?$")
 _RANK_IN_NAME_RES = (
     re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE),
     re.compile(r"worker[-_.]?(\d+)", re.IGNORECASE),
@@ -46,18 +46,6 @@ _RANK_IN_NAME_RES = (
 )
 _TB_HANDLER_RE = re.compile(r"^(.*)\.(\d{10,})$")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-
-# JSON files of a gpudiag run directory that are not traces
-_RUN_FILES = frozenset(
-    {
-        "manifest.json",
-        "lint.json",
-        "hang_report.json",
-        "rank_info.json",
-        "status.json",
-        "summary.json",
-    }
-)
 
 T = TypeVar("T")
 
@@ -133,50 +121,8 @@ class RankTrace:
 # --------------------------------------------------------------------------- finding files
 
 
-def is_trace_name(name: str) -> bool:
-    return bool(_TRACE_NAME_RE.search(name)) and not name.endswith((".jsonl", ".jsonl.gz"))
-
-
-def find_traces(path: str | os.PathLike[str]) -> list[Path]:
-    """Trace files under ``path``: a gpudiag run dir (its ``traces/``), a directory of
-    profiler traces (searched one level deep), or a single file."""
-    path = Path(path)
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
-        return []
-    from gpudiag import rundir
-
-    if rundir.is_run_dir(path):  # only its traces/, never its own JSON files
-        tdir = path / rundir.TRACES_DIR
-        return _trace_files_in(tdir) if tdir.is_dir() else []
-    if (path / "traces").is_dir():
-        found = _trace_files_in(path / "traces")
-        if found:
-            return found
-    found = _trace_files_in(path)
-    if found:
-        return found
-    nested: list[Path] = []
-    for sub in sorted(p for p in path.iterdir() if p.is_dir()):
-        nested.extend(_trace_files_in(sub))
-    return nested
-
-
-def _trace_files_in(directory: Path) -> list[Path]:
-    return sorted(
-        p
-        for p in directory.iterdir()
-        if p.is_file()
-        and is_trace_name(p.name)
-        and not p.name.startswith(".")
-        and p.name not in _RUN_FILES
-        and not p.name.startswith("manifest.")
-    )
-
-
 def rank_from_name(path: Path) -> int | None:
-    stem = _TRACE_NAME_RE.sub("", path.name)
+    stem = trace_name_stem(path.name)
     patterns = _RANK_IN_NAME_RES
     handler = _TB_HANDLER_RE.match(stem)
     if handler:  # tensorboard_trace_handler: <worker>.<ns>, worker = host_pid by default

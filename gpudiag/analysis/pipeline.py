@@ -66,7 +66,6 @@ def _empty(columns: tuple[str, ...]) -> pd.DataFrame:
 def _resolve_inputs(path: Path) -> tuple[Any, list[Path], list[str]]:
     """(Run or None, trace files, warnings) for a run dir, a trace dir or a trace file."""
     from gpudiag import rundir
-    from gpudiag.analysis import ingest
 
     if not path.exists():
         raise AnalysisInputError(f"{path}: no such file or directory")
@@ -76,7 +75,7 @@ def _resolve_inputs(path: Path) -> tuple[Any, list[Path], list[str]]:
         return run, files, list(run.warnings)
     if path.is_file():
         return None, [path], []
-    return None, list(ingest.find_traces(path)), []
+    return None, rundir.find_traces(path), []
 
 
 def _breakdown_from_steps(run: Any) -> pd.DataFrame:

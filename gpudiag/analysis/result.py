@@ -15,6 +15,7 @@ import pandas as pd
 from gpudiag.analysis.findings import Finding
 from gpudiag.analysis.jsonable import plain, records
 from gpudiag.analysis.timeline import LANES, TIMELINE_COLUMNS, timeline
+from gpudiag.rundir import LintReport
 
 __all__ = [
     "BREAKDOWN_COLUMNS",
@@ -61,7 +62,7 @@ class AnalysisResult:
     gpu_samples: pd.DataFrame
     host_samples: pd.DataFrame
     findings: list[Finding]
-    lint: dict[str, Any] | None
+    lint: LintReport | None
     warnings: list[str]
     traces: list[Any] = field(default_factory=list, repr=False)
     allreduce_stall: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)

@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 
 from gpudiag.analysis.dataloader import dataloader_findings
-from gpudiag.analysis.findings import Finding, sort_findings, straggler_findings
+from gpudiag.analysis.failures import rank_failed_findings
+from gpudiag.analysis.findings import sort_findings, straggler_findings
 from gpudiag.analysis.result import (
     BREAKDOWN_COLUMNS,
     BREAKDOWN_KEYS,
@@ -30,8 +31,6 @@ from gpudiag.analysis.result import (
     AnalysisInputError,
     AnalysisResult,
 )
-
-FAILED = {"failed", "error", "crashed", "killed", "aborted", "interrupted", "hang", "timeout"}
 
 
 def summary_frame(summaries: dict[int, dict[str, Any]]) -> pd.DataFrame:
@@ -123,24 +122,6 @@ def summary_stragglers(frame: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _failed_finding(frame: pd.DataFrame) -> list[Finding]:
-    bad = frame[frame["status"].str.lower().isin(FAILED)]
-    if bad.empty:
-        return []
-    ranks = [int(r) for r in bad["rank"]]
-    return [
-        Finding(
-            kind="rank_failed",
-            severity="high",
-            cost_ms_per_step=0.0,
-            ranks=ranks,
-            title=f"{len(ranks)} rank(s) did not finish: {', '.join(map(str, ranks[:20]))}",
-            evidence={"statuses": dict(zip(map(str, ranks), bad["status"], strict=False))},
-            fix="Open the failing rank's status.json (traceback) in the run directory.",
-        )
-    ]
-
-
 def analyze_summaries(path: str | Path) -> AnalysisResult:
     from gpudiag import rundir
 
@@ -166,7 +147,7 @@ def analyze_summaries(path: str | Path) -> AnalysisResult:
             for r, d in zip(frame["rank"], frame["data_loading"], strict=False)
         }
     }
-    found = _failed_finding(frame) + straggler_findings(slow, step_ms)
+    found = rank_failed_findings(manifest, summaries) + straggler_findings(slow, step_ms)
     found += dataloader_findings(dl, step_by_rank)
     for f in found:
         if f.kind == "straggler":

@@ -20,14 +20,13 @@ from typing import IO, Any
 
 from gpudiag import rundir
 
-HANG_REQUEST = "hang_request"  # control file the watchdog creates in each rank dir
 POLL_S = 0.25
 
 _STACKS_FILE: IO[str] | None = None
 
 
 def request_path(run_dir: Path, rank: int) -> Path:
-    return rundir.rank_dir(run_dir, rank) / HANG_REQUEST
+    return rundir.rank_dir(run_dir, rank) / rundir.HANG_REQUEST
 
 
 def install_hang_dump(run_dir: Path, rank: int) -> None:

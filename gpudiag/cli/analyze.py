@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpudiag import rundir
 from gpudiag.paths import sample_runs_dir
 
 
@@ -43,26 +44,6 @@ def _analyze_parser() -> argparse.ArgumentParser:
     return p
 
 
-def sample_run_paths(root: Path | None = None) -> list[Path]:
-    """Every run directory under sample_runs/: its direct sub-directories, or, for a
-    directory that is not a run itself (a `gpudiag bench` output), the runs inside it."""
-    from gpudiag import rundir
-
-    root = sample_runs_dir() if root is None else root
-    if not root.is_dir():
-        return []
-    paths: list[Path] = []
-    for p in sorted(root.iterdir()):
-        if not p.is_dir() or p.name.startswith("."):
-            continue
-        if rundir.is_run_dir(p):
-            paths.append(p)
-            continue
-        inner = sorted(c for c in p.iterdir() if c.is_dir() and rundir.is_run_dir(c))
-        paths.extend(inner or [p])
-    return paths
-
-
 def _error(msg: str) -> int:
     print(f"gpudiag: error: {msg}", file=sys.stderr)
     return 2
@@ -73,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = [Path(p) for p in args.paths]
     if not paths:
         root = sample_runs_dir()
-        paths = sample_run_paths(root)
+        paths = rundir.sample_run_paths(root)
         if not paths:
             return _error(f"no PATH given and no runs in {root}")
         print(f"gpudiag: analysing the shipped sample runs in {root}:", file=sys.stderr)
