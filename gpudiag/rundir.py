@@ -23,6 +23,7 @@ Layout (format version 1)::
     <run>/rank<R>/stacks.txt               Python stacks dumped by the hang watchdog
     <run>/rank<R>/inflight.json            collectives in flight when the watchdog fired
     <run>/rank<R>/hang_request             the watchdog's request for inflight.json (control)
+    <run>/rank<R>/inflight_live.json       collectives in flight for over a second (live view)
     <run>/node<N>/gpu_samples.jsonl        NVML samples, every local GPU
     <run>/node<N>/host_samples.jsonl       host CPU/memory samples (always; the only ones without NVML)
 
@@ -71,6 +72,11 @@ STACKS = "stacks.txt"
 BENCH = "bench.json"  # gpudiag bench: the comparison table, in the bench folder and each run
 INFLIGHT = "inflight.json"  # in-flight collectives + FR dump, written on a hang request
 HANG_REQUEST = "hang_request"  # control file: the watchdog asks a rank for inflight.json
+# Collectives this rank entered over LIVE_INFLIGHT_AGE_S ago and has not left, rewritten
+# by the rank's background thread at most every second and only when that set changes
+# (so a healthy job writes it about once): what `gpudiag watch` shows as stuck.
+LIVE_INFLIGHT = "inflight_live.json"
+LIVE_INFLIGHT_AGE_S = 1.0
 
 # The run's status (manifest ``status``), the one list. ``running`` is what the launcher
 # writes at start; ``launcher_lost`` is never written: readers report it for a run still
@@ -976,3 +982,213 @@ def read_lint(run: str | os.PathLike[str], warnings: list[str] | None = None) ->
     """<run>/lint.json, typed; None when the run has none (or it is unreadable: warned)."""
     path = Path(run) / LINT
     return parse_lint(read_json(path, warnings), str(path), warnings)
+
+
+# --------------------------------------------------------------------------- live reading
+
+
+class TableTail:
+    """Incremental reader of one append-only JSON Lines table (`gpudiag watch`).
+
+    Each :meth:`read` returns only the complete rows appended since the previous call:
+    it remembers the byte offset after the last whole line, so a torn last line (a row
+    being written right now) is left for the next call, never reported. A file that
+    shrank or was replaced (other inode) is read again from its start (``resets``
+    counts those). ``tail_bytes`` bounds the work: the first read, and any read that
+    finds more than that many new bytes, starts that far from the end of the file at
+    the next line start (``skipped_bytes`` counts what was passed over), so a reader
+    that keeps only recent rows costs the same on a file of any length.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], tail_bytes: int | None = None) -> None:
+        self.path = Path(path)
+        self.tail_bytes = tail_bytes
+        self.offset = 0
+        self.resets = 0
+        self.malformed = 0
+        self.skipped_bytes = 0
+        self._inode: int | None = None
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return []
+        if self._inode is not None and (st.st_ino != self._inode or st.st_size < self.offset):
+            self.offset = 0  # truncated, or rotated to a new file
+            self.resets += 1
+        self._inode = st.st_ino
+        if st.st_size <= self.offset:
+            return []
+        start = self.offset
+        align = False
+        if self.tail_bytes is not None and st.st_size - start > self.tail_bytes:
+            start = st.st_size - self.tail_bytes
+            align = start > 0
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(start)
+                data = fh.read(st.st_size - start)
+        except OSError:
+            return []
+        if align:  # begin at the first line start after the jump
+            first = data.find(b"\n")
+            if first < 0:
+                return []
+            data = data[first + 1 :]
+            start += first + 1
+        end = data.rfind(b"\n")
+        if end < 0:
+            return []  # only a torn line so far: read again next time
+        self.skipped_bytes += start - self.offset
+        self.offset = start + end + 1
+        return self._parse(data[: end + 1])
+
+    def _parse(self, chunk: bytes) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for line in chunk.split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                row = _loads(line)
+            except (ValueError, UnicodeDecodeError):
+                self.malformed += 1
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+            else:
+                self.malformed += 1
+        return rows
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - orjson is a dependency
+        return json.loads(data)
+    return orjson.loads(data)
+
+
+def read_rank_json(run: str | os.PathLike[str], rank: int, name: str) -> dict[str, Any] | None:
+    """A rank's small JSON document (rank_info, status, inflight_live...) or None when
+    missing, unreadable, or not an object: a live reader just tries again later."""
+    obj = read_json(rank_dir(run, rank) / name)
+    return obj if isinstance(obj, dict) else None
+
+
+# Bytes read at most from the end of each table on a live reader's first read (and after
+# a jump): enough for the recent window `gpudiag watch` keeps, whatever the file length.
+LIVE_TAIL_BYTES = {
+    STEPS: 256 * 1024,  # ~2000 step rows
+    COLLECTIVES: 1024 * 1024,  # ~3000 collective rows
+    COLLECTIVE_TIMES: 512 * 1024,
+    GPU_SAMPLES: 64 * 1024,
+    HOST_SAMPLES: 16 * 1024,
+}
+LIVE_RANK_TABLES = (STEPS, COLLECTIVES, COLLECTIVE_TIMES)
+
+
+@dataclass
+class LiveBatch:
+    """What a :class:`LiveReader` poll found: new rows since the last poll, and the
+    current small documents."""
+
+    t_ns: int
+    status: str | None  # run_status() of the manifest; None without a manifest
+    manifest: dict[str, Any]
+    node_manifests: dict[int, dict[str, Any]]
+    hang_report: bool
+    rank_rows: dict[str, dict[int, list[dict[str, Any]]]]  # table -> rank -> new rows
+    node_rows: dict[str, dict[int, list[dict[str, Any]]]]  # table -> node -> new rows
+    rank_info: dict[int, dict[str, Any]]
+    statuses: dict[int, dict[str, Any]]
+    inflight: dict[int, dict[str, Any]]  # rank -> inflight_live.json
+    warnings: list[str] = field(default_factory=list)
+
+
+class LiveReader:
+    """Reads a run directory while the job writes it: each :meth:`poll` returns the
+    rows appended since the previous one (see :class:`TableTail`) and the current
+    manifest, statuses and live in-flight collectives. New rank and node directories
+    are picked up as they appear; ``manifest.node<K>.json`` files are read as they are."""
+
+    def __init__(
+        self, run: str | os.PathLike[str], tail_bytes: dict[str, int] | None = None
+    ) -> None:
+        self.run = Path(run)
+        if not self.run.is_dir():
+            raise RunFormatError(f"{self.run}: not a directory")
+        self.tail_bytes = dict(LIVE_TAIL_BYTES if tail_bytes is None else tail_bytes)
+        self._tails: dict[tuple[str, str, int], TableTail] = {}
+        self._rank_info: dict[int, dict[str, Any]] = {}
+        self._statuses: dict[int, dict[str, Any]] = {}
+        self._inflight: dict[int, dict[str, Any]] = {}
+        self._inflight_mtime: dict[int, int] = {}
+
+    def _tail(self, kind: str, table: str, index: int) -> TableTail:
+        key = (kind, table, index)
+        tail = self._tails.get(key)
+        if tail is None:
+            base = rank_dir(self.run, index) if kind == "rank" else node_dir(self.run, index)
+            tail = TableTail(table_path(base, table), self.tail_bytes.get(table))
+            self._tails[key] = tail
+        return tail
+
+    def malformed_rows(self) -> int:
+        return sum(t.malformed for t in self._tails.values())
+
+    def poll(self) -> LiveBatch:
+        warnings: list[str] = []
+        manifest = read_json(self.run / MANIFEST, warnings)
+        manifest = manifest if isinstance(manifest, dict) else {}
+        status = run_status(manifest, self.run / MANIFEST) if manifest else None
+        node_manifests: dict[int, dict[str, Any]] = {}
+        for p in sorted(self.run.glob("manifest.node*.json")):
+            m = _NODE_MANIFEST_RE.match(p.name)
+            extra = read_json(p, warnings)
+            if m and isinstance(extra, dict):
+                node_manifests[int(m.group(1))] = extra
+        ranks = list_ranks(self.run)
+        rank_rows = {
+            t: {r: self._tail("rank", t, r).read() for r in ranks} for t in LIVE_RANK_TABLES
+        }
+        nodes = list_nodes(self.run)
+        node_rows = {t: {n: self._tail("node", t, n).read() for n in nodes} for t in NODE_TABLES}
+        for r in ranks:
+            self._read_docs(r)
+        return LiveBatch(
+            t_ns=time.time_ns(),
+            status=status,
+            manifest=manifest,
+            node_manifests=node_manifests,
+            hang_report=(self.run / HANG_REPORT).is_file(),
+            rank_rows=rank_rows,
+            node_rows=node_rows,
+            rank_info=dict(self._rank_info),
+            statuses=dict(self._statuses),
+            inflight=dict(self._inflight),
+            warnings=warnings,
+        )
+
+    def _read_docs(self, rank: int) -> None:
+        """rank_info until it names the backend, status.json until it exists, and
+        inflight_live.json when its mtime changed: a few stats per rank per poll."""
+        info = self._rank_info.get(rank)
+        if info is None or info.get("backend") is None:
+            fresh = read_rank_json(self.run, rank, RANK_INFO)
+            if fresh is not None:
+                self._rank_info[rank] = fresh
+        if rank not in self._statuses:
+            status = read_rank_json(self.run, rank, STATUS)
+            if status is not None:
+                self._statuses[rank] = status
+        path = rank_dir(self.run, rank) / LIVE_INFLIGHT
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except OSError:
+            return
+        if self._inflight_mtime.get(rank) != mtime:
+            live = read_rank_json(self.run, rank, LIVE_INFLIGHT)
+            if live is not None:
+                self._inflight[rank] = live
+                self._inflight_mtime[rank] = mtime

@@ -40,6 +40,9 @@ _DUMP_FILL = 0.75
 _MAX_DUMP_EVERY = 100
 _TIMES_FLUSH_ROWS = 256
 _TIMES_FLUSH_NS = 1_000_000_000
+# Dump at least this often too (at a step end), so `gpudiag watch` sees arrivals within
+# seconds on jobs with slow steps: a full ring costs 28-42 ms, <= 0.4 % at this age.
+_DUMP_MAX_AGE_NS = 10_000_000_000
 
 _FR_DTYPE_BYTES = {
     "Float": ("float32", 4),
@@ -275,6 +278,7 @@ class CollectiveRecorder:
         self._fixed_dump_every = dump_every
         self._dump_every = dump_every or 1
         self._steps_since_dump = 0
+        self._last_dump_ns = 0
         try:
             self._ring_size = int(_fr_ring_env() or FR_BUFFER_SIZE)
         except ValueError:
@@ -461,14 +465,18 @@ class CollectiveRecorder:
         self._flush_times()
         ddp.record_step(self, step, t_ns)
         self._steps_since_dump += 1
-        if self.fr_enabled and self._steps_since_dump >= self._dump_every:
-            self._steps_since_dump = 0
+        if self.fr_enabled and (
+            self._steps_since_dump >= self._dump_every
+            or t_ns - self._last_dump_ns > _DUMP_MAX_AGE_NS
+        ):
+            self._last_dump_ns = t_ns
+            steps_since, self._steps_since_dump = self._steps_since_dump, 0
             new = self.dump()
             if self._fixed_dump_every is None:
-                self._adapt_dump_every(new)
+                self._adapt_dump_every(new, steps_since)
 
-    def _adapt_dump_every(self, new_entries: int) -> None:
-        per_step = max(new_entries / max(self._dump_every, 1), 1e-9)
+    def _adapt_dump_every(self, new_entries: int, steps: int | None = None) -> None:
+        per_step = max(new_entries / max(steps or self._dump_every, 1), 1e-9)
         budget = self._ring_size * _DUMP_FILL
         self._dump_every = int(max(1, min(_MAX_DUMP_EVERY, budget // per_step)))
 

@@ -21,6 +21,7 @@ from typing import IO, Any
 from gpudiag import rundir
 
 POLL_S = 0.25
+LIVE_EVERY_S = 1.0
 
 _STACKS_FILE: IO[str] | None = None
 
@@ -47,8 +48,10 @@ def install_hang_dump(run_dir: Path, rank: int) -> None:
 
 def _poll_requests(run_dir: Path, rank: int) -> None:
     request = request_path(run_dir, rank)
+    live = _LiveInflight(run_dir, rank)
     while True:
         if request.exists():
+            live.stop()  # the watchdog fired: the job ends, inflight.json says the rest
             try:
                 write_inflight(run_dir, rank)
             finally:
@@ -57,7 +60,63 @@ def _poll_requests(run_dir: Path, rank: int) -> None:
                 except OSError:
                     pass
         _flush_stale_times()
+        try:
+            live.tick()
+        except Exception:  # noqa: BLE001 - the live file is optional, the poller is not
+            live.stop()
         time.sleep(POLL_S)
+
+
+class _LiveInflight:
+    """Writes ``inflight_live.json`` from the poll thread when the set of collectives
+    in flight for over ``rundir.LIVE_INFLIGHT_AGE_S`` changes (checked every
+    ``LIVE_EVERY_S``). A healthy job has none, so it writes the (empty) file once."""
+
+    def __init__(self, run_dir: Path, rank: int) -> None:
+        self.path = rundir.rank_dir(run_dir, rank) / rundir.LIVE_INFLIGHT
+        self._last_check = 0.0
+        self._written: tuple | None = None
+        self._stopped = False
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if self._stopped or now - self._last_check < LIVE_EVERY_S:
+            return
+        self._last_check = now
+        from gpudiag.capture import collectives
+
+        recorder = collectives.active_recorder()
+        if recorder is None:
+            return
+        cutoff = time.time_ns() - int(rundir.LIVE_INFLIGHT_AGE_S * 1e9)
+        waiting = [r for r in recorder.inflight.snapshot() if r.get("enter_ns", cutoff) < cutoff]
+        key = tuple(sorted((str(r.get("pg_name")), r.get("seq"), r["enter_ns"]) for r in waiting))
+        if key == self._written:
+            return
+        groups = collectives._pg_info() if waiting else {}
+        rows = [
+            {
+                "pg_name": r.get("pg_name"),
+                "seq": r.get("seq"),
+                "op": r.get("op"),
+                "enter_ns": r.get("enter_ns"),
+                "source": r.get("source"),
+                "callsite": r.get("callsite"),
+                "pg_ranks": groups.get(r.get("pg_name"), (None, None))[1],
+            }
+            for r in waiting
+        ]
+        snapshot = {"t_ns": time.time_ns(), "last_step": recorder._last_step, "inflight": rows}
+        try:
+            rundir.write_json_atomic(self.path, snapshot)
+        except OSError as exc:  # full disk: the live view just misses it
+            rundir.note_write_problem(self.path, exc)
+            self._stopped = True
+            return
+        self._written = key
 
 
 def _flush_stale_times() -> None:

@@ -1,0 +1,449 @@
+"""Live state of a running job (`gpudiag watch`): pure functions over recent rows.
+
+:class:`LiveWindow` accumulates the rows a :class:`gpudiag.rundir.LiveReader` hands out
+and keeps only a bounded window per rank (the last ``steps`` steps, and the collectives
+of those steps), so memory and work per refresh stay flat however long the run.
+:func:`snapshot` turns the window and the run's current documents into a
+:class:`LiveSnapshot`; its :meth:`LiveSnapshot.to_json` is the stable `--json` schema
+(docs/live.md).
+
+Lagging ranks are the stragglers of :mod:`gpudiag.analysis.stragglers` (the same
+functions `gpudiag analyze` uses) run on the recent window's collectives. A stuck
+collective is one that some ranks entered (their ``inflight_live.json``) over
+``stuck_after_s`` ago while other members of its process group never arrived.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from gpudiag import rundir
+from gpudiag.analysis import findings as fnd
+from gpudiag.analysis import stragglers as strag
+
+DEFAULT_WINDOW_STEPS = 50
+DEFAULT_STUCK_AFTER_S = 10.0
+# Collectives are written when the rank dumps its Flight Recorder ring (every few to 100
+# steps, at least every 10 s), so the step window for arrivals trails the step table.
+_STEP_SLACK = 200
+_MAX_COLLECTIVES_PER_RANK = 50_000
+
+
+@dataclass
+class RankLive:
+    rank: int
+    node: int | None
+    step: int | None
+    steps_per_s: float | None
+    last_step_ms: float | None
+    median_step_ms: float | None
+    since_last_step_s: float | None
+    data_wait_ms: float | None  # median DataLoader wait per step over the window
+    memory_bytes: int | None  # GPU memory used on the rank's device (NVML), else None
+    status: str | None  # status.json's, once the rank ended
+
+
+@dataclass
+class StuckCollective:
+    pg: str | None
+    seq: int | None
+    op: str | None
+    waiting_s: float
+    arrived: list[int]
+    missing: list[int]
+
+
+@dataclass
+class GpuLive:
+    gpu: int | None
+    util_gpu: float | None
+    mem_used: int | None
+    mem_total: int | None
+    throttle_reasons: int | None
+    power_w: float | None
+    temp_c: float | None
+
+
+@dataclass
+class NodeLive:
+    node: int
+    cpu_percent: float | None
+    mem_used: int | None
+    mem_total: int | None
+    gpus: list[GpuLive] = field(default_factory=list)
+
+
+@dataclass
+class LiveSnapshot:
+    state: str  # one of rundir.RUN_STATUSES
+    failed_ranks: list[int]
+    t_ns: int
+    window_steps: int
+    ranks: list[RankLive]
+    lagging: list[int]
+    stuck: list[StuckCollective]
+    nodes: list[NodeLive]
+    lagging_window: list[int] | None = None  # [first, last] step the lagging ranks cover
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class LiveWindow:
+    """Recent rows of a run, bounded per rank."""
+
+    def __init__(self, steps: int = DEFAULT_WINDOW_STEPS) -> None:
+        self.steps_kept = steps
+        self.steps: dict[int, deque[dict[str, Any]]] = {}
+        # rank -> (pg_name, seq) -> arrival row; FR rows win over call stamps
+        self.arrivals: dict[int, dict[tuple[str, int], dict[str, Any]]] = {}
+        self.host: dict[int, dict[str, Any]] = {}
+        self.gpus: dict[tuple[int, int], dict[str, Any]] = {}
+        self.collectives_changed = True
+
+    def add(self, batch: rundir.LiveBatch) -> None:
+        for rank, rows in batch.rank_rows.get(rundir.STEPS, {}).items():
+            if rows:
+                kept = self.steps.setdefault(rank, deque(maxlen=self.steps_kept + _STEP_SLACK))
+                kept.extend(r for r in rows if isinstance(r.get("end_ns"), int))
+        for rank, rows in batch.rank_rows.get(rundir.COLLECTIVES, {}).items():
+            self._add_arrivals(rank, rows, "enqueue_ns", fr=True)
+        for rank, rows in batch.rank_rows.get(rundir.COLLECTIVE_TIMES, {}).items():
+            self._add_arrivals(rank, rows, "call_ns", fr=False)
+        for node, rows in batch.node_rows.get(rundir.HOST_SAMPLES, {}).items():
+            if rows:
+                self.host[node] = rows[-1]
+        for node, rows in batch.node_rows.get(rundir.GPU_SAMPLES, {}).items():
+            for row in rows:
+                if isinstance(row.get("gpu"), int):
+                    self.gpus[(node, row["gpu"])] = row
+
+    def _add_arrivals(self, rank: int, rows: list[dict[str, Any]], column: str, fr: bool) -> None:
+        if not rows:
+            return
+        table = self.arrivals.setdefault(rank, {})
+        for row in rows:
+            seq, arrival = row.get("seq"), row.get(column)
+            if not isinstance(seq, int) or not isinstance(arrival, int) or row.get("op") == "lost":
+                continue
+            key = (str(row.get("pg_name")), seq)
+            if key in table and not fr:
+                continue  # the Flight Recorder's enqueue time, as `analyze` uses
+            table[key] = {
+                "pg_name": key[0],
+                "seq": seq,
+                "op": row.get("op"),
+                "start_ns": arrival,
+                "step": row.get("step") if fr else None,
+            }
+            self.collectives_changed = True
+        self._trim(rank)
+
+    def _trim(self, rank: int) -> None:
+        """Drop arrivals older than the kept steps (rows come in time order, so from
+        the front), and beyond a hard cap."""
+        table = self.arrivals[rank]
+        steps = self.steps.get(rank)
+        oldest = steps[0]["end_ns"] if steps else None
+        while table:
+            first = next(iter(table))
+            if len(table) > _MAX_COLLECTIVES_PER_RANK or (
+                oldest is not None and table[first]["start_ns"] < oldest
+            ):
+                del table[first]
+            else:
+                break
+
+
+# --------------------------------------------------------------------------- snapshot
+
+
+def _median(values: list[float]) -> float | None:
+    return float(statistics.median(values)) if values else None
+
+
+def rank_live(
+    rank: int, steps: deque[dict[str, Any]] | None, window: int, now_ns: int
+) -> tuple[int | None, float | None, float | None, float | None, float | None, float | None]:
+    """(step, steps/s, last ms, median ms, s since the last step, median data wait ms)
+    over the last ``window`` steps."""
+    rows = list(steps)[-window:] if steps else []
+    if not rows:
+        return None, None, None, None, None, None
+    last = rows[-1]
+    durations = [
+        (r["end_ns"] - r["start_ns"]) / 1e6 for r in rows if isinstance(r.get("start_ns"), int)
+    ]
+    span_s = (last["end_ns"] - rows[0]["end_ns"]) / 1e9
+    if len(rows) >= 2 and span_s > 0:
+        rate: float | None = (len(rows) - 1) / span_s
+    elif durations and durations[-1] > 0:
+        rate = 1000.0 / durations[-1]
+    else:
+        rate = None
+    data = [r["data_ns"] / 1e6 for r in rows if isinstance(r.get("data_ns"), int)]
+    return (
+        last.get("step"),
+        rate,
+        durations[-1] if durations else None,
+        _median(durations),
+        max(0.0, (now_ns - last["end_ns"]) / 1e9),
+        _median(data),
+    )
+
+
+def _step_of(steps: list[dict[str, Any]], t_ns: int) -> int | None:
+    """The step a collective issued at ``t_ns`` belongs to (first step ending after it)."""
+    ends = [r["end_ns"] for r in steps]
+    i = bisect.bisect_left(ends, t_ns)
+    if i < len(steps):
+        return steps[i].get("step")
+    return None
+
+
+def window_collectives(
+    win: LiveWindow, window: int
+) -> tuple[pd.DataFrame, pd.DataFrame, list[int] | None]:
+    """The recent collectives every rank has written (arrival = enqueue), shaped as
+    `analyze` hands them to the straggler functions, and the matching steps."""
+    frames: list[dict[str, Any]] = []
+    latest: dict[int, int] = {}
+    for rank, table in win.arrivals.items():
+        steps = list(win.steps.get(rank, ()))
+        for row in table.values():
+            step = row["step"]
+            if step is None and steps:
+                step = _step_of(steps, row["start_ns"])
+            if not isinstance(step, int) or step < 1:  # step 0: warm-up, as in analyze
+                continue
+            frames.append({**row, "rank": rank, "step": step})
+            latest[rank] = max(latest.get(rank, step), step)
+    if len(latest) < 2:
+        return pd.DataFrame(), pd.DataFrame(), None
+    last = min(latest.values())  # the newest step every rank has collectives for
+    first = last - window + 1
+    coll = pd.DataFrame(frames)
+    coll = coll[(coll["step"] >= first) & (coll["step"] <= last)]
+    if coll.empty:
+        return coll, pd.DataFrame(), None
+    coll = coll.sort_values(["rank", "pg_name", "start_ns"], ignore_index=True)
+    coll["index"] = coll.groupby(["rank", "pg_name"]).cumcount()
+    step_rows = [
+        {"rank": r, "step": s["step"], "start_ns": s["start_ns"], "end_ns": s["end_ns"]}
+        for r, rows in win.steps.items()
+        for s in rows
+        if isinstance(s.get("step"), int) and first <= s["step"] <= last
+    ]
+    steps_frame = pd.DataFrame(step_rows, columns=["rank", "step", "start_ns", "end_ns"])
+    return coll, steps_frame, [int(coll["step"].min()), last]
+
+
+def lagging_ranks(win: LiveWindow, window: int) -> tuple[list[int], list[int] | None]:
+    """The ranks of the straggler finding `analyze` would make, over the last
+    ``window`` steps: the same matching, thresholds and net-cost rule."""
+    coll, steps_frame, span = window_collectives(win, window)
+    if coll.empty:
+        return [], None
+    skew = strag.arrival_skew(coll)
+    if skew is None or skew.empty:
+        return [], span
+    slow = strag.stragglers(skew, steps_frame if len(steps_frame) else None)
+    step_ms = (
+        float(((steps_frame["end_ns"] - steps_frame["start_ns"]) / 1e6).mean())
+        if len(steps_frame)
+        else float("nan")
+    )
+    named = {r for f in fnd.straggler_findings(slow, step_ms) for r in f.ranks}
+    return sorted(int(r) for r in named), span
+
+
+def stuck_collectives(
+    inflight: dict[int, dict[str, Any]],
+    ranks: list[int],
+    ended: set[int],
+    now_ns: int,
+    stuck_after_s: float,
+) -> list[StuckCollective]:
+    """Collectives some ranks have waited in for over ``stuck_after_s``, with the
+    members of the group that never arrived."""
+    groups: dict[tuple[str, int | None], dict[str, Any]] = {}
+    for rank, doc in inflight.items():
+        if rank in ended:
+            continue
+        for entry in doc.get("inflight") or []:
+            if not isinstance(entry, dict) or not isinstance(entry.get("enter_ns"), int):
+                continue
+            seq = entry.get("seq") if isinstance(entry.get("seq"), int) else None
+            key = (str(entry.get("pg_name")), seq)
+            g = groups.setdefault(
+                key, {"op": entry.get("op"), "enter_ns": entry["enter_ns"], "arrived": set()}
+            )
+            g["enter_ns"] = min(g["enter_ns"], entry["enter_ns"])
+            g["arrived"].add(rank)
+            members = entry.get("pg_ranks")
+            if isinstance(members, list) and all(isinstance(m, int) for m in members):
+                g["members"] = members
+    out: list[StuckCollective] = []
+    for (pg, seq), g in groups.items():
+        waiting = (now_ns - g["enter_ns"]) / 1e9
+        if waiting < stuck_after_s:
+            continue
+        members = g.get("members") or ranks
+        out.append(
+            StuckCollective(
+                pg=pg,
+                seq=seq,
+                op=g["op"],
+                waiting_s=round(waiting, 3),
+                arrived=sorted(g["arrived"]),
+                missing=sorted(set(members) - g["arrived"]),
+            )
+        )
+    return sorted(out, key=lambda s: -s.waiting_s)
+
+
+def run_state(batch: rundir.LiveBatch) -> tuple[str, list[int]]:
+    """(state, failed ranks), in rundir's one status vocabulary. A run still marked
+    running is ``failed`` as soon as a rank wrote a failed status, and ``hang`` once
+    the watchdog wrote its report; without a manifest the ranks' statuses decide."""
+    failed = sorted(
+        (s.get("end_ns") or 0, r) for r, s in batch.statuses.items() if s.get("status") == "failed"
+    )
+    failed_ranks = [r for _, r in failed]
+    listed = batch.manifest.get("failed_ranks")
+    if isinstance(listed, list):
+        failed_ranks += [r for r in listed if isinstance(r, int) and r not in failed_ranks]
+    state = batch.status
+    if state in (None, "running"):
+        if batch.hang_report:
+            state = "hang"
+        elif failed_ranks:
+            state = "failed"
+        elif state is None:
+            ranks = set(batch.rank_rows.get(rundir.STEPS, {}))
+            done = ranks and all(batch.statuses.get(r, {}).get("status") == "ok" for r in ranks)
+            state = "ok" if done else "running"
+    return state, failed_ranks
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def node_views(win: LiveWindow) -> list[NodeLive]:
+    nodes = sorted(set(win.host) | {n for n, _ in win.gpus})
+    out = []
+    for n in nodes:
+        host = win.host.get(n, {})
+        gpus = [
+            GpuLive(
+                gpu=g,
+                util_gpu=_num(row.get("util_gpu")),
+                mem_used=_int(row.get("mem_used")),
+                mem_total=_int(row.get("mem_total")),
+                throttle_reasons=_int(row.get("throttle_reasons")),
+                power_w=_num(row.get("power_w")),
+                temp_c=_num(row.get("temp_c")),
+            )
+            for (node, g), row in sorted(win.gpus.items())
+            if node == n
+        ]
+        out.append(
+            NodeLive(
+                node=n,
+                cpu_percent=_num(host.get("cpu_percent")),
+                mem_used=_int(host.get("mem_used")),
+                mem_total=_int(host.get("mem_total")),
+                gpus=gpus,
+            )
+        )
+    return out
+
+
+def _device_index(info: dict[str, Any]) -> int | None:
+    device = info.get("device")
+    if isinstance(device, str) and device.startswith("cuda:"):
+        try:
+            return int(device.split(":", 1)[1])
+        except ValueError:
+            return None
+    return None
+
+
+class Lagging:
+    """Caches the straggler result between refreshes that brought no new collectives."""
+
+    def __init__(self) -> None:
+        self.ranks: list[int] = []
+        self.span: list[int] | None = None
+
+    def update(self, win: LiveWindow, window: int) -> tuple[list[int], list[int] | None]:
+        if win.collectives_changed:
+            self.ranks, self.span = lagging_ranks(win, window)
+            win.collectives_changed = False
+        return self.ranks, self.span
+
+
+def snapshot(
+    win: LiveWindow,
+    batch: rundir.LiveBatch,
+    window: int = DEFAULT_WINDOW_STEPS,
+    stuck_after_s: float = DEFAULT_STUCK_AFTER_S,
+    lagging: Lagging | None = None,
+) -> LiveSnapshot:
+    """The live view of the run, from the accumulated window and the latest poll."""
+    now = batch.t_ns
+    state, failed_ranks = run_state(batch)
+    ranks = sorted(set(win.steps) | set(batch.rank_info) | set(batch.statuses))
+    views = []
+    for r in ranks:
+        info = batch.rank_info.get(r, {})
+        node = _int(info.get("node_rank"))
+        step, rate, last_ms, median_ms, since, data_ms = rank_live(r, win.steps.get(r), window, now)
+        gpu = _device_index(info)
+        sample = win.gpus.get((node or 0, gpu)) if gpu is not None else None
+        views.append(
+            RankLive(
+                rank=r,
+                node=node,
+                step=step,
+                steps_per_s=_round(rate, 3),
+                last_step_ms=_round(last_ms, 3),
+                median_step_ms=_round(median_ms, 3),
+                since_last_step_s=_round(since, 3),
+                data_wait_ms=_round(data_ms, 3),
+                memory_bytes=_int(sample.get("mem_used")) if sample else None,
+                status=batch.statuses.get(r, {}).get("status"),
+            )
+        )
+    lag, span = (lagging or Lagging()).update(win, window)
+    stuck = (
+        stuck_collectives(batch.inflight, ranks, set(batch.statuses), now, stuck_after_s)
+        if state in ("running", "hang")
+        else []
+    )
+    return LiveSnapshot(
+        state=state,
+        failed_ranks=failed_ranks,
+        t_ns=now,
+        window_steps=window,
+        ranks=views,
+        lagging=lag,
+        stuck=stuck,
+        nodes=node_views(win),
+        lagging_window=span,
+    )
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
