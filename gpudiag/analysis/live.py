@@ -25,6 +25,7 @@ import pandas as pd
 
 from gpudiag import rundir
 from gpudiag.analysis import findings as fnd
+from gpudiag.analysis import gpu as gpu_health
 from gpudiag.analysis import stragglers as strag
 
 DEFAULT_WINDOW_STEPS = 50
@@ -65,7 +66,8 @@ class GpuLive:
     util_gpu: float | None
     mem_used: int | None
     mem_total: int | None
-    throttle_reasons: int | None
+    throttle_reasons: int | None  # NVML clock-event reason bits
+    throttled: list[str]  # the reasons among them that slow a busy GPU (thermal, power...)
     power_w: float | None
     temp_c: float | None
 
@@ -352,6 +354,7 @@ def node_views(win: LiveWindow) -> list[NodeLive]:
                 mem_used=_int(row.get("mem_used")),
                 mem_total=_int(row.get("mem_total")),
                 throttle_reasons=_int(row.get("throttle_reasons")),
+                throttled=_throttled(_int(row.get("throttle_reasons"))),
                 power_w=_num(row.get("power_w")),
                 temp_c=_num(row.get("temp_c")),
             )
@@ -368,6 +371,13 @@ def node_views(win: LiveWindow) -> list[NodeLive]:
             )
         )
     return out
+
+
+def _throttled(bits: int | None) -> list[str]:
+    if not bits:
+        return []
+    mask = bits & gpu_health.PERF_THROTTLE_MASK
+    return [name for bit, name in gpu_health.THROTTLE_BITS.items() if mask & bit]
 
 
 def _device_index(info: dict[str, Any]) -> int | None:

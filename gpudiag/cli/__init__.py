@@ -12,11 +12,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from gpudiag.cli import analyze, bench, compare, dashboard, lint, trace
+from gpudiag.cli import analyze, bench, compare, dashboard, lint, trace, watch
 
 # name -> (main, one-line help)
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "trace": (trace.main, "run a training script under capture"),
+    "watch": (watch.main, "watch a running job: progress, lagging ranks, stuck collectives"),
     "analyze": (analyze.main, "find bottlenecks in a run or traces"),
     "compare": (compare.main, "two runs side by side"),
     "dashboard": (dashboard.main, "open the Streamlit dashboard"),

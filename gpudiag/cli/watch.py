@@ -1,0 +1,118 @@
+"""`gpudiag watch RUN`: a running job, live (rich), or one snapshot (`--once --json`).
+
+Reads only the run directory's append-only tables, incrementally
+(:class:`gpudiag.rundir.LiveReader`); the live state is :mod:`gpudiag.analysis.live`.
+The live view refreshes about once a second and ends when the run ends or on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+ENDED = ("ok", "failed", "interrupted", "hang", "launcher_lost")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpudiag watch",
+        description="Watch a running gpudiag run: per-rank progress, lagging ranks, "
+        "stuck collectives (docs/live.md).",
+    )
+    p.add_argument("run", help="run directory written by `gpudiag trace`")
+    p.add_argument("--once", action="store_true", help="one snapshot, then exit")
+    p.add_argument("--json", action="store_true", help="print the snapshot as JSON")
+    p.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between refreshes (default 1)"
+    )
+    p.add_argument(
+        "--window",
+        type=int,
+        default=50,
+        help="steps the rates, medians and lagging ranks cover (default 50)",
+    )
+    p.add_argument(
+        "--stuck-after",
+        type=float,
+        default=10.0,
+        help="seconds in a collective before it shows as stuck (default 10)",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    for name, value, low in (
+        ("--interval", ns.interval, 0.05),
+        ("--stuck-after", ns.stuck_after, 0),
+    ):
+        if not value >= low:
+            print(f"gpudiag watch: {name} {value:g}: expected a number >= {low:g}", file=sys.stderr)
+            return 2
+    if ns.window < 2:
+        print(f"gpudiag watch: --window {ns.window}: expected 2 or more", file=sys.stderr)
+        return 2
+    from gpudiag import rundir
+
+    if not rundir.is_run_dir(ns.run):
+        print(f"gpudiag watch: {ns.run}: not a gpudiag run directory", file=sys.stderr)
+        return 2
+    from gpudiag.analysis import live
+
+    reader = rundir.LiveReader(ns.run)
+    window = live.LiveWindow(ns.window)
+    lagging = live.Lagging()
+
+    def refresh() -> live.LiveSnapshot:
+        batch = reader.poll()
+        window.add(batch)
+        return live.snapshot(window, batch, ns.window, ns.stuck_after, lagging)
+
+    if ns.once:
+        snap = refresh()
+        if ns.json:
+            print(json.dumps(snap.to_json(), indent=2))
+        else:
+            from rich.console import Console
+
+            from gpudiag.report.live import render_live
+
+            Console().print(render_live(snap, str(ns.run)))
+        return 0
+    if ns.json:  # a JSON line per refresh, for scripts that follow the run
+        return _follow_json(refresh, ns.interval)
+    return _follow_rich(refresh, ns.interval, str(ns.run))
+
+
+def _follow_json(refresh: Any, interval: float) -> int:
+    try:
+        while True:
+            snap = refresh()
+            print(json.dumps(snap.to_json()), flush=True)
+            if snap.state in ENDED:
+                return 0
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _follow_rich(refresh: Any, interval: float, run: str) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    from gpudiag.report.live import render_live
+
+    console = Console()
+    try:
+        snap = refresh()
+        with Live(render_live(snap, run), console=console, auto_refresh=False) as view:
+            while snap.state not in ENDED:
+                time.sleep(interval)
+                snap = refresh()
+                view.update(render_live(snap, run), refresh=True)
+    except KeyboardInterrupt:
+        return 130
+    return 0

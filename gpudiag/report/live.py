@@ -1,0 +1,91 @@
+"""Rich rendering of a live snapshot (`gpudiag watch`): the state line, stuck
+collectives, the per-rank table (lagging ranks marked) and the per-node samples.
+Everything from the run directory is shown as plain Text, never parsed as markup."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from gpudiag.analysis.live import LiveSnapshot
+
+STATE_STYLE = {
+    "running": "bold green",
+    "ok": "bold cyan",
+    "failed": "bold red",
+    "hang": "bold red",
+    "interrupted": "yellow",
+    "launcher_lost": "bold yellow",
+}
+
+
+def _fmt(value: float | int | None, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def _gib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**30:.1f} GiB"
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(str(r) for r in ranks) or "-"
+
+
+def render_live(snap: LiveSnapshot, run: str) -> RenderableType:
+    parts: list[RenderableType] = []
+    head = Text()
+    head.append("gpudiag watch ", style="bold")
+    head.append(run)
+    head.append("   state: ")
+    head.append(snap.state, style=STATE_STYLE.get(snap.state, "bold"))
+    if snap.failed_ranks:
+        head.append(f" (rank {_ranks(snap.failed_ranks)})", style="red")
+    parts.append(head)
+    lag = Text("lagging: ")
+    if snap.lagging:
+        lag.append(f"rank {_ranks(snap.lagging)}", style="bold yellow")
+    else:
+        lag.append("none")
+    if snap.lagging_window:
+        lag.append(f"  (steps {snap.lagging_window[0]}-{snap.lagging_window[1]})", style="dim")
+    parts.append(lag)
+    for s in snap.stuck:
+        line = Text("STUCK ", style="bold red")
+        line.append(
+            f"{s.op} pg {s.pg} seq {s.seq}: waiting {s.waiting_s:.1f} s; "
+            f"arrived {_ranks(s.arrived)}; never arrived: "
+        )
+        line.append(_ranks(s.missing), style="bold red")
+        parts.append(line)
+    table = Table(box=None, pad_edge=False)
+    for name in ("rank", "node", "step", "steps/s", "last ms", "median ms", "since last s",
+                 "data ms", "memory", "status"):  # fmt: skip
+        table.add_column(name, justify="left" if name == "status" else "right")
+    lagging = set(snap.lagging)
+    for r in snap.ranks:
+        table.add_row(
+            Text(str(r.rank), style="bold yellow" if r.rank in lagging else ""),
+            _fmt(r.node),
+            _fmt(r.step),
+            _fmt(r.steps_per_s, 2),
+            _fmt(r.last_step_ms),
+            _fmt(r.median_step_ms),
+            _fmt(r.since_last_step_s),
+            _fmt(r.data_wait_ms),
+            _gib(r.memory_bytes),
+            Text(r.status or ""),
+        )
+    parts.append(table)
+    for n in snap.nodes:
+        line = Text(f"node {n.node}: host CPU {_fmt(n.cpu_percent, 0)} %, memory ")
+        line.append(f"{_gib(n.mem_used)} / {_gib(n.mem_total)}")
+        for g in n.gpus:
+            line.append(
+                f"; GPU {g.gpu} {_fmt(g.util_gpu, 0)} % {_gib(g.mem_used)}"
+                + (f" throttled ({', '.join(g.throttled)})" if g.throttled else "")
+            )
+        parts.append(line)
+    return Group(*parts)
