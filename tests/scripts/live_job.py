@@ -1,0 +1,47 @@
+"""2-rank gloo job for the `gpudiag watch` tests. Run under
+`gpudiag trace --nproc-per-node 2 live_job.py MODE STOP_FILE`:
+
+  slow   rank 1 sleeps 40 ms before its all-reduces every step (it lags)
+  stuck  rank 1 stops calling collectives at step 5 (sleeps), rank 0 waits in all_reduce
+  fail   rank 1 raises at step 3
+
+Both ranks stop together at the step after STOP_FILE appears (or after 3000 steps).
+"""
+
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> None:
+    mode, stop_file = sys.argv[1], sys.argv[2]
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = torch.nn.Linear(64, 64)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(16, 64)
+    for step in range(3000):
+        stop = torch.tensor([1.0 if os.path.exists(stop_file) else 0.0])
+        dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+        if stop.item():
+            break
+        opt.zero_grad()
+        model(x).sum().backward()
+        if rank == 1 and mode == "slow":
+            time.sleep(0.04)
+        if rank == 1 and mode == "stuck" and step == 5:
+            time.sleep(600)
+        if rank == 1 and mode == "fail" and step == 3:
+            raise RuntimeError("live test: rank 1 fails at step 3")
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+        opt.step()
+        time.sleep(0.01)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
