@@ -1,0 +1,177 @@
+"""The live reader and live state on real recorded run directories (sample_runs/,
+copied to tmp and appended to / torn / truncated there)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudiag import rundir
+from gpudiag.analysis import live
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "sample_runs"
+
+
+@pytest.fixture
+def straggler_run(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLES / "ddp4_straggler", run, ignore=shutil.ignore_patterns("traces"))
+    return run
+
+
+def _lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def test_tail_returns_only_new_complete_rows(straggler_run: Path) -> None:
+    path = rundir.table_path(rundir.rank_dir(straggler_run, 0), rundir.STEPS)
+    lines = _lines(path)
+    path.write_bytes(b"".join(lines[:10]))
+    tail = rundir.TableTail(path)
+    assert [r["step"] for r in tail.read()] == list(range(10))
+    assert tail.read() == []  # nothing new
+    with open(path, "ab") as fh:  # two whole rows and a torn third
+        fh.write(lines[10] + lines[11] + lines[12][:20])
+    assert [r["step"] for r in tail.read()] == [10, 11]
+    assert tail.read() == []  # the torn row is not an error, and not returned yet
+    with open(path, "ab") as fh:
+        fh.write(lines[12][20:])
+    assert [r["step"] for r in tail.read()] == [12]
+    assert tail.malformed == 0 and tail.resets == 0
+
+
+def test_tail_rereads_a_truncated_or_replaced_file(straggler_run: Path) -> None:
+    path = rundir.table_path(rundir.rank_dir(straggler_run, 1), rundir.STEPS)
+    lines = _lines(path)
+    tail = rundir.TableTail(path)
+    assert len(tail.read()) == len(lines)
+    path.write_bytes(b"".join(lines[:3]))  # truncated in place
+    assert [r["step"] for r in tail.read()] == [0, 1, 2]
+    assert tail.resets == 1
+    fresh = path.with_name("new.jsonl")  # rotated: a new file under the same name
+    fresh.write_bytes(b"".join(lines[5:]))
+    os.replace(fresh, path)
+    assert [r["step"] for r in tail.read()] == list(range(5, len(lines)))
+    assert tail.resets == 2
+
+
+def test_tail_bytes_reads_only_the_end_from_a_line_start(straggler_run: Path) -> None:
+    path = rundir.table_path(rundir.rank_dir(straggler_run, 2), rundir.COLLECTIVES)
+    lines = _lines(path)
+    budget = sum(len(x) for x in lines[-5:]) + 10  # the last five rows and part of one
+    tail = rundir.TableTail(path, tail_bytes=budget)
+    rows = tail.read()
+    assert [r["record_id"] for r in rows] == [json.loads(x)["record_id"] for x in lines[-5:]]
+    assert tail.malformed == 0 and tail.skipped_bytes > 0
+
+
+def test_malformed_row_counted_not_raised(straggler_run: Path) -> None:
+    path = rundir.table_path(rundir.rank_dir(straggler_run, 0), rundir.STEPS)
+    tail = rundir.TableTail(path)
+    tail.read()
+    with open(path, "ab") as fh:
+        fh.write(b"{not json\n[1, 2]\n")
+    assert tail.read() == []
+    assert tail.malformed == 2
+
+
+def test_snapshot_names_the_straggler_like_analyze(straggler_run: Path) -> None:
+    (straggler_run / "manifest.node1.json").write_text("{}")  # a second node's manifest
+    reader = rundir.LiveReader(straggler_run)
+    window = live.LiveWindow()
+    batch = reader.poll()
+    assert set(batch.node_manifests) == {1}
+    window.add(batch)
+    snap = live.snapshot(window, batch)
+    assert snap.state == "ok"
+    assert snap.lagging == [2]  # sample_runs/README: rank 2 sleeps 40 ms in forward
+    assert [r.rank for r in snap.ranks] == [0, 1, 2, 3]
+    assert all(r.step == 14 and r.status == "ok" for r in snap.ranks)
+    assert snap.nodes and snap.nodes[0].node == 0 and snap.nodes[0].mem_total
+
+
+def test_lagging_is_analyzes_straggler_finding() -> None:
+    from gpudiag.analysis.pipeline import analyze
+
+    for name in ("ddp4_straggler", "ddp2_dataloader_bound"):
+        result = analyze(SAMPLES / name)
+        expected = sorted({r for f in result.findings if f.kind == "straggler" for r in f.ranks})
+        reader = rundir.LiveReader(SAMPLES / name)
+        window = live.LiveWindow()
+        batch = reader.poll()
+        window.add(batch)
+        assert live.snapshot(window, batch).lagging == expected, name
+
+
+def test_incremental_refreshes_equal_one_read(straggler_run: Path) -> None:
+    """Feeding the tables a few rows at a time gives the same state as reading them whole."""
+    full = {}
+    for r in range(4):
+        for table in rundir.LIVE_RANK_TABLES:
+            path = rundir.table_path(rundir.rank_dir(straggler_run, r), table)
+            full[path] = _lines(path)
+            path.write_bytes(b"")
+    reader = rundir.LiveReader(straggler_run)
+    window = live.LiveWindow()
+    lagging = live.Lagging()
+    for upto in range(0, 40, 3):
+        for path, lines in full.items():
+            path.write_bytes(b"".join(lines[:upto]))
+        batch = reader.poll()
+        window.add(batch)
+        snap = live.snapshot(window, batch, lagging=lagging)
+    assert snap.lagging == [2]
+    assert [r.step for r in snap.ranks] == [14] * 4
+
+
+def test_window_stays_bounded(straggler_run: Path) -> None:
+    window = live.LiveWindow(steps=5)
+    reader = rundir.LiveReader(straggler_run)
+    window.add(reader.poll())
+    assert all(len(rows) <= 5 + live._STEP_SLACK for rows in window.steps.values())
+    rank_live = live.rank_live(0, window.steps[0], 5, 0)
+    assert rank_live[0] == 14
+
+
+def test_stuck_needs_the_threshold_and_names_the_missing_rank() -> None:
+    t0 = 1_000_000_000_000
+    entry = {"pg_name": "0", "seq": 42, "op": "all_reduce", "enter_ns": t0, "pg_ranks": [0, 1, 2]}
+    inflight = {0: {"inflight": [entry]}, 2: {"inflight": [dict(entry, enter_ns=t0 + 10**9)]}}
+    now = t0 + 12 * 10**9
+    assert live.stuck_collectives(inflight, [0, 1, 2], set(), now, 20.0) == []
+    (stuck,) = live.stuck_collectives(inflight, [0, 1, 2], set(), now, 10.0)
+    assert (stuck.pg, stuck.seq, stuck.op) == ("0", 42, "all_reduce")
+    assert stuck.arrived == [0, 2] and stuck.missing == [1]
+    assert stuck.waiting_s == 12.0
+    # a rank that ended (status.json) no longer counts as waiting
+    assert live.stuck_collectives(inflight, [0, 1, 2], {0, 2}, now, 10.0) == []
+
+
+def test_watch_cli_json_schema_and_bad_input(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "watch", str(SAMPLES / "ddp4_straggler"), "--once",
+         "--json"],
+        capture_output=True, text=True, timeout=120, env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    snap = json.loads(proc.stdout)
+    assert {"state", "ranks", "lagging", "stuck"} <= set(snap)
+    assert set(snap["ranks"][0]) >= {
+        "rank", "node", "step", "steps_per_s", "last_step_ms", "median_step_ms",
+        "since_last_step_s",
+    }  # fmt: skip
+    assert snap["lagging"] == [2]
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "watch", str(tmp_path), "--once"],
+        capture_output=True, text=True, timeout=120, env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "not a gpudiag run" in proc.stderr
