@@ -15,6 +15,10 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpudiag.lint.project import Project
 
 LOOP_TYPES = (ast.For, ast.AsyncFor, ast.While)
 SCOPE_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -41,14 +45,29 @@ DIST_SAMPLER = "torch.utils.data.DistributedSampler"
 
 _OPTIMIZER_NAME = re.compile(r"(^|_)(opt|optim|optimizer|optimiser|scaler)s?($|_)|optimizer", re.I)
 _LOADER_NAME = re.compile(r"loader|(^|_)dl($|_)", re.I)
-_RANK_NAME = re.compile(
+RANK_NAME = re.compile(
     r"rank|main_process|is_master|master_process|is_main|is_primary|^master$|^is_chief$"
     r"|^(gpu|device|proc|process)_?(id|idx|index)$|^gpu$",
     re.I,
 )
 
 
-_DEVICE_TEST = re.compile(r"cuda|is_available|device|cpu|gpu|backend", re.I)
+_DEVICE_TEST = re.compile(r"cuda|is_available|device|cpu|gpu|backend|accelerator", re.I)
+# `sys.platform == "win32"`, `platform.system() == "Windows"`, `os.name == "nt"`
+_PLATFORM_NAMES = {"platform", "system", "win32", "darwin"}
+_PLATFORM_STRINGS = re.compile(r"^(win32|cygwin|darwin|linux|windows|nt|posix|macos)$", re.I)
+# torch.cuda calls that ask or seed without using a device (CPU scripts call them too)
+_CUDA_QUERIES = {
+    "torch.cuda.is_available",
+    "torch.cuda.device_count",
+    "torch.cuda.manual_seed",
+    "torch.cuda.manual_seed_all",
+    "torch.cuda.is_bf16_supported",
+    "torch.cuda.is_initialized",
+}
+_DEVICE_INDEX_NAME = re.compile(
+    r"^(local_rank|rank|gpu|gpu_id|gpu_idx|device_id|device_idx|local_device|dev_id)$", re.I
+)
 _LEAF_TYPES = (ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
 
 
@@ -105,8 +124,14 @@ def is_const(node: ast.AST | None, value: object) -> bool:
 
 
 class ModuleContext:
-    def __init__(self, tree: ast.Module) -> None:
+    def __init__(self, tree: ast.Module, path: str | None = None, *, link: bool = True) -> None:
+        """`path` (a file on disk) lets the project index resolve this module's imports;
+        `link=False` leaves the step-loop analysis to `Project` (several files at once)."""
         self.tree = tree
+        self.path = path
+        self.imports: list[str] = []  # dotted module names as written, relative with dots
+        self.star_imports: list[str] = []
+        self.loaded_names: set[str] = set()  # Name ids read somewhere
         self.parents: dict[ast.AST, ast.AST] = {}
         self.children: dict[ast.AST, list[ast.AST]] = {}
         self.calls: list[ast.Call] = []
@@ -115,6 +140,7 @@ class ModuleContext:
         self.aliases: dict[str, str] = {}
         self.string_constants: list[str] = []
         self.identifiers: set[str] = set()  # every Name id and attribute name
+        self._cuda_strings: list[ast.Constant] = []
         stack: list[ast.AST] = [tree]
         while stack:  # one pass over the tree: ast.walk plus parents/children
             parent = stack.pop()
@@ -125,6 +151,8 @@ class ModuleContext:
             stack.extend(children)
             if isinstance(parent, ast.Name):
                 self.identifiers.add(parent.id)
+                if isinstance(parent.ctx, ast.Load):
+                    self.loaded_names.add(parent.id)
             elif isinstance(parent, ast.Attribute):
                 self.identifiers.add(parent.attr)
             elif isinstance(parent, ast.Call):
@@ -139,6 +167,8 @@ class ModuleContext:
                 self._add_import(parent)
             elif isinstance(parent, ast.Constant) and isinstance(parent.value, str):
                 self.string_constants.append(parent.value)
+                if parent.value == "cuda" or parent.value.startswith("cuda:"):
+                    self._cuda_strings.append(parent)
         self.loops.sort(key=lambda loop: (loop.lineno, loop.col_offset))
         self.calls.sort(key=lambda c: (c.lineno, c.col_offset))
         self._add_module_level_aliases()
@@ -157,29 +187,42 @@ class ModuleContext:
             name == DDP or name.startswith("torch.distributed.")
             for name in self.call_names.values()
         )
-        self.step_functions = self._step_functions()
-        self.step_loops = [loop for loop in self.loops if self._is_step_loop(loop)]
-        self._step_loop_set = set(self.step_loops)
-        self.step_nodes = self._step_nodes()
         self._references: dict[str, list[ast.AST]] | None = None
         self._training_loops: set[ast.AST] | None = None
+        self._rank_only_names: set[str] | None = None
+        # set by Project.link: the files of this lint run this module is connected to
+        self.project: Project | None = None
+        self.step_functions: set[str] = set()
+        self.step_loops: list[ast.For | ast.AsyncFor | ast.While] = []
+        self.step_nodes: set[ast.AST] = set()
+        if link:
+            from gpudiag.lint.project import Project
+
+            Project([self])
 
     # ----------------------------------------------------------------- names
 
     def _add_import(self, node: ast.Import | ast.ImportFrom) -> None:
         if isinstance(node, ast.Import):
             for alias in node.names:
+                self.imports.append(alias.name)
                 if alias.asname:
                     self.aliases[alias.asname] = alias.name
                 else:
                     top = alias.name.split(".")[0]
                     self.aliases[top] = top
             return
-        if node.level or not node.module:
-            return
+        # relative imports keep their dots (`.utils.train`): only the project index
+        # resolves them; rules compare against `torch.*` names
+        module = "." * node.level + (node.module or "")
+        prefix = module if module.endswith(".") else module + "."
+        self.imports.append(module)
         for alias in node.names:
-            if alias.name != "*":
-                self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            if alias.name == "*":
+                self.star_imports.append(module)
+            else:
+                self.imports.append(prefix + alias.name)
+                self.aliases[alias.asname or alias.name] = prefix + alias.name
 
     def _add_module_level_aliases(self) -> None:
         """`DDP = torch.nn.parallel.DistributedDataParallel` at module level."""
@@ -212,6 +255,25 @@ class ModuleContext:
             node = stack.pop()
             yield node
             if not isinstance(node, LOOP_TYPES + SCOPE_TYPES):
+                stack.extend(reversed(self.children[node]))
+
+    def per_iteration_nodes(self, body: list[ast.stmt]) -> Iterator[ast.AST]:
+        """body_nodes of a loop body, without the code that ends the loop or handles an
+        error (`except ...: log; break`, `if done: save(); return`): it runs once, not
+        every iteration."""
+        stack: list[ast.AST] = list(reversed(body))
+        while stack:
+            node = stack.pop()
+            yield node
+            if isinstance(node, SCOPE_TYPES):
+                continue
+            if isinstance(node, ast.ExceptHandler):
+                continue
+            if isinstance(node, (ast.If, ast.Try, ast.With, ast.AsyncWith, ast.Match)):
+                for child in reversed(self.children[node]):
+                    if not (isinstance(child, ast.stmt) and _ends_block(node, child)):
+                        stack.append(child)
+            else:
                 stack.extend(reversed(self.children[node]))
 
     def body_nodes(self, body: list[ast.stmt]) -> Iterator[ast.AST]:
@@ -257,19 +319,47 @@ class ModuleContext:
         return names
 
     def _uses_cuda(self) -> bool:
-        if any(s == "cuda" or s.startswith("cuda:") for s in self.string_constants):
-            return True
+        """A CUDA device is used: a `"cuda"` / `f"cuda:{i}"` string that goes somewhere (an
+        argument, a returned or read value: not a comparison, an unused assignment or a bare
+        expression), `.cuda()`, a torch.cuda call that needs a device (not is_available /
+        device_count / seeding), `.to(rank)` / `.to(0)` (an integer device is a CUDA index),
+        or device_ids given to DP/DDP."""
         if self.method_calls("cuda"):
             return True
-        if any(name.startswith("torch.cuda.") for name in self.call_names.values()):
+        if any(
+            name.startswith("torch.cuda.") and name not in _CUDA_QUERIES
+            for name in self.call_names.values()
+        ):
+            return True
+        if any(_is_device_index(call.args[0]) for call in self.method_calls("to") if call.args):
+            return True
+        if any(self._string_used(node) for node in self._cuda_strings):
             return True
         # DP/DDP device_ids only exist for CUDA modules
         wrappers = self.calls_to(DDP, *DATA_PARALLEL)
         return any(
             not is_const(keyword(call, "device_ids"), None)
             for call in wrappers
-            if keyword(call, "device_ids")
+            if keyword(call, "device_ids") or len(call.args) >= 2
         )
+
+    def _string_used(self, node: ast.AST) -> bool:
+        """The value of this string expression reaches a call, a return, a container or a
+        name that is read: it is not only compared, discarded or assigned to nothing."""
+        child, parent = node, self.parents.get(node)
+        while isinstance(parent, (ast.JoinedStr, ast.FormattedValue, ast.IfExp, ast.BoolOp)):
+            if isinstance(parent, ast.IfExp) and child is parent.test:
+                return False
+            child, parent = parent, self.parents.get(parent)
+        if parent is None or isinstance(parent, (ast.Compare, ast.Expr)):
+            return False
+        if isinstance(parent, (ast.Assign, ast.AnnAssign)):
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            return any(
+                not isinstance(target, ast.Name) or target.id in self.loaded_names
+                for target in targets
+            )
+        return True
 
     # ------------------------------------------------------------ step loops
 
@@ -304,22 +394,6 @@ class ModuleContext:
             return func.attr
         return None
 
-    def _step_functions(self) -> set[str]:
-        """Functions that perform a training step outside any loop of their own."""
-        own_calls = {
-            name: [n for d in defs for n in self.own_nodes(d.body) if isinstance(n, ast.Call)]
-            for name, defs in self.functions.items()
-        }
-        result = {name for name, calls in own_calls.items() if any(map(self.is_step_call, calls))}
-        changed = True
-        while changed:
-            changed = False
-            for name, calls in own_calls.items():
-                if name not in result and any(self.local_callee(c) in result for c in calls):
-                    result.add(name)
-                    changed = True
-        return result
-
     def iterates_loader(self, loop: ast.AST) -> bool:
         if isinstance(loop, (ast.For, ast.AsyncFor)):
             sources: list[ast.AST] = [loop.iter]
@@ -334,38 +408,6 @@ class ModuleContext:
             for source in sources
             for name in names_in(source)
         )
-
-    def _is_step_loop(self, loop: ast.AST) -> bool:
-        for node in self.own_nodes(loop.body):
-            if isinstance(node, ast.Call) and (
-                self.is_step_call(node) or self.local_callee(node) in self.step_functions
-            ):
-                return True
-        return self.iterates_loader(loop)
-
-    def _step_nodes(self) -> set[ast.AST]:
-        nodes: set[ast.AST] = set()
-        for loop in self.step_loops:
-            nodes.update(self.body_nodes(loop.body))
-        # step functions and the functions called from per-step code run once per step too
-        frontier = list(nodes)
-        pending = set(self.step_functions)
-        added: set[str] = set()
-        while frontier or pending:
-            for node in frontier:
-                callee = self.local_callee(node) if isinstance(node, ast.Call) else None
-                # `if step % eval_every == 0: evaluate()` does not run once per step
-                if callee and not self.periodic_guard(node):
-                    pending.add(callee)
-            frontier = []
-            for name in pending - added:
-                added.add(name)
-                for definition in self.functions[name]:
-                    new = list(self.body_nodes(definition.body))
-                    nodes.update(new)
-                    frontier.extend(new)
-            pending.clear()
-        return nodes
 
     def in_step_loop(self, node: ast.AST) -> bool:
         return node in self.step_nodes
@@ -406,7 +448,9 @@ class ModuleContext:
         return self.enclosing_function(node) or self.tree
 
     def periodic_guard(self, node: ast.AST) -> bool:
-        """Inside an `if` whose test uses `%` (`if step % 100 == 0:`) in the same function."""
+        """Inside an `if` that runs its body on some steps only, in the same function:
+        `if step % 100 == 0:` (periodic), `if step == 1:` / `if self.step - start == 1:`
+        (once), `if self.validator.should_validate(step):` (a should_* schedule)."""
         child = node
         for ancestor in self.ancestors(node):
             if isinstance(ancestor, SCOPE_TYPES):
@@ -414,10 +458,7 @@ class ModuleContext:
             if (
                 isinstance(ancestor, (ast.If, ast.IfExp))
                 and child is not ancestor.test
-                and any(
-                    isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
-                    for n in ast.walk(ancestor.test)
-                )
+                and _is_occasional_test(ancestor.test)
             ):
                 return True
             child = ancestor
@@ -459,17 +500,24 @@ class ModuleContext:
 
     def rank_guarded(self, node: ast.AST, depth: int = 0) -> bool:
         child = node
+        is_guard = self.is_rank_test
         for ancestor in self.ancestors(node):
             if (
                 isinstance(ancestor, (ast.If, ast.IfExp))
                 and child is not ancestor.test
-                and _is_rank_test(ancestor.test)
+                and is_guard(ancestor.test)
             ):
                 return True
-            if _early_return_before(ancestor, child, _is_rank_test):
+            if _early_return_before(ancestor, child, is_guard):
                 return True
             if isinstance(ancestor, FUNCTION_TYPES):
-                return depth < 5 and self._all_callers_guarded(ancestor.name, depth + 1)
+                if depth >= 5:
+                    return False
+                if self._all_callers_guarded(ancestor.name, depth + 1):
+                    return True
+                return self.project is not None and self.project.callers_guarded(
+                    self, ancestor.name, depth + 1
+                )
             if isinstance(ancestor, (ast.ClassDef, ast.Lambda)):
                 return False
             child = ancestor
@@ -497,13 +545,115 @@ class ModuleContext:
         references = self._references.get(function, [])
         return bool(references) and all(self.rank_guarded(ref, depth) for ref in references)
 
+    def component(self) -> list[ModuleContext]:
+        """This module and the files of the lint run connected to it by imports."""
+        return self.project.component(self) if self.project is not None else [self]
+
+    def component_gpu_job(self) -> bool:
+        return any(module.gpu_job for module in self.component())
+
+    def component_calls_to(self, *qualified: str) -> list[ast.Call]:
+        return [call for module in self.component() for call in module.calls_to(*qualified)]
+
+    def references_to(self, function: str) -> list[ast.AST]:
+        self._all_callers_guarded(function, 99)  # builds the index
+        return (self._references or {}).get(function, [])
+
+    def is_rank_test(self, test: ast.expr) -> bool:
+        """A test naming a rank, or `if logger is not None:` / `if writer:` on a name that is
+        only bound on rank 0 (`logger = SummaryWriter() if rank == 0 else None`)."""
+        if _is_rank_test(test):
+            return True
+        names = {terminal_name(node) for node in _tested_names(test)} - {""}
+        return bool(names) and not names.isdisjoint(self.rank_only_names())
+
+    def rank_only_names(self) -> set[str]:
+        if self._rank_only_names is None:
+            self._rank_only_names = set()
+            for node in self.parents:
+                if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+                    continue
+                value = node.value
+                guarded = isinstance(value, ast.IfExp) and _is_rank_test(value.test)
+                if not guarded:
+                    parent = self.parents.get(node)
+                    guarded = isinstance(parent, ast.If) and _is_rank_test(parent.test)
+                if guarded:
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    self._rank_only_names.update(terminal_name(t) for t in targets)
+            self._rank_only_names.discard("")
+        return self._rank_only_names
+
+
+_COUNTER_NAME = re.compile(r"step|iter|epoch|batch_idx|batch_num|^i$|^it$|^idx$", re.I)
+
+
+def _is_occasional_test(test: ast.expr) -> bool:
+    for node in ast.walk(test):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            return True
+        if (
+            isinstance(node, ast.Compare)
+            and all(isinstance(op, ast.Eq) for op in node.ops)
+            and any(_COUNTER_NAME.search(name) for name in names_in(node))
+        ):
+            return True
+        if isinstance(node, ast.Call) and terminal_name(node.func).startswith("should_"):
+            return True
+    return False
+
+
+def _tested_names(test: ast.expr) -> list[ast.expr]:
+    """`x`, `x is not None`, `a and x`: the names whose truth the test checks."""
+    if isinstance(test, ast.BoolOp):
+        return [name for value in test.values for name in _tested_names(value)]
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.IsNot)
+        and is_const(test.comparators[0], None)
+    ):
+        test = test.left
+    return [test] if isinstance(test, (ast.Name, ast.Attribute)) else []
+
 
 def _is_rank_test(test: ast.expr) -> bool:
-    return any(_RANK_NAME.search(name) for name in names_in(test))
+    return any(RANK_NAME.search(name) for name in names_in(test))
 
 
 def _is_device_test(test: ast.expr) -> bool:
-    return any(_DEVICE_TEST.search(name) for name in names_in(test))
+    """A test that picks a device kind or an operating system (gloo is the only backend
+    on Windows, so code in a `sys.platform == "win32"` branch has no choice)."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Name):
+            name = node.id
+        elif isinstance(node, ast.Attribute):
+            name = node.attr
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if _PLATFORM_STRINGS.match(node.value):
+                return True
+            continue
+        else:
+            continue
+        if _DEVICE_TEST.search(name) or name in _PLATFORM_NAMES:
+            return True
+    return False
+
+
+def _is_device_index(node: ast.AST) -> bool:
+    """`.to(local_rank)`, `.to(self.gpu_id)`, `.to(0)`: an integer device is a CUDA index."""
+    if isinstance(node, ast.Constant):
+        return type(node.value) is int
+    return bool(_DEVICE_INDEX_NAME.match(terminal_name(node)))
+
+
+def _ends_block(parent: ast.AST, stmt: ast.stmt) -> bool:
+    """`stmt` is in a block of `parent` whose last statement leaves the loop or function."""
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(parent, field, None)
+        if isinstance(block, list) and stmt in block:
+            return isinstance(block[-1], (ast.Break, ast.Return, ast.Raise))
+    return False
 
 
 def _early_return_before(

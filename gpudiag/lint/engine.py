@@ -10,19 +10,28 @@ from pathlib import Path
 from gpudiag.lint.checks import all_checks
 from gpudiag.lint.config import Selection, SelectionResolver, check_codes
 from gpudiag.lint.context import ModuleContext
+from gpudiag.lint.project import Project, local_imports
 from gpudiag.lint.result import FileError, Finding, LintResult
 from gpudiag.lint.rules import RULES
 from gpudiag.lint.suppression import is_suppressed, suppressions
 
+_MAX_SIBLINGS = 50
+_MAX_SIBLING_BYTES = 1_000_000
 _SKIP_DIRS = {"__pycache__", "node_modules", "venv", "site-packages", "build", "dist"}
 
 
 def lint_source(
     source: str, path: str = "<string>", selection: Selection | None = None
 ) -> list[Finding]:
-    """Findings for one module's source. Raises SyntaxError for code that does not parse."""
+    """Findings for one module's source, on its own (no other file is read).
+    Raises SyntaxError for code that does not parse."""
     tree = ast.parse(source, filename=path)
-    ctx = ModuleContext(tree)
+    return _check_module(ModuleContext(tree), source, path, selection)
+
+
+def _check_module(
+    ctx: ModuleContext, source: str, path: str, selection: Selection | None
+) -> list[Finding]:
     ignored = suppressions(source)
     selection = selection or Selection()
     findings: set[Finding] = set()
@@ -76,28 +85,69 @@ def lint_paths(
     ignored = check_codes(list(ignore), "--ignore") if ignore is not None else ()
     resolver = SelectionResolver(chosen, ignored)
     result = LintResult()
+    parsed: list[tuple[str, str, ModuleContext]] = []
     for path in iter_python_files(as_given):
         result.files.append(path)
-        selection = resolver.for_file(Path(path))
         try:
             source = _read(path)
-            result.findings.extend(lint_source(source, path, selection))
-        except SyntaxError as error:
-            result.errors.append(
-                FileError(
-                    path, error.lineno or 1, (error.offset or 0) or 1, f"syntax error: {error.msg}"
-                )
-            )
-        except RecursionError:
-            result.errors.append(FileError(path, 1, 1, "too deeply nested to parse"))
-        except (OSError, UnicodeDecodeError, ValueError) as error:
-            result.errors.append(FileError(path, 1, 1, f"cannot read: {error}"))
-        except Exception as error:  # a bug in a rule must not hide the other files' findings
-            message = (
-                f"internal error in gpudiag lint, please report: {type(error).__name__}: {error}"
-            )
-            result.errors.append(FileError(path, 1, 1, message))
+            ctx = ModuleContext(ast.parse(source, filename=path), path, link=False)
+            parsed.append((path, source, ctx))
+        except Exception as error:
+            result.errors.append(_file_error(path, error))
+    _link([ctx for _, _, ctx in parsed], _imported_siblings(parsed))
+    for path, source, ctx in parsed:
+        selection = resolver.for_file(Path(path))
+        try:
+            result.findings.extend(_check_module(ctx, source, path, selection))
+        except Exception as error:
+            result.errors.append(_file_error(path, error))
     return result
+
+
+def _link(linted: list[ModuleContext], siblings: list[ModuleContext]) -> None:
+    """One project index over the run; should it fail, each file on its own."""
+    try:
+        Project(linted + siblings)
+    except Exception:
+        for ctx in linted:
+            Project([ctx])
+
+
+def _imported_siblings(parsed: list[tuple[str, str, ModuleContext]]) -> list[ModuleContext]:
+    """Modules next to the linted files that they import but that were not given (linting
+    `main.py` alone still sees `trainer.py`'s set_device): indexed, never reported."""
+    known = {os.path.realpath(path) for path, _, _ in parsed}
+    extra: list[ModuleContext] = []
+    queue = [ctx for _, _, ctx in parsed]
+    while queue and len(extra) < _MAX_SIBLINGS:
+        ctx = queue.pop()
+        for file in local_imports(ctx):
+            key = os.path.realpath(file)
+            if key in known or len(extra) >= _MAX_SIBLINGS:
+                continue
+            known.add(key)
+            try:
+                if os.path.getsize(file) > _MAX_SIBLING_BYTES:
+                    continue
+                sibling = ModuleContext(ast.parse(_read(file), filename=file), file, link=False)
+            except Exception:  # an unreadable helper module only loses its facts
+                continue
+            extra.append(sibling)
+            queue.append(sibling)
+    return extra
+
+
+def _file_error(path: str, error: Exception) -> FileError:
+    if isinstance(error, SyntaxError):
+        column = (error.offset or 0) or 1
+        return FileError(path, error.lineno or 1, column, f"syntax error: {error.msg}")
+    if isinstance(error, RecursionError):
+        return FileError(path, 1, 1, "too deeply nested to parse")
+    if isinstance(error, (OSError, UnicodeDecodeError, ValueError)):
+        return FileError(path, 1, 1, f"cannot read: {error}")
+    # a bug in a rule must not hide the other files' findings
+    message = f"internal error in gpudiag lint, please report: {type(error).__name__}: {error}"
+    return FileError(path, 1, 1, message)
 
 
 def _read(path: str) -> str:

@@ -71,11 +71,42 @@ def _check_sampler(ctx: ModuleContext, sampler: ast.Call) -> Iterator[Hit]:
     replicas = keyword(sampler, "num_replicas")
     if (isinstance(rank, ast.Constant) and isinstance(rank.value, int)) or is_const(replicas, 1):
         yield Hit("GD207", sampler)
-    if is_const(keyword(sampler, "shuffle"), False):
+    if is_const(keyword(sampler, "shuffle"), False) or _is_eval_sampler(ctx, sampler):
         return
-    set_epoch_calls = ctx.method_calls("set_epoch")
-    if not any(_runs_repeatedly(ctx, call) for call in set_epoch_calls):
+    # set_epoch may be called in another file of the run (a train() helper in utils.py)
+    if not any(
+        _runs_repeatedly(module, call)
+        for module in ctx.component()
+        for call in module.method_calls("set_epoch")
+    ):
         yield Hit("GD202", sampler)
+
+
+def _is_eval_sampler(ctx: ModuleContext, sampler: ast.Call) -> bool:
+    """A sampler for evaluation data (its order does not matter): named `val_sampler`,
+    built on `val_dataset` / `test_set`, or given to a loader named like evaluation."""
+    dataset = sampler.args[0] if sampler.args else keyword(sampler, "dataset")
+    name = _assigned_name(ctx, sampler)
+    if _EVAL_NAME.search(name) or (dataset is not None and _names_eval_data(dataset)):
+        return True
+    if not name:
+        parent = ctx.parents.get(sampler)
+        loader = ctx.parents.get(parent) if isinstance(parent, ast.keyword) else None
+        return isinstance(loader, ast.Call) and bool(_EVAL_NAME.search(_assigned_name(ctx, loader)))
+    users = [
+        loader
+        for loader in ctx.calls_to(DATALOADER)
+        if any(terminal_name(kw.value) == name for kw in loader.keywords if kw.arg == "sampler")
+    ]
+    return bool(users) and all(_EVAL_NAME.search(_assigned_name(ctx, u)) for u in users)
+
+
+def _names_eval_data(dataset: ast.expr) -> bool:
+    name = terminal_name(dataset)
+    if isinstance(dataset, ast.Subscript):  # datasets["validation"]
+        key = dataset.slice
+        name = key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else ""
+    return bool(name) and bool(_EVAL_NAME.search(name))
 
 
 def _runs_repeatedly(ctx: ModuleContext, call: ast.Call) -> bool:

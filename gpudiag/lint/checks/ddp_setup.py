@@ -71,20 +71,35 @@ def _first_line(calls: list[ast.Call]) -> int | None:
 
 def _device_set_before(ctx: ModuleContext, ddp: ast.Call) -> bool:
     setters = ctx.calls_to(*_SET_DEVICE)
-    setters += [
-        call
-        for call in ctx.calls_to("torch.distributed.init_process_group")
-        if keyword(call, "device_id") is not None
-    ]
-    if not setters:
-        return False
+    setters += _device_id_inits(ctx)
+    if not setters:  # set in another file of the run (main.py before Trainer(...))
+        return any(
+            module.calls_to(*_SET_DEVICE) or _device_id_inits(module) for module in ctx.component()
+        )
     same_scope = [call for call in setters if ctx.scope_of(call) is ctx.scope_of(ddp)]
     first = _first_line(same_scope)
     return first is None or first < ddp.lineno
 
 
+def _device_id_inits(ctx: ModuleContext) -> list[ast.Call]:
+    return [
+        call
+        for call in ctx.calls_to("torch.distributed.init_process_group")
+        if keyword(call, "device_id") is not None
+    ]
+
+
 def _seeded_before(ctx: ModuleContext, ddp: ast.Call) -> bool:
-    seeds = [
+    seeds = _seed_calls(ctx)
+    if not seeds:
+        return any(_seed_calls(module) for module in ctx.component() if module is not ctx)
+    same_scope = [call for call in seeds if ctx.scope_of(call) is ctx.scope_of(ddp)]
+    first = _first_line(same_scope)
+    return first is None or first < ddp.lineno
+
+
+def _seed_calls(ctx: ModuleContext) -> list[ast.Call]:
+    return [
         call
         for call in ctx.calls
         if any(
@@ -97,8 +112,3 @@ def _seeded_before(ctx: ModuleContext, ddp: ast.Call) -> bool:
             for seed in _SEEDS
         )
     ]
-    if not seeds:
-        return False
-    same_scope = [call for call in seeds if ctx.scope_of(call) is ctx.scope_of(ddp)]
-    first = _first_line(same_scope)
-    return first is None or first < ddp.lineno

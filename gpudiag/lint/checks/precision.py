@@ -36,7 +36,9 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
 
 
 def _uses_reduced_precision(ctx: ModuleContext) -> bool:
-    return not _REDUCED_PRECISION.isdisjoint(ctx.identifiers)
+    """Anywhere in the file or the files connected to it (an FSDP MixedPrecision policy in
+    policies/, autocast in the train() helper of utils.py)."""
+    return any(not _REDUCED_PRECISION.isdisjoint(m.identifiers) for m in ctx.component())
 
 
 def _accumulation_without_no_sync(ctx: ModuleContext) -> Iterator[Hit]:

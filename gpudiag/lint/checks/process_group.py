@@ -20,9 +20,9 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
             continue
         if backend == "gloo" and ctx.gpu_job:
             yield Hit("GD501", init)
-        elif backend == "nccl" and not ctx.gpu_job:
+        elif backend == "nccl" and not ctx.component_gpu_job():
             yield Hit("GD502", init)
-    if inits and not ctx.calls_to(_DESTROY):
+    if inits and not ctx.component_calls_to(_DESTROY):
         yield Hit("GD503", inits[0])
 
 

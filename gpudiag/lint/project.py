@@ -1,0 +1,261 @@
+"""The files of one lint run seen together: an index built once per run.
+
+A training script is rarely one file: `main.py` calls `torch.cuda.set_device`, `trainer.py`
+builds DDP; `utils.py` holds `train()` with its `sampler.set_epoch(epoch)` while the sampler
+is made in `main.py`. The project resolves a module's local imports (`from utils import
+train`, `from .train_utils import setup`, `import trainer`) to the other files of the run,
+groups files connected by such imports into *components*, and runs the step-loop analysis
+across them:
+
+- a *step function* does backward()/optimizer.step() itself, or calls one (in any file);
+- a *step loop* is a loop whose own body calls a step function or iterates a DataLoader;
+- code runs *once per step* when it is in a step loop's body or in a function called from
+  there (transitively, across files, not under a periodic guard). A function that does a
+  training step but is called from no loop (a demo doing one step) is not per-step.
+
+Project-wide questions ("is set_epoch called anywhere?") are answered per component, so
+unrelated scripts linted together (a folder of examples) do not vouch for each other.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterable, Iterator
+
+from gpudiag.lint.context import ModuleContext
+
+FunctionKey = tuple[int, str]  # (index of the module in the project, function name)
+
+
+def module_candidates(path: str, dotted: str, ancestors: int = 4) -> Iterator[str]:
+    """Files that `import <dotted>` written in `path` may load: relative imports from the
+    file's package, absolute ones from the file's folder (the script folder is on sys.path)
+    or a few folders above it (a package root)."""
+    level = len(dotted) - len(dotted.lstrip("."))
+    parts = [part for part in dotted.lstrip(".").split(".") if part]
+    base = os.path.dirname(os.path.abspath(path))
+    if level:
+        for _ in range(level - 1):
+            base = os.path.dirname(base)
+        roots = [base]
+    else:
+        roots = [base]
+        for _ in range(ancestors):
+            parent = os.path.dirname(roots[-1])
+            if parent == roots[-1]:
+                break
+            roots.append(parent)
+    for root in roots:
+        target = os.path.join(root, *parts)
+        if parts:
+            yield target + ".py"
+        yield os.path.join(target, "__init__.py")
+
+
+def local_imports(ctx: ModuleContext) -> Iterator[str]:
+    """Files on disk next to `ctx` (same folder or its package) that it imports."""
+    if ctx.path is None:
+        return
+    for dotted in ctx.imports:
+        if dotted.split(".")[0] in ("torch", "os", "sys", "numpy", "typing"):
+            continue
+        for candidate in module_candidates(ctx.path, dotted, ancestors=0):
+            if os.path.isfile(candidate):
+                yield candidate
+                break
+
+
+class Project:
+    """Links the modules of one run: import edges, components, step-loop analysis."""
+
+    def __init__(self, modules: Iterable[ModuleContext]) -> None:
+        self.modules = list(modules)
+        self._index = {id(ctx): i for i, ctx in enumerate(self.modules)}
+        by_file = {os.path.realpath(ctx.path): i for i, ctx in enumerate(self.modules) if ctx.path}
+        self._by_file = by_file
+        self._module_cache: dict[tuple[int, str], int | None] = {}
+        self._callee_cache: dict[tuple[int, ast.Call], FunctionKey | None] = {}
+        self._component_of = self._components()
+        for ctx in self.modules:
+            ctx.project = self
+        self._link_steps()
+
+    # ---------------------------------------------------------------- modules
+
+    def _resolve_module(self, index: int, dotted: str) -> int | None:
+        key = (index, dotted)
+        if key not in self._module_cache:
+            found = None
+            path = self.modules[index].path
+            if path and self._by_file:
+                for candidate in module_candidates(path, dotted):
+                    found = self._by_file.get(os.path.realpath(candidate))
+                    if found is not None:
+                        break
+            self._module_cache[key] = found
+        return self._module_cache[key]
+
+    def _components(self) -> list[int]:
+        parent = list(range(len(self.modules)))
+
+        def root(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        if len(self.modules) > 1:
+            for i, ctx in enumerate(self.modules):
+                for dotted in ctx.imports:
+                    j = self._resolve_module(i, dotted)
+                    if j is not None:
+                        parent[root(j)] = root(i)
+        return [root(i) for i in range(len(self.modules))]
+
+    def component(self, ctx: ModuleContext) -> list[ModuleContext]:
+        """`ctx` and the files of this run it is connected to by imports (either way)."""
+        mine = self._component_of[self._index[id(ctx)]]
+        return [m for i, m in enumerate(self.modules) if self._component_of[i] == mine]
+
+    def others(self, ctx: ModuleContext) -> list[ModuleContext]:
+        return [m for m in self.component(ctx) if m is not ctx]
+
+    # -------------------------------------------------------------- functions
+
+    def callee(self, ctx: ModuleContext, call: ast.Call) -> FunctionKey | None:
+        """The function of this project that `call` calls: a function of the same file
+        (`f()`, `self.f()`), or one imported from another file (`from utils import f`,
+        `import utils; utils.f()`, re-exported by a package `__init__`)."""
+        index = self._index[id(ctx)]
+        key = (index, call)
+        if key not in self._callee_cache:
+            found: FunctionKey | None = None
+            local = ctx.local_callee(call)
+            if local is not None:
+                found = (index, local)
+            elif len(self.modules) > 1:
+                dotted = _dotted(call.func, ctx)
+                if dotted:
+                    found = self._resolve_function(index, dotted, depth=0)
+                elif isinstance(call.func, ast.Name):  # `from utils import *`
+                    for module in ctx.star_imports:
+                        found = self._resolve_function(index, f"{module}.{call.func.id}", 0)
+                        if found:
+                            break
+            self._callee_cache[key] = found
+        return self._callee_cache[key]
+
+    def _resolve_function(self, index: int, dotted: str, depth: int) -> FunctionKey | None:
+        if depth > 3:
+            return None
+        level = len(dotted) - len(dotted.lstrip("."))
+        parts = dotted[level:].split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            module = self._resolve_module(index, "." * level + ".".join(parts[:cut]))
+            if module is None:
+                continue
+            rest = parts[cut:]
+            target = self.modules[module]
+            if len(rest) == 1 and rest[0] in target.functions:
+                return (module, rest[0])
+            if rest[0] in target.aliases:  # re-exported: `from .train_utils import train`
+                again = ".".join([target.aliases[rest[0]], *rest[1:]])
+                return self._resolve_function(module, again, depth + 1)
+            return None
+        return None
+
+    def definitions(self, key: FunctionKey) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+        index, name = key
+        return self.modules[index].functions.get(name, [])
+
+    # ------------------------------------------------------------ step loops
+
+    def _link_steps(self) -> None:
+        own_calls: dict[FunctionKey, list[tuple[ModuleContext, ast.Call]]] = {}
+        for index, ctx in enumerate(self.modules):
+            for name, defs in ctx.functions.items():
+                own_calls[(index, name)] = [
+                    (ctx, node)
+                    for d in defs
+                    for node in ctx.own_nodes(d.body)
+                    if isinstance(node, ast.Call)
+                ]
+        steps = {
+            key for key, calls in own_calls.items() if any(c.is_step_call(n) for c, n in calls)
+        }
+        changed = True
+        while changed:
+            changed = False
+            for key, calls in own_calls.items():
+                if key not in steps and any(self.callee(c, n) in steps for c, n in calls):
+                    steps.add(key)
+                    changed = True
+        for index, ctx in enumerate(self.modules):
+            ctx.step_functions = {name for i, name in steps if i == index}
+            ctx.step_loops = [loop for loop in ctx.loops if self._is_step_loop(ctx, loop, steps)]
+        self._per_step_code()
+
+    def _is_step_loop(self, ctx: ModuleContext, loop: ast.AST, steps: set[FunctionKey]) -> bool:
+        for node in ctx.own_nodes(loop.body):  # type: ignore[attr-defined]
+            if isinstance(node, ast.Call) and (
+                ctx.is_step_call(node) or self.callee(ctx, node) in steps
+            ):
+                return True
+        return ctx.iterates_loader(loop)
+
+    def _per_step_code(self) -> None:
+        """Step-loop bodies, and the functions they call (any file), run once per step."""
+        frontier: list[tuple[ModuleContext, ast.AST]] = []
+        for ctx in self.modules:
+            ctx.step_nodes = set()
+            for loop in ctx.step_loops:
+                new = list(ctx.per_iteration_nodes(loop.body))
+                ctx.step_nodes.update(new)
+                frontier.extend((ctx, node) for node in new)
+        added: set[FunctionKey] = set()
+        while frontier:
+            pending: set[FunctionKey] = set()
+            for ctx, node in frontier:
+                if not isinstance(node, ast.Call):
+                    continue
+                key = self.callee(ctx, node)
+                # `if step % eval_every == 0: evaluate()` does not run once per step
+                if key is not None and key not in added and not ctx.periodic_guard(node):
+                    pending.add(key)
+            frontier = []
+            for key in pending - added:
+                added.add(key)
+                target = self.modules[key[0]]
+                for definition in self.definitions(key):
+                    new = list(target.body_nodes(definition.body))
+                    target.step_nodes.update(new)
+                    frontier.extend((target, node) for node in new)
+
+    # ---------------------------------------------------------------- guards
+
+    def callers_guarded(self, ctx: ModuleContext, function: str, depth: int) -> bool:
+        """A function of `ctx` used nowhere in its own file but called from other files of
+        its component: every such call is rank-guarded there."""
+        if ctx.references_to(function):
+            return False
+        index = self._index[id(ctx)]
+        calls = [
+            (other, call)
+            for other in self.others(ctx)
+            for call in other.calls
+            if self.callee(other, call) == (index, function)
+        ]
+        return bool(calls) and all(other.rank_guarded(call, depth) for other, call in calls)
+
+
+def _dotted(node: ast.AST, ctx: ModuleContext) -> str | None:
+    """`utils.train` for `utils.train(...)` / `train(...)` after `from utils import train`."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in ctx.aliases:
+        return None
+    parts.append(ctx.aliases[node.id])
+    return ".".join(reversed(parts))
