@@ -64,6 +64,8 @@ _CUDA_QUERIES = {
     "torch.cuda.manual_seed_all",
     "torch.cuda.is_bf16_supported",
     "torch.cuda.is_initialized",
+    "torch.accelerator.is_available",
+    "torch.accelerator.device_count",
 }
 _DEVICE_INDEX_NAME = re.compile(
     r"^(local_rank|rank|gpu|gpu_id|gpu_idx|device_id|device_idx|local_device|dev_id)$", re.I
@@ -182,19 +184,20 @@ class ModuleContext:
                 self._calls_by_name.setdefault(qualified, []).append(call)
         self.optimizer_names = self._optimizer_names()
         self.dataloader_names = self._bound_names(DATALOADER)
-        self.gpu_job = self._uses_cuda()
+        self.uses_cuda = self._uses_cuda()  # this file on its own
+        self.gpu_job = self.uses_cuda  # Project adds: a script importing this file uses CUDA
         self.ddp_code = any(
             name == DDP or name.startswith("torch.distributed.")
             for name in self.call_names.values()
         )
         self._references: dict[str, list[ast.AST]] | None = None
-        self._training_loops: set[ast.AST] | None = None
         self._rank_only_names: set[str] | None = None
         # set by Project.link: the files of this lint run this module is connected to
         self.project: Project | None = None
         self.step_functions: set[str] = set()
         self.step_loops: list[ast.For | ast.AsyncFor | ast.While] = []
         self.step_nodes: set[ast.AST] = set()
+        self.training_nodes: set[ast.AST] = set()
         if link:
             from gpudiag.lint.project import Project
 
@@ -321,13 +324,13 @@ class ModuleContext:
     def _uses_cuda(self) -> bool:
         """A CUDA device is used: a `"cuda"` / `f"cuda:{i}"` string that goes somewhere (an
         argument, a returned or read value: not a comparison, an unused assignment or a bare
-        expression), `.cuda()`, a torch.cuda call that needs a device (not is_available /
-        device_count / seeding), `.to(rank)` / `.to(0)` (an integer device is a CUDA index),
+        expression), `.cuda()`, a torch.cuda / torch.accelerator call that needs a device (not
+        is_available / device_count / seeding), `.to(rank)` / `.to(0)` (an integer device is a CUDA index),
         or device_ids given to DP/DDP."""
         if self.method_calls("cuda"):
             return True
         if any(
-            name.startswith("torch.cuda.") and name not in _CUDA_QUERIES
+            name.startswith(("torch.cuda.", "torch.accelerator.")) and name not in _CUDA_QUERIES
             for name in self.call_names.values()
         ):
             return True
@@ -413,23 +416,10 @@ class ModuleContext:
         return node in self.step_nodes
 
     def in_training_loop(self, node: ast.AST) -> bool:
-        """Per-step code, or a loop (e.g. the epoch loop) that contains a step loop."""
-        if node in self.step_nodes:
-            return True
-        if self._training_loops is None:
-            self._training_loops = set()
-            for loop in self.step_loops:
-                for ancestor in self.ancestors(loop):
-                    if isinstance(ancestor, SCOPE_TYPES):
-                        break
-                    if isinstance(ancestor, LOOP_TYPES):
-                        self._training_loops.add(ancestor)
-        for ancestor in self.ancestors(node):
-            if isinstance(ancestor, SCOPE_TYPES):
-                return False
-            if ancestor in self._training_loops:
-                return True
-        return False
+        """Per-step code, or code of a loop around the step loop (the epoch loop, also when
+        the step loop is in a function it calls: `for epoch ...: self._run_epoch(epoch)`),
+        and of the functions called from there."""
+        return node in self.step_nodes or node in self.training_nodes
 
     # --------------------------------------------------------------- guards
 
@@ -550,7 +540,7 @@ class ModuleContext:
         return self.project.component(self) if self.project is not None else [self]
 
     def component_gpu_job(self) -> bool:
-        return any(module.gpu_job for module in self.component())
+        return any(module.uses_cuda for module in self.component())
 
     def component_calls_to(self, *qualified: str) -> list[ast.Call]:
         return [call for module in self.component() for call in module.calls_to(*qualified)]

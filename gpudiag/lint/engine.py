@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -119,9 +120,10 @@ def _imported_siblings(parsed: list[tuple[str, str, ModuleContext]]) -> list[Mod
     known = {os.path.realpath(path) for path, _, _ in parsed}
     extra: list[ModuleContext] = []
     queue = [ctx for _, _, ctx in parsed]
+    importers = [file for path, _, _ in parsed for file in _importers(path)]
     while queue and len(extra) < _MAX_SIBLINGS:
         ctx = queue.pop()
-        for file in local_imports(ctx):
+        for file in [*local_imports(ctx), *importers]:
             key = os.path.realpath(file)
             if key in known or len(extra) >= _MAX_SIBLINGS:
                 continue
@@ -135,6 +137,30 @@ def _imported_siblings(parsed: list[tuple[str, str, ModuleContext]]) -> list[Mod
             extra.append(sibling)
             queue.append(sibling)
     return extra
+
+
+def _importers(path: str) -> list[str]:
+    """Scripts in the same folder that import `path` (`main.py` of `trainer.py`)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    stem = name[:-3] if name.endswith(".py") else name
+    if not stem.isidentifier() or stem == "__init__":
+        return []
+    pattern = re.compile(rf"^\s*(from\s+\.?{stem}\s+import|import\s+{stem}\b)", re.M)
+    found = []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    for other in names:
+        file = os.path.join(folder, other)
+        if not other.endswith(".py") or other == name or not os.path.isfile(file):
+            continue
+        try:
+            if os.path.getsize(file) <= _MAX_SIBLING_BYTES and pattern.search(_read(file)):
+                found.append(file)
+        except (OSError, UnicodeDecodeError):
+            continue
+    return found[:_MAX_SIBLINGS]
 
 
 def _file_error(path: str, error: Exception) -> FileError:

@@ -76,9 +76,11 @@ class Project:
         self._by_file = by_file
         self._module_cache: dict[tuple[int, str], int | None] = {}
         self._callee_cache: dict[tuple[int, ast.Call], FunctionKey | None] = {}
+        self._edges: set[tuple[int, int]] = set()  # (importer, imported)
         self._component_of = self._components()
         for ctx in self.modules:
             ctx.project = self
+        self._gpu_jobs()
         self._link_steps()
 
     # ---------------------------------------------------------------- modules
@@ -96,6 +98,19 @@ class Project:
             self._module_cache[key] = found
         return self._module_cache[key]
 
+    def _gpu_jobs(self) -> None:
+        """A module runs in a GPU job when it uses CUDA itself or a script that imports it
+        does (trainer.py of a main.py that moves the model to cuda:local_rank)."""
+        gpu = [ctx.uses_cuda for ctx in self.modules]
+        changed = any(gpu)
+        while changed:
+            changed = False
+            for i, j in self._edges:
+                if gpu[i] and not gpu[j]:
+                    gpu[j] = changed = True
+        for ctx, flag in zip(self.modules, gpu, strict=True):
+            ctx.gpu_job = flag
+
     def _components(self) -> list[int]:
         parent = list(range(len(self.modules)))
 
@@ -109,7 +124,8 @@ class Project:
             for i, ctx in enumerate(self.modules):
                 for dotted in ctx.imports:
                     j = self._resolve_module(i, dotted)
-                    if j is not None:
+                    if j is not None and j != i:
+                        self._edges.add((i, j))
                         parent[root(j)] = root(i)
         return [root(i) for i in range(len(self.modules))]
 
@@ -195,6 +211,7 @@ class Project:
             ctx.step_functions = {name for i, name in steps if i == index}
             ctx.step_loops = [loop for loop in ctx.loops if self._is_step_loop(ctx, loop, steps)]
         self._per_step_code()
+        self._training_code(own_calls)
 
     def _is_step_loop(self, ctx: ModuleContext, loop: ast.AST, steps: set[FunctionKey]) -> bool:
         for node in ctx.own_nodes(loop.body):  # type: ignore[attr-defined]
@@ -213,6 +230,63 @@ class Project:
                 new = list(ctx.per_iteration_nodes(loop.body))
                 ctx.step_nodes.update(new)
                 frontier.extend((ctx, node) for node in new)
+        self._spread(frontier, "step_nodes")
+
+    def _training_code(
+        self, own_calls: dict[FunctionKey, list[tuple[ModuleContext, ast.Call]]]
+    ) -> None:
+        """Loops around a step loop (in the same function, or around a call of a function
+        that runs one) and the functions they call: where the epoch loop's code runs."""
+        runs_loop = {
+            (index, name)
+            for index, ctx in enumerate(self.modules)
+            for name, defs in ctx.functions.items()
+            if any(self._contains_step_loop(ctx, d) for d in defs)
+        }
+        calls_in: dict[FunctionKey, list[tuple[ModuleContext, ast.Call]]] = {}
+        changed = True
+        while changed:
+            changed = False
+            for key in own_calls:
+                if key in runs_loop:
+                    continue
+                if key not in calls_in:
+                    ctx = self.modules[key[0]]
+                    calls_in[key] = [
+                        (ctx, node)
+                        for d in self.definitions(key)
+                        for node in ctx.body_nodes(d.body)
+                        if isinstance(node, ast.Call)
+                    ]
+                if any(self.callee(c, n) in runs_loop for c, n in calls_in[key]):
+                    runs_loop.add(key)
+                    changed = True
+        frontier: list[tuple[ModuleContext, ast.AST]] = []
+        for ctx in self.modules:
+            ctx.training_nodes = set()
+            step_loops = set(ctx.step_loops)
+            for loop in ctx.loops:
+                if loop in step_loops:
+                    continue
+                body = list(ctx.per_iteration_nodes(loop.body))
+                if any(node in step_loops for node in body) or any(
+                    isinstance(node, ast.Call) and self.callee(ctx, node) in runs_loop
+                    for node in body
+                ):
+                    ctx.training_nodes.update(body)
+                    frontier.extend((ctx, node) for node in body)
+        self._spread(frontier, "training_nodes")
+
+    def _contains_step_loop(self, ctx: ModuleContext, definition: ast.AST) -> bool:
+        return any(
+            loop in ctx.step_loops
+            for loop in ctx.body_nodes(definition.body)  # type: ignore[attr-defined]
+            if isinstance(loop, (ast.For, ast.AsyncFor, ast.While))
+        )
+
+    def _spread(self, frontier: list[tuple[ModuleContext, ast.AST]], field: str) -> None:
+        """Add to `field` of each module the bodies of the functions called from `frontier`
+        (transitively, across files), except calls under a periodic or one-off guard."""
         added: set[FunctionKey] = set()
         while frontier:
             pending: set[FunctionKey] = set()
@@ -229,7 +303,7 @@ class Project:
                 target = self.modules[key[0]]
                 for definition in self.definitions(key):
                     new = list(target.body_nodes(definition.body))
-                    target.step_nodes.update(new)
+                    getattr(target, field).update(new)
                     frontier.extend((target, node) for node in new)
 
     # ---------------------------------------------------------------- guards

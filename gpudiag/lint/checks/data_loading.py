@@ -48,7 +48,7 @@ def _check_loader(ctx: ModuleContext, loader: ast.Call) -> Iterator[Hit]:
         sampler = loader.args[3]
     is_eval = bool(_EVAL_NAME.search(_assigned_name(ctx, loader)))
     needs_sampler = ctx.ddp_code and sampler is None and not unknown_kwargs and not is_eval
-    if needs_sampler and not _is_iterable_dataset(ctx, loader):
+    if needs_sampler and not _is_iterable_dataset(ctx, loader) and not _prepared(ctx, loader):
         yield Hit("GD201", loader)
     if (
         sampler is not None
@@ -64,6 +64,24 @@ def _check_loader(ctx: ModuleContext, loader: ast.Call) -> Iterator[Hit]:
     pin = keyword(loader, "pin_memory")
     if (pin is None and len(loader.args) < 8) or is_const(pin, False):
         yield Hit("GD204", loader)
+
+
+# Frameworks that replace the loader's sampler with a DistributedSampler:
+# Fabric's setup_dataloaders, Accelerate's prepare / prepare_data_loader.
+_PREPARES = {"setup_dataloaders", "setup_dataloader", "prepare", "prepare_data_loader"}
+
+
+def _prepared(ctx: ModuleContext, loader: ast.Call) -> bool:
+    """The loader is handed to fabric.setup_dataloaders(...) / accelerator.prepare(...)."""
+    parent = ctx.parents.get(loader)
+    if isinstance(parent, ast.Call) and terminal_name(parent.func) in _PREPARES:
+        return True
+    name = _assigned_name(ctx, loader)
+    return bool(name) and any(
+        name in {terminal_name(arg) for arg in call.args}
+        for method in _PREPARES
+        for call in ctx.method_calls(method)
+    )
 
 
 def _check_sampler(ctx: ModuleContext, sampler: ast.Call) -> Iterator[Hit]:
@@ -198,6 +216,9 @@ def _loop_bound_names(ctx: ModuleContext, loop: ast.For | ast.AsyncFor | ast.Whi
         ):
             for target in node.targets:
                 names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    for node in ctx.body_nodes(loop.body):  # [t.to(device) for t in batch]
+        if isinstance(node, ast.comprehension) and _is_batch(node.iter, names):
+            names.update(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
     return names
 
 
