@@ -1,43 +1,75 @@
 """Speed of `gpudiag lint` side by side with the floor (ast.parse of the same source).
 
-Target (issue 6): linting 1000 lines takes < 0.2 s. Prints one line per size:
-lines, lint ms, ast.parse ms, ratio lint/parse, lint ms per 1000 lines.
+Target (issue 6): linting 1000 lines takes < 0.2 s. Prints one line per input:
 
-    python bench/lint_speed.py
+- tests/lint_cases concatenated 1x, 2x, 8x into one module (`lint_source`: per-module rules);
+- tests/lint_corpus linted as one run (`lint_paths`: 47 real files, the project index that
+  resolves imports across them included).
+
+Each is timed `--repeat` times (default 9); median and spread (min-max) in ms, and the
+median per 1000 lines. Compare two versions by alternating them, e.g.
+
+    for i in 1 2 3; do PYTHONPATH=/work/main python bench/lint_speed.py; \
+                       PYTHONPATH=$PWD python bench/lint_speed.py; done
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
+import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from gpudiag.lint import lint_source
+from gpudiag.lint import lint_paths, lint_source
 
-CASES = Path(__file__).resolve().parents[1] / "tests" / "lint_cases"
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+CASES = TESTS / "lint_cases"
+CORPUS = TESTS / "lint_corpus"
 
 
-def best_of(function, repeat: int = 7) -> float:  # type: ignore[no-untyped-def]
+def timings(function: Callable[[], object], repeat: int) -> list[float]:
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         function()
         times.append(time.perf_counter() - start)
-    return min(times)
+    return times
+
+
+def row(name: str, lines: int, lint: list[float], parse: list[float]) -> str:
+    median = statistics.median(lint)
+    per_k = median * 1000 / lines * 1000
+    spread = f"{min(lint) * 1000:.0f}-{max(lint) * 1000:.0f}"
+    ratio = median / statistics.median(parse)
+    return (
+        f"{name:<16} {lines:>6} {median * 1000:>9.1f} {spread:>11} "
+        f"{statistics.median(parse) * 1000:>9.1f} {ratio:>6.1f} {per_k:>8.1f}"
+    )
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=9)
+    repeat = parser.parse_args().repeat
+    print(
+        f"{'input':<16} {'lines':>6} {'lint ms':>9} {'min-max':>11} {'parse ms':>9} "
+        f"{'ratio':>6} {'ms/1000':>8}"
+    )
     unit = "\n".join(path.read_text() for path in sorted(CASES.glob("*.py")))
-    print(f"{'lines':>7} {'lint ms':>9} {'parse ms':>9} {'ratio':>6} {'ms/1000 lines':>14}")
     for copies in (1, 2, 8):
         source = "\n".join([unit] * copies)
         lines = source.count("\n") + 1
-        lint = best_of(lambda source=source: lint_source(source, "bench.py"))
-        parse = best_of(lambda source=source: ast.parse(source))
-        per_k = lint * 1000 / lines * 1000
-        print(
-            f"{lines:>7} {lint * 1000:>9.1f} {parse * 1000:>9.1f} {lint / parse:>6.1f} {per_k:>14.1f}"
-        )
+        lint = timings(lambda source=source: lint_source(source, "bench.py"), repeat)
+        parse = timings(lambda source=source: ast.parse(source), repeat)
+        print(row(f"cases x{copies}", lines, lint, parse))
+    files = sorted(CORPUS.rglob("*.py"))
+    texts = [path.read_text() for path in files]
+    lines = sum(text.count("\n") + 1 for text in texts)
+    lint = timings(lambda: lint_paths([CORPUS]), repeat)
+    parse = timings(lambda: [ast.parse(text) for text in texts], repeat)
+    print(row(f"corpus ({len(files)} files)", lines, lint, parse))
     print("target: < 200 ms per 1000 lines")
 
 

@@ -194,6 +194,7 @@ class ModuleContext:
         self._rank_only_names: set[str] | None = None
         # set by Project.link: the files of this lint run this module is connected to
         self.project: Project | None = None
+        self.callees: dict[ast.Call, tuple[int, str]] = {}  # call -> project function
         self.step_functions: set[str] = set()
         self.step_loops: list[ast.For | ast.AsyncFor | ast.While] = []
         self.step_nodes: set[ast.AST] = set()
@@ -534,6 +535,13 @@ class ModuleContext:
                     self._references.setdefault(name, []).append(node)
         references = self._references.get(function, [])
         return bool(references) and all(self.rank_guarded(ref, depth) for ref in references)
+
+    def release(self) -> None:
+        """Drop the link to the project (a reference cycle through every module's tree),
+        so a run's syntax trees are freed at once, not at the next full GC."""
+        if self.project is not None:
+            self.project.release()
+        self.project = None
 
     def component(self) -> list[ModuleContext]:
         """This module and the files of the lint run connected to it by imports."""

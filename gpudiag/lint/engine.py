@@ -27,7 +27,11 @@ def lint_source(
     """Findings for one module's source, on its own (no other file is read).
     Raises SyntaxError for code that does not parse."""
     tree = ast.parse(source, filename=path)
-    return _check_module(ModuleContext(tree), source, path, selection)
+    ctx = ModuleContext(tree)
+    try:
+        return _check_module(ctx, source, path, selection)
+    finally:
+        ctx.release()
 
 
 def _check_module(
@@ -95,13 +99,18 @@ def lint_paths(
             parsed.append((path, source, ctx))
         except Exception as error:
             result.errors.append(_file_error(path, error))
-    _link([ctx for _, _, ctx in parsed], _imported_siblings(parsed))
-    for path, source, ctx in parsed:
-        selection = resolver.for_file(Path(path))
-        try:
-            result.findings.extend(_check_module(ctx, source, path, selection))
-        except Exception as error:
-            result.errors.append(_file_error(path, error))
+    siblings = _imported_siblings(parsed)
+    _link([ctx for _, _, ctx in parsed], siblings)
+    try:
+        for path, source, ctx in parsed:
+            selection = resolver.for_file(Path(path))
+            try:
+                result.findings.extend(_check_module(ctx, source, path, selection))
+            except Exception as error:
+                result.errors.append(_file_error(path, error))
+    finally:
+        for ctx in [*(ctx for _, _, ctx in parsed), *siblings]:
+            ctx.release()
     return result
 
 
@@ -120,10 +129,11 @@ def _imported_siblings(parsed: list[tuple[str, str, ModuleContext]]) -> list[Mod
     known = {os.path.realpath(path) for path, _, _ in parsed}
     extra: list[ModuleContext] = []
     queue = [ctx for _, _, ctx in parsed]
-    importers = [file for path, _, _ in parsed for file in _importers(path)]
+    importers = _importers(parsed, known)
+    listings: dict[str, set[str]] = {}
     while queue and len(extra) < _MAX_SIBLINGS:
         ctx = queue.pop()
-        for file in [*local_imports(ctx), *importers]:
+        for file in [*local_imports(ctx, listings), *importers]:
             key = os.path.realpath(file)
             if key in known or len(extra) >= _MAX_SIBLINGS:
                 continue
@@ -139,28 +149,35 @@ def _imported_siblings(parsed: list[tuple[str, str, ModuleContext]]) -> list[Mod
     return extra
 
 
-def _importers(path: str) -> list[str]:
-    """Scripts in the same folder that import `path` (`main.py` of `trainer.py`)."""
-    folder, name = os.path.split(os.path.abspath(path))
-    stem = name[:-3] if name.endswith(".py") else name
-    if not stem.isidentifier() or stem == "__init__":
-        return []
-    pattern = re.compile(rf"^\s*(from\s+\.?{stem}\s+import|import\s+{stem}\b)", re.M)
-    found = []
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return []
-    for other in names:
-        file = os.path.join(folder, other)
-        if not other.endswith(".py") or other == name or not os.path.isfile(file):
-            continue
+def _importers(parsed: list[tuple[str, str, ModuleContext]], known: set[str]) -> list[str]:
+    """Scripts not in the run, in the folder of a linted file, that import it (`main.py`
+    next to a linted `trainer.py`). Each such file is read once."""
+    stems_by_folder: dict[str, list[str]] = {}
+    for path, _, _ in parsed:
+        folder, name = os.path.split(os.path.abspath(path))
+        stem = name.removesuffix(".py")
+        if stem.isidentifier() and stem != "__init__":
+            stems_by_folder.setdefault(folder, []).append(stem)
+    found: list[str] = []
+    for folder, stems in stems_by_folder.items():
+        names = "|".join(re.escape(stem) for stem in stems)
+        pattern = re.compile(rf"^\s*(from\s+\.?({names})\s+import|import\s+({names})\b)", re.M)
         try:
-            if os.path.getsize(file) <= _MAX_SIBLING_BYTES and pattern.search(_read(file)):
-                found.append(file)
-        except (OSError, UnicodeDecodeError):
+            entries = sorted(os.listdir(folder))
+        except OSError:
             continue
-    return found[:_MAX_SIBLINGS]
+        for entry in entries:
+            file = os.path.join(folder, entry)
+            if not entry.endswith(".py") or os.path.realpath(file) in known:
+                continue
+            try:
+                if os.path.getsize(file) <= _MAX_SIBLING_BYTES and pattern.search(_read(file)):
+                    found.append(file)
+            except (OSError, UnicodeDecodeError):
+                continue
+            if len(found) >= _MAX_SIBLINGS:
+                return found
+    return found
 
 
 def _file_error(path: str, error: Exception) -> FileError:

@@ -22,8 +22,9 @@ from __future__ import annotations
 import ast
 import os
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
-from gpudiag.lint.context import ModuleContext
+from gpudiag.lint.context import FUNCTION_TYPES, LOOP_TYPES, SCOPE_TYPES, ModuleContext
 
 FunctionKey = tuple[int, str]  # (index of the module in the project, function name)
 
@@ -53,17 +54,36 @@ def module_candidates(path: str, dotted: str, ancestors: int = 4) -> Iterator[st
         yield os.path.join(target, "__init__.py")
 
 
-def local_imports(ctx: ModuleContext) -> Iterator[str]:
-    """Files on disk next to `ctx` (same folder or its package) that it imports."""
+def local_imports(ctx: ModuleContext, listings: dict[str, set[str]]) -> Iterator[str]:
+    """Files on disk next to `ctx` (same folder or its package) that it imports.
+    `listings` caches folder listings, so an import of torch costs no stat call."""
     if ctx.path is None:
         return
     for dotted in ctx.imports:
-        if dotted.split(".")[0] in ("torch", "os", "sys", "numpy", "typing"):
+        level = len(dotted) - len(dotted.lstrip("."))
+        first = dotted[level:].split(".")[0]
+        folder = os.path.dirname(os.path.abspath(ctx.path))
+        for _ in range(max(level - 1, 0)):
+            folder = os.path.dirname(folder)
+        if (
+            first
+            and first + ".py" not in _listing(folder, listings)
+            and first not in (_listing(folder, listings))
+        ):
             continue
         for candidate in module_candidates(ctx.path, dotted, ancestors=0):
             if os.path.isfile(candidate):
                 yield candidate
                 break
+
+
+def _listing(folder: str, listings: dict[str, set[str]]) -> set[str]:
+    if folder not in listings:
+        try:
+            listings[folder] = set(os.listdir(folder))
+        except OSError:
+            listings[folder] = set()
+    return listings[folder]
 
 
 class Project:
@@ -72,16 +92,32 @@ class Project:
     def __init__(self, modules: Iterable[ModuleContext]) -> None:
         self.modules = list(modules)
         self._index = {id(ctx): i for i, ctx in enumerate(self.modules)}
-        by_file = {os.path.realpath(ctx.path): i for i, ctx in enumerate(self.modules) if ctx.path}
-        self._by_file = by_file
+        # files by absolute path (candidates are compared as strings: no stat, no realpath)
+        self._by_file = {
+            os.path.abspath(ctx.path): i for i, ctx in enumerate(self.modules) if ctx.path
+        }
+        # every folder and module name of the project: `import torch` resolves to nothing
+        # without building a single candidate path
+        self._names = {
+            part.removesuffix(".py") for path in self._by_file for part in Path(path).parts
+        }
         self._module_cache: dict[tuple[int, str], int | None] = {}
-        self._callee_cache: dict[tuple[int, ast.Call], FunctionKey | None] = {}
+        self._own_calls: dict[FunctionKey, list[tuple[ModuleContext, ast.Call]]] = {}
+        self._body_calls: dict[FunctionKey, list[tuple[ModuleContext, ast.Call]]] = {}
         self._edges: set[tuple[int, int]] = set()  # (importer, imported)
         self._component_of = self._components()
         for ctx in self.modules:
             ctx.project = self
         self._gpu_jobs()
         self._link_steps()
+
+    def release(self) -> None:
+        for ctx in self.modules:
+            ctx.project = None
+            ctx.callees = {}
+        self.modules = []
+        self._own_calls.clear()
+        self._body_calls.clear()
 
     # ---------------------------------------------------------------- modules
 
@@ -90,9 +126,11 @@ class Project:
         if key not in self._module_cache:
             found = None
             path = self.modules[index].path
-            if path and self._by_file:
+            first = dotted.lstrip(".").split(".")[0]
+            known = dotted.startswith(".") or first in self._names
+            if path and known and len(self._by_file) > 1:
                 for candidate in module_candidates(path, dotted):
-                    found = self._by_file.get(os.path.realpath(candidate))
+                    found = self._by_file.get(os.path.normpath(candidate))
                     if found is not None:
                         break
             self._module_cache[key] = found
@@ -142,25 +180,25 @@ class Project:
     def callee(self, ctx: ModuleContext, call: ast.Call) -> FunctionKey | None:
         """The function of this project that `call` calls: a function of the same file
         (`f()`, `self.f()`), or one imported from another file (`from utils import f`,
-        `import utils; utils.f()`, re-exported by a package `__init__`)."""
-        index = self._index[id(ctx)]
-        key = (index, call)
-        if key not in self._callee_cache:
-            found: FunctionKey | None = None
-            local = ctx.local_callee(call)
-            if local is not None:
-                found = (index, local)
-            elif len(self.modules) > 1:
-                dotted = _dotted(call.func, ctx)
-                if dotted:
-                    found = self._resolve_function(index, dotted, depth=0)
-                elif isinstance(call.func, ast.Name):  # `from utils import *`
-                    for module in ctx.star_imports:
-                        found = self._resolve_function(index, f"{module}.{call.func.id}", 0)
-                        if found:
-                            break
-            self._callee_cache[key] = found
-        return self._callee_cache[key]
+        `import utils; utils.f()`, re-exported by a package `__init__`). Resolved once
+        for every call of the run (`_call_sites`)."""
+        return ctx.callees.get(call)
+
+    def _resolve_call(self, index: int, ctx: ModuleContext, call: ast.Call) -> FunctionKey | None:
+        local = ctx.local_callee(call)
+        if local is not None:
+            return (index, local)
+        if len(self.modules) == 1:
+            return None
+        dotted = _dotted(call.func, ctx)
+        if dotted:
+            return self._resolve_function(index, dotted, depth=0)
+        if isinstance(call.func, ast.Name):  # `from utils import *`
+            for module in ctx.star_imports:
+                found = self._resolve_function(index, f"{module}.{call.func.id}", 0)
+                if found:
+                    return found
+        return None
 
     def _resolve_function(self, index: int, dotted: str, depth: int) -> FunctionKey | None:
         if depth > 3:
@@ -187,16 +225,32 @@ class Project:
 
     # ------------------------------------------------------------ step loops
 
-    def _link_steps(self) -> None:
-        own_calls: dict[FunctionKey, list[tuple[ModuleContext, ast.Call]]] = {}
+    def _call_sites(self) -> None:
+        """Each call's function of this project (its nearest enclosing def; none inside a
+        class body or lambda), and whether it is one of the def's *own* calls (not inside
+        a nested loop). One walk up from every call instead of one walk down per def."""
         for index, ctx in enumerate(self.modules):
-            for name, defs in ctx.functions.items():
-                own_calls[(index, name)] = [
-                    (ctx, node)
-                    for d in defs
-                    for node in ctx.own_nodes(d.body)
-                    if isinstance(node, ast.Call)
-                ]
+            ctx.callees = {}
+            for call in ctx.calls:
+                found = self._resolve_call(index, ctx, call)
+                if found is not None:
+                    ctx.callees[call] = found
+                own = True
+                for ancestor in ctx.ancestors(call):
+                    if isinstance(ancestor, LOOP_TYPES):
+                        own = False
+                    elif isinstance(ancestor, FUNCTION_TYPES):
+                        key = (index, ancestor.name)
+                        self._body_calls.setdefault(key, []).append((ctx, call))
+                        if own:
+                            self._own_calls.setdefault(key, []).append((ctx, call))
+                        break
+                    elif isinstance(ancestor, SCOPE_TYPES):
+                        break
+
+    def _link_steps(self) -> None:
+        self._call_sites()
+        own_calls = self._own_calls
         steps = {
             key for key, calls in own_calls.items() if any(c.is_step_call(n) for c, n in calls)
         }
@@ -211,7 +265,7 @@ class Project:
             ctx.step_functions = {name for i, name in steps if i == index}
             ctx.step_loops = [loop for loop in ctx.loops if self._is_step_loop(ctx, loop, steps)]
         self._per_step_code()
-        self._training_code(own_calls)
+        self._training_code()
 
     def _is_step_loop(self, ctx: ModuleContext, loop: ast.AST, steps: set[FunctionKey]) -> bool:
         for node in ctx.own_nodes(loop.body):  # type: ignore[attr-defined]
@@ -232,43 +286,40 @@ class Project:
                 frontier.extend((ctx, node) for node in new)
         self._spread(frontier, "step_nodes")
 
-    def _training_code(
-        self, own_calls: dict[FunctionKey, list[tuple[ModuleContext, ast.Call]]]
-    ) -> None:
+    def _training_code(self) -> None:
         """Loops around a step loop (in the same function, or around a call of a function
         that runs one) and the functions they call: where the epoch loop's code runs."""
-        runs_loop = {
-            (index, name)
-            for index, ctx in enumerate(self.modules)
-            for name, defs in ctx.functions.items()
-            if any(self._contains_step_loop(ctx, d) for d in defs)
-        }
-        calls_in: dict[FunctionKey, list[tuple[ModuleContext, ast.Call]]] = {}
+        runs_loop: set[FunctionKey] = set()
+        for index, ctx in enumerate(self.modules):
+            for loop in ctx.step_loops:
+                function = ctx.enclosing_function(loop)
+                if function is not None:
+                    runs_loop.add((index, function.name))
         changed = True
         while changed:
             changed = False
-            for key in own_calls:
-                if key in runs_loop:
-                    continue
-                if key not in calls_in:
-                    ctx = self.modules[key[0]]
-                    calls_in[key] = [
-                        (ctx, node)
-                        for d in self.definitions(key)
-                        for node in ctx.body_nodes(d.body)
-                        if isinstance(node, ast.Call)
-                    ]
-                if any(self.callee(c, n) in runs_loop for c, n in calls_in[key]):
+            for key, calls in self._body_calls.items():
+                if key not in runs_loop and any(self.callee(c, n) in runs_loop for c, n in calls):
                     runs_loop.add(key)
                     changed = True
+        candidates: dict[int, set[ast.AST]] = {}
+        for index, ctx in enumerate(self.modules):
+            starts: list[ast.AST] = list(ctx.step_loops)
+            starts += [call for call in ctx.calls if self.callee(ctx, call) in runs_loop]
+            for start in starts:
+                for ancestor in ctx.ancestors(start):
+                    if isinstance(ancestor, SCOPE_TYPES):
+                        break
+                    if isinstance(ancestor, LOOP_TYPES):
+                        candidates.setdefault(index, set()).add(ancestor)
         frontier: list[tuple[ModuleContext, ast.AST]] = []
-        for ctx in self.modules:
+        for index, ctx in enumerate(self.modules):
             ctx.training_nodes = set()
             step_loops = set(ctx.step_loops)
-            for loop in ctx.loops:
-                if loop in step_loops:
+            for loop in sorted(candidates.get(index, ()), key=_position):
+                if loop in step_loops or loop in ctx.training_nodes:
                     continue
-                body = list(ctx.per_iteration_nodes(loop.body))
+                body = list(ctx.per_iteration_nodes(loop.body))  # type: ignore[attr-defined]
                 if any(node in step_loops for node in body) or any(
                     isinstance(node, ast.Call) and self.callee(ctx, node) in runs_loop
                     for node in body
@@ -276,13 +327,6 @@ class Project:
                     ctx.training_nodes.update(body)
                     frontier.extend((ctx, node) for node in body)
         self._spread(frontier, "training_nodes")
-
-    def _contains_step_loop(self, ctx: ModuleContext, definition: ast.AST) -> bool:
-        return any(
-            loop in ctx.step_loops
-            for loop in ctx.body_nodes(definition.body)  # type: ignore[attr-defined]
-            if isinstance(loop, (ast.For, ast.AsyncFor, ast.While))
-        )
 
     def _spread(self, frontier: list[tuple[ModuleContext, ast.AST]], field: str) -> None:
         """Add to `field` of each module the bodies of the functions called from `frontier`
@@ -321,6 +365,10 @@ class Project:
             if self.callee(other, call) == (index, function)
         ]
         return bool(calls) and all(other.rank_guarded(call, depth) for other, call in calls)
+
+
+def _position(node: ast.AST) -> tuple[int, int]:
+    return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
 
 
 def _dotted(node: ast.AST, ctx: ModuleContext) -> str | None:
