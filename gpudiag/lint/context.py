@@ -401,12 +401,14 @@ class ModuleContext:
     def iterates_loader(self, loop: ast.AST) -> bool:
         if isinstance(loop, (ast.For, ast.AsyncFor)):
             sources: list[ast.AST] = [loop.iter]
-        else:  # while: `batch = next(it)` where it = iter(loader)
+        elif isinstance(loop, ast.While):  # while: `batch = next(it)` where it = iter(loader)
             sources = [
                 n
                 for n in self.own_nodes(loop.body)
                 if isinstance(n, ast.Call) and terminal_name(n.func) == "next"
             ]
+        else:
+            return False
         return any(
             name in self.dataloader_names or _LOADER_NAME.search(name)
             for source in sources

@@ -316,10 +316,10 @@ class Project:
         for index, ctx in enumerate(self.modules):
             ctx.training_nodes = set()
             step_loops = set(ctx.step_loops)
-            for loop in sorted(candidates.get(index, ()), key=_position):
-                if loop in step_loops or loop in ctx.training_nodes:
+            for candidate in sorted(candidates.get(index, ()), key=_position):
+                if candidate in step_loops or candidate in ctx.training_nodes:
                     continue
-                body = list(ctx.per_iteration_nodes(loop.body))  # type: ignore[attr-defined]
+                body = list(ctx.per_iteration_nodes(candidate.body))  # type: ignore[attr-defined]
                 if any(node in step_loops for node in body) or any(
                     isinstance(node, ast.Call) and self.callee(ctx, node) in runs_loop
                     for node in body

@@ -161,12 +161,14 @@ def _loader_names(ctx: ModuleContext, loop: ast.AST) -> set[str]:
     """Names a step loop iterates; `it = iter(loader)` followed by next(it) resolves to loader."""
     if isinstance(loop, (ast.For, ast.AsyncFor)):
         sources: list[ast.AST] = [loop.iter]
-    else:
+    elif isinstance(loop, ast.While):
         sources = [
             n
             for n in ctx.own_nodes(loop.body)
             if isinstance(n, ast.Call) and terminal_name(n.func) == "next"
         ]
+    else:
+        return set()
     names = {name for source in sources for name in names_in(source)}
     for node in ctx.body_nodes(ctx.scope_of(loop).body):  # type: ignore[attr-defined]
         if (

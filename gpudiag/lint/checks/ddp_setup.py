@@ -48,7 +48,7 @@ def _changed_after_wrap(ctx: ModuleContext, ddp: ast.Call) -> Iterator[Hit]:
     if isinstance(statement, ast.Assign):
         watched.update(ast.unparse(target) for target in statement.targets)
     scope = ctx.scope_of(ddp)
-    after = statement.end_lineno or statement.lineno
+    after: int = getattr(statement, "end_lineno", None) or getattr(statement, "lineno", 0)
     for node in ctx.body_nodes(scope.body):  # type: ignore[attr-defined]
         if getattr(node, "lineno", 0) <= after or ctx.exclusive_branches(statement, node):
             continue
@@ -104,7 +104,7 @@ def _seed_calls(ctx: ModuleContext) -> list[ast.Call]:
         for call in ctx.calls
         if any(
             seed
-            in (
+            in str(
                 ctx.call_names.get(call)
                 or getattr(call.func, "attr", "")
                 or getattr(call.func, "id", "")
