@@ -48,7 +48,8 @@ def _changed_after_wrap(ctx: ModuleContext, ddp: ast.Call) -> Iterator[Hit]:
     if isinstance(statement, ast.Assign):
         watched.update(ast.unparse(target) for target in statement.targets)
     scope = ctx.scope_of(ddp)
-    after = int(getattr(statement, "end_lineno", None) or getattr(statement, "lineno", 0))
+    end = getattr(statement, "end_lineno", None)
+    after = end if isinstance(end, int) else int(getattr(statement, "lineno", 0))
     for node in ctx.body_nodes(scope.body):  # type: ignore[attr-defined]
         if getattr(node, "lineno", 0) <= after or ctx.exclusive_branches(statement, node):
             continue
