@@ -317,3 +317,31 @@ def test_fabric_and_accelerate_prepared_loaders_get_a_sampler() -> None:
     """
     assert "GD201" not in codes_of(source)
     assert "GD201" in codes_of(source.replace("fabric.setup_dataloaders(loader)", "loader"))
+
+
+def test_rpc_dispatch_is_not_a_rank_guard() -> None:
+    """pytorch/examples distributed/rpc/ddp_rpc: rank 2 sends the training function to the
+    trainers; it runs on every trainer rank."""
+    source = """\
+    import torch.distributed as dist
+    import torch.distributed.rpc as rpc
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def _run_trainer(model, batches, opt):
+        ddp = DDP(model)
+        for epoch in range(100):
+            for batch in batches:
+                ddp(batch).sum().backward()
+                opt.step()
+            print("epoch done")
+
+    def run_worker(rank):
+        if rank == 2:
+            rpc.rpc_async("trainer0", _run_trainer, args=(None, None, None))
+    """
+    assert "GD702" in codes_of(source)
+    local = source.replace(
+        'rpc.rpc_async("trainer0", _run_trainer, args=(None, None, None))',
+        "_run_trainer(None, None, None)",
+    )
+    assert "GD702" not in codes_of(local)

@@ -536,7 +536,17 @@ class ModuleContext:
                 if name:
                     self._references.setdefault(name, []).append(node)
         references = self._references.get(function, [])
-        return bool(references) and all(self.rank_guarded(ref, depth) for ref in references)
+        return bool(references) and all(
+            self.rank_guarded(ref, depth) and not self._dispatched(ref) for ref in references
+        )
+
+    def _dispatched(self, reference: ast.AST) -> bool:
+        """`rpc.rpc_async(worker, train, ...)`: the function runs on other ranks, so the
+        dispatching rank's guard does not guard it."""
+        call = self.parents.get(reference)
+        return isinstance(call, ast.Call) and (self.call_names.get(call) or "").startswith(
+            "torch.distributed.rpc."
+        )
 
     def release(self) -> None:
         """Drop the link to the project (a reference cycle through every module's tree),
