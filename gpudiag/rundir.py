@@ -82,7 +82,7 @@ LIVE_INFLIGHT_AGE_S = 1.0
 # writes at start; ``launcher_lost`` is never written: readers report it for a run still
 # marked running whose launcher is gone (see :func:`run_status`).
 RUN_STATUSES = ("running", "ok", "failed", "interrupted", "hang", "launcher_lost")
-RANK_STATUSES = ("ok", "failed", "interrupted")  # status.json and summary.json ``status``
+RANK_STATUSES = ("ok", "failed", "interrupted", "hang")  # status.json and summary.json ``status``
 # The statuses that mean a rank (or the run) failed by itself: an exception in the script,
 # a non-zero exit, or a rank that died without writing status.json (the launcher marks
 # the run ``failed``). ``interrupted`` (a signal from outside: Ctrl-C, SIGTERM, a kill

@@ -279,3 +279,49 @@ def test_straddle_fix_is_idempotent_after_rounding() -> None:
     assert fix_straddling_optimizer(events) == 1
     assert fix_straddling_optimizer(events) == 0
     assert abs(step["ts"] + step["dur"] - (optimizer["ts"] + optimizer["dur"])) <= 0.001
+
+
+def test_outcome_blames_the_rank_killed_without_status_not_its_peer(tmp_path: Path) -> None:
+    """Rank 1 SIGKILLed (no status.json; the agent saw -9); rank 0 then raised "Connection
+    closed by peer": rank 1 is the cause, rank 0 a consequence."""
+    _status(tmp_path, 0, "failed", 1, end_ns=300)
+    status0 = json.loads((tmp_path / "rank0" / "status.json").read_text())
+    status0["message"] = "[pair.cc:553] Connection closed by peer [127.0.0.1]:3230"
+    rundir.write_rank_json(tmp_path, 0, rundir.STATUS, status0)
+    rundir.write_rank_json(tmp_path, 1, rundir.RANK_INFO, {"rank": 1, "world_size": 2})
+    failures = {"1": {"rank": 1, "exitcode": -9}, "0": {"rank": 0, "exitcode": 1}}
+    rundir.write_json_atomic(
+        rundir.node_dir(tmp_path, 0) / "agent_failures.json", {"failures": failures}
+    )
+    out = launcher.decide_outcome(tmp_path, 1, None, False, 2)
+    assert out["status"] == "failed" and out["failed_ranks"] == [1, 0]
+    failure = out["failure"]
+    assert failure["rank"] == 1 and failure["signal"] == "SIGKILL"
+    assert [c["rank"] for c in failure["consequences"]] == [0]
+    assert "consequence" in failure["message"] and out["exit_code"] == 137
+
+
+def test_outcome_single_process_killed_by_a_signal(tmp_path: Path) -> None:
+    rundir.write_rank_json(tmp_path, 0, rundir.RANK_INFO, {"rank": 0, "world_size": 1})
+    out = launcher.decide_outcome(tmp_path, -11, None, False, 1, single_process=True)
+    assert out["failure"]["rank"] == 0 and out["failure"]["signal"] == "SIGSEGV"
+    assert out["exit_code"] == 139
+
+
+def test_watchdog_activity_and_hang_rule() -> None:
+    from gpudiag.capture.watchdog import Usage, activity, is_hang
+
+    assert activity(Usage(0.0, 1.0, 0), Usage(3.0, 1.01, 0)) == "idle"
+    assert activity(Usage(0.0, 1.0, 0), Usage(3.0, 1.3, 0)) == "working"
+    assert activity(Usage(0.0, 1.0, 0), Usage(3.0, 1.0, 5 << 20)) == "working"  # I/O
+    assert activity(Usage(0.0, 1.0, 0), Usage(3.0, 0.0, 0, alive=False)) == "gone"
+
+    def st(a: str) -> dict:
+        return {"activity": a, "top_frame": None}
+
+    assert is_hang({0: st("waiting"), 1: st("idle")})[0]
+    assert is_hang({0: st("waiting"), 1: st("gone")})[0]
+    assert is_hang({0: st("waiting"), 1: st("waiting")})[0]
+    assert not is_hang({0: st("waiting"), 1: st("working")})[0]  # never kill working ranks
+    assert not is_hang({0: st("working"), 1: st("idle")})[0]  # nobody waits: not a hang
+    assert not is_hang({0: st("waiting")}, starting=1)[0]  # a rank still starting

@@ -93,11 +93,22 @@ def rank_failed_findings(
                 "first_failed_rank": first_rank,
                 "failed_ranks": ranks,
                 "error": last_line,
+                # the cause and what followed from it (gpudiag/capture/blame.py)
+                "cause_rank": first_rank,
+                "signal": failure.get("signal"),
+                "last_step": failure.get("last_step"),
+                "consequences": failure.get("consequences") or [],
             },
             fix=RANK_FAILED_FIX,
-            location=user_frame(traceback),
+            # a fatal signal's stack (faulthandler: innermost frame first) has its own
+            location=_frame_path(failure.get("location")) or user_frame(traceback),
         )
     ]
+
+
+def _frame_path(value: Any) -> str | None:
+    """ "file:line in func" -> "file:line"."""
+    return value.split(" in ")[0] if isinstance(value, str) and value else None
 
 
 def _as_int_list(value: Any) -> list[int]:
@@ -271,7 +282,14 @@ def desync_findings(run: Any) -> list[Finding]:
 def failure_findings(run: Any | None) -> list[Finding]:
     if run is None:
         return []
-    findings = rank_failed_findings(run.manifest, run.statuses) + hang_findings(run)
+    from gpudiag.analysis.mismatch import mismatch_findings
+
+    # the collective that broke the run comes before the ranks that died of it
+    findings = (
+        mismatch_findings(run)
+        + rank_failed_findings(run.manifest, run.statuses)
+        + hang_findings(run)
+    )
     if not any(f.kind == "desync" for f in findings):
         findings += desync_findings(run)
     return findings

@@ -89,10 +89,17 @@ def severity_for(cost_ms: float, step_ms: float) -> str | None:
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     """Failures first (a run that hung is the first thing to know), then most costly."""
     failure_kinds = {"rank_failed": 0, "hang": 1, "desync": 2}
+
+    def failure_order(f: Finding) -> int:
+        # a collective mismatch that names its culprit explains the ranks that died of it
+        if f.kind == "desync" and isinstance(f.evidence, dict) and f.evidence.get("culprit_ranks"):
+            return -1
+        return failure_kinds.get(f.kind, 9)
+
     return sorted(
         findings,
         key=lambda f: (
-            failure_kinds.get(f.kind, 9),
+            failure_order(f),
             -(f.cost_ms_per_step if math.isfinite(f.cost_ms_per_step) else 0.0),
             SEVERITY_RANK.get(f.severity, 3),
         ),

@@ -10,7 +10,11 @@ The same elastic agent as ``torchrun``, with three differences:
   interrupt itself);
 - it ends with ``os._exit`` once the agent has returned: the interpreter teardown of a
   process that imported torch's elastic stack took 2-3 s on the 2-core machines, which
-  made every Ctrl-C take 3-4 s.
+  made every Ctrl-C take 3-4 s;
+- when workers fail, the agent's own record of each one (exit code or signal, pid,
+  local rank) is written to ``node<N>/agent_failures.json``: the only place a rank that
+  died without writing its status (SIGKILL from the OOM killer, a segfault, a native
+  abort) is known by its signal (read by :mod:`gpudiag.capture.blame`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ import sys
 import threading
 import time
 
+AGENT_FAILURES = "agent_failures.json"
+ENV_RUN_DIR = "GPUDIAG_RUN_DIR"
+ENV_NODE_RANK = "GPUDIAG_NODE_RANK"
 PR_SET_PDEATHSIG = 1
 ENV_LAUNCHER_PID = "GPUDIAG_LAUNCHER_PID"
 LIVENESS_POLL_S = 0.5
@@ -77,6 +84,41 @@ def watch_launcher(
     return True
 
 
+def failure_rows(failures: dict) -> dict[str, dict]:
+    """ChildFailedError.failures -> JSON rows keyed by global rank."""
+    rows: dict[str, dict] = {}
+    for rank, f in failures.items():
+        code = int(getattr(f, "exitcode", 0) or 0)
+        try:
+            name = signal.Signals(-code).name if code < 0 else None
+        except ValueError:
+            name = f"signal {-code}"
+        rows[str(rank)] = {
+            "rank": int(rank),
+            "local_rank": getattr(f, "local_rank", None),
+            "pid": getattr(f, "pid", None),
+            "exitcode": code,
+            "signal": name,
+            "observed_s": getattr(f, "timestamp", None),
+        }
+    return rows
+
+
+def write_failures(failures: dict) -> None:
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    if not run_dir:
+        return
+    from gpudiag import rundir
+
+    node = int(os.environ.get(ENV_NODE_RANK, "0") or 0)
+    path = rundir.node_dir(run_dir, node) / AGENT_FAILURES
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rundir.write_json_atomic(path, {"t_ns": time.time_ns(), "failures": failure_rows(failures)})
+    except (OSError, TypeError, ValueError):
+        pass
+
+
 def _on_launcher_lost() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
@@ -86,11 +128,16 @@ def main(argv: list[str] | None = None) -> None:
     die_with_parent(signal.SIGTERM)
     watch_launcher(_on_launcher_lost)
     from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
     code = 0
     try:
         torchrun_main(argv)
+    except ChildFailedError as exc:
+        write_failures(exc.failures)
+        print(exc, file=sys.stderr)  # torchrun's failure table, without its traceback
+        code = 1
     except SignalException as exc:
         code = 128 + int(getattr(exc, "sigval", signal.SIGTERM))
     except SystemExit as exc:

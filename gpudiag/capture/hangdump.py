@@ -6,6 +6,10 @@
 - A daemon thread polls for the watchdog's request file; on a request it writes the
   collectives this rank entered and has not left, plus a fresh Flight Recorder dump of
   the unfinished entries, to ``rank<R>/inflight.json``.
+- On a finish request (the watchdog decided the job hangs) the same thread ends the rank
+  through the worker's finisher: tables, summary.json and status.json are written even
+  though the main thread is blocked inside a C++ collective, where Python's SIGTERM
+  handler cannot run. The launcher kills only the ranks that did not get that far.
 """
 
 from __future__ import annotations
@@ -13,21 +17,49 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
+import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 from gpudiag import rundir
 
+FINISH_REQUEST = "finish_request"  # "flush and end this rank": the job hangs
 POLL_S = 0.25
 LIVE_EVERY_S = 1.0
 
 _STACKS_FILE: IO[str] | None = None
+_FINISHER: Callable[[str], None] | None = None
+_STOP = threading.Event()
 
 
 def request_path(run_dir: Path, rank: int) -> Path:
     return rundir.rank_dir(run_dir, rank) / rundir.HANG_REQUEST
+
+
+def finish_request_path(run_dir: Path, rank: int) -> Path:
+    return rundir.rank_dir(run_dir, rank) / FINISH_REQUEST
+
+
+def set_finisher(finisher: Callable[[str], None] | None) -> None:
+    """What a finish request runs (in the poller thread): the worker's flush-and-exit.
+    Its argument is the request's text (the watchdog's verdict)."""
+    global _FINISHER
+    _FINISHER = finisher
+
+
+def uninstall_hang_dump() -> None:
+    """Stop answering requests (a process that hands its rank over, e.g. to the
+    workers it spawns): faulthandler back to stderr, the poller thread ends."""
+    global _STACKS_FILE
+    _STOP.set()
+    if _STACKS_FILE is not None and hasattr(signal, "SIGUSR1"):
+        faulthandler.unregister(signal.SIGUSR1)
+        faulthandler.enable(file=sys.stderr, all_threads=True)
+        _STACKS_FILE.close()
+        _STACKS_FILE = None
 
 
 def install_hang_dump(run_dir: Path, rank: int) -> None:
@@ -35,6 +67,7 @@ def install_hang_dump(run_dir: Path, rank: int) -> None:
     global _STACKS_FILE
     rdir = rundir.rank_dir(run_dir, rank)
     rdir.mkdir(parents=True, exist_ok=True)
+    _STOP.clear()
     if _STACKS_FILE is None and hasattr(signal, "SIGUSR1"):
         _STACKS_FILE = open(rdir / rundir.STACKS, "w", encoding="utf-8")  # noqa: SIM115
         faulthandler.register(signal.SIGUSR1, file=_STACKS_FILE, all_threads=True, chain=False)
@@ -48,23 +81,42 @@ def install_hang_dump(run_dir: Path, rank: int) -> None:
 
 def _poll_requests(run_dir: Path, rank: int) -> None:
     request = request_path(run_dir, rank)
+    finish = finish_request_path(run_dir, rank)
     live = _LiveInflight(run_dir, rank)
-    while True:
-        if request.exists():
-            live.stop()  # the watchdog fired: the job ends, inflight.json says the rest
-            try:
-                write_inflight(run_dir, rank)
-            finally:
-                try:
-                    request.unlink()
-                except OSError:
-                    pass
-        _flush_stale_times()
+    while not _STOP.is_set():
         try:
-            live.tick()
-        except Exception:  # noqa: BLE001 - the live file is optional, the poller is not
-            live.stop()
+            if request.exists():
+                try:
+                    write_inflight(run_dir, rank)
+                finally:
+                    _unlink(request)
+            if finish.exists():
+                live.stop()  # the watchdog decided: the job ends, inflight.json says the rest
+                _finish(finish)
+            _flush_stale_times()
+            try:
+                live.tick()
+            except Exception:  # noqa: BLE001 - the live file is optional, the poller is not
+                live.stop()
+        except Exception:  # noqa: BLE001 - the poller must outlive a bad request
+            pass
         time.sleep(POLL_S)
+
+
+def _finish(path: Path) -> None:
+    reason = rundir.read_json(path)
+    if not isinstance(reason, str):
+        reason = ""
+    _unlink(path)
+    if _FINISHER is not None:
+        _FINISHER(reason)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
 
 
 class _LiveInflight:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import rundir
+from gpudiag.capture import blame
 from gpudiag.capture import manifest as manifest_mod
 from gpudiag.capture import worker as worker_mod
 from gpudiag.capture.agent import ENV_LAUNCHER_PID
@@ -38,8 +39,11 @@ RESERVE_BYTES = 256 * 1024
 # see a run whose manifest is older than rundir.LAUNCHER_STALE_S as launcher_lost.
 HEARTBEAT_S = rundir.LAUNCHER_HEARTBEAT_S
 PIDS_RESCAN_S = 5.0  # the sampler's view of the job's processes (Job.known_pids)
-# After a hang the ranks sit in C++ collectives where Python's SIGTERM handler cannot run
-# (their stacks and in-flight collectives are already on disk): a short grace suffices.
+# On a hang the watchdog asks every rank to flush and exit (their poller threads do it
+# while the main threads sit in C++ collectives). Ranks that have not ended after
+# HANG_FLUSH_WAIT_S (a GIL never released) get SIGTERM, then SIGKILL HANG_KILL_GRACE_S
+# later.
+HANG_FLUSH_WAIT_S = 25.0
 HANG_KILL_GRACE_S = 5.0
 
 # torchrun options passed through: flag -> takes a value
@@ -100,7 +104,8 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=300.0,
         metavar="SECONDS",
-        help="end the job when no rank progresses this long (0 disables)",
+        help="end the job when ranks wait in a collective (or the rendezvous) with no "
+        "progress this long while no rank works (0 disables)",
     )
     p.add_argument("--no-lint", action="store_true", help="do not lint the script")
     p.add_argument(
@@ -373,15 +378,38 @@ class Job:
         except OSError:
             pass
 
-    def wait(self) -> int:
+    def wait(self, on_tick: Any = None) -> int:
         while True:
             try:
                 return self.proc.wait(timeout=0.2)
             except subprocess.TimeoutExpired:
                 self.beat()
+                if on_tick is not None:
+                    on_tick()
                 if self.kill_deadline is not None and time.monotonic() > self.kill_deadline:
                     self.kill()
                     self.kill_deadline = time.monotonic() + KILL_GRACE_S
+
+
+class RankExits:
+    """When each local rank's process was first seen gone (the order of deaths)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.pids: dict[int, int] = {}
+        self.gone_ns: dict[int, int] = {}
+
+    def poll(self) -> None:
+        try:
+            from gpudiag.capture.watchdog import _local_ranks, sample_usage
+
+            if len(self.pids) < len(rundir.list_ranks(self.run_dir)):
+                self.pids.update(_local_ranks(self.run_dir))
+            for rank, pid in self.pids.items():
+                if rank not in self.gone_ns and not sample_usage(pid).alive:
+                    self.gone_ns[rank] = time.time_ns()
+        except Exception:  # noqa: BLE001 - bookkeeping only
+            pass
 
 
 # --------------------------------------------------------------------------- outcome
@@ -393,8 +421,11 @@ def decide_outcome(
     signal_received: int | None,
     hang: bool,
     expected_world_size: int | None,
+    gone_ns: dict[int, int] | None = None,
+    single_process: bool = False,
 ) -> dict[str, Any]:
-    """Status, exit code, failed ranks and the first failure, from the ranks' status.json."""
+    """Status, exit code, failed ranks and the first failure (the cause, see
+    :mod:`gpudiag.capture.blame`), from the ranks' status.json and how they ended."""
     statuses: dict[int, dict[str, Any]] = {}
     infos: dict[int, dict[str, Any]] = {}
     for r in rundir.list_ranks(run_dir):
@@ -414,16 +445,29 @@ def decide_outcome(
         key=lambda r: (statuses[r].get("end_ns") or 0, r),
     )
     failure = None
-    if failed:
-        first = failed[0]
-        s = statuses[first]
-        failure = {
-            "rank": first,
-            "exc_type": s.get("exc_type"),
-            "message": s.get("message"),
-            "traceback": s.get("traceback"),
-            "exit_code": s.get("exit_code"),
-        }
+    ends = blame.rank_ends(
+        run_dir,
+        sorted(set(range(world)) | set(statuses) | set(infos)),
+        statuses,
+        gone_ns,
+        returncode if single_process else None,
+    )
+    cause = blame.find_cause(ends)
+    if cause is not None:
+        first, others = cause
+        failed = [first] + [r for r in others if r != first]
+        s = statuses.get(first)
+        if s is not None:
+            failure = {
+                "rank": first,
+                "exc_type": s.get("exc_type"),
+                "message": s.get("message"),
+                "traceback": s.get("traceback"),
+                "exit_code": s.get("exit_code"),
+            }
+        else:
+            failure = blame.died_failure(ends[first], [ends[r] for r in others])
+        failure["consequences"] = blame.consequence_rows([ends[r] for r in others])
     # Exit 0 means every rank ended through gpudiag's worker with status ok: a rank
     # without status.json then could not write it (full disk), it did not fail.
     unwritten = missing if returncode == 0 and not failed and signal_received is None else []
@@ -507,7 +551,33 @@ def _start_sampler(run_dir: Path, node_rank: int, hz: float, job: Job) -> Any:
     return sampler
 
 
-def _start_watchdog(run_dir: Path, timeout_s: float, job: Job, hang: threading.Event) -> Any:
+def _local_rank_count(nproc_per_node: str | None) -> int | None:
+    try:
+        return int(nproc_per_node or 1)
+    except ValueError:  # "auto", "gpu" ...
+        return None
+
+
+def _wait_for_ranks_to_finish(run_dir: Path, job: Job, limit_s: float) -> None:
+    """Until every local rank wrote status.json and exited, the job ended, or limit_s."""
+    from gpudiag.capture.watchdog import _local_ranks, sample_usage
+
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and job.proc.poll() is None:
+        ranks = _local_ranks(run_dir)
+        if all(not sample_usage(pid).alive for pid in ranks.values()):
+            # torchrun notices its workers' exit and ends on its own: give it the time
+            deadline = min(deadline, time.monotonic() + HANG_KILL_GRACE_S)
+        time.sleep(0.2)
+
+
+def _start_watchdog(
+    run_dir: Path,
+    timeout_s: float,
+    job: Job,
+    hang: threading.Event,
+    local_ranks: int | None = None,
+) -> Any:
     if timeout_s <= 0:
         return None
     try:
@@ -515,13 +585,27 @@ def _start_watchdog(run_dir: Path, timeout_s: float, job: Job, hang: threading.E
     except ImportError:
         return None
 
-    def on_hang(*_: Any) -> None:
+    def on_hang(report: dict[str, Any]) -> None:
         hang.set()
-        _say(f"no progress for {timeout_s:g} s: hang; ending the job")
-        job.stop(signal.SIGTERM, grace_s=HANG_KILL_GRACE_S)
+        _say(
+            f"hang: no progress for {report.get('detected_after_s', timeout_s)} s: "
+            f"{report.get('verdict')}; ranks flush their data and exit"
+        )
+        _wait_for_ranks_to_finish(run_dir, job, HANG_FLUSH_WAIT_S)
+        if job.proc.poll() is None:
+            job.stop(signal.SIGTERM, grace_s=HANG_KILL_GRACE_S)
+
+    def on_notice(text: str) -> None:
+        _say(f"no progress for {timeout_s:g} s, {text} (stacks in rank*/stacks.txt)")
 
     try:
-        watchdog = HangWatchdog(run_dir, timeout_s, on_hang=on_hang)
+        watchdog = HangWatchdog(
+            run_dir,
+            timeout_s,
+            on_hang=on_hang,
+            on_notice=on_notice,
+            expected_local_ranks=local_ranks,
+        )
         watchdog.start()
         return watchdog
     except Exception as exc:
@@ -676,15 +760,18 @@ def main(argv: list[str], pre_run: PreRun | None = None) -> int:
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     sampler = _start_sampler(run_dir, node_rank, ns.sample_hz, job)
-    watchdog = _start_watchdog(run_dir, ns.hang_timeout, job, hang)
+    watchdog = _start_watchdog(
+        run_dir, ns.hang_timeout, job, hang, _local_rank_count(ns.nproc_per_node)
+    )
     lint_thread = None
     if pre_run is not None and not ns.no_lint:
         lint_thread = threading.Thread(
             target=_pre_run, args=(pre_run, run_dir, args.target), daemon=True
         )
         lint_thread.start()
+    exits = RankExits(run_dir)
     try:
-        returncode = job.wait()
+        returncode = job.wait(on_tick=exits.poll)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -700,6 +787,8 @@ def main(argv: list[str], pre_run: PreRun | None = None) -> int:
         job.signal_received,
         hang.is_set() or bool(getattr(watchdog, "fired", False)),
         launch["expected_world_size"],
+        gone_ns=exits.gone_ns,
+        single_process=not launch["torchrun"],
     )
     manifest.update(
         end_ns=time.time_ns(),

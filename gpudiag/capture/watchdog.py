@@ -1,10 +1,24 @@
 """Launcher-side hang watchdog.
 
-Progress is the size/mtime of each local rank's step and collective tables. When none
-has changed for ``timeout_s`` the watchdog asks every local rank for a dump (SIGUSR1:
-Python stacks; a request file: in-flight collectives, see :mod:`gpudiag.capture.hangdump`),
-waits briefly for the answers, writes ``hang_report.json`` and calls ``on_hang(report)``.
-The launcher then ends the job.
+Progress is the size/mtime of each local rank's step and collective tables (and its
+rank_info). The watchdog is armed from the start: a job stuck in its first collective or
+in the rendezvous is caught too. When nothing has progressed for ``timeout_s`` it asks
+every local rank for a dump (SIGUSR1: Python stacks; a request file: in-flight
+collectives, see :mod:`gpudiag.capture.hangdump`), waits for the answers, and classifies
+each rank:
+
+- ``waiting``: inside a collective (gpudiag's record or the Flight Recorder) or blocked
+  in ``torch.distributed`` (rendezvous, DDP's start-up broadcast);
+- ``working``: not waiting and using CPU or doing I/O since the last check (evaluation,
+  checkpointing, a slow start-up, a long step);
+- ``idle``: neither (asleep, blocked on something else); ``gone``: the process exited.
+
+It is a hang only when some rank waits and no other rank works: ranks running Python are
+never ended. When unsure it says so once, keeps the stacks, and checks again after
+another ``timeout_s``. On a hang it writes ``hang_report.json``, asks every rank to flush
+and exit (a finish request, answered by the rank's poller thread even while its main
+thread is blocked in C++), then calls ``on_hang(report)``; the launcher kills only the
+ranks that did not finish.
 """
 
 from __future__ import annotations
@@ -13,17 +27,28 @@ import os
 import re
 import signal
 import socket
+import sysconfig
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpudiag import rundir
-from gpudiag.capture.hangdump import request_path
+from gpudiag.capture.hangdump import finish_request_path, request_path
 
 POLL_S = 0.5
-DUMP_WAIT_S = 5.0
+# How long to wait for every rank's stacks and in-flight collectives. The answers come
+# in well under a second on an idle machine; on a loaded one a rank may not be scheduled
+# for seconds, and a report built without them blames the wrong line.
+DUMP_WAIT_S = 30.0
+# A rank that used this share of one core (or moved IO_WORKING_BYTES) since the last
+# check is working. An idle gpudiag worker uses < 0.1 % (its poller thread).
+CPU_WORKING_SHARE = 0.03
+ACTIVITY_WINDOW_S = 3.0  # what a rank did in the last seconds decides if it works
+CPU_WORKING_MIN_S = 0.05
+IO_WORKING_BYTES = 1 << 20
 _PROGRESS_TABLES = (rundir.STEPS, rundir.COLLECTIVES, rundir.COLLECTIVE_TIMES, rundir.DDP_STATS)
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _LIBRARY_PARTS = (
@@ -34,12 +59,76 @@ _LIBRARY_PARTS = (
     f"{os.sep}threading.py",
     f"{os.sep}importlib{os.sep}",
 )
+# the interpreter's own library and installed packages: never the user's line
+_SYSTEM_DIRS = tuple(
+    sorted(
+        {
+            os.path.join(path, "")
+            for key in ("stdlib", "platstdlib", "purelib", "platlib")
+            if (path := sysconfig.get_paths().get(key))
+        }
+    )
+)
+_DISTRIBUTED_PART = f"{os.sep}torch{os.sep}distributed{os.sep}"
+
+_DECORATOR_FUNCS = frozenset(("wrapper", "wrapped", "inner", "_fn", "decorator"))
+
+WAITING, WORKING, IDLE, GONE = "waiting", "working", "idle", "gone"
+
+
+@dataclass
+class Usage:
+    """CPU seconds and I/O bytes of one process, sampled at ``t``."""
+
+    t: float
+    cpu_s: float
+    io_bytes: int
+    alive: bool = True
+
+
+def sample_usage(pid: int) -> Usage:
+    now = time.monotonic()
+    try:
+        import psutil
+
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return Usage(now, 0.0, 0, alive=False)
+        cpu = proc.cpu_times()
+        try:
+            io = proc.io_counters()
+            io_bytes = int(getattr(io, "read_chars", io.read_bytes)) + int(
+                getattr(io, "write_chars", io.write_bytes)
+            )
+        except (psutil.AccessDenied, AttributeError, NotImplementedError):
+            io_bytes = 0
+        return Usage(now, float(cpu.user + cpu.system), io_bytes)
+    except Exception:  # noqa: BLE001 - gone, or psutil missing: judged by pid only
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return Usage(now, 0.0, 0, alive=False)
+        return Usage(now, float("nan"), 0)
+
+
+def activity(before: Usage | None, after: Usage) -> str:
+    """working / idle / gone for a rank that is not waiting in a collective."""
+    if not after.alive:
+        return GONE
+    if before is None or after.cpu_s != after.cpu_s:  # new process, or unknown: assume work
+        return WORKING
+    window = max(after.t - before.t, 1e-3)
+    cpu = after.cpu_s - before.cpu_s
+    if cpu >= max(CPU_WORKING_MIN_S, CPU_WORKING_SHARE * window):
+        return WORKING
+    if after.io_bytes - before.io_bytes >= IO_WORKING_BYTES:
+        return WORKING
+    return IDLE
 
 
 class HangWatchdog:
-    """Background thread that fires once when no local rank progresses for timeout_s.
-
-    It is armed once some rank has written a step or collective row."""
+    """Background thread that fires once when ranks wait in a collective (or the
+    rendezvous) and nothing progresses for timeout_s while no other rank works."""
 
     def __init__(
         self,
@@ -47,17 +136,30 @@ class HangWatchdog:
         timeout_s: float,
         on_hang: Callable[[dict[str, Any]], None] | None = None,
         poll_s: float = POLL_S,
+        on_notice: Callable[[str], None] | None = None,
+        dump_wait_s: float = DUMP_WAIT_S,
+        finish_ranks: bool = True,
+        expected_local_ranks: int | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.timeout_s = float(timeout_s)
         self.on_hang = on_hang
+        self.on_notice = on_notice
         self.poll_s = poll_s
+        self.dump_wait_s = dump_wait_s
+        self.finish_ranks = finish_ranks
+        self.expected_local_ranks = expected_local_ranks
         self.fired = False
         self.report: dict[str, Any] | None = None
+        self.checks: list[dict[str, Any]] = []  # every check that did not fire
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_signature: tuple = ()
         self._last_progress = time.monotonic()
+        self._baseline: dict[int, Usage] = {}
+        self._pids: dict[int, int] = {}
+        self._samples: list[tuple[float, dict[int, Usage]]] = []  # the last few seconds
+        self._stacks: dict[int, str] = {}  # each rank's stack at the last check
 
     def start(self) -> None:
         self._last_progress = time.monotonic()
@@ -67,37 +169,100 @@ class HangWatchdog:
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=DUMP_WAIT_S + 5)
+            self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        last_check = time.monotonic()
+        noticed = False
         while not self._stop.wait(self.poll_s):
             signature = progress_signature(self.run_dir)
             now = time.monotonic()
             if signature != self._last_signature:
                 self._last_signature = signature
-                self._last_progress = now
+                self._last_progress = last_check = now
+                self._pids = _local_ranks(self.run_dir)
+                self._baseline = _usage(self._pids)
+                self._samples = [(now, self._baseline)]
+                self._stacks = {}  # stacks compare within one quiet period only
+                noticed = False
                 continue
-            if now - self._last_progress >= self.timeout_s and _armed(signature):
-                self._fire(now - self._last_progress)
+            self._sample(now)
+            if now - last_check < self.timeout_s:
+                continue
+            try:
+                report = self._check(now - self._last_progress)
+            except Exception as exc:  # noqa: BLE001 - a watchdog bug must not end watching
+                report = None
+                if self.on_notice is not None:
+                    self.on_notice(f"hang check failed ({type(exc).__name__}: {exc})")
+            last_check = time.monotonic()
+            if report is None or self._stop.is_set():
+                continue
+            if report["hang"]:
+                self._fire(report)
                 return
+            self.checks.append(report)
+            if not noticed and report["stuck_ranks"] and self.on_notice is not None:
+                self.on_notice(report["verdict"])
+                noticed = True
 
-    def _fire(self, idle_s: float) -> None:
-        self.fired = True
+    def _check(self, idle_s: float) -> dict[str, Any] | None:
         ranks = _local_ranks(self.run_dir)
+        if not ranks:
+            return None  # nothing started yet (imports): the agent's timeouts cover it
+        usage = _usage(ranks)
+        offsets = {r: _stacks_size(self.run_dir, r) for r in ranks}
         requested_ns = time.time_ns()
         for rank, pid in ranks.items():
-            request_dump(self.run_dir, rank, pid)
-        _wait_for_dumps(self.run_dir, list(ranks), requested_ns)
-        self.report = build_hang_report(self.run_dir, idle_s, sorted(ranks), requested_ns)
-        rundir.write_json_atomic(self.run_dir / rundir.HANG_REPORT, self.report)
+            if usage[rank].alive:
+                request_dump(self.run_dir, rank, pid)
+        alive = [r for r in ranks if usage[r].alive]
+        _wait_for_dumps(self.run_dir, alive, requested_ns, offsets, ranks, self.dump_wait_s)
+        report = build_hang_report(
+            self.run_dir,
+            idle_s,
+            sorted(ranks),
+            requested_ns,
+            offsets=offsets,
+            activities={r: activity(self._recent(r), usage[r]) for r in ranks},
+            starting=max(0, (self.expected_local_ranks or 0) - len(ranks)),
+            previous_stacks=self._stacks,
+        )
+        self._baseline = usage
+        self._stacks = {int(r): st.pop("stack", "") for r, st in report["ranks"].items()}
+        return report
+
+    def _sample(self, now: float) -> None:
+        """CPU and I/O of every known rank, kept for ACTIVITY_WINDOW_S: a rank is judged
+        on what it did lately, not since the last progress (it may have worked, then
+        stopped)."""
+        self._samples.append((now, _usage(self._pids)))
+        while len(self._samples) > 2 and self._samples[1][0] <= now - ACTIVITY_WINDOW_S:
+            self._samples.pop(0)
+
+    def _recent(self, rank: int) -> Usage | None:
+        """The rank's usage about ACTIVITY_WINDOW_S ago (else its baseline)."""
+        cutoff = time.monotonic() - min(ACTIVITY_WINDOW_S, self.timeout_s) + self.poll_s
+        best = None
+        for t, usage in self._samples:
+            if t > cutoff:
+                break
+            best = usage.get(rank, best)
+        return best or self._baseline.get(rank)
+
+    def _fire(self, report: dict[str, Any]) -> None:
+        self.fired = True
+        self.report = report
+        rundir.write_json_atomic(self.run_dir / rundir.HANG_REPORT, report)
+        if self.finish_ranks:
+            for rank in _local_ranks(self.run_dir):
+                request_finish(self.run_dir, rank, report["verdict"])
         if self.on_hang is not None:
-            self.on_hang(self.report)
+            self.on_hang(report)
 
 
-def _armed(signature: tuple) -> bool:
-    """Some rank has written a table row (a step or a collective). Before that, workers
-    are starting (imports, rendezvous: the elastic agent's timeouts cover those)."""
-    return any(table > 0 and size > 0 for _rank, table, size, _mtime in signature)
+def _usage(ranks: dict[int, int]) -> dict[int, Usage]:
+    return {r: sample_usage(pid) for r, pid in ranks.items()}
 
 
 def progress_signature(run_dir: Path) -> tuple:
@@ -139,12 +304,49 @@ def request_dump(run_dir: Path, rank: int, pid: int) -> None:
         pass
 
 
-def _wait_for_dumps(run_dir: Path, ranks: list[int], requested_ns: int) -> None:
-    deadline = time.monotonic() + DUMP_WAIT_S
-    while time.monotonic() < deadline:
-        if all(_inflight_fresh(run_dir, r, requested_ns) for r in ranks):
-            return
-        time.sleep(0.1)
+def request_finish(run_dir: Path, rank: int, reason: str) -> None:
+    """Ask one worker to write its tables and status and exit (see hangdump)."""
+    try:
+        rundir.write_json_atomic(finish_request_path(run_dir, rank), reason)
+    except OSError:
+        pass
+
+
+def _stacks_size(run_dir: Path, rank: int) -> int:
+    try:
+        return (rundir.rank_dir(run_dir, rank) / rundir.STACKS).stat().st_size
+    except OSError:
+        return 0
+
+
+def _wait_for_dumps(
+    run_dir: Path,
+    ranks: list[int],
+    requested_ns: int,
+    offsets: dict[int, int] | None = None,
+    pids: dict[int, int] | None = None,
+    wait_s: float = DUMP_WAIT_S,
+) -> None:
+    """Until every rank wrote both answers (stacks grew, inflight.json is fresh), or
+    exited, or wait_s passed."""
+    deadline = time.monotonic() + wait_s
+    pending = list(ranks)
+    while pending and time.monotonic() < deadline:
+        pending = [
+            r
+            for r in pending
+            if not (
+                _inflight_fresh(run_dir, r, requested_ns)
+                and (offsets is None or _stacks_size(run_dir, r) > offsets.get(r, 0))
+            )
+            and (pids is None or sample_usage(pids[r]).alive)
+        ]
+        if pending:
+            time.sleep(0.1)
+    if offsets is not None:
+        # faulthandler writes in the signal handler, a few hundred bytes at a time:
+        # give a dump that is still being written a moment to end
+        time.sleep(0.2)
 
 
 def _inflight_fresh(run_dir: Path, rank: int, requested_ns: int) -> bool:
@@ -163,7 +365,11 @@ def top_user_frame(stacks: str) -> str | None:
     for block in current + [b for b in blocks if b not in current]:
         for line in block.splitlines():
             m = _FRAME_RE.match(line)
-            if m and not any(p in m["file"] for p in _LIBRARY_PARTS):
+            if (
+                m
+                and not any(p in m["file"] for p in _LIBRARY_PARTS)
+                and not m["file"].startswith(_SYSTEM_DIRS)
+            ):
                 return f"{m['file']}:{m['line']} in {m['func']}"
     return None
 
@@ -176,22 +382,91 @@ def _last_step(run_dir: Path, rank: int, fallback: int | None) -> int | None:
     return last
 
 
-def _rank_state(run_dir: Path, rank: int, requested_ns: int) -> dict[str, Any]:
+def _read_stacks(run_dir: Path, rank: int, offset: int | None) -> str:
+    """The stacks dumped for this request (the file keeps every dump of the run)."""
+    path = rundir.rank_dir(run_dir, rank) / rundir.STACKS
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset or 0)
+            return fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def current_block(stacks: str) -> str:
+    """The dumped thread's stack (faulthandler's "Current thread" block: the main
+    thread, which takes SIGUSR1) of the last dump in ``stacks``."""
+    blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", stacks.strip())
+    current = [b for b in blocks if b.startswith("Current thread")] or blocks[-1:]
+    return current[-1] if current else ""
+
+
+def in_torch_distributed(stacks: str) -> bool:
+    """The dumped thread's innermost frame is in torch.distributed: blocked in a
+    collective, the rendezvous or DDP's start-up broadcast (not importing it)."""
+    block = current_block(stacks)
+    if "<frozen importlib._bootstrap>" in block:
+        return False
+    for line in block.splitlines():
+        m = _FRAME_RE.match(line)
+        if m:
+            return _DISTRIBUTED_PART in m["file"] and f"{os.sep}elastic{os.sep}" not in m["file"]
+    return False
+
+
+def distributed_call(stacks: str) -> str | None:
+    """The torch.distributed function the dumped thread entered (its outermost frame
+    there), e.g. init_process_group, barrier, _sync_module_states."""
+    found = None
+    for line in current_block(stacks).splitlines():  # innermost first
+        m = _FRAME_RE.match(line)
+        if m and _DISTRIBUTED_PART in m["file"]:
+            if m["func"] not in _DECORATOR_FUNCS:
+                found = m["func"]
+        elif m and found:
+            break
+    return found
+
+
+def _rank_state(
+    run_dir: Path,
+    rank: int,
+    requested_ns: int,
+    offset: int | None = None,
+    activity_: str | None = None,
+    stale_before_ns: int = 0,
+    previous_stack: str | None = None,
+) -> dict[str, Any]:
     rdir = rundir.rank_dir(run_dir, rank)
     dump = rundir.read_json(rdir / rundir.INFLIGHT) or {}
     if int(dump.get("t_ns") or 0) < requested_ns:
         dump = {}  # no answer to this request (a blocked GIL, or a dead rank)
-    stacks_path = rdir / rundir.STACKS
-    stacks = stacks_path.read_text(errors="replace") if stacks_path.is_file() else ""
+    stacks = _read_stacks(run_dir, rank, offset)
     inflight = _merge_inflight(dump.get("inflight") or [], dump.get("fr_unfinished") or [])
+    blocked = in_torch_distributed(stacks)
+    state = activity_ or WORKING
+    stack = current_block(stacks)
+    if state == IDLE and stack and previous_stack and stack != previous_stack:
+        state = WORKING  # it moved since the last dump: running, however slowly
+    # Waiting: in a collective entered before the quiet period began (a healthy one
+    # does not last that long, whatever the CPU does: NCCL waits may spin), or blocked
+    # in torch.distributed without working (rendezvous, DDP's start-up broadcast).
+    old = any((c.get("enter_ns") or 0) <= stale_before_ns for c in inflight)
+    if state != GONE and (old or ((inflight or blocked) and state != WORKING)):
+        state = WAITING
     return {
         "rank": rank,
         "last_step": _last_step(run_dir, rank, dump.get("last_step")),
-        "in_collective": bool(inflight),
+        "in_collective": state == WAITING,
         "inflight": inflight,
         "fr_unfinished": len(dump.get("fr_unfinished") or []),
         "top_frame": top_user_frame(stacks),
+        "in_torch_distributed": blocked,
+        "distributed_call": distributed_call(stacks) if blocked else None,
+        "activity": state,
         "answered": bool(dump),
+        "stacks_dumped": bool(stacks.strip()),
+        "stack": stack,
     }
 
 
@@ -235,19 +510,65 @@ def _merge_inflight(entered: list[dict], fr_unfinished: list[dict]) -> list[dict
 
 
 def build_hang_report(
-    run_dir: Path, idle_s: float, ranks: list[int], requested_ns: int = 0
+    run_dir: Path,
+    idle_s: float,
+    ranks: list[int],
+    requested_ns: int = 0,
+    offsets: dict[int, int] | None = None,
+    activities: dict[int, str] | None = None,
+    starting: int = 0,
+    previous_stacks: dict[int, str] | None = None,
 ) -> dict[str, Any]:
-    states = {r: _rank_state(run_dir, r, requested_ns) for r in ranks}
+    stale_before_ns = (requested_ns or time.time_ns()) - int(idle_s * 1e9)
+    states = {
+        r: _rank_state(
+            run_dir,
+            r,
+            requested_ns,
+            (offsets or {}).get(r),
+            (activities or {}).get(r),
+            stale_before_ns,
+            (previous_stacks or {}).get(r),
+        )
+        for r in ranks
+    }
+    hang, why = is_hang(states, starting)
     verdict, stuck, not_in, desync = hang_verdict(states)
+    if not hang:
+        verdict = f"not a hang: {why}"
     return {
         "detected_after_s": round(idle_s, 2),
         "t_ns": time.time_ns(),
+        "hang": hang,
         "ranks": {str(r): s for r, s in states.items()},
         "stuck_ranks": stuck,
         "ranks_not_in_collective": not_in,
+        "working_ranks": sorted(r for r, s in states.items() if s["activity"] == WORKING),
         "desync": desync,
         "verdict": verdict,
     }
+
+
+def is_hang(states: dict[int, dict[str, Any]], starting: int = 0) -> tuple[bool, str]:
+    """A hang: some rank waits in a collective (or the rendezvous) and no rank works
+    (``starting``: local ranks that have not written rank_info yet, i.e. still start)."""
+    if starting:
+        return False, f"{starting} local rank(s) still starting (no rank_info.json yet); waiting"
+    waiting = sorted(r for r, s in states.items() if s["activity"] == WAITING)
+    working = sorted(r for r, s in states.items() if s["activity"] == WORKING)
+    if not waiting:
+        return False, (
+            f"no rank is waiting in a collective (rank{'s' if len(states) > 1 else ''} "
+            f"{_join(sorted(states))} running Python or idle; {_frames(states, list(states))}); "
+            "waiting"
+        )
+    if working:
+        return False, (
+            f"rank{'s' if len(working) > 1 else ''} {_join(working)} still working "
+            f"({_frames(states, working)}) while rank{'s' if len(waiting) > 1 else ''} "
+            f"{_join(waiting)} wait{'' if len(waiting) > 1 else 's'} in a collective; waiting"
+        )
+    return True, ""
 
 
 def hang_verdict(
@@ -261,6 +582,22 @@ def hang_verdict(
     stuck = sorted(r for r, s in states.items() if s["in_collective"])
     not_in = sorted(r for r, s in states.items() if not s["in_collective"])
     if not waiting:
+        if stuck:
+            calls = sorted({str(states[r].get("distributed_call") or "?") for r in stuck})
+            absent = (
+                f" that rank{'s' if len(not_in) > 1 else ''} {_join(not_in)} never reached; "
+                f"{_frames(states, not_in)}"
+                if not_in
+                else f"; {_frames(states, stuck)}"
+            )
+            return (
+                f"rank{'s' if len(stuck) > 1 else ''} {_join(stuck)} blocked in "
+                f"torch.distributed {'/'.join(calls)} (the rendezvous, or a collective "
+                f"gpudiag did not record){absent}",
+                stuck,
+                not_in,
+                None,
+            )
         return (
             "no rank is inside a collective: all ranks stopped progressing "
             f"(top frames: {_frames(states, list(states))})",

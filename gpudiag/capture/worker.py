@@ -13,20 +13,23 @@ Configuration comes from the launcher through environment variables (ENV_* below
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import runpy
+import shutil
 import signal
 import socket
 import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpudiag import rundir
-from gpudiag.capture import agent
+from gpudiag.capture import agent, spawn
 
 ENV_RUN_DIR = "GPUDIAG_RUN_DIR"
 ENV_PROFILE_STEPS = "GPUDIAG_PROFILE_STEPS"  # "A-B" or "off"
@@ -35,15 +38,19 @@ ENV_NODE_RANK = "GPUDIAG_NODE_RANK"
 ENV_FINISH_TIMEOUT = "GPUDIAG_FINISH_TIMEOUT_S"
 
 EXIT_EXCEPTION = 1
+EXIT_HANG = 1
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 RANK_RESERVE_BYTES = 64 * 1024  # kept for summary.json and status.json on a full disk
 LAUNCHER_LOST_GRACE_S = 15.0
+# A rank ended on a hang finishes from the poller thread: short, since the launcher
+# kills what is left after its own grace (launcher.HANG_FLUSH_WAIT_S).
+HANG_FINISH_TIMEOUT_S = 15.0
 
 
 @dataclass
 class Outcome:
-    status: str  # ok | failed | interrupted
+    status: str  # ok | failed | interrupted | hang
     exit_code: int
     exc_type: str | None = None
     message: str | None = None
@@ -55,8 +62,24 @@ class _Terminated(KeyboardInterrupt):
     so its own ``except KeyboardInterrupt`` clean-up runs."""
 
 
+# SIGTERM interrupts the user's code only. Once it has ended (an exception being turned
+# into status.json: the elastic agent sends SIGTERM right when a peer dies, which is
+# exactly when a rank is formatting its own "Connection reset by peer") it is noted and
+# the rank finishes writing: a status lost there blames the wrong rank.
+_SIGTERM_RAISES = False
+_SIGTERM_PENDING = False
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
-    raise _Terminated()
+    global _SIGTERM_PENDING
+    if _SIGTERM_RAISES:
+        raise _Terminated()
+    _SIGTERM_PENDING = True
+
+
+def _user_code_running(running: bool) -> None:
+    global _SIGTERM_RAISES
+    _SIGTERM_RAISES = running
 
 
 def parse_target(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -122,6 +145,9 @@ class Worker:
         self.recorder: Any = None
         self._kept: Any = None  # the script's globals or its exception, kept until os._exit
         self._reserve: Path | None = None
+        self._finish_lock = threading.Lock()
+        self.set_up = False
+        self.handed_over = False  # the script spawned its own ranks (spawn.py)
 
     # ------------------------------------------------------------------ set-up
 
@@ -142,9 +168,66 @@ class Worker:
         self._reserve = rundir.reserve_space(
             rundir.rank_dir(self.run_dir, self.rank) / rundir.RESERVE, RANK_RESERVE_BYTES
         )
+        rundir.write_rank_json(self.run_dir, self.rank, rundir.RANK_INFO, self.rank_info)
+        self.set_up = True
         self._install_collectives()
         self._install_steps()
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        if "RANK" not in os.environ and self.target:  # gpudiag started this one process
+            self._guard("spawn hook", lambda: spawn.install(self.hand_over_rank))
+
+    def hand_over_rank(self) -> None:
+        """The script spawns its own workers (torch.multiprocessing): they become the
+        ranks of the run, rank 0 included. This process stops recording and removes
+        what it wrote as rank 0; it keeps the job's exit code."""
+        from gpudiag.capture import api
+        from gpudiag.capture.hangdump import set_finisher, uninstall_hang_dump
+
+        self.handed_over = True
+        set_finisher(None)
+        self._guard("hang dump", uninstall_hang_dump)
+        if self.tracker is not None:
+            api.install(None)
+            self._guard("step tracker", self.tracker.uninstall)
+            self._guard("step table", self.tracker.close)
+        if self.profiler is not None and getattr(self.profiler, "_prof", None) is not None:
+            self._guard("profiler", lambda: self.profiler._stop(export=False))
+        if self.recorder is not None:
+            self._guard("collective patches", lambda: spawn.restore_collectives(self.recorder))
+            for writer in (self.recorder._coll_writer, self.recorder._times_writer):
+                if writer is not None:
+                    self._guard("collective tables", writer.close)
+            self.recorder._coll_writer = self.recorder._times_writer = None
+            self.recorder._closed = True
+        self.tracker = self.profiler = self.recorder = None
+        shutil.rmtree(rundir.rank_dir(self.run_dir, self.rank), ignore_errors=True)
+
+    def setup_at_init_process_group(self) -> None:
+        """A spawned rank: set up once init_process_group tells the rank and world size
+        (the spawn index until then)."""
+        import torch.distributed as dist
+        import torch.distributed.distributed_c10d as c10d
+
+        original = c10d.init_process_group
+        worker = self
+
+        @functools.wraps(original)
+        def init_process_group(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            c10d.init_process_group = original
+            if dist.init_process_group is init_process_group:
+                dist.init_process_group = original
+            if not worker.set_up:
+                worker.rank, worker.world_size = dist.get_rank(), dist.get_world_size()
+                try:
+                    worker.setup()
+                except Exception as exc:  # noqa: BLE001 - never stop the training
+                    worker._warn(f"instrumentation incomplete ({type(exc).__name__}: {exc})")
+            return result
+
+        c10d.init_process_group = init_process_group
+        dist.init_process_group = init_process_group
 
     def _install_collectives(self) -> None:
         try:
@@ -159,11 +242,12 @@ class Worker:
                 self._warn(f"collective recorder not installed ({type(exc).__name__}: {exc})")
                 self.recorder = None
         try:
-            from gpudiag.capture.hangdump import install_hang_dump
+            from gpudiag.capture.hangdump import install_hang_dump, set_finisher
         except ImportError:
             return
         try:
             install_hang_dump(self.run_dir, self.rank)
+            set_finisher(self.finish_on_hang)
         except Exception as exc:
             self._warn(f"hang dump not installed ({type(exc).__name__}: {exc})")
 
@@ -209,23 +293,41 @@ class Worker:
     # ------------------------------------------------------------------ running
 
     def run_user_code(self) -> Outcome:
+        return self.run_callable(self._run_target)
+
+    def _run_target(self) -> Any:
         sys.argv = [self.target.get("script") or self.target["module"], *self.script_args]
+        if "script" in self.target:
+            script = self.target["script"]
+            sys.path[0] = str(Path(script).resolve().parent)
+            return runpy.run_path(script, run_name="__main__")
+        sys.path[0] = os.getcwd()
+        return runpy.run_module(self.target["module"], run_name="__main__", alter_sys=True)
+
+    def run_callable(self, body: Callable[[], Any]) -> Outcome:
+        """Run the user's code (the script, or a spawned worker's function) and turn how
+        it ended into an Outcome."""
         try:
-            if "script" in self.target:
-                script = self.target["script"]
-                sys.path[0] = str(Path(script).resolve().parent)
-                self._kept = runpy.run_path(script, run_name="__main__")
-            else:
-                sys.path[0] = os.getcwd()
-                self._kept = runpy.run_module(
-                    self.target["module"], run_name="__main__", alter_sys=True
-                )
+            return self._run_callable(body)
+        except _Terminated:  # SIGTERM right as the script ended, before it was noted
+            return Outcome("interrupted", EXIT_SIGTERM, "SIGTERM", "terminated")
+        finally:
+            _user_code_running(False)
+
+    def _run_callable(self, body: Callable[[], Any]) -> Outcome:
+        _user_code_running(True)
+        try:
+            if _SIGTERM_PENDING:  # arrived during set-up
+                raise _Terminated()
+            self._kept = body()
         except BaseException as exc:
+            _user_code_running(False)
             # The exception's frames hold the script's globals (model, data, process
             # group): keep them. Freeing them is teardown work that os._exit skips anyway,
             # and it took 0.5-1 s of every Ctrl-C (DDP reducer, tensors, loader).
             self._kept = exc
             return self._outcome_of(exc)
+        _user_code_running(False)
         return Outcome("ok", 0)
 
     def _outcome_of(self, exc: BaseException) -> Outcome:
@@ -245,18 +347,43 @@ class Worker:
 
     # ------------------------------------------------------------------ finishing
 
-    def finish(self, outcome: Outcome) -> None:
-        """Write everything, then end the process without interpreter teardown."""
-        # A second SIGTERM/Ctrl-C while finishing must not cut the writes short.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        _exit_after(float(os.environ.get(ENV_FINISH_TIMEOUT, "60")), outcome.exit_code)
-        # what interpreter shutdown would do first: wait for the script's own threads
-        self._guard(
-            "script threads", lambda: _join_user_threads(30.0 if outcome.status == "ok" else 5.0)
+    def finish_on_hang(self, reason: str) -> None:
+        """The watchdog's finish request (poller thread; the main thread is blocked in a
+        collective): write everything this rank has, then exit."""
+        reason = reason.strip() or "no progress"
+        self.finish(
+            Outcome("hang", EXIT_HANG, "Hang", f"ended by gpudiag's hang watchdog: {reason}"[:500])
         )
+
+    def finish(self, outcome: Outcome) -> None:
+        """Write everything, then end the process without interpreter teardown. Called
+        once: by the main thread at the end of the script, or by the hang dump's poller
+        thread on a hang (then the main thread, if it gets here, waits for the exit)."""
+        if not self._finish_lock.acquire(blocking=False):
+            _wait_for_exit()
+        in_main = threading.current_thread() is threading.main_thread()
+        hang = outcome.status == "hang"
+        if in_main:
+            # A second SIGTERM/Ctrl-C while finishing must not cut the writes short.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        timeout = HANG_FINISH_TIMEOUT_S if hang else float(os.environ.get(ENV_FINISH_TIMEOUT, "60"))
+        _exit_after(timeout, outcome.exit_code)
+        if self.handed_over:  # its spawned ranks wrote the run; only the exit code is ours
+            self._guard("atexit handlers", atexit._run_exitfuncs)
+            self._guard("flush", _flush_open_files)
+            os._exit(outcome.exit_code)
+        if not self.set_up:  # a spawned rank that never called init_process_group
+            self._guard("set-up", self.setup)
+        # what interpreter shutdown would do first: wait for the script's own threads
+        if not hang:
+            self._guard(
+                "script threads",
+                lambda: _join_user_threads(30.0 if outcome.status == "ok" else 5.0),
+            )
         collectives: dict[str, Any] | None = None
-        self._guard("profiler export", self._finish_profiler)
+        if not hang:  # on a hang the tables and status go first: exporting may block
+            self._guard("profiler export", self._finish_profiler)
         if self.recorder is not None:
             self._guard("collective dump", self.recorder.close)
             collectives = self._guard("collective summary", self.recorder.summary)
@@ -266,8 +393,12 @@ class Worker:
         rundir.release_space(self._reserve)  # room for summary.json and status.json
         self._guard("summary.json", lambda: self._write_summary(outcome, collectives))
         self._guard("status.json", lambda: self._write_status(outcome))
-        self._guard("process group", _destroy_process_group)
-        self._guard("atexit handlers", atexit._run_exitfuncs)
+        if hang:
+            # the process group and atexit handlers would wait for the hung collective
+            self._guard("profiler export", self._finish_profiler)
+        else:
+            self._guard("process group", _destroy_process_group)
+            self._guard("atexit handlers", atexit._run_exitfuncs)
         self._guard("flush", _flush_open_files)
         os._exit(outcome.exit_code)
 
@@ -365,10 +496,24 @@ def _outcome_of_exception(status: str, code: int, exc_type: Any, exc: Any, tb: A
     )
 
 
+def _wait_for_exit() -> None:
+    """Another thread is finishing this process and ends it with os._exit."""
+    while True:
+        try:
+            time.sleep(1.0)
+        except BaseException:  # noqa: BLE001 - a second SIGTERM/Ctrl-C: keep waiting
+            continue
+
+
 def _join_user_threads(limit_s: float) -> None:
     deadline = time.monotonic() + limit_s
     for thread in threading.enumerate():
-        if thread is threading.current_thread() or thread.daemon or not thread.is_alive():
+        if (
+            thread is threading.current_thread()
+            or thread is threading.main_thread()
+            or thread.daemon
+            or not thread.is_alive()
+        ):
             continue
         thread.join(max(0.0, deadline - time.monotonic()))
 
@@ -422,6 +567,15 @@ def _end_when_launcher_lost(rank: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(LAUNCHER_LOST_GRACE_S)
     os._exit(EXIT_SIGTERM)
+
+
+def spawned_worker(index: int, nprocs: int) -> Worker:
+    """The Worker of a process started by torch.multiprocessing.spawn (see spawn.py)."""
+    run_dir = Path(os.environ.get(ENV_RUN_DIR) or "gpudiag_run").resolve()
+    worker = Worker(run_dir, {}, [])
+    worker.rank, worker.local_rank, worker.world_size = index, index, nprocs
+    worker.setup_at_init_process_group()
+    return worker
 
 
 def main(argv: list[str] | None = None) -> None:

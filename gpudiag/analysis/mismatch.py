@@ -1,0 +1,238 @@
+"""The collective that broke a failed run, and the rank that did not match it.
+
+When ranks disagree at one collective (one rank skipped an all_reduce and its next
+collective met the others' one; the same op with different sizes), gloo aborts one rank
+in C++ (SIGABRT, "Received data size doesn't match") and the others get "Connection
+reset by peer". The aborted rank is not necessarily the culprit. Per rank this module
+takes the collective it was in when the run failed:
+
+- the failed call recorded by gpudiag's patched ``torch.distributed`` (op, group, seq,
+  bytes, the user's line) in ``collective_times.jsonl``;
+- for a rank that aborted: faulthandler's stack of the abort (the torch.distributed
+  function and the user's line) in ``stacks.txt``;
+- the Flight Recorder row at that (group, seq) in ``collectives.jsonl`` (op and bytes,
+  also for DDP's own bucket all-reduces, which have no user line).
+
+The culprit is the rank whose call differs from the others' (by line, then by size).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from gpudiag import rundir
+from gpudiag.analysis.findings import Finding
+
+_FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+_LIBRARY = ("/torch/", "/gpudiag/", "<frozen ", "runpy", "/threading.py", "/importlib/")
+FIX = (
+    "Every rank must call the same collectives, in the same order, with the same sizes. "
+    "Look for rank-dependent branches around the named line (an `if rank == ...` that "
+    "skips or adds a collective, uneven data so that one rank runs one step fewer or "
+    "more, per-rank tensor sizes); DistributedSampler(drop_last=True) or DDP's join() "
+    "handle uneven inputs."
+)
+
+
+@dataclass
+class Call:
+    rank: int
+    how: str  # "raised", "aborted", "flight_recorder"
+    op: str | None = None
+    pg: str | None = None
+    seq: int | None = None
+    bytes: int | None = None
+    callsite: str | None = None  # "file:line in func"
+
+    @property
+    def line(self) -> str | None:
+        return self.callsite.split(" in ")[0] if self.callsite else None
+
+
+def _error_call(run: Any, rank: int) -> Call | None:
+    path = rundir.table_path(rundir.rank_dir(run.path, rank), rundir.COLLECTIVE_TIMES)
+    last = None
+    for row in rundir.iter_jsonl(path):
+        if row.get("error"):
+            last = row
+    if last is None:
+        return None
+    return Call(
+        rank,
+        "raised",
+        str(last.get("op") or "") or None,
+        None if last.get("pg_name") is None else str(last.get("pg_name")),
+        last["seq"] if isinstance(last.get("seq"), int) else None,
+        last["bytes"] if isinstance(last.get("bytes"), int) else None,
+        last.get("callsite") if isinstance(last.get("callsite"), str) else None,
+    )
+
+
+def _aborted_call(run: Any, rank: int) -> Call | None:
+    """The rank's thread that was inside torch.distributed when faulthandler wrote the
+    fatal error (gloo aborts on its own thread: every Python thread is listed)."""
+    text = (getattr(run, "stacks", None) or {}).get(rank) or ""
+    at = text.rfind("Fatal Python error:")
+    if at < 0:
+        return None
+    for block in re.split(r"\n\s*\n", text[at:]):
+        op = callsite = None
+        for line in block.splitlines():  # innermost first
+            m = _FRAME_RE.match(line)
+            if not m:
+                continue
+            if op is None and "/torch/distributed/" in m["file"]:
+                op = m["func"]
+            if op is not None and not any(p in m["file"] for p in _LIBRARY):
+                callsite = f"{m['file']}:{m['line']} in {m['func']}"
+                break
+        if op is not None:
+            return Call(rank, "aborted", op, callsite=callsite)
+    return None
+
+
+def _fr_row(run: Any, rank: int, pg: str, seq: int) -> dict[str, Any] | None:
+    c = getattr(run, "collectives", None)
+    if c is None or c.empty or not {"rank", "pg_name", "seq"} <= set(c.columns):
+        return None
+    part = c[(c["rank"] == rank) & (c["pg_name"].astype(str) == pg) & (c["seq"] == seq)]
+    return None if part.empty else part.iloc[0].to_dict()
+
+
+def failed_calls(run: Any) -> tuple[str, int, dict[int, Call]] | None:
+    """(pg, seq, each rank's call there) for the first collective that failed."""
+    ranks = sorted(set(getattr(run, "rank_info", {}) or {}) | set(run.statuses or {}))
+    raised = {r: c for r in ranks if (c := _error_call(run, r)) is not None}
+    located = [c for c in raised.values() if c.seq is not None and c.pg is not None]
+    if not located:
+        return None
+    first = min(located, key=lambda c: (c.seq, c.pg))
+    pg, seq = first.pg, first.seq
+    assert pg is not None and seq is not None
+    calls: dict[int, Call] = {}
+    for r in ranks:
+        call = raised.get(r)
+        if call is not None and (call.pg, call.seq) != (pg, seq):
+            call = None
+        call = call or _aborted_call(run, r)
+        row = _fr_row(run, r, pg, seq)
+        if call is None and row is not None:
+            call = Call(r, "flight_recorder", callsite=None)
+        if call is None:
+            continue
+        if row is not None:
+            call.op = call.op or row.get("op")
+            if call.bytes is None and row.get("in_bytes") == row.get("in_bytes"):  # not NaN
+                call.bytes = int(row["in_bytes"]) if row.get("in_bytes") is not None else None
+            if call.how == "aborted":
+                call.pg, call.seq = pg, seq
+        calls[r] = call
+    return pg, seq, calls
+
+
+def _odd_ones(calls: dict[int, Call]) -> tuple[list[int], str] | None:
+    """The ranks whose call differs from the most common one, and how."""
+    by_line = {r: (c.line or f"<{c.op} without a user line>") for r, c in calls.items()}
+    common_line, n = Counter(by_line.values()).most_common(1)[0]
+    odd = sorted(r for r, line in by_line.items() if line != common_line)
+    if odd and n > len(odd):
+        return odd, "line"
+    sizes = {r: c.bytes for r, c in calls.items() if c.bytes is not None}
+    if len(set(sizes.values())) > 1:
+        common_size, n = Counter(sizes.values()).most_common(1)[0]
+        odd = sorted(r for r, b in sizes.items() if b != common_size)
+        if n > len(odd):
+            return odd, "size"
+    unknown = sorted(r for r, c in calls.items() if c.bytes is None)
+    if len(sizes) >= 2 and len(set(sizes.values())) == 1 and unknown:
+        return unknown, "size_unknown"  # every size seen agrees: the unseen one differs
+    return None
+
+
+def _describe(c: Call) -> str:
+    size = f" {c.bytes} B" if c.bytes is not None else ""
+    where = f" at {c.callsite}" if c.callsite else " (no user line: DDP's gradient bucket)"
+    return f"{c.op or 'a collective'}{size}{where}"
+
+
+def mismatch_findings(run: Any | None) -> list[Finding]:
+    if run is None or getattr(run, "path", None) is None:
+        return []
+    found = failed_calls(run)
+    if found is None:
+        return []
+    pg, seq, calls = found
+    if len(calls) < 2:
+        return []
+    odd = _odd_ones(calls)
+    if odd is None:
+        return []
+    culprits, how = odd
+    others = sorted(r for r in calls if r not in culprits)
+    ref = next(
+        (calls[r] for r in others if calls[r].callsite), calls[others[0]] if others else None
+    )
+    if ref is None:
+        return []
+    aborted = sorted(r for r, c in calls.items() if c.how == "aborted")
+    who = f"rank{'s' if len(culprits) > 1 else ''} {', '.join(map(str, culprits))}"
+    they = f"rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}"
+    if how == "line":
+        title = (
+            f"Collective mismatch at {ref.op} seq {seq} (group {pg}): {they} called "
+            f"{_describe(ref)}; {who} called "
+            + "; ".join(_describe(calls[r]) for r in culprits)
+            + " instead: it skipped that collective or is one ahead"
+        )
+    elif how == "size":
+        title = (
+            f"Collective size mismatch at {ref.op} seq {seq} (group {pg}) at {ref.callsite}: "
+            + ", ".join(f"rank {r}: {calls[r].bytes} B" for r in sorted(calls) if calls[r].bytes)
+        )
+    else:
+        title = (
+            f"Collective size mismatch at {ref.op} seq {seq} (group {pg}) at {ref.callsite}: "
+            f"{they} passed {ref.bytes} B each; {who} "
+            f"{'were' if len(culprits) > 1 else 'was'} aborted by gloo inside it "
+            "(received data size doesn't match), so its size differs"
+        )
+    if aborted and aborted != culprits:
+        title += (
+            f" (gloo aborted rank{'s' if len(aborted) > 1 else ''} "
+            f"{', '.join(map(str, aborted))}: a consequence)"
+        )
+    culprit_site = next((calls[r].callsite for r in culprits if calls[r].callsite), None)
+    return [
+        Finding(
+            kind="desync",
+            severity="high",
+            cost_ms_per_step=0.0,
+            ranks=culprits,
+            title=title,
+            evidence={
+                "pg_name": pg,
+                "seq": seq,
+                "op": ref.op,
+                "culprit_ranks": culprits,
+                "mismatch": how,
+                "aborted_ranks": aborted,
+                "calls": {
+                    str(r): {
+                        "op": c.op,
+                        "bytes": c.bytes,
+                        "callsite": c.callsite,
+                        "how": c.how,
+                    }
+                    for r, c in sorted(calls.items())
+                },
+            },
+            fix=FIX,
+            location=(ref.line if how != "line" else (culprit_site or ref.callsite or "")).split(
+                " in "
+            )[0]
+            or None,
+        )
+    ]

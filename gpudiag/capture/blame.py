@@ -1,0 +1,250 @@
+"""Which rank caused a failed run (launcher side, after the job ended).
+
+A rank that dies without writing its status (SIGKILL from the OOM killer, a segfault, a
+native abort) takes its peers down with it: their collectives raise "Connection reset
+by peer" / "Connection closed by peer" and they write a failed status. Those errors are
+consequences. The cause is found from, in this order of trust:
+
+- the elastic agent's record of each worker's exit code or signal
+  (``node<N>/agent_failures.json``, :mod:`gpudiag.capture.agent`), or the job's own
+  return code when gpudiag started the single process itself;
+- each rank's status.json (a Python exception and its traceback) and stacks.txt (a
+  fatal signal's Python stack written by faulthandler);
+- the order of events: when each rank last wrote a row, when the launcher saw it exit.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpudiag import rundir
+from gpudiag.capture.agent import AGENT_FAILURES
+
+# Errors a rank gets when a peer went away: consequences, not causes.
+PEER_ERROR_PATTERNS = (
+    "connection reset by peer",
+    "connection closed by peer",
+    "broken pipe",
+    "connection refused",
+    "remote process exited",
+    "remote worker crash",
+    "socket timeout",
+    "econnreset",
+    "communicator was aborted",
+    "gloo connectfullmesh failed",
+    "recv failed",
+    "send failed",
+    "read error",
+    "write error",
+)
+SIGNAL_HINTS = {
+    "SIGKILL": "the kernel's OOM killer (see `dmesg`) or a `kill -9`",
+    "SIGSEGV": "a segmentation fault in native code",
+    "SIGABRT": "a native abort (a failed check in c10, gloo or NCCL; see the rank's stderr)",
+    "SIGBUS": "a bus error (often /dev/shm full, or a truncated memory-mapped file)",
+    "SIGFPE": "a floating-point exception in native code",
+    "SIGILL": "an illegal instruction (a binary built for another CPU)",
+}
+_FATAL_RE = re.compile(r"Fatal Python error: (?P<what>[^\n]+)")
+_FATAL_SIGNALS = {
+    "Segmentation fault": "SIGSEGV",
+    "Aborted": "SIGABRT",
+    "Bus error": "SIGBUS",
+    "Floating-point exception": "SIGFPE",
+    "Illegal instruction": "SIGILL",
+}
+
+
+def is_peer_error(status: dict[str, Any]) -> bool:
+    text = f"{status.get('exc_type') or ''} {status.get('message') or ''}".lower()
+    return any(p in text for p in PEER_ERROR_PATTERNS)
+
+
+@dataclass
+class RankEnd:
+    rank: int
+    status: dict[str, Any] | None = None
+    exitcode: int | None = None  # the agent's (or the job's) exit code; < 0: signal
+    signal: str | None = None
+    last_write_ns: int | None = None  # the rank's last written row or file
+    gone_ns: int | None = None  # when the launcher saw its process gone
+    last_step: int | None = None
+    crash: str | None = None  # "Segmentation fault" from faulthandler's stacks
+    crash_stacks: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def died_without_status(self) -> bool:
+        return self.status is None and (
+            self.signal is not None
+            or (self.exitcode is not None and self.exitcode != 0)
+            or self.crash is not None
+        )
+
+    @property
+    def failed(self) -> bool:
+        return isinstance(self.status, dict) and self.status.get("status") == "failed"
+
+    @property
+    def when_ns(self) -> int:
+        """When this rank stopped: its status's end, else its last sign of life."""
+        if isinstance(self.status, dict) and isinstance(self.status.get("end_ns"), int):
+            return int(self.status["end_ns"])
+        return int(self.last_write_ns or self.gone_ns or 0)
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def agent_failures(run_dir: Path) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    for node in [*rundir.list_nodes(run_dir), 0]:
+        data = rundir.read_json(rundir.node_dir(run_dir, node) / AGENT_FAILURES)
+        rows = data.get("failures") if isinstance(data, dict) else None
+        for key, row in (rows or {}).items() if isinstance(rows, dict) else []:
+            try:
+                out[int(key)] = row if isinstance(row, dict) else {}
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+def _last_write_ns(run_dir: Path, rank: int) -> int | None:
+    rdir = rundir.rank_dir(run_dir, rank)
+    stamps = []
+    for table in rundir.RANK_TABLES:
+        path = rundir.table_path(rdir, table)
+        try:
+            if path.stat().st_size:
+                stamps.append(path.stat().st_mtime_ns)
+        except OSError:
+            continue
+    return max(stamps) if stamps else None
+
+
+def _last_step(run_dir: Path, rank: int) -> int | None:
+    last = None
+    path = rundir.table_path(rundir.rank_dir(run_dir, rank), rundir.STEPS)
+    for row in rundir.iter_jsonl(path):
+        if isinstance(row.get("step"), int):
+            last = row["step"] if last is None else max(last, row["step"])
+    return last
+
+
+def _crash(run_dir: Path, rank: int) -> tuple[str | None, str | None]:
+    """faulthandler's "Fatal Python error: X" block in stacks.txt, if the rank wrote one."""
+    path = rundir.rank_dir(run_dir, rank) / rundir.STACKS
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None, None
+    matches = list(_FATAL_RE.finditer(text))
+    if not matches:
+        return None, None
+    m = matches[-1]
+    return m["what"].strip(), text[m.start() : m.start() + 8000]
+
+
+def rank_ends(
+    run_dir: Path,
+    ranks: list[int],
+    statuses: dict[int, dict[str, Any]],
+    gone_ns: dict[int, int] | None = None,
+    single_returncode: int | None = None,
+) -> dict[int, RankEnd]:
+    """Everything known about how each rank ended."""
+    agent = agent_failures(run_dir)
+    ends: dict[int, RankEnd] = {}
+    for r in ranks:
+        end = RankEnd(r, statuses.get(r))
+        row = agent.get(r)
+        if row is not None and isinstance(row.get("exitcode"), int):
+            end.exitcode = row["exitcode"]
+        elif single_returncode is not None and len(ranks) == 1:
+            end.exitcode = single_returncode
+        if end.exitcode is not None and end.exitcode < 0:
+            end.signal = signal_name(-end.exitcode)
+        end.crash, end.crash_stacks = _crash(run_dir, r)
+        if end.signal is None and end.crash in _FATAL_SIGNALS and end.status is None:
+            end.signal = _FATAL_SIGNALS[end.crash]
+        end.last_write_ns = _last_write_ns(run_dir, r)
+        end.gone_ns = (gone_ns or {}).get(r)
+        end.last_step = _last_step(run_dir, r)
+        ends[r] = end
+    return ends
+
+
+def find_cause(ends: dict[int, RankEnd]) -> tuple[int, list[int]] | None:
+    """(the rank that caused the failure, the ranks whose failure followed from it).
+
+    A rank that raised an error of its own comes first (earliest first); a rank that
+    died without a status comes next, when the others only lost their connection to it
+    (earliest last sign of life first); peers' connection errors come last."""
+    own = [e for e in ends.values() if e.failed and not is_peer_error(e.status or {})]
+    died = [e for e in ends.values() if e.died_without_status]
+    peer = [e for e in ends.values() if e.failed and is_peer_error(e.status or {})]
+    for group in (own, died, peer):
+        if group:
+            cause = min(group, key=lambda e: (e.when_ns or 0, e.rank))
+            others = [
+                e.rank for e in sorted(ends.values(), key=lambda e: (e.when_ns or 0, e.rank))
+                if e.rank != cause.rank and (e.failed or e.died_without_status)
+            ]  # fmt: skip
+            return cause.rank, others
+    return None
+
+
+def died_failure(end: RankEnd, consequences: list[RankEnd]) -> dict[str, Any]:
+    """The manifest's ``failure`` for a rank that died without writing its status."""
+    from gpudiag.capture.watchdog import top_user_frame
+
+    how = end.signal or (f"exit code {end.exitcode}" if end.exitcode is not None else "unknown")
+    step = (
+        f"during step {end.last_step + 1} (after step {end.last_step} was recorded)"
+        if end.last_step is not None
+        else "before its first step"
+    )
+    hint = SIGNAL_HINTS.get(end.signal or "")
+    message = f"died from {how} {step} without writing its status"
+    if hint:
+        message += f": {hint}"
+    peers = [c for c in consequences if c.failed]
+    if peers:
+        message += (
+            f"; rank{'s' if len(peers) > 1 else ''} {', '.join(str(c.rank) for c in peers)} "
+            "then lost the connection to it (a consequence, not the cause)"
+        )
+    code = 128 - end.exitcode if end.exitcode is not None and end.exitcode < 0 else end.exitcode
+    return {
+        "rank": end.rank,
+        "exc_type": end.signal or "died",
+        "message": message,
+        "traceback": end.crash_stacks,
+        "exit_code": code,
+        "signal": end.signal,
+        "last_step": end.last_step,
+        "location": top_user_frame(end.crash_stacks or ""),
+    }
+
+
+def consequence_rows(consequences: list[RankEnd]) -> list[dict[str, Any]]:
+    rows = []
+    for c in consequences:
+        status = c.status or {}
+        rows.append(
+            {
+                "rank": c.rank,
+                "status": status.get("status") or ("died" if c.died_without_status else None),
+                "exc_type": status.get("exc_type") or c.signal,
+                "message": str(status.get("message") or "")[:300] or None,
+            }
+        )
+    return rows

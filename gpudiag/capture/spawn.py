@@ -1,0 +1,92 @@
+"""Scripts that start their own workers with ``torch.multiprocessing.spawn`` (or
+``start_processes``): each spawned worker becomes a rank of the run.
+
+``gpudiag trace script.py`` (no torchrun) runs the script in one worker process, which
+would be rank 0 of a world of one. :func:`install` patches torch.multiprocessing there.
+When the script spawns, that process hands its rank over (its rank directory is
+removed; it records nothing more but keeps the job's exit code), and every child runs
+the script's function through :class:`SpawnedRank`: it learns its rank and world size
+when it calls ``init_process_group`` (until then the spawn index is assumed), sets up
+gpudiag's recording like a torchrun worker, and ends with status.json and ``os._exit``
+like one. A child that raises writes torch's own error file too, so the parent's
+``ProcessRaisedException`` still carries the traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+import sys
+from collections.abc import Callable
+from typing import Any
+
+_STARTED = False
+
+
+def install(on_spawn: Callable[[], None]) -> None:
+    """Patch torch.multiprocessing's start_processes (spawn() goes through it) in the
+    process gpudiag started; ``on_spawn`` runs once, before the first worker starts."""
+    import torch.multiprocessing as tmp
+
+    module = sys.modules.get("torch.multiprocessing.spawn")
+    original = getattr(module, "start_processes", None)
+    if original is None or getattr(original, "_gpudiag_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def start_processes(fn: Callable, args: tuple = (), nprocs: int = 1, *rest: Any, **kw: Any):
+        global _STARTED
+        if not _STARTED:
+            _STARTED = True
+            on_spawn()
+        return original(SpawnedRank(fn, nprocs), args, nprocs, *rest, **kw)
+
+    start_processes._gpudiag_wrapped = True  # type: ignore[attr-defined]
+    module.start_processes = start_processes  # type: ignore[union-attr]
+    tmp.start_processes = start_processes
+
+
+class SpawnedRank:
+    """Picklable wrapper of the user's function: runs it as one rank of the run."""
+
+    def __init__(self, fn: Callable, nprocs: int) -> None:
+        self.fn = fn
+        self.nprocs = nprocs
+
+    def __call__(self, index: int, *args: Any) -> None:
+        from gpudiag.capture import worker as worker_mod
+
+        error_file = _torch_error_file(sys._getframe(1))
+        worker = worker_mod.spawned_worker(index, self.nprocs)
+        outcome = worker.run_callable(functools.partial(self.fn, index, *args))
+        if outcome.status == "failed" and error_file and outcome.traceback:
+            _write_torch_error_file(error_file, outcome.traceback)
+        worker.finish(outcome)
+
+
+def _torch_error_file(frame: Any) -> str | None:
+    """torch.multiprocessing.spawn._wrap(fn, i, args, error_file) called us."""
+    value = frame.f_locals.get("error_file") if frame is not None else None
+    return value if isinstance(value, str) else None
+
+
+def _write_torch_error_file(path: str, text: str) -> None:
+    """What torch's _wrap writes for the parent: a pickled traceback string (torch reads
+    it in the parent; gpudiag never reads it)."""
+    try:
+        with open(path, "wb") as fh:
+            pickle.dump(text, fh)
+    except OSError:
+        pass
+
+
+def restore_collectives(recorder: Any) -> None:
+    """Undo a recorder's patches of torch.distributed (the parent hands its rank over)."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    for name, original in getattr(recorder, "_originals", {}).items():
+        wrapper = getattr(c10d, name, None)
+        setattr(c10d, name, original)
+        if getattr(dist, name, None) is wrapper:
+            setattr(dist, name, original)

@@ -1,0 +1,200 @@
+"""Reliability of `gpudiag trace` on real gloo jobs (docs/reliability.md): a healthy job
+is never ended as hung, a hang before the first step is caught, the rank that died
+first is blamed, and scripts that spawn their own workers are traced.
+
+Every job is an unmodified script (tests/scripts/rel_job.py, spawn_ddp.py) run through
+`gpudiag trace`, as a user would. Short hang timeouts on purpose: the machine these run
+on is loaded, and the watchdog must tell a slow rank from a stuck one there too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "scripts"))
+import coll_launch  # noqa: E402
+
+from gpudiag import rundir  # noqa: E402
+from gpudiag.analysis import analyze  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = Path(__file__).parent / "scripts"
+JOB = SCRIPTS / "rel_job.py"
+SPAWN = SCRIPTS / "spawn_ddp.py"
+
+
+def _trace(
+    out: Path, script: Path, args: list[str], nproc: int = 2, hang_timeout: float = 3
+) -> subprocess.CompletedProcess:
+    cmd = [
+        sys.executable, "-m", "gpudiag", "trace", "--out", str(out), "--no-profile",
+        "--no-lint", "--hang-timeout", str(hang_timeout),
+    ]  # fmt: skip
+    if nproc > 1:
+        cmd += ["--nproc-per-node", str(nproc), "--master-port", str(coll_launch.free_port())]
+    env = dict(os.environ, SPAWN_TEST_PORT=str(coll_launch.free_port()))
+    return subprocess.run(
+        [*cmd, str(script), *args], capture_output=True, text=True, timeout=400, env=env
+    )
+
+
+def _line(script: Path, text: str) -> int:
+    return next(i for i, t in enumerate(script.read_text().splitlines(), 1) if text in t)
+
+
+def _manifest(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())
+
+
+def _status(out: Path, rank: int) -> dict:
+    return json.loads((rundir.rank_dir(out, rank) / rundir.STATUS).read_text())
+
+
+# ----------------------------------------------------------------- never kill working ranks
+
+
+def test_python_only_phase_longer_than_the_timeout_is_not_a_hang(tmp_path: Path) -> None:
+    """8 s of evaluation-like Python on every rank under --hang-timeout 3."""
+    proc = _trace(tmp_path / "run", JOB, ["eval", "6", "3"])
+    assert proc.returncode == 0, proc.stderr
+    m = _manifest(tmp_path / "run")
+    assert m["status"] == "ok" and m["steps_completed"] == {"0": 6, "1": 6}
+    assert not (tmp_path / "run" / rundir.HANG_REPORT).exists()
+
+
+def test_rank_working_while_its_peer_waits_is_not_a_hang(tmp_path: Path) -> None:
+    """Rank 0 checkpoints for 8 s while rank 1 waits in a barrier: said once, not ended."""
+    proc = _trace(tmp_path / "run", JOB, ["checkpoint", "6", "3"])
+    assert proc.returncode == 0, proc.stderr
+    assert _manifest(tmp_path / "run")["status"] == "ok"
+    assert "rank 0 still working" in proc.stderr
+    assert not (tmp_path / "run" / rundir.HANG_REPORT).exists()
+
+
+# ----------------------------------------------------------------- hangs before the first step
+
+
+def test_hang_in_the_rendezvous_is_caught_and_ranks_flush(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = _trace(out, JOB, ["rendezvous"])
+    m = _manifest(out)
+    assert m["status"] == "hang", proc.stderr
+    report = json.loads((out / rundir.HANG_REPORT).read_text())
+    assert report["hang"] and report["stuck_ranks"] == [0]
+    assert report["ranks"]["0"]["distributed_call"] == "init_process_group"
+    assert "never reached" in report["verdict"]
+    frame = report["ranks"]["1"]["top_frame"]
+    assert frame.startswith(f"{JOB}:{_line(JOB, 'never joins the rendezvous')} ")
+    # both ranks wrote their status before the job ended (the poller thread finished them)
+    for rank in (0, 1):
+        assert _status(out, rank)["status"] == "hang"
+    finding = analyze(out).findings[0]
+    assert finding.kind == "hang" and finding.ranks == [1]
+
+
+def test_hang_in_ddp_start_up_broadcast_is_caught(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = _trace(out, JOB, ["first"])
+    assert _manifest(out)["status"] == "hang", proc.stderr
+    report = json.loads((out / rundir.HANG_REPORT).read_text())
+    assert report["stuck_ranks"] == [0] and report["ranks_not_in_collective"] == [1]
+    assert report["verdict"].startswith("rank 1 never entered")
+    frame = report["ranks"]["1"]["top_frame"]
+    assert frame.startswith(f"{JOB}:{_line(JOB, 'never joins DDP')} ")
+    assert _status(out, 0)["status"] == "hang" and _status(out, 1)["status"] == "hang"
+
+
+# ----------------------------------------------------------------- the right rank is blamed
+
+
+@pytest.mark.parametrize(
+    ("mode", "signal", "line"),
+    [("sigkill", "SIGKILL", "os.kill(os.getpid(), 9)"), ("segfault", "SIGSEGV", "string_at(0)")],
+)
+def test_rank_that_died_without_status_is_blamed(
+    tmp_path: Path, mode: str, signal: str, line: str
+) -> None:
+    out = tmp_path / "run"
+    proc = _trace(out, JOB, [mode, "6", "3"], hang_timeout=60)
+    assert proc.returncode != 0
+    m = _manifest(out)
+    assert m["status"] == "failed", proc.stderr
+    failure = m["failure"]
+    assert failure["rank"] == 1 and failure["signal"] == signal, failure
+    assert failure["last_step"] == 3
+    assert m["failed_ranks"][0] == 1
+    # rank 0 lost its peer: a consequence, named as such
+    assert [c["rank"] for c in failure["consequences"]] == [0]
+    assert "consequence" in failure["message"] or not _has_status(out, 0)
+    finding = analyze(out).findings[0]
+    assert finding.kind == "rank_failed" and finding.title.startswith("Rank 1 ")
+    assert finding.evidence["cause_rank"] == 1 and finding.evidence["signal"] == signal
+    if mode == "segfault":  # faulthandler's stack of the crash gives the line
+        assert finding.location == f"{JOB}:{_line(JOB, line)}"
+
+
+def _has_status(out: Path, rank: int) -> bool:
+    return (rundir.rank_dir(out, rank) / rundir.STATUS).is_file()
+
+
+# ----------------------------------------------------------------- torch.multiprocessing.spawn
+
+
+def test_mp_spawn_workers_are_traced_as_ranks(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = _trace(out, SPAWN, ["12", "1"], nproc=1, hang_timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    m = _manifest(out)
+    assert m["status"] == "ok" and m["world_size"] == 2, proc.stderr
+    assert m["steps_completed"] == {"0": 12, "1": 12}
+    infos = [json.loads((rundir.rank_dir(out, r) / rundir.RANK_INFO).read_text()) for r in (0, 1)]
+    assert [i["backend"] for i in infos] == ["gloo", "gloo"]
+    assert len({i["pid"] for i in infos}) == 2
+    res = analyze(out)
+    straggler = next(f for f in res.findings if f.kind == "straggler")
+    assert straggler.ranks == [1]  # 50 ms of sleep per step on rank 1
+    assert straggler.cost_ms_per_step > 20
+
+
+# ----------------------------------------------------------------- collective mismatches
+
+
+def test_rank_that_skips_an_all_reduce_is_named_with_the_collective(tmp_path: Path) -> None:
+    """3 ranks; rank 2 skips one all_reduce: its next collective (a DDP bucket) meets the
+    others' all_reduce, gloo aborts some rank and disconnects the rest."""
+    out = tmp_path / "run"
+    proc = _trace(out, JOB, ["skip", "6", "3"], nproc=3, hang_timeout=60)
+    assert _manifest(out)["status"] == "failed", proc.stderr
+    finding = analyze(out).findings[0]
+    assert finding.kind == "desync" and finding.ranks == [2], finding.title
+    ev = finding.evidence
+    assert (ev["op"], ev["pg_name"], ev["mismatch"]) == ("all_reduce", "0", "line")
+    line = _line(JOB, "the last rank never calls this one")
+    assert ev["calls"]["0"]["bytes"] == 4096
+    assert ev["calls"]["0"]["callsite"].startswith(f"{JOB}:{line} ")
+    assert ev["calls"]["2"]["callsite"] is None  # DDP's bucket: no user line
+    assert f"seq {ev['seq']}" in finding.title
+    assert finding.location == f"{JOB}:{line}"
+
+
+def test_same_op_different_sizes_names_the_rank_and_the_collective(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = _trace(out, JOB, ["size", "6", "3"], nproc=3, hang_timeout=60)
+    assert _manifest(out)["status"] == "failed", proc.stderr
+    finding = analyze(out).findings[0]
+    assert finding.kind == "desync", finding.title
+    ev = finding.evidence
+    line = _line(JOB, "1024 if rank != last else 512")
+    assert finding.location == f"{JOB}:{line}"
+    assert ev["op"] == "all_reduce" and ev["mismatch"] in ("size", "size_unknown")
+    known = {r: c["bytes"] for r, c in ev["calls"].items() if c["bytes"] is not None}
+    assert set(known.values()) <= {4096, 2048}
+    # whichever rank gloo aborted, the culprit is rank 2 (the others agree on 4096 B)
+    assert finding.ranks == [2]
