@@ -152,6 +152,11 @@ def _odd_ones(calls: dict[int, Call]) -> tuple[list[int], str] | None:
     return None
 
 
+def _path_line(callsite: str | None) -> str | None:
+    """ "file:line in func" -> "file:line"."""
+    return callsite.split(" in ")[0] if callsite else None
+
+
 def _describe(c: Call) -> str:
     size = f" {c.bytes} B" if c.bytes is not None else ""
     where = f" at {c.callsite}" if c.callsite else " (no user line: DDP's gradient bucket)"
@@ -230,9 +235,6 @@ def mismatch_findings(run: Any | None) -> list[Finding]:
                 },
             },
             fix=FIX,
-            location=(ref.line if how != "line" else (culprit_site or ref.callsite or "")).split(
-                " in "
-            )[0]
-            or None,
+            location=_path_line(ref.callsite if how != "line" else culprit_site or ref.callsite),
         )
     ]

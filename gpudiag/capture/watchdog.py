@@ -584,7 +584,7 @@ def hang_verdict(
     if not waiting:
         if stuck:
             calls = sorted({str(states[r].get("distributed_call") or "?") for r in stuck})
-            absent = (
+            who_not = (
                 f" that rank{'s' if len(not_in) > 1 else ''} {_join(not_in)} never reached; "
                 f"{_frames(states, not_in)}"
                 if not_in
@@ -593,7 +593,7 @@ def hang_verdict(
             return (
                 f"rank{'s' if len(stuck) > 1 else ''} {_join(stuck)} blocked in "
                 f"torch.distributed {'/'.join(calls)} (the rendezvous, or a collective "
-                f"gpudiag did not record){absent}",
+                f"gpudiag did not record){who_not}",
                 stuck,
                 not_in,
                 None,
