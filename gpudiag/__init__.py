@@ -10,7 +10,11 @@ Public API (imports are lazy so `import gpudiag` stays cheap and torch-free):
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpudiag.analysis.result import AnalysisResult
 
 __version__ = "0.1.0"
 
@@ -23,10 +27,10 @@ def load_run(path: Any) -> Any:
     return _load_run(path)
 
 
-def analyze(path: Any, **kwargs: Any) -> Any:
+def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
     from gpudiag.analysis import analyze as _analyze
 
-    return _analyze(path, **kwargs)
+    return _analyze(path, workers=workers)
 
 
 def step() -> None:

@@ -196,7 +196,7 @@ def test_overview_shows_the_analysis_numbers(
     assert _metric(at, "World size") == "8"
     assert _metric(at, "Backend") == "nccl"
     assert any(m.value == "**Devices:** Tesla V100-SXM2-32GB" for m in at.markdown)
-    assert _metric(at, "Steps analysed") == str(result.run["steps_analysed"])
+    assert _metric(at, "Steps analysed") == str(result.run.steps_analysed)
     tables = [d.value for d in at.dataframe]
     findings = tables[0]
     by_cost = sorted(result.findings, key=lambda f: -f.cost_ms_per_step)
@@ -299,11 +299,11 @@ def test_dataparallel_view_on_a_real_cpu_dataparallel_run(
 ) -> None:
     at = _view(_app(monkeypatch, [runs_root], run=_label(runs_root, "dp_cpu")), "DataParallel")
     dp = analyzed["dp_cpu"].dataparallel
-    assert dp and dp["on_cpu"]
+    assert dp is not None and dp.on_cpu
     assert any("DataParallel ran on CPU" in w.value for w in at.warning)
-    assert _metric(at, "forward ms/step") == f"{dp['forward_ms_per_step']:,.3f}"
+    assert _metric(at, "forward ms/step") == f"{dp.forward_ms_per_step:,.3f}"
     stages = next(t for t in _specs(at)[0]["data"] if t["type"] == "bar")
-    assert list(stages["x"]) == list(dp["stage_ms_per_step"])
+    assert list(stages["x"]) == list(dp.stage_ms_per_step)
     on_cpu = next(f for f in analyzed["dp_cpu"].findings if f.kind == "dp_on_cpu")
     assert any(on_cpu.title in m.value for m in at.markdown)
     # The DDP run is not DataParallel: the view says so instead of drawing zeros.
@@ -316,7 +316,7 @@ def test_run_without_traces_shows_its_step_table(
 ) -> None:
     at = _app(monkeypatch, [runs_root], run=_label(runs_root, "ddp_noprofile"))
     result = analyzed["ddp_noprofile"]
-    assert _metric(at, "Steps analysed") == str(result.run["steps_analysed"])
+    assert _metric(at, "Steps analysed") == str(result.run.steps_analysed)
     assert int(_metric(at, "Steps analysed")) >= 8
     assert any("no profiler traces" in m.value for m in at.markdown)
     _view(at, "Timeline")

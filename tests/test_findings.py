@@ -81,9 +81,9 @@ def test_severity_thresholds():
 
 def test_dataparallel_on_cpu_is_reported_plainly(cpu_dp_trace):
     res = analyze(cpu_dp_trace)
-    assert res.dataparallel is not None and res.dataparallel["on_cpu"] is True
-    assert res.dataparallel["forward_calls"] == 4
-    assert res.dataparallel["stage_events"]["replicate"] == 0
+    assert res.dataparallel is not None and res.dataparallel.on_cpu is True
+    assert res.dataparallel.forward_calls == 4
+    assert res.dataparallel.stage_events["replicate"] == 0
     dp = [f for f in res.findings if f.kind == "dp_on_cpu"]
     assert len(dp) == 1 and dp[0].severity == "low"
     assert "does nothing" in dp[0].title
@@ -116,12 +116,12 @@ def _gpu_run(name: str) -> Path:
 def test_dataparallel_overhead_on_cuda_recording():
     res = analyze(_gpu_run("dp_two_replicas_one_gpu"))
     dp = res.dataparallel
-    assert dp is not None and not dp["on_cpu"]
-    stages = dp["stage_ms_per_step"]
+    assert dp is not None and not dp.on_cpu
+    stages = dp.stage_ms_per_step
     assert stages["replicate"] > 0 and stages["parallel_apply"] > 0 and stages["gather"] > 0
-    assert 0 < dp["projected_ddp_step_ms"] < res.ranks["step_ms_mean"].iloc[0]
+    assert 0 < (dp.projected_ddp_step_ms or 0) < res.ranks["step_ms_mean"].iloc[0]
     finding = next(f for f in res.findings if f.kind == "dataparallel_overhead")
-    assert finding.cost_ms_per_step == pytest.approx(dp["overhead_ms_per_step"], rel=0.05)
+    assert finding.cost_ms_per_step == pytest.approx(dp.overhead_ms_per_step, rel=0.05)
 
 
 def test_gpu_health_on_nvml_recording():
@@ -129,13 +129,15 @@ def test_gpu_health_on_nvml_recording():
     samples = res.gpu_samples
     assert len(samples) and samples["util_gpu"].notna().any()
     assert samples["mem_total"].max() > samples["mem_used"].max() > 0
-    assert res.gpu  # kernel-busy fraction and NVML utilisation summarised
+    assert (
+        res.gpu.kernel_busy and res.gpu.nvml
+    )  # kernel-busy fraction and NVML utilisation summarised
     assert not {"dp_on_cpu"} & {f.kind for f in res.findings}
 
 
 def test_slow_loader_in_a_plain_trace_gives_dataloader_stall(slow_loader_trace):
     res = analyze(slow_loader_trace)
-    assert res.run["kind"] == "traces"
+    assert res.run.kind == "traces"
     stall = next(f for f in res.findings if f.kind == "dataloader_stall")
     assert stall.severity == "high"
     assert 25 < stall.cost_ms_per_step < 200
@@ -221,13 +223,13 @@ def test_failed_rank_is_reported_first_with_its_line(tmp_path):
     assert first.kind == "rank_failed" and first.ranks == [1]
     assert "RuntimeError: boom" in first.title
     assert first.location == "/home/u/train.py:42"
-    assert res.run["status"] == "failed" and res.run["exit_code"] == 1
+    assert res.run.status == "failed" and res.run.exit_code == 1
 
 
 def test_run_without_traces_is_analysed_from_its_tables(tmp_path):
     run = _write_run(tmp_path / "run")
     res = analyze(run)
-    assert res.run["kind"] == "gpudiag_run"
+    assert res.run.kind == "gpudiag_run"
     assert list(res.ranks["rank"]) == [0, 1]
     assert res.ranks["step_ms_mean"].tolist() == pytest.approx([100.0, 100.0])
     assert res.ranks["data_loading"].tolist() == pytest.approx([5.0, 5.0])
@@ -252,9 +254,7 @@ def test_findings_on_the_real_gpu_traces(shared_traces):
     assert costs == sorted(costs, reverse=True)
     # the DLRM GEMMs are fp32 but tiny: no_amp must not fire on < 2 % of the step
     assert "no_amp" not in kinds
-    assert dlrm.gpu["kernel_busy"] and all(
-        0 < b["busy_fraction"] < 1 for b in dlrm.gpu["kernel_busy"]
-    )
+    assert dlrm.gpu.kernel_busy and all(0 < b.busy_fraction < 1 for b in dlrm.gpu.kernel_busy)
 
     megatron = analyze(shared_traces / "astrasim_megatron_tp8")
     exposed = next(f for f in megatron.findings if f.kind == "exposed_communication")

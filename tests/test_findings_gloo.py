@@ -78,7 +78,7 @@ def gloo_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         log = _trace(root / name, ranks, options, TRAIN, args)
         results[name] = analyze(root / name)
         # a job that did not finish cleanly is a broken fixture, not a finding to test
-        assert results[name].run["status"] == "ok", f"{name}: {log}"
+        assert results[name].run.status == "ok", f"{name}: {log}"
     _trace(root / "hang", 2, ["--hang-timeout", "5"], HANG, [])
     results["hang"] = analyze(root / "hang")
     return results
@@ -90,7 +90,7 @@ def _kinds(result) -> dict[str, object]:
 
 def test_slow_rank_is_named_as_the_only_straggler(gloo_runs):
     res = gloo_runs["slow_rank"]
-    assert res.run["world_size"] == 4
+    assert res.run.world_size == 4
     straggler = _kinds(res)["straggler"]
     assert straggler.ranks == [2]
     assert straggler.severity in ("high", "medium")
@@ -104,7 +104,7 @@ def test_slow_rank_is_named_as_the_only_straggler(gloo_runs):
 
 def test_straggler_without_traces_from_the_run_tables(gloo_runs):
     res = gloo_runs["slow_rank_no_profile"]
-    assert res.run["traced_ranks"] == [] and res.run["steps_analysed"] == 10
+    assert res.run.traced_ranks == [] and res.run.steps_analysed == 10
     straggler = _kinds(res)["straggler"]
     assert straggler.ranks == [1]
     assert 20 < straggler.cost_ms_per_step < 80
@@ -120,7 +120,7 @@ def test_slow_dataloader_gives_dataloader_stall(gloo_runs):
     assert 40 < stall.cost_ms_per_step < 120  # 60 ms of sleep per batch
     assert stall.evidence["source"].startswith("run steps table")
     # the trace's DataLoader events agree with the steps table on the profiled window
-    per_trace = [r["data_ms_per_step"] for r in res.dataloader["trace"]]
+    per_trace = [r.data_ms_per_step for r in res.dataloader.trace]
     assert all(40 < v < 120 for v in per_trace)
     assert res.findings[0].kind == "dataloader_stall"
 
@@ -136,7 +136,7 @@ def test_large_model_tiny_batch_gives_exposed_communication(gloo_runs):
 
 def test_unmodified_run_has_no_high_finding(gloo_runs):
     res = gloo_runs["healthy"]
-    assert res.run["steps_analysed"] >= 5
+    assert res.run.steps_analysed >= 5
     assert [f.kind for f in res.findings if f.severity == "high"] == []
 
 
@@ -151,7 +151,7 @@ def test_breakdown_components_sum_to_step_time(gloo_runs):
 
 def test_hang_names_the_rank_that_never_arrived_and_its_line(gloo_runs):
     res = gloo_runs["hang"]
-    assert res.run["status"] == "hang"
+    assert res.run.status == "hang"
     hang = res.findings[0]
     assert hang.kind == "hang" and hang.severity == "high"
     assert hang.ranks == [1]

@@ -32,7 +32,7 @@ def big_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_1024_ranks_from_summaries_names_the_slow_rank(big_run):
     res = analyze(big_run)  # > 256 ranks: summaries only
-    assert res.run["kind"] == "summaries" and res.run["synthetic"] is True
+    assert res.run.kind == "summaries" and res.run.synthetic is True
     assert len(res.ranks) == 1024
     assert any("summary.json files only" in w for w in res.warnings)
     straggler = next(f for f in res.findings if f.kind == "straggler")

@@ -7,12 +7,15 @@ returns an :class:`~gpudiag.analysis.result.AnalysisResult`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the package import stays light: result.py pulls in pandas
+    from gpudiag.analysis.result import AnalysisResult
 
 __all__ = ["analyze"]
 
 
-def analyze(path: str | Path, *, workers: int | None = None) -> Any:
+def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
     """Analyse a gpudiag run directory or any directory / file(s) of profiler traces."""
     from gpudiag.analysis.pipeline import analyze as _analyze
 

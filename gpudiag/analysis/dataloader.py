@@ -7,6 +7,7 @@ only) and the run directory's steps table ``data_ns`` (every step of the run).
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,59 @@ HOST_SYNC_FIX = (
     ".item()/.cpu()/print only every N steps; avoid torch.cuda.synchronize() and "
     "data-dependent Python control flow on tensor values inside the step."
 )
+
+
+@dataclass(frozen=True)
+class TraceDataWait:
+    """One rank's DataLoader wait in its profiled window (trace ``dataloader`` events)."""
+
+    rank: int
+    events: int
+    steps: int
+    data_ms_per_step: float
+    data_ms_max_step: float
+    gpu_idle_waiting_ms_per_step: float | None  # None without GPU events
+
+
+@dataclass(frozen=True)
+class RunDataWait:
+    """One rank's data wait over every step of the run (steps table ``data_ns``); the
+    summaries-only path knows only the mean, so the rest may be None."""
+
+    steps: int | None
+    data_ms_per_step: float
+    data_ms_max_step: float | None
+    step_ms_mean: float | None
+
+
+@dataclass(frozen=True)
+class SyncCalls:
+    count: int
+    total_ms: float
+
+
+@dataclass(frozen=True)
+class HostSync:
+    """One rank's host synchronisation points inside the profiled steps."""
+
+    rank: int
+    count_per_step: float
+    ms_per_step: float
+    by_name: dict[str, SyncCalls]
+
+
+@dataclass(frozen=True)
+class DataLoaderResult:
+    trace: tuple[TraceDataWait, ...] = ()
+    run: dict[int, RunDataWait] = field(default_factory=dict)
+    host_sync: tuple[HostSync, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trace": [asdict(t) for t in self.trace],
+            "run": {str(rank): asdict(row) for rank, row in self.run.items()},
+            "host_sync": [asdict(h) for h in self.host_sync],
+        }
 
 
 def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -83,7 +137,7 @@ def _per_step_union_ms(events: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
     return frame[frame["step"] >= 0].groupby("step")["dur"].sum()
 
 
-def trace_dataloader(trace: Any) -> dict[str, Any]:
+def trace_dataloader(trace: Any) -> TraceDataWait:
     """Per-rank DataLoader wait and GPU idle during it, from one RankTrace."""
     ev = trace.events
     steps = trace.steps
@@ -96,70 +150,70 @@ def trace_dataloader(trace: Any) -> dict[str, Any]:
         ds, de = merge_intervals(dl["start_ns"].to_numpy(), dl["end_ns"].to_numpy())
         gs, ge = merge_intervals(gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy())
         gpu_idle_ms = (int(np.sum(de - ds)) - overlap_ns(ds, de, gs, ge)) / 1e6
-    return {
-        "rank": int(trace.meta.rank),
-        "events": int(len(dl)),
-        "steps": n_steps,
-        "data_ms_per_step": float(per_step.sum() / n_steps) if n_steps else 0.0,
-        "data_ms_max_step": float(per_step.max()) if len(per_step) else 0.0,
-        "gpu_idle_waiting_ms_per_step": gpu_idle_ms / n_steps if n_steps and len(gpu) else None,
-    }
+    return TraceDataWait(
+        rank=int(trace.meta.rank),
+        events=int(len(dl)),
+        steps=n_steps,
+        data_ms_per_step=float(per_step.sum() / n_steps) if n_steps else 0.0,
+        data_ms_max_step=float(per_step.max()) if len(per_step) else 0.0,
+        gpu_idle_waiting_ms_per_step=gpu_idle_ms / n_steps if n_steps and len(gpu) else None,
+    )
 
 
-def trace_host_sync(trace: Any) -> dict[str, Any]:
+def trace_host_sync(trace: Any) -> HostSync:
     ev = trace.events
     steps = trace.steps
     n_steps = int(len(steps)) if steps is not None and len(steps) else 0
     sync = ev[(ev["kind"] == "sync") & (ev["step"] >= 0)] if n_steps else ev[ev["kind"] == "sync"]
     by_name = sync.groupby("name", observed=True)["dur_ns"].agg(["count", "sum"])
     total_ms = _per_step_union_ms(sync, steps).sum() if n_steps else sync["dur_ns"].sum() / 1e6
-    return {
-        "rank": int(trace.meta.rank),
-        "count_per_step": float(len(sync) / n_steps) if n_steps else float(len(sync)),
-        "ms_per_step": float(total_ms / n_steps) if n_steps else 0.0,
-        "by_name": {
-            str(name): {"count": int(row["count"]), "total_ms": float(row["sum"] / 1e6)}
+    return HostSync(
+        rank=int(trace.meta.rank),
+        count_per_step=float(len(sync) / n_steps) if n_steps else float(len(sync)),
+        ms_per_step=float(total_ms / n_steps) if n_steps else 0.0,
+        by_name={
+            str(name): SyncCalls(count=int(row["count"]), total_ms=float(row["sum"] / 1e6))
             for name, row in by_name.iterrows()
         },
-    }
+    )
 
 
-def run_dataloader(run: Any) -> dict[int, dict[str, float]]:
+def run_dataloader(run: Any) -> dict[int, RunDataWait]:
     """Per rank mean/max data wait over every step of the run (steps table data_ns)."""
     steps = getattr(run, "steps", None)
     if steps is None or steps.empty or "data_ns" not in steps.columns:
         return {}
     data = steps.dropna(subset=["data_ns"])
-    out: dict[int, dict[str, float]] = {}
+    out: dict[int, RunDataWait] = {}
     for rank, g in data.groupby("rank"):
         step_ns = (g["end_ns"] - g["start_ns"]).astype(float)
-        out[int(rank)] = {
-            "steps": int(len(g)),
-            "data_ms_per_step": float(g["data_ns"].astype(float).mean() / 1e6),
-            "data_ms_max_step": float(g["data_ns"].astype(float).max() / 1e6),
-            "step_ms_mean": float(step_ns.mean() / 1e6),
-        }
+        out[int(rank)] = RunDataWait(
+            steps=int(len(g)),
+            data_ms_per_step=float(g["data_ns"].astype(float).mean() / 1e6),
+            data_ms_max_step=float(g["data_ns"].astype(float).max() / 1e6),
+            step_ms_mean=float(step_ns.mean() / 1e6),
+        )
     return out
 
 
-def analyze_dataloader(traces: list[Any], run: Any | None) -> dict[str, Any]:
-    return {
-        "trace": [trace_dataloader(t) for t in traces],
-        "run": {str(k): v for k, v in run_dataloader(run).items()} if run is not None else {},
-        "host_sync": [trace_host_sync(t) for t in traces],
-    }
+def analyze_dataloader(traces: list[Any], run: Any | None) -> DataLoaderResult:
+    return DataLoaderResult(
+        trace=tuple(trace_dataloader(t) for t in traces),
+        run=run_dataloader(run) if run is not None else {},
+        host_sync=tuple(trace_host_sync(t) for t in traces),
+    )
 
 
-def dataloader_findings(info: dict[str, Any], step_ms: dict[int, float]) -> list[Finding]:
+def dataloader_findings(info: DataLoaderResult, step_ms: dict[int, float]) -> list[Finding]:
     """dataloader_stall from the whole-run steps table when present (it covers every
     step), else from the profiled window."""
     per_rank: dict[int, float] = {}
     source = "run steps table (every step)"
-    for rank, row in info.get("run", {}).items():
-        per_rank[int(rank)] = row["data_ms_per_step"]
+    for rank, row in info.run.items():
+        per_rank[rank] = row.data_ms_per_step
     if not per_rank:
         source = "trace DataLoader events (profiled window)"
-        per_rank = {r["rank"]: r["data_ms_per_step"] for r in info.get("trace", []) if r["steps"]}
+        per_rank = {r.rank: r.data_ms_per_step for r in info.trace if r.steps}
     if not per_rank:
         return []
     cost = float(np.mean(list(per_rank.values())))
@@ -169,9 +223,9 @@ def dataloader_findings(info: dict[str, Any], step_ms: dict[int, float]) -> list
         return []
     ranks = [r for r, v in per_rank.items() if severity_for(v, step_ms.get(r, mean_step))]
     idle = [
-        r["gpu_idle_waiting_ms_per_step"]
-        for r in info.get("trace", [])
-        if r.get("gpu_idle_waiting_ms_per_step") is not None
+        r.gpu_idle_waiting_ms_per_step
+        for r in info.trace
+        if r.gpu_idle_waiting_ms_per_step is not None
     ]
     evidence = {
         "data_ms_per_step": ms(cost),
@@ -195,32 +249,30 @@ def dataloader_findings(info: dict[str, Any], step_ms: dict[int, float]) -> list
     ]
 
 
-def host_sync_findings(info: dict[str, Any], step_ms: dict[int, float]) -> list[Finding]:
-    rows = [r for r in info.get("host_sync", []) if r["ms_per_step"] > 0]
+def host_sync_findings(info: DataLoaderResult, step_ms: dict[int, float]) -> list[Finding]:
+    rows = [r for r in info.host_sync if r.ms_per_step > 0]
     if not rows:
         return []
-    cost = float(np.mean([r["ms_per_step"] for r in rows]))
-    mean_step = float(np.mean([step_ms.get(r["rank"], np.nan) for r in rows]))
+    cost = float(np.mean([r.ms_per_step for r in rows]))
+    mean_step = float(np.mean([step_ms.get(r.rank, np.nan) for r in rows]))
     severity = severity_for(cost, mean_step)
     if severity is None:
         return []
     names: dict[str, int] = {}
     for r in rows:
-        for name, v in r["by_name"].items():
-            names[name] = names.get(name, 0) + v["count"]
+        for name, v in r.by_name.items():
+            names[name] = names.get(name, 0) + v.count
     return [
         Finding(
             kind="host_sync",
             severity=severity,
             cost_ms_per_step=cost,
-            ranks=sorted(r["rank"] for r in rows),
+            ranks=sorted(r.rank for r in rows),
             title=f"Host synchronisation blocks {cost:.1f} ms per step",
             evidence={
                 "sync_ms_per_step": ms(cost),
                 "step_ms": ms(mean_step),
-                "sync_points_per_step": round(
-                    float(np.mean([r["count_per_step"] for r in rows])), 2
-                ),
+                "sync_points_per_step": round(float(np.mean([r.count_per_step for r in rows])), 2),
                 "calls": names,
             },
             fix=HOST_SYNC_FIX,

@@ -11,6 +11,7 @@ DataParallel runs with device_ids=[] and is a plain call inside the
 from __future__ import annotations
 
 import re
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,42 @@ DP_ON_CPU_FIX = (
 )
 
 
+PROJECTION_ASSUMPTIONS = (
+    "each GPU runs its own process on the same per-GPU batch, so its compute equals "
+    "DP's parallel_apply time",
+    "scatter, replicate, gather and ReduceAddCoalesced disappear",
+    "DDP's gradient all-reduce overlaps backward (bucketed), so only the last "
+    "bucket's all-reduce is exposed; it is not added here",
+    "the loss computed on gathered outputs on GPU0 is spread over all GPUs",
+)
+
+
+@dataclass(frozen=True)
+class DataParallelResult:
+    """What nn.DataParallel's machinery costs per step in the profiled window."""
+
+    on_cpu: bool  # device_ids=[]: DP is a plain call, nothing to measure
+    forward_calls: int
+    steps: int
+    forward_ms_per_step: float
+    stage_ms_per_step: dict[str, float]  # STAGES -> ms per step
+    stage_events: dict[str, int]  # STAGES -> events matched
+    copy_ms_in_forward_per_step: float
+    overhead_ms_per_step: float  # scatter + replicate + gather + reduce_add
+    # On CUDA only: the step without DP's overhead, and what that projection assumes.
+    projected_ddp_step_ms: float | None = None
+    projection_assumptions: tuple[str, ...] = ()
+    detected: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        head = {"detected": out.pop("detected"), "on_cpu": out.pop("on_cpu")}
+        if self.projected_ddp_step_ms is None:
+            out.pop("projected_ddp_step_ms")
+            out.pop("projection_assumptions")
+        return {**head, **out}
+
+
 def _dp_windows(ev: pd.DataFrame) -> pd.DataFrame:
     names = ev["name"].astype(str)
     return ev[names.str.contains(DP_FORWARD_RE) & ~ev["is_gpu"].astype(bool)]
@@ -78,7 +115,7 @@ def _input_copies(ev: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     return copies[before]
 
 
-def trace_dataparallel(trace: Any) -> dict[str, Any] | None:
+def trace_dataparallel(trace: Any) -> DataParallelResult | None:
     """Per-rank DP stage costs (ms/step), or None when the trace has no DataParallel."""
     ev = trace.events
     windows = _dp_windows(ev)
@@ -102,47 +139,36 @@ def trace_dataparallel(trace: Any) -> dict[str, Any] | None:
     copies = ev[ev["kind"] == "memcpy"]
     cs, ce = merge_intervals(copies["start_ns"].to_numpy(), copies["end_ns"].to_numpy())
     forward_ms = float(np.sum(we - ws)) / 1e6
-    return {
-        "rank": int(trace.meta.rank),
-        "on_cpu": not has_gpu and not any(counts[s] for s in OVERHEAD_STAGES),
-        "forward_calls": int(len(windows)),
-        "steps": n_steps,
-        "forward_ms_per_step": forward_ms / n_steps if n_steps else forward_ms,
-        "stage_ms_per_step": stages,
-        "stage_events": counts,
-        "copy_ms_in_forward_per_step": overlap_ns(ws, we, cs, ce) / 1e6 / max(n_steps, 1),
-        "overhead_ms_per_step": float(sum(stages[s] for s in OVERHEAD_STAGES)),
-    }
+    return DataParallelResult(
+        on_cpu=not has_gpu and not any(counts[s] for s in OVERHEAD_STAGES),
+        forward_calls=int(len(windows)),
+        steps=n_steps,
+        forward_ms_per_step=forward_ms / n_steps if n_steps else forward_ms,
+        stage_ms_per_step=stages,
+        stage_events=counts,
+        copy_ms_in_forward_per_step=overlap_ns(ws, we, cs, ce) / 1e6 / max(n_steps, 1),
+        overhead_ms_per_step=float(sum(stages[s] for s in OVERHEAD_STAGES)),
+    )
 
 
-def analyze_dataparallel(traces: list[Any], step_ms: float) -> dict[str, Any] | None:
+def analyze_dataparallel(traces: list[Any], step_ms: float) -> DataParallelResult | None:
     per_rank = [d for t in traces if (d := trace_dataparallel(t)) is not None]
     if not per_rank:
         return None
     d = per_rank[0]  # DataParallel is one process: one trace
-    overhead = d["overhead_ms_per_step"]
-    result: dict[str, Any] = {
-        "detected": True,
-        "on_cpu": d["on_cpu"],
-        **{k: v for k, v in d.items() if k not in ("rank",)},
-    }
-    if not d["on_cpu"] and step_ms > 0:
-        result["projected_ddp_step_ms"] = max(step_ms - overhead, 0.0)
-        result["projection_assumptions"] = [
-            "each GPU runs its own process on the same per-GPU batch, so its compute equals "
-            "DP's parallel_apply time",
-            "scatter, replicate, gather and ReduceAddCoalesced disappear",
-            "DDP's gradient all-reduce overlaps backward (bucketed), so only the last "
-            "bucket's all-reduce is exposed; it is not added here",
-            "the loss computed on gathered outputs on GPU0 is spread over all GPUs",
-        ]
-    return result
+    if not d.on_cpu and step_ms > 0:
+        return replace(
+            d,
+            projected_ddp_step_ms=max(step_ms - d.overhead_ms_per_step, 0.0),
+            projection_assumptions=PROJECTION_ASSUMPTIONS,
+        )
+    return d
 
 
-def dataparallel_findings(info: dict[str, Any] | None, step_ms: float) -> list[Finding]:
-    if not info:
+def dataparallel_findings(info: DataParallelResult | None, step_ms: float) -> list[Finding]:
+    if info is None:
         return []
-    if info["on_cpu"]:
+    if info.on_cpu:
         return [
             Finding(
                 kind="dp_on_cpu",
@@ -151,16 +177,16 @@ def dataparallel_findings(info: dict[str, Any] | None, step_ms: float) -> list[F
                 ranks=[0],
                 title="nn.DataParallel runs on CPU, where it does nothing (device_ids=[])",
                 evidence={
-                    "forward_calls": info["forward_calls"],
-                    "dp_forward_ms_per_step": ms(info["forward_ms_per_step"]),
+                    "forward_calls": info.forward_calls,
+                    "dp_forward_ms_per_step": ms(info.forward_ms_per_step),
                     "scatter_replicate_gather_events": sum(
-                        info["stage_events"][s] for s in OVERHEAD_STAGES
+                        info.stage_events[s] for s in OVERHEAD_STAGES
                     ),
                 },
                 fix=DP_ON_CPU_FIX,
             )
         ]
-    cost = info["overhead_ms_per_step"]
+    cost = info.overhead_ms_per_step
     severity = severity_for(cost, step_ms)
     if severity is None:
         return []
@@ -175,9 +201,13 @@ def dataparallel_findings(info: dict[str, Any] | None, step_ms: float) -> list[F
                 f"({100 * cost / step_ms:.0f}%)"
             ),
             evidence={
-                **{f"{k}_ms": ms(v) for k, v in info["stage_ms_per_step"].items()},
+                **{f"{k}_ms": ms(v) for k, v in info.stage_ms_per_step.items()},
                 "step_ms": ms(step_ms),
-                "projected_ddp_step_ms": ms(info.get("projected_ddp_step_ms", float("nan"))),
+                "projected_ddp_step_ms": ms(
+                    info.projected_ddp_step_ms
+                    if info.projected_ddp_step_ms is not None
+                    else float("nan")
+                ),
             },
             fix=DDP_FIX,
         )

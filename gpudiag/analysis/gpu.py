@@ -4,6 +4,7 @@ memory headroom, throttle reasons with their time share, and GPU0 imbalance."""
 from __future__ import annotations
 
 import re
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,66 @@ IMBALANCE_FIX = (
 )
 
 
-def kernel_busy(trace: Any) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class KernelBusy:
+    """One rank's GPU activity over its profiled steps (GPU traces only)."""
+
+    rank: int
+    busy_fraction: float  # some kernel or copy runs
+    compute_fraction: float  # some compute kernel runs
+    window_ms: float
+    steps: int
+    idle_ms_per_step: float | None  # None without step markers
+
+
+# NvmlGpu fields written to JSON only when the samples had them (docs/json-schema.md).
+_NVML_OPTIONAL = (
+    "mem_used_max_gb",
+    "mem_total_gb",
+    "mem_headroom_fraction",
+    "throttled_share",
+    "throttle_share_by_reason",
+    "throttled_clock_ratio",
+)
+
+
+@dataclass(frozen=True)
+class NvmlGpu:
+    """One GPU's NVML samples over the whole run."""
+
+    node: int
+    gpu: int
+    samples: int
+    util_gpu_mean: float | None = None
+    util_mem_mean: float | None = None
+    power_w_mean: float | None = None
+    temp_c_mean: float | None = None
+    sm_clock_mhz_mean: float | None = None
+    mem_used_max_gb: float | None = None
+    mem_total_gb: float | None = None
+    mem_headroom_fraction: float | None = None
+    throttled_share: float | None = None
+    throttle_share_by_reason: dict[str, float] | None = None
+    throttled_clock_ratio: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        return {k: v for k, v in out.items() if k not in _NVML_OPTIONAL or v is not None}
+
+
+@dataclass(frozen=True)
+class GpuResult:
+    kernel_busy: tuple[KernelBusy, ...] = ()
+    nvml: tuple[NvmlGpu, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kernel_busy": [asdict(b) for b in self.kernel_busy],
+            "nvml": [n.to_json() for n in self.nvml],
+        }
+
+
+def kernel_busy(trace: Any) -> KernelBusy | None:
     """Fraction of the profiled steps during which some GPU kernel/copy runs; a trace
     without ProfilerStep marks is one step over all its events (as in the breakdown)."""
     ev = trace.events
@@ -63,23 +123,23 @@ def kernel_busy(trace: Any) -> dict[str, Any] | None:
     busy = np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None).sum()
     compute = gpu[gpu["kind"] == "compute"]
     cs, ce = merge_intervals(compute["start_ns"].to_numpy(), compute["end_ns"].to_numpy())
-    return {
-        "rank": int(trace.meta.rank),
-        "busy_fraction": float(busy / span),
-        "compute_fraction": float(
+    return KernelBusy(
+        rank=int(trace.meta.rank),
+        busy_fraction=float(busy / span),
+        compute_fraction=float(
             np.clip(np.minimum(ce, hi) - np.maximum(cs, lo), 0, None).sum() / span
         ),
-        "window_ms": span / 1e6,
-        "steps": n_steps if len(trace.steps) else 0,
-        "idle_ms_per_step": (span - busy) / 1e6 / n_steps,
-    }
+        window_ms=span / 1e6,
+        steps=n_steps if len(trace.steps) else 0,
+        idle_ms_per_step=(span - busy) / 1e6 / n_steps,
+    )
 
 
 def _throttle_names(bits: int) -> list[str]:
     return [name for bit, name in THROTTLE_BITS.items() if bits & bit]
 
 
-def nvml_summary(samples: pd.DataFrame) -> list[dict[str, Any]]:
+def nvml_summary(samples: pd.DataFrame | None) -> list[NvmlGpu]:
     """Per (node, gpu): utilisation, memory headroom, throttle time share by reason."""
     if samples is None or samples.empty or "gpu" not in samples.columns:
         return []
@@ -111,17 +171,17 @@ def nvml_summary(samples: pd.DataFrame) -> list[dict[str, Any]]:
                 slow = clk[(reasons & PERF_THROTTLE_MASK).fillna(0).astype(np.int64) != 0]
                 if clk.notna().any() and slow.notna().any():
                     row["throttled_clock_ratio"] = float(slow.mean() / clk.max())
-        out.append(row)
+        out.append(NvmlGpu(**row))
     return out
 
 
-def analyze_gpu(traces: list[Any], gpu_samples: pd.DataFrame | None) -> dict[str, Any]:
-    busy = [b for t in traces if (b := kernel_busy(t)) is not None]
-    return {"kernel_busy": busy, "nvml": nvml_summary(gpu_samples)}
+def analyze_gpu(traces: list[Any], gpu_samples: pd.DataFrame | None) -> GpuResult:
+    busy = tuple(b for t in traces if (b := kernel_busy(t)) is not None)
+    return GpuResult(kernel_busy=busy, nvml=tuple(nvml_summary(gpu_samples)))
 
 
 def gpu_findings(
-    info: dict[str, Any], step_ms: float, dp_active: bool, ranks: pd.DataFrame | None = None
+    info: GpuResult, step_ms: float, dp_active: bool, ranks: pd.DataFrame | None = None
 ) -> list[Finding]:
     findings: list[Finding] = []
     findings += _idle_finding(info, step_ms, ranks)
@@ -130,32 +190,30 @@ def gpu_findings(
     return findings
 
 
-def _idle_finding(
-    info: dict[str, Any], step_ms: float, ranks: pd.DataFrame | None
-) -> list[Finding]:
+def _idle_finding(info: GpuResult, step_ms: float, ranks: pd.DataFrame | None) -> list[Finding]:
     """GPU traces: the step's time with no kernel, no communication and no data wait
     (breakdown ``other`` + ``idle``), so it never double counts exposed communication or
     data loading. Without traces: NVML utilisation over the run."""
-    busy = [b for b in info.get("kernel_busy", []) if b.get("idle_ms_per_step") is not None]
+    busy = [b for b in info.kernel_busy if b.idle_ms_per_step is not None]
     if busy and ranks is not None and len(ranks) and {"other", "idle"} <= set(ranks.columns):
         unexplained = ranks["other"].astype(float) + ranks["idle"].astype(float)
         cost = float(unexplained.mean())
         step = float(ranks["step_ms_mean"].astype(float).mean())
         evidence = {
-            "kernel_busy_fraction": round(float(np.mean([b["busy_fraction"] for b in busy])), 3),
+            "kernel_busy_fraction": round(float(np.mean([b.busy_fraction for b in busy])), 3),
             "idle_ms_per_step": ms(cost),
-            "gpu_idle_total_ms_per_step": ms(float(np.mean([b["idle_ms_per_step"] for b in busy]))),
+            "gpu_idle_total_ms_per_step": ms(
+                float(np.mean([b.idle_ms_per_step or 0.0 for b in busy]))
+            ),
             "step_ms": ms(step),
             "source": "trace GPU streams (idle not explained by communication or data loading)",
         }
         per_rank = zip(ranks["rank"], unexplained, ranks["step_ms_mean"], strict=False)
         hit = sorted(int(r) for r, u, s in per_rank if severity_for(u, s))
-        if not any(b.get("steps") for b in busy):
+        if not any(b.steps for b in busy):
             evidence["window"] = "the whole trace as one step (no ProfilerStep marks)"
     else:
-        util = [
-            n["util_gpu_mean"] for n in info.get("nvml", []) if n.get("util_gpu_mean") is not None
-        ]
+        util = [n.util_gpu_mean for n in info.nvml if n.util_gpu_mean is not None]
         if not util or not (step_ms > 0):
             return []
         step = step_ms
@@ -186,13 +244,15 @@ def _idle_finding(
     ]
 
 
-def _throttle_finding(info: dict[str, Any], step_ms: float) -> list[Finding]:
-    rows = [n for n in info.get("nvml", []) if n.get("throttled_share", 0) > 0.05]
+def _throttle_finding(info: GpuResult, step_ms: float) -> list[Finding]:
+    rows = [n for n in info.nvml if (n.throttled_share or 0.0) > 0.05]
     if not rows:
         return []
-    worst = max(rows, key=lambda n: n["throttled_share"])
-    slowdown = 1 - worst.get("throttled_clock_ratio", 0.9)
-    cost = step_ms * worst["throttled_share"] * max(slowdown, 0.0) if step_ms > 0 else 0.0
+    worst = max(rows, key=lambda n: n.throttled_share or 0.0)
+    share = worst.throttled_share or 0.0
+    ratio = worst.throttled_clock_ratio
+    slowdown = 1 - (ratio if ratio is not None else 0.9)
+    cost = step_ms * share * max(slowdown, 0.0) if step_ms > 0 else 0.0
     severity = severity_for(cost, step_ms) or "low"
     return [
         Finding(
@@ -200,44 +260,42 @@ def _throttle_finding(info: dict[str, Any], step_ms: float) -> list[Finding]:
             severity=severity,
             cost_ms_per_step=cost,
             ranks=[],
-            title=(
-                f"GPU {worst['gpu']} (node {worst['node']}) throttled "
-                f"{100 * worst['throttled_share']:.0f}% of the run"
-            ),
+            title=(f"GPU {worst.gpu} (node {worst.node}) throttled {100 * share:.0f}% of the run"),
             evidence={
                 "gpus": [
                     {
-                        "node": n["node"],
-                        "gpu": n["gpu"],
-                        "throttled_share": round(n["throttled_share"], 3),
-                        "by_reason": n.get("throttle_share_by_reason", {}),
+                        "node": n.node,
+                        "gpu": n.gpu,
+                        "throttled_share": round(n.throttled_share or 0.0, 3),
+                        "by_reason": n.throttle_share_by_reason or {},
                     }
                     for n in rows
                 ],
-                "clock_ratio_when_throttled": worst.get("throttled_clock_ratio"),
+                "clock_ratio_when_throttled": ratio,
             },
             fix=THROTTLE_FIX,
         )
     ]
 
 
-def _imbalance_finding(info: dict[str, Any], step_ms: float, dp_active: bool) -> list[Finding]:
-    nvml = [n for n in info.get("nvml", []) if n.get("util_gpu_mean") is not None]
+def _imbalance_finding(info: GpuResult, step_ms: float, dp_active: bool) -> list[Finding]:
+    nvml = [n for n in info.nvml if n.util_gpu_mean is not None]
     findings = []
-    for node in sorted({n["node"] for n in nvml}):
-        gpus = sorted((n for n in nvml if n["node"] == node), key=lambda n: n["gpu"])
-        if len(gpus) < 2 or gpus[0]["gpu"] != 0:
+    for node in sorted({n.node for n in nvml}):
+        gpus = sorted((n for n in nvml if n.node == node), key=lambda n: n.gpu)
+        if len(gpus) < 2 or gpus[0].gpu != 0:
             continue
         g0, others = gpus[0], gpus[1:]
-        util_others = float(np.mean([n["util_gpu_mean"] for n in others]))
-        mem0 = g0.get("mem_used_max_gb")
-        mem_others = [n["mem_used_max_gb"] for n in others if n.get("mem_used_max_gb") is not None]
+        util0 = float(g0.util_gpu_mean or 0.0)
+        util_others = float(np.mean([n.util_gpu_mean for n in others]))
+        mem0 = g0.mem_used_max_gb
+        mem_others = [n.mem_used_max_gb for n in others if n.mem_used_max_gb is not None]
         mem_ratio = (
             mem0 / float(np.mean(mem_others))
             if mem0 and mem_others and np.mean(mem_others) > 0
             else None
         )
-        util_gap = g0["util_gpu_mean"] - util_others
+        util_gap = util0 - util_others
         if util_gap < 10 and (mem_ratio is None or mem_ratio < 1.2):
             continue
         # Time the other GPUs sit idle while GPU0 still works.
@@ -251,13 +309,13 @@ def _imbalance_finding(info: dict[str, Any], step_ms: float, dp_active: bool) ->
                 ranks=[],
                 title=(
                     f"GPU0 on node {node} works harder than the others "
-                    f"(util {g0['util_gpu_mean']:.0f}% vs {util_others:.0f}%"
+                    f"(util {util0:.0f}% vs {util_others:.0f}%"
                     + (f", memory x{mem_ratio:.2f}" if mem_ratio else "")
                     + ")"
                 ),
                 evidence={
                     "node": node,
-                    "gpu0_util_percent": round(g0["util_gpu_mean"], 1),
+                    "gpu0_util_percent": round(util0, 1),
                     "others_util_percent": round(util_others, 1),
                     "gpu0_mem_gb": mem0,
                     "others_mem_gb_mean": float(np.mean(mem_others)) if mem_others else None,

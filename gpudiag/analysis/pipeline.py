@@ -14,13 +14,16 @@ import pandas as pd
 
 from gpudiag.analysis import dataloader, dataparallel, failures, gpu
 from gpudiag.analysis import findings as fnd
+from gpudiag.analysis.dataloader import DataLoaderResult
 from gpudiag.analysis.findings import Finding, attach_locations, sort_findings
+from gpudiag.analysis.gpu import GpuResult
 from gpudiag.analysis.result import (
     BREAKDOWN_COLUMNS,
     BREAKDOWN_KEYS,
     RANK_COLUMNS,
     AnalysisInputError,
     AnalysisResult,
+    RunInfo,
 )
 
 
@@ -116,7 +119,7 @@ def rank_table(breakdown: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()[list(RANK_COLUMNS)]
 
 
-def _run_info(path: Path, run: Any, traces: list[Any], breakdown: pd.DataFrame) -> dict[str, Any]:
+def _run_info(path: Path, run: Any, traces: list[Any], breakdown: pd.DataFrame) -> RunInfo:
     manifest = getattr(run, "manifest", None) or {}
     metas = [t.meta for t in traces]
     devices: list[str] = []
@@ -137,21 +140,21 @@ def _run_info(path: Path, run: Any, traces: list[Any], breakdown: pd.DataFrame) 
     if backend is None and run is not None:
         backend = next((i.get("backend") for i in run.rank_info.values() if i.get("backend")), None)
     ranks_seen = sorted({m.rank for m in metas} | set(run.ranks if run is not None else []))
-    return {
-        "kind": "gpudiag_run" if run is not None else "traces",
-        "path": str(path),
-        "world_size": world or None,
-        "backend": backend,
-        "devices": devices,
-        "ranks_present": ranks_seen,
-        "traced_ranks": sorted(m.rank for m in metas),
-        "steps_analysed": int(breakdown["step"].nunique()) if len(breakdown) else 0,
-        "has_gpu_trace": any(bool(t.events["is_gpu"].any()) for t in traces if len(t.events)),
-        "status": manifest.get("status"),
-        "exit_code": manifest.get("exit_code"),
-        "script": manifest.get("script") or manifest.get("argv"),
-        "total_steps": int(len(run.steps)) if run is not None and len(run.steps) else None,
-    }
+    return RunInfo(
+        kind="gpudiag_run" if run is not None else "traces",
+        path=str(path),
+        world_size=world or None,
+        backend=backend,
+        devices=devices,
+        ranks_present=ranks_seen,
+        traced_ranks=sorted(m.rank for m in metas),
+        steps_analysed=int(breakdown["step"].nunique()) if len(breakdown) else 0,
+        has_gpu_trace=any(bool(t.events["is_gpu"].any()) for t in traces if len(t.events)),
+        status=manifest.get("status"),
+        exit_code=manifest.get("exit_code"),
+        script=manifest.get("script") or manifest.get("argv"),
+        total_steps=int(len(run.steps)) if run is not None and len(run.steps) else None,
+    )
 
 
 def _steady_state(
@@ -308,14 +311,18 @@ def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
     )
 
     dp = _guard(warnings, "DataParallel", dataparallel.analyze_dataparallel, traces, step_ms)
-    dl = (
-        _guard(warnings, "data loading", dataloader.analyze_dataloader, traces, run, default={})
-        or {}
+    dl = _guard(
+        warnings,
+        "data loading",
+        dataloader.analyze_dataloader,
+        traces,
+        run,
+        default=DataLoaderResult(),
     )
     gpu_samples = run.gpu_samples if run is not None else _empty(())
     host_samples = run.host_samples if run is not None else _empty(())
-    gpu_info = (
-        _guard(warnings, "GPU health", gpu.analyze_gpu, traces, gpu_samples, default={}) or {}
+    gpu_info = _guard(
+        warnings, "GPU health", gpu.analyze_gpu, traces, gpu_samples, default=GpuResult()
     )
 
     step_by_rank = dict(
@@ -338,7 +345,7 @@ def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
     found += dataloader.host_sync_findings(dl, step_by_rank)
     found += dataparallel.dataparallel_findings(dp, step_ms)
     found += gpu.gpu_findings(
-        gpu_info, step_ms, dp_active=bool(dp and not dp.get("on_cpu")), ranks=ranks
+        gpu_info, step_ms, dp_active=dp is not None and not dp.on_cpu, ranks=ranks
     )
     found += gpu.no_amp_findings(traces, step_ms)
     lint = getattr(run, "lint", None)
@@ -362,6 +369,7 @@ def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
         findings=sort_findings(found),
         lint=lint,
         warnings=warnings,
+        step_ms=step_ms,
         traces=traces,
         allreduce_stall=stall if stall is not None else pd.DataFrame(),
         run_steps=run.steps if run is not None else pd.DataFrame(),

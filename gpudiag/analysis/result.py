@@ -6,13 +6,16 @@ gathered into one object, with a stable JSON form (docs/json-schema.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from gpudiag.analysis.dataloader import DataLoaderResult
+from gpudiag.analysis.dataparallel import DataParallelResult
 from gpudiag.analysis.findings import Finding
+from gpudiag.analysis.gpu import GpuResult
 from gpudiag.analysis.jsonable import plain, records
 from gpudiag.analysis.timeline import LANES, TIMELINE_COLUMNS, timeline
 from gpudiag.rundir import LintReport
@@ -26,6 +29,7 @@ __all__ = [
     "TIMELINE_COLUMNS",
     "AnalysisInputError",
     "AnalysisResult",
+    "RunInfo",
     "plain",
     "records",
 ]
@@ -45,10 +49,44 @@ class AnalysisInputError(ValueError):
         self.warnings = list(warnings or [])
 
 
+@dataclass(frozen=True)
+class RunInfo:
+    """The facts of the run analysed (docs/json-schema.md, ``run``)."""
+
+    kind: str  # "gpudiag_run" | "traces" | "summaries"
+    path: str
+    world_size: int | None
+    backend: str | None
+    devices: list[str]
+    ranks_present: list[int]
+    traced_ranks: list[int]
+    steps_analysed: int
+    status: str | None  # the manifest's status
+    exit_code: int | None
+    has_gpu_trace: bool = False
+    script: str | list[str] | None = None
+    total_steps: int | None = None  # rows of the run's steps table
+    rank_statuses: dict[str, int] | None = None  # summaries only
+    synthetic: bool | None = None  # summaries only
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        order = (
+            "kind", "path", "world_size", "backend", "devices", "ranks_present",
+            "traced_ranks", "steps_analysed", "has_gpu_trace", "status", "exit_code",
+            "script", "total_steps", "rank_statuses", "synthetic",
+        )  # fmt: skip
+        return {
+            k: out[k]
+            for k in order
+            if k not in ("rank_statuses", "synthetic") or out[k] is not None
+        }
+
+
 @dataclass
 class AnalysisResult:
     source: Path
-    run: dict[str, Any]
+    run: RunInfo
     ranks: pd.DataFrame
     breakdown: pd.DataFrame
     collectives: pd.DataFrame
@@ -56,14 +94,15 @@ class AnalysisResult:
     buckets: pd.DataFrame
     skew: pd.DataFrame
     stragglers: pd.DataFrame
-    dataparallel: dict[str, Any] | None
-    dataloader: dict[str, Any]
-    gpu: dict[str, Any]
+    dataparallel: DataParallelResult | None
+    dataloader: DataLoaderResult
+    gpu: GpuResult
     gpu_samples: pd.DataFrame
     host_samples: pd.DataFrame
     findings: list[Finding]
     lint: LintReport | None
     warnings: list[str]
+    step_ms: float = float("nan")  # mean step time over ranks (ms); NaN when unknown
     traces: list[Any] = field(default_factory=list, repr=False)
     allreduce_stall: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     # Every step of the run tables (rundir.STEP_COLUMNS); empty for foreign traces.
@@ -73,13 +112,13 @@ class AnalysisResult:
         return {
             "schema_version": SCHEMA_VERSION,
             "source": str(self.source),
-            "run": plain(self.run),
+            "run": plain(self.run.to_json()),
             "ranks": records(self.ranks),
             "collectives": records(self.collective_summary),
             "stragglers": records(self.stragglers),
-            "dataparallel": plain(self.dataparallel),
-            "dataloader": plain(self.dataloader),
-            "gpu": plain(self.gpu),
+            "dataparallel": plain(self.dataparallel.to_json() if self.dataparallel else None),
+            "dataloader": plain(self.dataloader.to_json()),
+            "gpu": plain(self.gpu.to_json()),
             "findings": [f.to_dict() for f in self.findings],
             "warnings": list(self.warnings),
         }

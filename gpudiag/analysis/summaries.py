@@ -21,15 +21,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpudiag.analysis.dataloader import dataloader_findings
+from gpudiag.analysis.dataloader import DataLoaderResult, RunDataWait, dataloader_findings
 from gpudiag.analysis.failures import rank_failed_findings
 from gpudiag.analysis.findings import sort_findings, straggler_findings
+from gpudiag.analysis.gpu import GpuResult
 from gpudiag.analysis.result import (
     BREAKDOWN_COLUMNS,
     BREAKDOWN_KEYS,
     RANK_COLUMNS,
     AnalysisInputError,
     AnalysisResult,
+    RunInfo,
 )
 
 
@@ -141,12 +143,17 @@ def analyze_summaries(path: str | Path) -> AnalysisResult:
     step_by_rank = dict(
         zip(ranks["rank"].astype(int), ranks["step_ms_mean"].astype(float), strict=False)
     )
-    dl = {
-        "run": {
-            str(int(r)): {"data_ms_per_step": float(d)}
-            for r, d in zip(frame["rank"], frame["data_loading"], strict=False)
+    dl = DataLoaderResult(
+        run={
+            int(row.rank): RunDataWait(
+                steps=int(row.steps),
+                data_ms_per_step=float(row.data_loading),
+                data_ms_max_step=None,  # a summary holds the mean only
+                step_ms_mean=float(row.step_ms_mean),
+            )
+            for row in frame.itertuples(index=False)
         }
-    }
+    )
     found = rank_failed_findings(manifest, summaries) + straggler_findings(slow, step_ms)
     found += dataloader_findings(dl, step_by_rank)
     for f in found:
@@ -154,20 +161,20 @@ def analyze_summaries(path: str | Path) -> AnalysisResult:
             f.evidence["method"] = "least time inside collectives per step (summaries only)"
             f.evidence = {k: v for k, v in f.evidence.items() if k != "all_ranks_mean_skew_ms"}
     statuses = frame["status"].value_counts().to_dict()
-    run = {
-        "kind": "summaries",
-        "path": str(path),
-        "world_size": manifest.get("world_size") or len(summaries),
-        "backend": manifest.get("backend"),
-        "devices": [],
-        "ranks_present": [int(r) for r in frame["rank"]],
-        "traced_ranks": [],
-        "steps_analysed": int(frame["steps"].max()) if len(frame) else 0,
-        "status": manifest.get("status"),
-        "exit_code": manifest.get("exit_code"),
-        "rank_statuses": {str(k): int(v) for k, v in statuses.items()},
-        "synthetic": bool(manifest.get("synthetic", False)),
-    }
+    run = RunInfo(
+        kind="summaries",
+        path=str(path),
+        world_size=manifest.get("world_size") or len(summaries),
+        backend=manifest.get("backend"),
+        devices=[],
+        ranks_present=[int(r) for r in frame["rank"]],
+        traced_ranks=[],
+        steps_analysed=int(frame["steps"].max()) if len(frame) else 0,
+        status=manifest.get("status"),
+        exit_code=manifest.get("exit_code"),
+        rank_statuses={str(k): int(v) for k, v in statuses.items()},
+        synthetic=bool(manifest.get("synthetic", False)),
+    )
     empty = pd.DataFrame()
     return AnalysisResult(
         source=path,
@@ -181,10 +188,11 @@ def analyze_summaries(path: str | Path) -> AnalysisResult:
         stragglers=slow,
         dataparallel=None,
         dataloader=dl,
-        gpu={},
+        gpu=GpuResult(),
         gpu_samples=empty,
         host_samples=empty,
         findings=sort_findings(found),
         lint=None,
         warnings=[],
+        step_ms=step_ms,
     )

@@ -228,11 +228,8 @@ def _analysis_shares(run_dir: Path, notes: list[str]) -> dict[str, float | None]
         shares["comm"] = _finite((comm / step_ms).mean())
         shares["exposed"] = _finite((ranks["comm_exposed"].astype(float) / step_ms).mean())
     dp = result.dataparallel
-    if isinstance(dp, dict) and not dp.get("on_cpu") and len(ranks):
-        overhead = dp.get("overhead_ms_per_step")
-        step_ms = float(ranks["step_ms_mean"].astype(float).mean())
-        if overhead is not None and step_ms > 0:
-            shares["dp"] = _finite(float(overhead) / step_ms)
+    if dp is not None and not dp.on_cpu and result.step_ms > 0:
+        shares["dp"] = _finite(dp.overhead_ms_per_step / result.step_ms)
     return shares
 
 

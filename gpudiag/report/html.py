@@ -120,9 +120,9 @@ def _result_section(result: Any, include_js: bool) -> str:
     warnings = "".join(f"<li>{_e(w)}</li>" for w in result.warnings)
     return (
         f"<h1>gpudiag: {_e(result.source)}</h1>"
-        f"<p>{_e(run.get('kind'))} · world size {_e(run.get('world_size'))} · backend "
-        f"{_e(run.get('backend'))} · {_e(run.get('steps_analysed'))} steps analysed · devices "
-        f"{_e(', '.join(run.get('devices') or []) or 'CPU')}</p>"
+        f"<p>{_e(run.kind)} · world size {_e(run.world_size)} · backend "
+        f"{_e(run.backend)} · {_e(run.steps_analysed)} steps analysed · devices "
+        f"{_e(', '.join(run.devices) or 'CPU')}</p>"
         f"<h2>Findings</h2>{_findings_html(result.findings)}"
         f"<h2>Per rank (ms per step; comm_comp_overlap_pct: % of communication overlapped "
         f"with compute)</h2>{_frame_html(result.ranks)}"

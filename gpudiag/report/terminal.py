@@ -4,13 +4,16 @@ location), then the per-rank table."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, RenderableType
 from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from gpudiag.analysis.result import AnalysisResult
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 RANK_COLUMNS = (
@@ -50,22 +53,22 @@ def _evidence_text(evidence: dict[str, Any], limit: int = 8) -> str:
     return ", ".join(parts)
 
 
-def _header(result: Any) -> Text:
+def _header(result: AnalysisResult) -> Text:
     run = result.run
     text = Text()
     text.append("gpudiag analyze ", style="bold")
     text.append(str(result.source))
     bits = [
-        f"kind {run.get('kind')}",
-        f"world size {run.get('world_size') or '?'}",
-        f"backend {run.get('backend') or '?'}",
-        f"{run.get('steps_analysed', 0)} steps analysed",
-        f"ranks traced {run.get('traced_ranks')}",
+        f"kind {run.kind}",
+        f"world size {run.world_size or '?'}",
+        f"backend {run.backend or '?'}",
+        f"{run.steps_analysed} steps analysed",
+        f"ranks traced {run.traced_ranks}",
     ]
-    if run.get("devices"):
-        bits.append("devices " + ", ".join(run["devices"][:3]))
-    if run.get("status"):
-        bits.append(f"status {run['status']}")
+    if run.devices:
+        bits.append("devices " + ", ".join(run.devices[:3]))
+    if run.status:
+        bits.append(f"status {run.status}")
     text.append("\n" + " | ".join(bits), style="dim")
     return text
 
