@@ -4,17 +4,19 @@
 Presentation only: every number comes from `gpudiag.analysis.analyze`, cached per run
 and keyed by the run's content (file names, sizes, mtimes). The runs it can open are
 the ones found under the roots given; URL query parameters (`?run=...&view=...`) are
-resolved against those roots and refused when they point elsewhere.
+resolved against those roots and refused when they point elsewhere. The page's URL
+always names the run and view shown, so it can be shared.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import streamlit as st
+
+from gpudiag.analysis.result import AnalysisResult
 
 # Streamlit runs this file by path. Installed, it is gpudiag/dashboards/app.py inside the
 # package; in a source checkout, dashboards/ sits beside gpudiag/.
@@ -30,24 +32,31 @@ def _roots() -> list[Path]:
     return [Path(a) for a in args] if args else list(runs.DEFAULT_ROOTS)
 
 
-result_of = cache.result_of
+def result_of(ref: runs.RunRef) -> cache.Analysis:
+    """The run's analysis; a spinner while it is computed for this page."""
+    cached = cache.ANALYSES.peek(cache.key_of(ref))
+    if cached is not None:
+        return cached
+    with st.spinner(f"Analysing {views.md(ref.label)}…"):
+        return cache.result_of(ref)
 
 
-@st.cache_resource(max_entries=64, show_spinner=False)
-def _timeline(
-    _result: Any, path: str, content_key: str, ranks: tuple[int, ...] | None, budget: int
-) -> pd.DataFrame:
+TIMELINES: cache.LruCache[pd.DataFrame] = cache.LruCache(cache.MAX_TIMELINES)
+
+
+def _timeline(result: AnalysisResult, ranks: tuple[int, ...] | None, budget: int) -> pd.DataFrame:
     if ranks is None:
-        return _result.timeline(None, max_intervals=budget)
+        return result.timeline(None, max_intervals=budget)
     per_rank = max(1, budget // len(ranks))
-    parts = [_result.timeline(r, max_intervals=per_rank) for r in ranks]
+    parts = [result.timeline(r, max_intervals=per_rank) for r in ranks]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
 def timeline_of(
-    result: Any, ref: runs.RunRef, ranks: tuple[int, ...] | None, budget: int
+    result: AnalysisResult, ref: runs.RunRef, ranks: tuple[int, ...] | None, budget: int
 ) -> pd.DataFrame:
-    return _timeline(result, str(ref.path), runs.fingerprint(ref.path), ranks, budget)
+    key = (*cache.key_of(ref), ranks, budget)
+    return TIMELINES.get(key, lambda: _timeline(result, ranks, budget))
 
 
 def _initial_run(refs: list[runs.RunRef], roots: list[Path]) -> int:
@@ -61,12 +70,12 @@ def _initial_run(refs: list[runs.RunRef], roots: list[Path]) -> int:
     try:
         path = runs.confine(wanted, roots)
     except runs.PathOutsideRoots as exc:
-        st.error(str(exc))
+        st.error(views.md(exc))
         return 0
     paths = [r.path for r in refs]
     if path in paths:
         return paths.index(path)
-    st.error(f"{wanted}: not a run under the dashboard's roots")
+    st.error(views.md(f"{wanted}: not a run under the dashboard's roots"))
     return 0
 
 
@@ -79,7 +88,7 @@ def main() -> None:
         st.title("gpudiag dashboard")
         st.warning(
             "No runs found under: "
-            + ", ".join(str(r) for r in roots)
+            + views.md(", ".join(str(r) for r in roots))
             + ". Record one with `gpudiag trace train.py` or pass run/trace directories."
         )
         return
@@ -91,12 +100,13 @@ def main() -> None:
         st.session_state["view"] = wanted if wanted in views.VIEWS else "Overview"
     label = st.sidebar.selectbox("Run", labels, key="run")
     view = st.sidebar.radio("View", list(views.VIEWS), key="view")
+    st.query_params.from_dict({"run": label, "view": view})  # a shareable URL
     ref = refs[labels.index(label)]
-    st.sidebar.caption(str(ref.path))
+    st.sidebar.caption(views.md(ref.path))
 
     result, error = result_of(ref)
-    if error:
-        st.error(error)
+    if error or result is None:
+        st.error(views.md(error))
         st.info("Other runs and views still work: pick another run in the sidebar.")
         return
     ctx = views.ViewContext(
@@ -110,11 +120,13 @@ def main() -> None:
     try:
         views.VIEWS[view](ctx)
     except Exception as exc:  # a view must never take the app down with it
-        st.error(f"{view}: could not render this run ({cache.first_line(exc)})")
+        st.error(views.md(f"{view}: could not render this run ({cache.first_line(exc)})"))
 
 
 cache.activity.started()
 try:
     main()
+except Exception as exc:  # one line for the reader, never a traceback with server paths
+    st.error(views.md(f"The dashboard cannot show this page ({cache.first_line(exc)})"))
 finally:
     cache.activity.finished()

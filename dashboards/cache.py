@@ -1,16 +1,31 @@
 """The dashboard's analysis cache, shared by the app's script runs and the server's
 start-up prewarm (dashboards/serve.py): one AnalysisResult per run, keyed by the run's
-content (file names, sizes, mtimes)."""
+content (file names, sizes, mtimes).
+
+It is a plain module-level cache, not ``st.cache_resource``: Streamlit lets any web
+client clear every ``st.cache_*`` cache with one ``clear_cache`` message (the "Clear
+caches" menu item), which would make every large run be analysed again from scratch.
+Nothing a client sends reaches this one. It also works outside a script run (the
+prewarm thread) without Streamlit's "missing ScriptRunContext" warnings.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
 
-import streamlit as st
+from gpudiag.analysis.result import AnalysisResult
 
 from . import runs
+
+V = TypeVar("V")
+Analysis = tuple[AnalysisResult | None, str | None]
+
+MAX_ANALYSES = 16
+MAX_TIMELINES = 64
 
 
 def first_line(exc: BaseException) -> str:
@@ -18,21 +33,67 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
 
 
-@st.cache_resource(max_entries=16, show_spinner="Analysing run…")
-def _analysis(path: str, content_key: str) -> tuple[Any, str | None]:
-    """(AnalysisResult, None) or (None, one-line error). content_key is only the cache key."""
+class LruCache(Generic[V]):
+    """A thread-safe least-recently-used cache that computes each key once: a second
+    caller asking for a key being computed waits for that result."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self.computed = 0  # how many values were computed (tests, benchmarks)
+        self._lock = threading.Lock()
+        self._values: OrderedDict[Hashable, V] = OrderedDict()
+        self._pending: dict[Hashable, threading.Lock] = {}
+
+    def peek(self, key: Hashable) -> V | None:
+        with self._lock:
+            return self._values.get(key)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._values)
+
+    def get(self, key: Hashable, compute: Callable[[], V]) -> V:
+        with self._lock:
+            if key in self._values:
+                self._values.move_to_end(key)
+                return self._values[key]
+            pending = self._pending.setdefault(key, threading.Lock())
+        with pending:
+            with self._lock:
+                if key in self._values:
+                    return self._values[key]
+            value = compute()
+            with self._lock:
+                self.computed += 1
+                self._values[key] = value
+                self._values.move_to_end(key)
+                while len(self._values) > self.max_entries:
+                    self._values.popitem(last=False)
+                self._pending.pop(key, None)
+            return value
+
+
+ANALYSES: LruCache[Analysis] = LruCache(MAX_ANALYSES)
+
+
+def _analyse(path: str) -> Analysis:
+    """(AnalysisResult, None) or (None, one-line error)."""
     try:
         from gpudiag.analysis import analyze
-    except ImportError as exc:
-        return None, f"gpudiag.analysis is not available ({first_line(exc)})"
-    try:
+
         return analyze(path), None
     except Exception as exc:  # the app must never die on a bad run
         return None, f"{path}: cannot be analysed ({first_line(exc)})"
 
 
-def result_of(ref: runs.RunRef) -> tuple[Any, str | None]:
-    return _analysis(str(ref.path), runs.fingerprint(ref.path))
+def key_of(ref: runs.RunRef) -> tuple[str, str]:
+    return str(ref.path), runs.fingerprint(ref.path)
+
+
+def result_of(ref: runs.RunRef) -> Analysis:
+    """The run's analysis, computed once per content key (any thread)."""
+    key = key_of(ref)
+    return ANALYSES.get(key, lambda: _analyse(key[0]))
 
 
 class ScriptActivity:

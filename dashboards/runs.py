@@ -55,8 +55,12 @@ def is_inside(path: Path, roots: list[Path]) -> bool:
 
 
 def confine(path: str | os.PathLike[str], roots: list[Path]) -> Path:
-    """``path`` resolved (symlinks followed), or PathOutsideRoots when it leaves the roots."""
-    resolved = Path(path).resolve()
+    """``path`` resolved (symlinks followed), or PathOutsideRoots when it leaves the roots
+    or is no path at all (a NUL byte, a name too long)."""
+    try:
+        resolved = Path(path).resolve()
+    except (ValueError, OSError) as exc:
+        raise PathOutsideRoots(f"{path!r}: not a usable path ({exc})") from None
     if not is_inside(resolved, roots):
         raise PathOutsideRoots(f"{path}: outside the run roots given to the dashboard")
     return resolved

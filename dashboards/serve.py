@@ -6,7 +6,6 @@ view finds its analysis and the heavy imports done; the others once the server i
 
 from __future__ import annotations
 
-import logging
 import sys
 import threading
 import time
@@ -51,12 +50,8 @@ def _roots(argv: list[str]) -> list[Path]:
 
 
 def _prewarm(roots: list[Path]) -> None:
-    """Analyse every run once through the app's own cache; failures are the app's to show."""
-    # the cache is used outside a script run here: that is expected, not worth a warning
-    logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(
-        logging.ERROR
-    )
-    logging.getLogger("streamlit.runtime.caching.cache_data_api").setLevel(logging.ERROR)
+    """Analyse every run once through the app's own cache (a plain module cache, which
+    needs no script run context); failures are the app's to show."""
     cache, runs = _modules()
 
     refs = runs.discover_runs(roots)

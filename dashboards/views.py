@@ -1,11 +1,18 @@
 """One function per dashboard view. Each renders an AnalysisResult (or says plainly
-what is missing); none computes analysis of its own."""
+what is missing); none computes analysis of its own.
+
+Every string that comes from a run (device names, paths, titles, fixes, lint fields)
+goes through :func:`md` before it reaches anything Streamlit renders as Markdown
+(markdown, captions, alerts, labels, metrics, ``st.table`` cells), or is shown with
+``st.code`` / ``st.dataframe``, which render plain text.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +20,12 @@ import pandas as pd
 import streamlit as st
 
 from gpudiag import rundir
-from gpudiag.analysis.findings import measured_as
-from gpudiag.report import html as html_report
+from gpudiag.analysis.findings import Finding, measured_as
+from gpudiag.analysis.result import AnalysisResult
+from gpudiag.report import figures
 
-from . import figures, runs
+from . import runs
 
-SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 GPU_METRICS = (
     ("util_gpu", "%"),
     ("sm_clock_mhz", "MHz"),
@@ -37,14 +44,30 @@ HOST_METRICS = (
 DP_PHASES = ("scatter", "replicate", "parallel_apply", "gather")
 
 
+ResultOf = Callable[[runs.RunRef], tuple[AnalysisResult | None, str | None]]
+TimelineOf = Callable[[AnalysisResult, runs.RunRef, tuple[int, ...] | None, int], pd.DataFrame]
+
+
 @dataclass
 class ViewContext:
     ref: runs.RunRef
-    result: Any  # gpudiag.analysis.AnalysisResult
+    result: AnalysisResult
     roots: list[Path]
     all_runs: list[runs.RunRef]
-    result_of: Callable[[runs.RunRef], tuple[Any, str | None]]
-    timeline_of: Callable[[Any, runs.RunRef, tuple[int, ...] | None, int], pd.DataFrame]
+    result_of: ResultOf
+    timeline_of: TimelineOf
+
+
+# Every ASCII punctuation character may be backslash-escaped in (GitHub-flavoured)
+# Markdown; escaping them all leaves no link, image, code span, emphasis, HTML, math
+# ($), directive (:red[...]) or block syntax in run-derived text.
+_MD_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def md(value: Any) -> str:
+    """``value`` as Markdown that renders literally, on one line."""
+    text = " ".join(str(value).split())
+    return _MD_SPECIAL.sub(r"\\\1", text)
 
 
 def _has_rows(frame: Any) -> bool:
@@ -63,49 +86,51 @@ def _scalar(value: Any) -> str:
     return "–" if value is None or value == "" else str(value)
 
 
-def _render_mapping(data: dict[str, Any], title_prefix: str = "") -> None:
-    """Scalars as metrics, frames as tables, nested mappings as JSON."""
-    scalars = {k: v for k, v in data.items() if isinstance(v, (int, float, str, bool)) or v is None}
-    if scalars:
-        cols = st.columns(min(4, len(scalars)))
-        for i, (key, value) in enumerate(scalars.items()):
-            cols[i % len(cols)].metric(f"{title_prefix}{key}", _scalar(value))
-    for key, value in data.items():
-        if key in scalars:
-            continue
-        if isinstance(value, pd.DataFrame):
-            st.markdown(f"**{title_prefix}{key}**")
-            st.dataframe(value, width="stretch", hide_index=True)
-        elif records_frame(value) is not None:
-            st.markdown(f"**{title_prefix}{key}**")
-            st.dataframe(records_frame(value), width="stretch", hide_index=True)
-        elif isinstance(value, (dict, list)):
-            st.markdown(f"**{title_prefix}{key}**")
-            st.json(_jsonable(value), expanded=False)
+def _metrics(facts: dict[str, Any]) -> None:
+    """Label -> value as metrics, four to a row (values escaped: metrics render Markdown)."""
+    items = list(facts.items())
+    for start in range(0, len(items), 4):
+        row = items[start : start + 4]
+        for col, (label, value) in zip(st.columns(len(row)), row, strict=True):
+            col.metric(label, md(_scalar(value)))
 
 
-def records_frame(value: Any) -> pd.DataFrame | None:
-    """A list of flat-ish dicts (per-rank records) as a table; nested values as text."""
-    if not isinstance(value, list) or not value or not all(isinstance(v, dict) for v in value):
-        return None
-    rows = [
-        {
-            k: (json.dumps(v, default=str) if isinstance(v, (dict, list)) else v)
-            for k, v in r.items()
-        }
-        for r in value
-    ]
-    return pd.DataFrame(rows)
+def _table(frame: pd.DataFrame) -> None:
+    """A static table whose long text wraps instead of being cut off; every cell is
+    escaped (``st.table`` renders cells as Markdown)."""
+    st.table(frame.map(md), hide_index=True)
 
 
 def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
+_TIMESTAMP_COLUMNS = ("start_ns", "end_ns", "enqueue_ns", "t_ns")
+
+
+def readable_times(frame: pd.DataFrame) -> pd.DataFrame:
+    """Raw nanosecond columns as milliseconds: timestamps from the frame's first one
+    (dropped where the analysis already gives a ``start_ms`` offset), durations scaled."""
+    out = frame.copy()
+    stamps = [c for c in _TIMESTAMP_COLUMNS if c in out]
+    if stamps and "start_ms" in out:
+        out = out.drop(columns=stamps)
+    elif stamps:
+        values = out[stamps].apply(pd.to_numeric, errors="coerce")
+        origin = values.min().min()
+        for col in stamps:
+            out[col] = (values[col] - origin) / 1e6
+        out = out.rename(columns={c: c.removesuffix("_ns") + " ms (from first)" for c in stamps})
+    ns = [c for c in out.columns if str(c).endswith("_ns")]
+    for col in ns:
+        out[col] = pd.to_numeric(out[col], errors="coerce") / 1e6
+    return out.rename(columns={c: str(c).removesuffix("_ns") + "_ms" for c in ns})
+
+
 # --------------------------------------------------------------------------- Overview
 
 
-def health_verdict(findings: list[Any]) -> tuple[str, str]:
+def health_verdict(findings: list[Finding]) -> tuple[str, str]:
     """(level, sentence) from the findings' severities."""
     severities = {f.severity for f in findings}
     if "high" in severities:
@@ -119,25 +144,23 @@ def health_verdict(findings: list[Any]) -> tuple[str, str]:
 
 def overview(ctx: ViewContext) -> None:
     result = ctx.result
-    info = result.run or {}
-    st.header(f"Overview · {ctx.ref.label}")
-    st.caption(str(result.source))
-    status = _scalar(info.get("status"))
-    if info.get("exit_code") not in (None, 0):
-        status += f" (exit {info.get('exit_code')})"
-    facts = [
-        ("World size", _scalar(info.get("world_size"))),
-        ("Backend", _scalar(info.get("backend"))),
-        ("Steps analysed", _scalar(info.get("steps_analysed"))),
-        ("Status", status),
-        ("Source", _scalar(info.get("kind"))),
-    ]
-    for col, (label, value) in zip(st.columns(len(facts)), facts, strict=True):
-        col.metric(label, value)
-    devices = [
-        str(d.get("name", d)) if isinstance(d, dict) else str(d) for d in info.get("devices") or []
-    ]
-    st.markdown(f"**Devices:** {', '.join(devices) if devices else 'CPU only (no GPU in the run)'}")
+    info = result.run
+    st.header(f"Overview · {md(ctx.ref.label)}")
+    st.caption(md(result.source))
+    status = _scalar(info.status)
+    if info.exit_code not in (None, 0):
+        status += f" (exit {info.exit_code})"
+    facts = {
+        "World size": info.world_size,
+        "Backend": info.backend,
+        "Steps analysed": info.steps_analysed,
+        "Status": status,
+        "Source": info.kind,
+    }
+    for col, (label, value) in zip(st.columns(len(facts)), facts.items(), strict=True):
+        col.metric(label, md(_scalar(value)))
+    devices = ", ".join(info.devices) if info.devices else "CPU only (no GPU in the run)"
+    st.markdown(f"**Devices:** {md(devices)}")
 
     verdict_and_findings, per_rank = st.container(), st.container()
     # The chart is sent first though laid out below the findings: the browser then starts
@@ -145,7 +168,7 @@ def overview(ctx: ViewContext) -> None:
     if _has_rows(result.ranks):
         with per_rank:
             st.subheader("Per rank")
-            _chart(html_report.breakdown_figure(result))
+            _chart(figures.rank_breakdown_figure(result.ranks))
             st.dataframe(result.ranks.round(3), width="stretch", hide_index=True)
     with verdict_and_findings:
         level, sentence = health_verdict(result.findings)
@@ -155,31 +178,36 @@ def overview(ctx: ViewContext) -> None:
     _raw_traces(ctx)
 
 
-def _findings(findings: list[Any]) -> None:
+def findings_table(findings: list[Finding]) -> pd.DataFrame:
+    """The findings in the analysis' order (failures first, then most costly: the same
+    order as the terminal report and the JSON)."""
+    return pd.DataFrame(
+        {
+            "severity": [f.severity for f in findings],
+            "cost ms/step": [f"{float(f.cost_ms_per_step or 0.0):.3f}" for f in findings],
+            "kind": [f.kind for f in findings],
+            "ranks": [", ".join(map(str, f.ranks)) for f in findings],
+            "title": [f.title for f in findings],
+            "fix": [f.fix for f in findings],
+        }
+    )
+
+
+def _findings(findings: list[Finding]) -> None:
     st.subheader(f"Findings ({len(findings)})")
     if not findings:
         st.write("No findings.")
         return
-    ordered = sorted(findings, key=lambda f: -(f.cost_ms_per_step or 0.0))
-    table = pd.DataFrame(
-        {
-            "severity": [f.severity for f in ordered],
-            "cost ms/step": [round(float(f.cost_ms_per_step or 0.0), 3) for f in ordered],
-            "kind": [f.kind for f in ordered],
-            "ranks": [", ".join(map(str, f.ranks)) for f in ordered],
-            "title": [f.title for f in ordered],
-            "fix": [f.fix for f in ordered],
-        }
-    )
-    st.dataframe(table, width="stretch", hide_index=True)
-    for f in ordered:
+    _table(findings_table(findings))
+    for f in findings:
         with st.expander(
-            f"[{f.severity}] {f.title} — {float(f.cost_ms_per_step or 0):.3f} ms/step"
+            f"{md(f.severity)}: {md(f.title)} ({float(f.cost_ms_per_step or 0):.3f} ms/step)"
         ):
-            st.markdown(f"**Fix:** {f.fix}")
             if f.location:
-                st.markdown(f"**Location:** `{f.location}`")
-            st.json(_jsonable(f.evidence), expanded=False)
+                st.markdown("**Location**")
+                st.code(f.location, language=None)
+            st.markdown("**Evidence**")
+            st.json(_jsonable(f.evidence), expanded=True)
 
 
 def _warnings(warnings: list[str]) -> None:
@@ -190,6 +218,18 @@ def _warnings(warnings: list[str]) -> None:
         st.code("\n".join(warnings[:200]), language=None)
 
 
+def human_size(n_bytes: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n_bytes >= size:
+            return f"{n_bytes / size:.1f} {unit}"
+    return f"{n_bytes} bytes"
+
+
+def _reader(path: Path) -> Callable[[], bytes]:
+    """The file's bytes, read only when the browser asks for the download."""
+    return path.read_bytes
+
+
 def _raw_traces(ctx: ViewContext) -> None:
     st.subheader("Raw traces")
     files = runs.trace_files(ctx.ref.path, ctx.roots)
@@ -198,18 +238,15 @@ def _raw_traces(ctx: ViewContext) -> None:
         return
     name = st.selectbox("Trace file (open in https://ui.perfetto.dev)", list(files))
     path = files[name]
-    size_mb = path.stat().st_size / 1e6
     st.download_button(
-        f"Download {name} ({size_mb:.1f} MB)",
-        data=path.read_bytes(),
+        f"Download {md(name)} ({human_size(path.stat().st_size)})",
+        data=_reader(path),
         file_name=name,
         mime="application/gzip" if name.endswith(".gz") else "application/json",
+        on_click="ignore",
     )
-    tb_dir = path.parent
-    st.markdown(
-        f"TensorBoard (torch-tb-profiler): `tensorboard --logdir {tb_dir}` and open the "
-        "PyTorch Profiler tab."
-    )
+    st.markdown("TensorBoard (torch-tb-profiler): run this and open the PyTorch Profiler tab.")
+    st.code(f"tensorboard --logdir {path.parent}", language="bash")
 
 
 # --------------------------------------------------------------------------- Timeline
@@ -239,7 +276,7 @@ def timeline(ctx: ViewContext) -> None:
     _chart(figures.timeline_figure(frame))
 
 
-def _ranks_of(result: Any) -> list[int]:
+def _ranks_of(result: AnalysisResult) -> list[int]:
     if _has_rows(result.ranks):
         return sorted(int(r) for r in result.ranks["rank"].unique())
     if _has_rows(result.breakdown):
@@ -259,11 +296,50 @@ def step_breakdown(ctx: ViewContext) -> None:
         ranks = sorted(int(r) for r in bd["rank"].unique())
         chosen = st.multiselect("Ranks", ranks, default=ranks, key="breakdown_ranks")
         part = bd[bd["rank"].isin(chosen)]
-        _chart(figures.breakdown_figure(part))
+        _chart(figures.step_breakdown_figure(part))
         st.dataframe(part.round(3), width="stretch", hide_index=True)
-    if ctx.result.dataloader:
-        st.subheader("Data loading")
-        _render_mapping(ctx.result.dataloader)
+    _data_loading(ctx.result)
+
+
+def data_wait_tables(result: AnalysisResult) -> dict[str, pd.DataFrame]:
+    """The data-loading result as tables: every step (steps table), the profiled window
+    (trace DataLoader events), and host synchronisation points."""
+    dl = result.dataloader
+    tables: dict[str, pd.DataFrame] = {}
+    if dl.run:
+        tables["Data wait over every step (steps table)"] = pd.DataFrame(
+            [{"rank": rank, **asdict(row)} for rank, row in sorted(dl.run.items())]
+        )
+    if dl.trace:
+        tables["Data wait in the profiled window (DataLoader events)"] = pd.DataFrame(
+            [asdict(t) for t in dl.trace]
+        )
+    if dl.host_sync:
+        tables["Host synchronisation in the profiled steps"] = pd.DataFrame(
+            [
+                {
+                    "rank": h.rank,
+                    "count_per_step": h.count_per_step,
+                    "ms_per_step": h.ms_per_step,
+                    "calls": ", ".join(
+                        f"{name} ×{calls.count}"
+                        for name, calls in sorted(h.by_name.items(), key=lambda kv: -kv[1].total_ms)
+                    ),
+                }
+                for h in dl.host_sync
+            ]
+        )
+    return tables
+
+
+def _data_loading(result: AnalysisResult) -> None:
+    tables = data_wait_tables(result)
+    if not tables:
+        return
+    st.subheader("Data loading")
+    for title, frame in tables.items():
+        st.markdown(f"**{title}**")
+        st.dataframe(frame.round(3), width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- Communication
@@ -281,7 +357,8 @@ def communication(ctx: ViewContext) -> None:
         st.info("No collectives recorded in this run.")
     if _has_rows(result.collectives):
         with st.expander(f"All collectives ({len(result.collectives):,} rows)"):
-            st.dataframe(result.collectives.head(5000), width="stretch", hide_index=True)
+            shown = readable_times(result.collectives.head(5000))
+            st.dataframe(shown, width="stretch", hide_index=True)
     _buckets(result.buckets)
     st.subheader("Stragglers")
     if _has_rows(result.skew):
@@ -292,7 +369,20 @@ def communication(ctx: ViewContext) -> None:
         st.write("No cross-rank collective matching possible (one rank, or no collectives).")
 
 
-def _buckets(buckets: Any) -> None:
+def bucket_table(buckets: pd.DataFrame) -> pd.DataFrame:
+    """DDP buckets for reading: sizes in MiB, times in ms (no raw nanosecond stamps)."""
+    out = readable_times(buckets)
+    if "bytes" in out:
+        out.insert(
+            list(out.columns).index("bytes"),
+            "MiB",
+            pd.to_numeric(out["bytes"], errors="coerce") / 2**20,
+        )
+        out = out.drop(columns="bytes")
+    return out.rename(columns={"start_ms": "start ms (in step)", "dur_ms": "duration ms"})
+
+
+def _buckets(buckets: pd.DataFrame) -> None:
     if not _has_rows(buckets):
         return
     st.subheader("DDP buckets")
@@ -300,7 +390,7 @@ def _buckets(buckets: Any) -> None:
     label = next((c for c in ("bucket", "index", "seq") if c in buckets), "rank")
     if start and "end_ns" in buckets and buckets[[start, "end_ns"]].notna().all(axis=1).any():
         _chart(figures.bucket_figure(buckets, start, "end_ns", label))
-    st.dataframe(buckets.round(3), width="stretch", hide_index=True)
+    st.dataframe(bucket_table(buckets).round(3), width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- GPU metrics
@@ -309,13 +399,19 @@ def _buckets(buckets: Any) -> None:
 def gpu_metrics(ctx: ViewContext) -> None:
     result = ctx.result
     st.header("GPU metrics")
-    busy = records_frame((result.gpu or {}).get("kernel_busy"))
-    if busy is not None:
+    if result.gpu.kernel_busy:
+        busy = pd.DataFrame([asdict(b) for b in result.gpu.kernel_busy])
         st.subheader("GPU kernel busy time (from the traces)")
         _chart(figures.busy_figure(busy))
         st.dataframe(busy.round(3), width="stretch", hide_index=True)
-    nvml = records_frame((result.gpu or {}).get("nvml"))
-    if nvml is not None:
+    if result.gpu.nvml:
+        nvml = pd.DataFrame([n.to_json() for n in result.gpu.nvml])
+        if "throttle_share_by_reason" in nvml:
+            nvml["throttle_share_by_reason"] = nvml["throttle_share_by_reason"].map(
+                lambda d: (
+                    ", ".join(f"{k} {v:.0%}" for k, v in d.items()) if isinstance(d, dict) else ""
+                )
+            )
         st.subheader("NVML summary per GPU")
         st.dataframe(nvml, width="stretch", hide_index=True)
     samples = result.gpu_samples
@@ -338,53 +434,71 @@ def gpu_metrics(ctx: ViewContext) -> None:
 
 
 DP_FINDINGS = ("dataparallel_overhead", "gpu0_imbalance", "dp_on_cpu")
+NOT_DP = (
+    "This run does not use `torch.nn.DataParallel` (no `DataParallel.forward` in its "
+    "traces), so there is no DataParallel overhead to measure here."
+)
+NO_DP_MODEL = (
+    "gpudiag has no model that predicts what DataParallel would cost from a DDP run: its "
+    "per-step scatter, module replication, gather and gradient reduction onto GPU 0 depend "
+    "on the model's size, the batch and the links between the GPUs, and happen only on "
+    "CUDA (on CPU, DataParallel is a plain call). To see it, record it:"
+)
+RECORD_DP = (
+    "# your script with the model wrapped in nn.DataParallel, one process, several GPUs\n"
+    "gpudiag trace --nproc-per-node 1 train_dp.py\n"
+    "# or the reference model as single-GPU, DataParallel and DDP runs side by side\n"
+    "gpudiag bench --device cuda"
+)
 
 
 def dataparallel(ctx: ViewContext) -> None:
     st.header("DataParallel")
     dp = ctx.result.dataparallel
-    if not dp:
-        st.info("Not a torch.nn.DataParallel run (no DataParallel.forward in the traces).")
+    if dp is None:
+        st.info(NOT_DP)
+        st.markdown(NO_DP_MODEL)
+        st.code(RECORD_DP, language="bash")
+        st.markdown(
+            "Then compare the two runs in the **Compare** view (step time and where it goes)."
+        )
         return
-    if dp.get("on_cpu"):
+    if dp.on_cpu:
         st.warning(
             "DataParallel ran on CPU: no scatter, replicate or gather happen there, so its "
             "GPU overhead cannot be measured from this run."
         )
-    step_ms = _mean_step_ms(ctx.result)
-    stages = dp.get("stage_ms_per_step") or {}
-    if stages:
-        _chart(
-            figures.dp_figure(
-                {k: float(v) for k, v in stages.items()}, step_ms, dp.get("projected_ddp_step_ms")
-            )
-        )
+    step_ms = ctx.result.step_ms
+    shown_step = step_ms if step_ms == step_ms else None  # NaN: no step time
+    if dp.stage_ms_per_step:
+        _chart(figures.dp_figure(dict(dp.stage_ms_per_step), shown_step, dp.projected_ddp_step_ms))
     facts = {
-        "forward ms/step": dp.get("forward_ms_per_step"),
-        "DP overhead ms/step": dp.get("overhead_ms_per_step"),
-        "mean step ms": step_ms,
-        "projected DDP step ms": dp.get("projected_ddp_step_ms"),
+        "forward ms/step": dp.forward_ms_per_step,
+        "DP overhead ms/step": dp.overhead_ms_per_step,
+        "mean step ms": shown_step,
+        "projected DDP step ms": dp.projected_ddp_step_ms,
     }
-    _render_mapping({k: v for k, v in facts.items() if v is not None})
+    _metrics({k: v for k, v in facts.items() if v is not None})
     for f in ctx.result.findings:
         if f.kind in DP_FINDINGS:
-            st.markdown(f"**[{f.severity}] {f.title}** — {float(f.cost_ms_per_step):.3f} ms/step")
-            st.markdown(f"Fix: {f.fix}")
+            st.markdown(
+                f"**{md(f.severity)}: {md(f.title)}** ({float(f.cost_ms_per_step):.3f} ms/step)"
+            )
+            st.markdown(f"Fix: {md(f.fix)}")
             with st.expander("Evidence"):
                 st.json(_jsonable(f.evidence), expanded=True)
-    if dp.get("projection_assumptions"):
+    if dp.projection_assumptions:
         with st.expander("How the DDP projection is made"):
-            for line in dp["projection_assumptions"]:
-                st.markdown(f"- {line}")
-    rest = {k: v for k, v in dp.items() if k not in ("projection_assumptions",)}
-    with st.expander("All DataParallel numbers"):
-        st.json(_jsonable(rest), expanded=True)
-
-
-def _mean_step_ms(result: Any) -> float | None:
-    if _has_rows(result.ranks) and "step_ms_mean" in result.ranks:
-        return float(result.ranks["step_ms_mean"].astype(float).mean())
-    return None
+            for line in dp.projection_assumptions:
+                st.markdown(f"- {md(line)}")
+    stages = pd.DataFrame(
+        {
+            "stage": list(dp.stage_ms_per_step),
+            "ms per step": list(dp.stage_ms_per_step.values()),
+            "events": [dp.stage_events.get(k, 0) for k in dp.stage_ms_per_step],
+        }
+    )
+    st.dataframe(stages.round(3), width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- Compare
@@ -406,21 +520,37 @@ def _default_pair(refs: list[runs.RunRef]) -> tuple[int, int]:
     return pool[0], pool[min(1, len(pool) - 1)]
 
 
+def compare_pair(refs: list[runs.RunRef], selected: runs.RunRef) -> tuple[int, int]:
+    """Run A is the run selected in the sidebar; run B its natural partner: the other
+    run of the default pair when A is in it, else the pair's DDP run, else the next run."""
+    a = refs.index(selected)
+    pa, pb = _default_pair(refs)
+    if a == pa:
+        return a, pb
+    if a == pb:
+        return a, pa
+    b = pb if pb != a else pa
+    if b == a:
+        b = (a + 1) % len(refs)
+    return a, b
+
+
 def compare(ctx: ViewContext) -> None:
     st.header("Compare")
     if len(ctx.all_runs) < 2:
         st.info("Give the dashboard at least two runs to compare.")
         return
     labels = [r.label for r in ctx.all_runs]
-    ia, ib = _default_pair(ctx.all_runs)
+    ia, ib = compare_pair(ctx.all_runs, ctx.ref)
     col_a, col_b = st.columns(2)
-    name_a = col_a.selectbox("Run A", labels, index=ia, key="compare_a")
-    name_b = col_b.selectbox("Run B", labels, index=ib, key="compare_b")
+    # Keyed by the selected run: choosing another run in the sidebar starts from it again.
+    name_a = col_a.selectbox("Run A", labels, index=ia, key=f"compare_a:{ctx.ref.label}")
+    name_b = col_b.selectbox("Run B", labels, index=ib, key=f"compare_b:{ctx.ref.label}")
     res_a, err_a = ctx.result_of(ctx.all_runs[labels.index(name_a)])
     res_b, err_b = ctx.result_of(ctx.all_runs[labels.index(name_b)])
     for err in (err_a, err_b):
         if err:
-            st.error(err)
+            st.error(md(err))
     if res_a is None or res_b is None:
         return
     from gpudiag.analysis.compare import compare as compare_results
@@ -438,7 +568,10 @@ def compare(ctx: ViewContext) -> None:
         with col:
             st.markdown(f"**Findings ({len(res.findings)})**")
             for f in res.findings:
-                st.write(f"[{f.severity}] {f.title} — {float(f.cost_ms_per_step or 0):.3f} ms/step")
+                st.markdown(
+                    f"{md(f.severity)}: {md(f.title)} "
+                    f"({float(f.cost_ms_per_step or 0):.3f} ms/step)"
+                )
 
 
 # --------------------------------------------------------------------------- Code
@@ -449,7 +582,7 @@ def lint_rows(lint: rundir.LintReport | None) -> list[rundir.LintDiagnostic]:
     return list(lint.diagnostics) if lint is not None else []
 
 
-def lint_table(items: list[rundir.LintDiagnostic], findings: list[Any]) -> pd.DataFrame:
+def lint_table(items: list[rundir.LintDiagnostic], findings: list[Finding]) -> pd.DataFrame:
     """Lint findings joined to the runtime finding that measures them (the analysis's
     one join: the rule's ``relates_to``)."""
     rows = []
@@ -472,8 +605,8 @@ def lint_table(items: list[rundir.LintDiagnostic], findings: list[Any]) -> pd.Da
     return pd.DataFrame(rows)
 
 
-def _script_of(result: Any) -> Path | None:
-    script = (result.run or {}).get("script")
+def _script_of(result: AnalysisResult) -> Path | None:
+    script = result.run.script
     candidates = script if isinstance(script, list) else [script]
     for c in candidates:
         if isinstance(c, str) and c.endswith(".py") and Path(c).is_file():
@@ -486,8 +619,8 @@ def code(ctx: ViewContext) -> None:
     lint = ctx.result.lint
     script = _script_of(ctx.result)
     if lint is None and script is not None:
-        st.info(f"No lint.json in this run; the traced script is {script}.")
-        if st.button(f"Lint {script.name} now (static analysis, nothing is run)"):
+        st.info(f"No lint.json in this run; the traced script is {md(script)}.")
+        if st.button(f"Lint {md(script.name)} now (static analysis, nothing is run)"):
             from gpudiag.lint import lint_paths
 
             lint = rundir.parse_lint(lint_paths([script]).to_json(), str(script))
@@ -500,7 +633,7 @@ def code(ctx: ViewContext) -> None:
     if lint is not None and not items:
         st.success("The linter found no DataParallel/DDP anti-pattern in the traced script.")
     for err in lint.errors if lint is not None else []:
-        st.warning(f"{err.path}:{err.line}: {err.message}")
+        st.warning(md(f"{err.path}:{err.line}: {err.message}"))
     if items:
         table = lint_table(items, ctx.result.findings)
         st.dataframe(
@@ -510,16 +643,17 @@ def code(ctx: ViewContext) -> None:
         )
         for item, row in zip(items, table.itertuples(index=False), strict=True):
             cost = row[-1]
-            measured = f" — measured: {cost:.3f} ms/step ({row[6]})" if pd.notna(cost) else ""
+            measured = f" — measured: {cost:.3f} ms/step ({md(row[6])})" if pd.notna(cost) else ""
             with st.container(border=True):
                 st.markdown(
-                    f"**{row.code} {row.rule}** ({row.severity}) at `{row.location}`{measured}"
+                    f"**{md(row.code)} {md(row.rule)}** ({md(row.severity)}) "
+                    f"at {md(row.location)}{measured}"
                 )
-                st.write(row.message)
+                st.text(str(row.message))
                 if item.why:
-                    st.caption(f"Why: {item.why}")
+                    st.caption(f"Why: {md(item.why)}")
                 if row.fix:
-                    st.markdown(f"**Fix:** {row.fix}")
+                    st.markdown(f"**Fix:** {md(row.fix)}")
         costed = table.dropna(subset=["runtime cost ms/step"])
         if len(costed):
             _chart(
@@ -534,7 +668,9 @@ def code(ctx: ViewContext) -> None:
     if located:
         st.subheader("Runtime findings with a source location")
         for f in located:
-            st.write(f"`{f.location}` — {f.title} ({float(f.cost_ms_per_step or 0):.3f} ms/step)")
+            st.markdown(
+                f"{md(f.location)} — {md(f.title)} ({float(f.cost_ms_per_step or 0):.3f} ms/step)"
+            )
 
 
 VIEWS: dict[str, Callable[[ViewContext], None]] = {

@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO))  # dashboards/ and tests/browser/ are not installe
 
 from dashboards import runs as dash_runs  # noqa: E402
 from dashboards import views  # noqa: E402
+from dashboards.views import md  # noqa: E402
 from gpudiag.cli import dashboard as dashboard_cli  # noqa: E402
 from tests.browser.dashboard import free_port  # noqa: E402
 
@@ -195,25 +196,28 @@ def test_overview_shows_the_analysis_numbers(
     result = analyzed["dlrm8"]
     assert _metric(at, "World size") == "8"
     assert _metric(at, "Backend") == "nccl"
-    assert any(m.value == "**Devices:** Tesla V100-SXM2-32GB" for m in at.markdown)
+    assert any(m.value == "**Devices:** " + md("Tesla V100-SXM2-32GB") for m in at.markdown)
     assert _metric(at, "Steps analysed") == str(result.run.steps_analysed)
-    tables = [d.value for d in at.dataframe]
-    findings = tables[0]
-    by_cost = sorted(result.findings, key=lambda f: -f.cost_ms_per_step)
-    assert len(by_cost) >= 2
-    assert list(findings["kind"]) == [f.kind for f in by_cost]
-    assert findings["cost ms/step"].tolist() == pytest.approx(
-        [round(f.cost_ms_per_step, 3) for f in by_cost]
+    # Findings: a static table (long titles and fixes wrap, nothing cut off), in the
+    # analysis' own order (failures first, then most costly: as terminal and JSON).
+    findings = at.table[0].value
+    assert len(result.findings) >= 2
+    assert list(findings.columns) == ["severity", "cost ms/step", "kind", "ranks", "title", "fix"]
+    assert list(findings["kind"]) == [md(f.kind) for f in result.findings]
+    assert list(findings["fix"]) == [md(f.fix) for f in result.findings]
+    assert [float(c.replace("\\", "")) for c in findings["cost ms/step"]] == pytest.approx(
+        [round(f.cost_ms_per_step, 3) for f in result.findings]
     )
-    per_rank = tables[1]
+    per_rank = at.dataframe[0].value
     pd.testing.assert_frame_equal(
         per_rank.reset_index(drop=True), result.ranks.round(3), check_dtype=False
     )
     spec = _specs(at)[0]
     compute = next(t for t in spec["data"] if t["name"] == "compute")
     assert _values(compute["y"]) == pytest.approx(result.ranks["compute"].tolist())
-    assert at.download_button[0].label.startswith("Download worker0_step_12")
-    assert any("tensorboard --logdir" in m.value for m in at.markdown)
+    label = at.download_button[0].label
+    assert label.startswith("Download " + md("worker0_step_12")) and "KiB)" in label
+    assert any("tensorboard --logdir" in c.value for c in at.code)
 
 
 def test_timeline_draws_the_analysis_intervals(
@@ -247,9 +251,19 @@ def test_step_breakdown_and_communication_numbers(
     bd = result.breakdown.sort_values(["rank", "step"])
     assert _values(bars["comm_exposed"]) == pytest.approx(bd["comm_exposed"].tolist())
     assert _values(bars["compute"]) == pytest.approx(bd["compute"].tolist())
+    # Data loading as tables of the typed result, not a raw JSON blob.
+    assert not at.json
+    every_step = next(d.value for d in at.dataframe if "step_ms_mean" in d.value.columns)
+    expected = [result.dataloader.run[r].data_ms_per_step for r in sorted(result.dataloader.run)]
+    assert every_step["data_ms_per_step"].tolist() == pytest.approx([round(v, 3) for v in expected])
     _view(at, "Communication")
     summary = result.collective_summary
     assert len(summary) > 0
+    # DDP buckets: sizes in MiB, times in ms, no raw nanosecond timestamps.
+    buckets = next(d.value for d in at.dataframe if "bucket" in d.value.columns)
+    assert not [c for c in buckets.columns if str(c).endswith("_ns")]
+    assert "MiB" in buckets.columns and "bytes" not in buckets.columns
+    assert len(buckets) == len(result.buckets)
     busbw = next(t for t in _specs(at)[0]["data"] if t["name"] == "busbw median")
     assert _values(busbw["y"]) == pytest.approx(summary["busbw_gbs_median"].tolist(), nan_ok=True)
     if len(result.skew):
@@ -273,6 +287,14 @@ def test_host_metrics_code_and_compare(
     assert _values(cpu["data"][0]["y"]) == pytest.approx(
         host.sort_values("t_ns")["cpu_percent"].tolist(), nan_ok=True
     )
+    # Memory in GiB or MiB, never plotly's SI "1.6B" for bytes.
+    rss = next(s for s in _specs(at) if s["layout"]["title"]["text"].startswith("proc_rss"))
+    unit = rss["layout"]["yaxis"]["title"]["text"]
+    assert unit in ("GiB", "MiB"), unit
+    scale = 2**30 if unit == "GiB" else 2**20
+    assert _values(rss["data"][0]["y"]) == pytest.approx(
+        (host.sort_values("t_ns")["proc_rss"] / scale).tolist(), nan_ok=True
+    )
 
     _view(at, "Code")
     lint = at.dataframe[0].value
@@ -281,11 +303,17 @@ def test_host_metrics_code_and_compare(
     assert lint["location"].tolist() == [f"{f.path}:{f.line}" for f in expected]
 
     _view(at, "Compare")
-    # Default pair: the DataParallel run against the DDP run.
-    assert at.selectbox(key="compare_a").value == _label(runs_root, "dp_cpu")
-    assert at.selectbox(key="compare_b").value == _label(runs_root, "ddp")
-    at.selectbox(key="compare_a").set_value(_label(runs_root, "ddp")).run()
-    at.selectbox(key="compare_b").set_value(_label(runs_root, "ddp_noprofile")).run()
+    # Run A is the run selected in the sidebar; B its partner (the DataParallel run).
+    ddp, dp_cpu = _label(runs_root, "ddp"), _label(runs_root, "dp_cpu")
+    assert at.selectbox(key=f"compare_a:{ddp}").value == ddp
+    assert at.selectbox(key=f"compare_b:{ddp}").value == dp_cpu
+    assert at.query_params["view"] == "Compare" and at.query_params["run"] == ddp
+    at.sidebar.selectbox(key="run").set_value(dp_cpu).run()
+    assert at.selectbox(key=f"compare_a:{dp_cpu}").value == dp_cpu
+    assert at.selectbox(key=f"compare_b:{dp_cpu}").value == ddp
+    assert at.query_params["run"] == dp_cpu
+    at.sidebar.selectbox(key="run").set_value(ddp).run()
+    at.selectbox(key=f"compare_b:{ddp}").set_value(_label(runs_root, "ddp_noprofile")).run()
     from gpudiag.analysis.compare import compare
 
     table = compare(result, analyzed["ddp_noprofile"]).table
@@ -301,14 +329,19 @@ def test_dataparallel_view_on_a_real_cpu_dataparallel_run(
     dp = analyzed["dp_cpu"].dataparallel
     assert dp is not None and dp.on_cpu
     assert any("DataParallel ran on CPU" in w.value for w in at.warning)
-    assert _metric(at, "forward ms/step") == f"{dp.forward_ms_per_step:,.3f}"
+    assert _metric(at, "forward ms/step") == md(f"{dp.forward_ms_per_step:,.3f}")
+    assert _metric(at, "mean step ms") == md(f"{analyzed['dp_cpu'].step_ms:,.3f}")
     stages = next(t for t in _specs(at)[0]["data"] if t["type"] == "bar")
     assert list(stages["x"]) == list(dp.stage_ms_per_step)
     on_cpu = next(f for f in analyzed["dp_cpu"].findings if f.kind == "dp_on_cpu")
-    assert any(on_cpu.title in m.value for m in at.markdown)
-    # The DDP run is not DataParallel: the view says so instead of drawing zeros.
+    assert any(md(on_cpu.title) in m.value for m in at.markdown)
+    assert not at.json or all("detected" not in j.value for j in at.json)  # no raw dump
+    # The DDP run is not DataParallel: the view says so, says that there is no model of
+    # DP's cost to project from it, and how to record one, instead of drawing zeros.
     at.sidebar.selectbox(key="run").set_value(_label(runs_root, "ddp")).run()
-    assert any("Not a torch.nn.DataParallel run" in i.value for i in at.info)
+    assert any("does not use `torch.nn.DataParallel`" in i.value for i in at.info)
+    assert any("no model that predicts" in m.value for m in at.markdown)
+    assert any("gpudiag trace --nproc-per-node 1" in c.value for c in at.code)
 
 
 def test_run_without_traces_shows_its_step_table(
@@ -335,6 +368,45 @@ def test_broken_run_shows_what_it_can(monkeypatch: pytest.MonkeyPatch, runs_root
     assert not at.exception
 
 
+def test_bad_run_parameter_is_one_line(monkeypatch: pytest.MonkeyPatch, runs_root: Path) -> None:
+    """`/?run=%00` and friends: one line saying what is wrong, never a traceback."""
+    for bad in ("\x00", "x" * 5000, "../../../etc/passwd", "%00"):
+        monkeypatch.setattr(sys, "argv", ["app.py", str(runs_root)])
+        at = AppTest.from_file(str(APP), default_timeout=180)
+        at.query_params["run"] = bad
+        at.run()
+        assert not at.exception, bad
+        errors = [e.value for e in at.error if not e.value.startswith("Health:")]
+        assert len(errors) == 1 and "\n" not in errors[0], (bad, errors)
+        assert "Traceback" not in errors[0] and "File " not in errors[0]
+        assert at.header[0].value.startswith("Overview")  # the first run is shown instead
+
+
+def test_clients_cannot_clear_the_analysis_cache(
+    monkeypatch: pytest.MonkeyPatch, runs_root: Path
+) -> None:
+    """Streamlit's clear_cache message (any web client can send it) clears every
+    st.cache_* cache and the session state; the analyses survive it."""
+    from types import SimpleNamespace
+
+    from streamlit.runtime.app_session import AppSession
+    from streamlit.runtime.state import SessionState
+
+    from dashboards import cache
+
+    at = _app(monkeypatch, [runs_root], run=_label(runs_root, "ddp"))
+    ref = next(r for r in dash_runs.discover_runs([runs_root]) if r.path.name == "ddp")
+    key = cache.key_of(ref)
+    assert cache.ANALYSES.peek(key) is not None
+    computed = cache.ANALYSES.computed
+    # The handler AppSession.handle_backmsg runs for a client's clear_cache message.
+    AppSession._handle_clear_cache_request(SimpleNamespace(_session_state=SessionState()))  # type: ignore[arg-type]
+    assert cache.ANALYSES.peek(key) is not None
+    at.run()
+    _view(at, "Timeline")
+    assert cache.ANALYSES.computed == computed  # nothing analysed again
+
+
 # --------------------------------------------------------------------------- CLI
 
 
@@ -349,6 +421,23 @@ def test_cli_command_and_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert "missing: not a directory" in err and "Traceback" not in err
     assert dashboard_cli._parser().parse_args([]).host == "127.0.0.1"
+
+
+def test_cli_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpudiag", "dashboard", str(tmp_path), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""  # no URL printed for a server that never started
+    assert proc.stderr.count("\n") == 1 and f"port {port}" in proc.stderr
+    assert "already in use" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_cli_default_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -396,6 +485,83 @@ def test_browser_every_view_and_ctrl_c(runs_root: Path, shared_traces: Path) -> 
     assert code == 130, log
     with pytest.raises(ConnectionRefusedError):  # streamlit stopped with the CLI
         socket.create_connection(("127.0.0.1", server.port), timeout=5).close()
+
+
+def _evil_run(src: Path, dest: Path, evil: str) -> None:
+    """A copy of a recorded run whose run-derived text is Markdown: the trace's device
+    name, rank_info's device, and the lint fields (the real fix already has backticks)."""
+    import gzip
+
+    shutil.copytree(src, dest)
+    trace = dest / "traces" / "rank0.pt.trace.json.gz"
+    data = json.loads(gzip.decompress(trace.read_bytes()))
+    data["deviceProperties"] = [{"id": 0, "name": evil, "totalGlobalMem": 0}]
+    trace.write_bytes(gzip.compress(json.dumps(data).encode()))
+    info_path = dest / "rank1" / "rank_info.json"
+    info = json.loads(info_path.read_text())
+    info["device"] = f"{evil} rank_info"
+    info_path.write_text(json.dumps(info))
+    lint = json.loads((dest / "lint.json").read_text())
+    assert lint["findings"] and "`" in lint["findings"][0]["fix"]
+    for item in lint["findings"]:
+        item["message"], item["why"] = f"{evil} message", f"{evil} why"
+        item["fix"] += f" {evil} fix"
+    (dest / "lint.json").write_text(json.dumps(lint))
+
+
+@pytest.mark.browser
+def test_browser_run_text_is_never_markup(runs_root: Path, tmp_path: Path) -> None:
+    """A trace whose device name is `![t](http://HOST/x.png)` (and a run folder named
+    like one): the reviewer's browser fetches nothing from HOST and shows the text."""
+    import http.server
+    import threading
+
+    from tests.browser import dashboard as browser
+
+    hits: list[str] = []
+
+    class Host(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            hits.append(self.path)
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    host = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Host)
+    threading.Thread(target=host.serve_forever, daemon=True).start()
+    evil = f"![t](http://127.0.0.1:{host.server_address[1]}/x.png)"
+    root = tmp_path / "evil_root"
+    root.mkdir()
+    run_name = "run ![r](x.png) `code` $x$"
+    _evil_run(runs_root / "ddp", root / run_name, evil)
+    label = f"evil_root/{run_name}"
+    server = browser.Dashboard([root])
+    requests: list[str] = []
+    try:
+        server.wait_ready()
+        with browser.browser() as page:
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(browser.view_url(server.url, label, "Overview"))
+            browser.wait_idle(page)
+            page.wait_for_selector(browser.PLOTLY, timeout=60_000)
+            body = page.inner_text("body")
+            assert f"Devices: {evil}, {evil} rank_info" in body
+            assert f"Overview · {label}" in body
+            page.screenshot(path=str(tmp_path / "evil_overview.png"), full_page=True)
+            browser.open_view(page, "Code")
+            body = page.inner_text("body")
+            assert f"{evil} message" in body and f"{evil} fix" in body
+            assert "`gpudiag lint --diff`" in body  # backticks shown, not code markup
+            page.screenshot(path=str(tmp_path / "evil_code.png"), full_page=True)
+            assert page.locator(browser.EXCEPTION).count() == 0
+            assert page.locator("img[src*='x.png']").count() == 0
+    finally:
+        server.close()
+        host.shutdown()
+    assert not hits, hits
+    assert not [u for u in requests if "x.png" in u], requests
 
 
 def test_script_activity_and_quiet_wait(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,9 +55,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _port_is_free(host: str, port: int) -> bool:
+    """Whether a server could listen on host:port now (SO_REUSEADDR as Streamlit's own
+    server sets it, so only a listening socket counts, not one in TIME_WAIT)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
+            sock.listen(1)
         except OSError:
             return False
     return True
@@ -90,6 +94,9 @@ def streamlit_command(runs: list[Path], host: str, port: int, dev: bool = False)
         "auto" if dev else "none",
         "--client.toolbarMode",
         "minimal",
+        # an unexpected exception shows a generic message, never server paths
+        "--client.showErrorDetails",
+        "full" if dev else "none",
         "--server.runOnSave",
         "true" if dev else "false",
         "--",
@@ -132,6 +139,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpudiag dashboard: {run}: not a directory", file=sys.stderr)
             return 2
     runs = args.runs or default_runs()
+    if args.port is not None and not 0 < args.port < 65536:
+        print(f"gpudiag dashboard: --port {args.port}: not a TCP port (1-65535)", file=sys.stderr)
+        return 2
+    if args.port is not None and not _port_is_free(args.host, args.port):
+        print(
+            f"gpudiag dashboard: port {args.port} on {args.host} is already in use; "
+            "pick another with --port, or leave --port out to use a free one",
+            file=sys.stderr,
+        )
+        return 2
     port = args.port if args.port is not None else _pick_port(args.host)
     shown_host = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
     url = f"http://{shown_host}:{port}"

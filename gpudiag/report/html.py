@@ -1,29 +1,21 @@
 """Standalone HTML report: plotly.js inlined once, so the file opens offline.
 
-Charts: stacked step breakdown per rank, and the per-rank timeline. Findings and the
-per-rank table as plain HTML tables (all text escaped).
+Charts (gpudiag/report/figures.py, the same the dashboard draws): stacked step
+breakdown per rank, and the per-rank timeline. Findings and the per-rank table as plain
+HTML tables (all text escaped).
 """
 
 from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-BREAKDOWN_COLORS = {
-    "compute": "#4c78a8",
-    "comm_overlapped": "#72b7b2",
-    "comm_exposed": "#e45756",
-    "data_loading": "#f58518",
-    "idle": "#bab0ac",
-    "other": "#9d755d",
-}
-LANE_COLORS = {
-    "compute": "#4c78a8",
-    "communication": "#e45756",
-    "data_loading": "#f58518",
-    "idle": "#bab0ac",
-}
+from gpudiag.report import figures
+
+if TYPE_CHECKING:
+    from gpudiag.analysis.result import AnalysisResult
+
 SEVERITY_COLORS = {"high": "#c0392b", "medium": "#d68910", "low": "#2e86c1"}
 
 CSS = """
@@ -37,50 +29,6 @@ code{background:#eee;padding:1px 4px}
 
 def _e(value: Any) -> str:
     return html.escape(str(value))
-
-
-def breakdown_figure(result: Any) -> Any:
-    import plotly.graph_objects as go
-
-    ranks = result.ranks
-    fig = go.Figure()
-    for key, color in BREAKDOWN_COLORS.items():
-        if key in ranks:
-            fig.add_bar(
-                name=key,
-                x=[f"rank {int(r)}" for r in ranks["rank"]],
-                y=ranks[key],
-                marker_color=color,
-            )
-    fig.update_layout(
-        barmode="stack", title="Step breakdown (ms per step)", yaxis_title="ms", height=420
-    )
-    return fig
-
-
-def timeline_figure(result: Any, max_intervals: int = 4000) -> Any | None:
-    import plotly.graph_objects as go
-
-    tl = result.timeline(max_intervals=max_intervals)
-    if tl.empty:
-        return None
-    fig = go.Figure()
-    for lane, color in LANE_COLORS.items():
-        part = tl[tl["lane"] == lane]
-        if part.empty:
-            continue
-        fig.add_bar(
-            name=lane,
-            orientation="h",
-            y=[f"rank {int(r)} {lane}" for r in part["rank"]],
-            x=part["end_ms"] - part["start_ms"],
-            base=part["start_ms"],
-            marker_color=color,
-        )
-    fig.update_layout(
-        title="Timeline (ms)", barmode="overlay", height=200 + 40 * tl["rank"].nunique() * 4
-    )
-    return fig
 
 
 def _findings_html(findings: list[Any]) -> str:
@@ -106,13 +54,16 @@ def _frame_html(frame: Any) -> str:
     return frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", border=0, escape=True)
 
 
-def _result_section(result: Any, include_js: bool) -> str:
+TIMELINE_INTERVALS = 4000
+
+
+def _result_section(result: AnalysisResult, include_js: bool) -> str:
     from plotly.io import to_html
 
-    figs = [breakdown_figure(result)]
-    tl = timeline_figure(result)
-    if tl is not None:
-        figs.append(tl)
+    figs = [figures.rank_breakdown_figure(result.ranks)]
+    timeline = result.timeline(max_intervals=TIMELINE_INTERVALS)
+    if len(timeline):
+        figs.append(figures.timeline_figure(timeline))
     charts = []
     for i, fig in enumerate(figs):
         charts.append(to_html(fig, full_html=False, include_plotlyjs=(include_js and i == 0)))
@@ -132,7 +83,7 @@ def _result_section(result: Any, include_js: bool) -> str:
     )
 
 
-def render_html(results: list[Any]) -> str:
+def render_html(results: list[AnalysisResult]) -> str:
     body = "<hr>".join(_result_section(r, include_js=(i == 0)) for i, r in enumerate(results))
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>gpudiag report</title>"
@@ -140,7 +91,7 @@ def render_html(results: list[Any]) -> str:
     )
 
 
-def write_html(results: list[Any] | Any, path: Path) -> Path:
+def write_html(results: list[AnalysisResult] | AnalysisResult, path: Path) -> Path:
     if not isinstance(results, list):
         results = [results]
     path = Path(path)

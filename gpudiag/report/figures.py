@@ -1,20 +1,35 @@
-"""Plotly figures built from AnalysisResult frames. Presentation only: no numbers are
-derived here beyond what a chart needs (sorting, pivoting, unit scaling)."""
+"""The plotly figures of every view: the standalone HTML report (report/html.py) and
+the Streamlit dashboard (dashboards/views.py) draw with these, so a chart reads the
+same in both. Presentation only: built from AnalysisResult frames, with no numbers
+derived beyond what a chart needs (sorting, pivoting, unit scaling). The analysis never
+imports this module.
+"""
 
 from __future__ import annotations
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from gpudiag.report.html import BREAKDOWN_COLORS, LANE_COLORS
+from gpudiag.analysis.gpu import PERF_THROTTLE_MASK
+from gpudiag.analysis.result import BREAKDOWN_KEYS, LANES
 
-BREAKDOWN_KEYS = ("compute", "comm_overlapped", "comm_exposed", "data_loading", "idle", "other")
-# Same palette as the HTML report, so a chart reads the same in both.
+BREAKDOWN_COLORS = {
+    "compute": "#4c78a8",
+    "comm_overlapped": "#72b7b2",
+    "comm_exposed": "#e45756",
+    "data_loading": "#f58518",
+    "idle": "#bab0ac",
+    "other": "#9d755d",
+}
+LANE_COLORS = {
+    "compute": "#4c78a8",
+    "communication": "#e45756",
+    "data_loading": "#f58518",
+    "idle": "#bab0ac",
+}
 COLORS = {**BREAKDOWN_COLORS, **LANE_COLORS, "step": "#444444"}
-LANES = ("compute", "communication", "data_loading", "idle")
-# NVML clocks-event reasons that mean the GPU was held back (not idle, not app clocks,
-# not display clock): SW power cap, HW slowdown, SW/HW thermal, HW power brake.
-THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+# Byte-valued metrics are drawn in GiB (or MiB when small), never as plotly's "1.6B".
+_BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 _LAYOUT = dict(
     margin=dict(l=10, r=10, t=60, b=10),
     legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
@@ -81,8 +96,25 @@ def timeline_figure(timeline: pd.DataFrame, title: str = "Timeline") -> go.Figur
     return fig
 
 
-def breakdown_figure(breakdown: pd.DataFrame, max_bars: int = 400) -> go.Figure:
-    """Stacked bars, one per (rank, step)."""
+def rank_breakdown_figure(ranks: pd.DataFrame) -> go.Figure:
+    """Stacked bars, one per rank: where the mean step's time goes (``result.ranks``)."""
+    fig = go.Figure()
+    for key, color in BREAKDOWN_COLORS.items():
+        if key in ranks:
+            fig.add_bar(
+                name=key,
+                x=[f"rank {int(r)}" for r in ranks["rank"]],
+                y=ranks[key],
+                marker_color=color,
+            )
+    fig.update_layout(
+        barmode="stack", title="Step breakdown (ms per step)", yaxis_title="ms", **_LAYOUT
+    )
+    return fig
+
+
+def step_breakdown_figure(breakdown: pd.DataFrame, max_bars: int = 400) -> go.Figure:
+    """Stacked bars, one per (rank, step) (``result.breakdown``)."""
     bd = breakdown.sort_values(["rank", "step"]).tail(max_bars)
     x = [f"r{r} s{s}" for r, s in zip(bd["rank"], bd["step"], strict=False)]
     fig = go.Figure()
@@ -175,7 +207,7 @@ def throttle_spans(samples: pd.DataFrame) -> list[tuple[float, float]]:
     s = samples.sort_values("t_ns")
     flags = (
         pd.to_numeric(s["throttle_reasons"], errors="coerce").fillna(0).astype("int64")
-        & THROTTLE_MASK
+        & PERF_THROTTLE_MASK
     ) != 0
     t = (s["t_ns"] / 1e9).tolist()
     spans, start = [], None
@@ -190,34 +222,53 @@ def throttle_spans(samples: pd.DataFrame) -> list[tuple[float, float]]:
     return spans
 
 
+def byte_scale(values: pd.Series) -> tuple[str, float]:
+    """(unit, divisor) that shows these byte counts as GiB, MiB or KiB."""
+    top = pd.to_numeric(values, errors="coerce").abs().max()
+    for unit, size in _BYTE_UNITS:
+        if pd.notna(top) and top >= size:
+            return unit, float(size)
+    return "bytes", 1.0
+
+
+def _scaled(samples: pd.DataFrame, metric: str, unit: str) -> tuple[pd.Series, str]:
+    values = pd.to_numeric(samples[metric], errors="coerce")
+    if unit != "bytes":
+        return values, unit
+    shown, size = byte_scale(values)
+    return values / size, shown
+
+
 def gpu_metric_figure(samples: pd.DataFrame, metric: str, unit: str) -> go.Figure:
     """One line per (node, GPU); throttled spans shaded red."""
     fig = go.Figure()
     t0 = samples["t_ns"].min()
-    for (node, gpu), part in samples.groupby(["node", "gpu"], sort=True):
+    values, unit = _scaled(samples, metric, unit)
+    for (node, gpu), part in samples.assign(_y=values).groupby(["node", "gpu"], sort=True):
         part = part.sort_values("t_ns")
         fig.add_trace(
             go.Scattergl(
-                x=(part["t_ns"] - t0) / 1e9, y=part[metric], mode="lines", name=f"n{node} gpu{gpu}"
+                x=(part["t_ns"] - t0) / 1e9, y=part["_y"], mode="lines", name=f"n{node} gpu{gpu}"
             )
         )
         for a, b in throttle_spans(part):
             fig.add_vrect(x0=a - t0 / 1e9, x1=b - t0 / 1e9, fillcolor="red", opacity=0.12)
-    fig.update_layout(title=f"{metric} ({unit})", xaxis_title="s", **_LAYOUT)
+    fig.update_layout(title=f"{metric} ({unit})", xaxis_title="s", yaxis_title=unit, **_LAYOUT)
     return fig
 
 
 def host_metric_figure(samples: pd.DataFrame, metric: str, unit: str) -> go.Figure:
     fig = go.Figure()
     t0 = samples["t_ns"].min()
-    for node, part in samples.groupby("node", sort=True):
+    values, unit = _scaled(samples, metric, unit)
+    for node, part in samples.assign(_y=values).groupby("node", sort=True):
         part = part.sort_values("t_ns")
         fig.add_trace(
             go.Scattergl(
-                x=(part["t_ns"] - t0) / 1e9, y=part[metric], mode="lines", name=f"node {node}"
+                x=(part["t_ns"] - t0) / 1e9, y=part["_y"], mode="lines", name=f"node {node}"
             )
         )
-    fig.update_layout(title=f"{metric} ({unit})", xaxis_title="s", **_LAYOUT)
+    fig.update_layout(title=f"{metric} ({unit})", xaxis_title="s", yaxis_title=unit, **_LAYOUT)
     return fig
 
 
