@@ -43,7 +43,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_tiny_all_reduce_is_latency_bound(tiny_run: Path) -> None:
     res = analyze(tiny_run)
-    assert res.run["status"] == "ok"
+    assert res.run.status == "ok"
     # Linear(8, 8) + Linear(8, 1): 81 float gradients = 324 bytes per all-reduce
     assert res.collectives["bytes"].max() == 324
     kinds = {f.kind: f for f in res.findings}

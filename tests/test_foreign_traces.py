@@ -86,14 +86,14 @@ def test_gpu_idle_without_profiler_steps(shared_traces: Path) -> None:
     number as the per-rank table."""
     res = analyze(shared_traces / NO_STEPS)
     (row,) = res.ranks.to_dict(orient="records")
-    assert res.run["steps_analysed"] == 1 and row["steps"] == 1
+    assert res.run.steps_analysed == 1 and row["steps"] == 1
     idle = {f.kind: f for f in res.findings}["gpu_idle"]
     assert idle.severity == "high"
     assert idle.cost_ms_per_step == pytest.approx(row["other"] + row["idle"])
     assert idle.cost_ms_per_step > 0.8 * row["step_ms_mean"]
     assert "no ProfilerStep" in idle.title
-    (busy,) = res.gpu["kernel_busy"]
-    assert busy["busy_fraction"] < 0.2 and busy["window_ms"] == pytest.approx(row["step_ms_mean"])
+    (busy,) = res.gpu.kernel_busy
+    assert busy.busy_fraction < 0.2 and busy.window_ms == pytest.approx(row["step_ms_mean"])
 
 
 def test_gpus_listed_but_no_kernels_is_said_once() -> None:
@@ -103,7 +103,7 @@ def test_gpus_listed_but_no_kernels_is_said_once() -> None:
     assert len(said) == 1
     assert "A100" in said[0] and "analysed as a CPU run" in said[0]
     assert said[0] in res.to_json()["warnings"]
-    assert not res.run["has_gpu_trace"]
+    assert not res.run.has_gpu_trace
     # traces with kernels, and CPU runs that list no GPU, get no such warning
     assert not any("no GPU kernels" in w for w in analyze(KINETO_2021).warnings)
 
@@ -117,7 +117,7 @@ def test_world_of_one_has_no_collective_rows_from_host_calls() -> None:
     assert names.str.startswith("c10d::").sum() > 5  # the calls are there
     assert not (trace.events["kind"] == "comm").any()  # no comm kernel
     res = analyze(path)
-    assert res.run["world_size"] == 1
+    assert res.run.world_size == 1
     assert len(res.collectives) == 0 and len(res.collective_summary) == 0
     assert res.to_json()["collectives"] == []
     assert (res.ranks["comm_overlapped"] == 0).all() and (res.ranks["comm_exposed"] == 0).all()
