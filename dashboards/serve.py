@@ -76,10 +76,14 @@ def _wait_until_quiet(activity: Any) -> None:
 
 def main() -> int:
     argv = sys.argv[1:]
+    # Streamlit (with plotly and pandas) is imported here, before the prewarm thread
+    # imports the analysis: plotly looks pandas up in sys.modules, and a pandas still
+    # being imported by the other thread is a half-initialised module there.
+    from streamlit.web import cli
+
     threading.Thread(
         target=_prewarm, args=(_roots(argv),), name="gpudiag-prewarm", daemon=True
     ).start()
-    from streamlit.web import cli
 
     sys.argv = ["streamlit", *argv]
     return cli.main()
