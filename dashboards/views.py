@@ -142,6 +142,9 @@ def health_verdict(findings: list[Finding]) -> tuple[str, str]:
     return "success", "Healthy: no bottleneck found."
 
 
+SOURCE_KINDS = {"gpudiag_run": "run dir", "traces": "traces", "summaries": "summaries"}
+
+
 def overview(ctx: ViewContext) -> None:
     result = ctx.result
     info = result.run
@@ -155,7 +158,7 @@ def overview(ctx: ViewContext) -> None:
         "Backend": info.backend,
         "Steps analysed": info.steps_analysed,
         "Status": status,
-        "Source": info.kind,
+        "Source": SOURCE_KINDS.get(info.kind, info.kind),
     }
     for col, (label, value) in zip(st.columns(len(facts)), facts.items(), strict=True):
         col.metric(label, md(_scalar(value)))
