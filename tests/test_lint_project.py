@@ -345,3 +345,40 @@ def test_rpc_dispatch_is_not_a_rank_guard() -> None:
         "_run_trainer(None, None, None)",
     )
     assert "GD702" not in codes_of(local)
+
+
+def test_code_after_a_skip_on_most_steps_is_occasional() -> None:
+    """torchtitan's train_step: `if not should_log: return` before the metric syncs."""
+    source = """\
+    import torch
+
+    class Trainer:
+        def train_step(self, batch, should_log):
+            loss = self.model(batch.cuda())
+            loss.backward()
+            self.optimizer.step()
+            if not should_log:
+                return
+            print(float(loss.item()))
+
+        def fit(self, batches):
+            for step, batch in enumerate(batches):
+                self.train_step(batch, self.metrics.should_log(step))
+    """
+    assert "GD301" not in codes_of(source)
+    assert "GD301" in codes_of(source.replace("if not should_log:", "if should_log:"))
+
+
+def test_a_file_of_its_own_per_rank_is_not_a_duplicate_save() -> None:
+    source = """\
+    import os
+    import torch
+    import torch.distributed as dist
+
+    def dump(logits, out):
+        rank = dist.get_rank()
+        torch.save(logits, os.path.join(out, f"logits_rank{rank}.pt"))
+        torch.save(logits, "checkpoint.pt")
+    """
+    found = [(f.code, f.line) for f in lint_source(textwrap.dedent(source))]
+    assert [hit for hit in found if hit[0] == "GD701"] == [("GD701", 8)]

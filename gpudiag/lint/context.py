@@ -443,17 +443,20 @@ class ModuleContext:
     def periodic_guard(self, node: ast.AST) -> bool:
         """Inside an `if` that runs its body on some steps only, in the same function:
         `if step % 100 == 0:` (periodic), `if step == 1:` / `if self.step - start == 1:`
-        (once), `if self.validator.should_validate(step):` (a should_* schedule)."""
+        (once), `if self.validator.should_validate(step):` / `if should_log:` (a schedule),
+        or after `if not should_log: return` in the same block."""
         child = node
         for ancestor in self.ancestors(node):
-            if isinstance(ancestor, SCOPE_TYPES):
-                return False
             if (
                 isinstance(ancestor, (ast.If, ast.IfExp))
                 and child is not ancestor.test
                 and _is_occasional_test(ancestor.test)
             ):
                 return True
+            if _early_return_before(ancestor, child, _skips_most_steps):
+                return True
+            if isinstance(ancestor, SCOPE_TYPES):
+                return False
             child = ancestor
         return False
 
@@ -610,7 +613,23 @@ def _is_occasional_test(test: ast.expr) -> bool:
             return True
         if isinstance(node, ast.Call) and terminal_name(node.func).startswith("should_"):
             return True
+        if isinstance(node, (ast.Name, ast.Attribute)) and terminal_name(node).startswith(
+            "should_"
+        ):
+            return True
     return False
+
+
+def _skips_most_steps(test: ast.expr) -> bool:
+    """The test of `if <test>: return` that leaves on all but some steps: `not should_log`,
+    `step % log_every != 0`; what follows it runs occasionally."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _is_occasional_test(test.operand)
+    return (
+        isinstance(test, ast.Compare)
+        and all(isinstance(op, ast.NotEq) for op in test.ops)
+        and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(test))
+    )
 
 
 def _tested_names(test: ast.expr) -> list[ast.expr]:

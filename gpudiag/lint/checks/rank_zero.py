@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 
 from gpudiag.lint.checks import Hit
-from gpudiag.lint.context import ModuleContext, terminal_name
+from gpudiag.lint.context import RANK_NAME, ModuleContext, keyword, names_in, terminal_name
 
 _COLLECTIVES = {
     f"torch.distributed.{name}"
@@ -39,7 +39,7 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
     for call in ctx.calls:
         qualified = ctx.call_names.get(call, "")
         if _is_save(ctx, call, qualified):
-            if not ctx.rank_guarded(call):
+            if not ctx.rank_guarded(call) and not _per_rank_file(ctx, call, qualified):
                 yield Hit("GD701", call)
         elif _is_logging(call):
             if ctx.in_training_loop(call) and not ctx.rank_guarded(call):
@@ -55,6 +55,18 @@ def _is_save(ctx: ModuleContext, call: ast.Call, qualified: str) -> bool:
     if qualified == "torch.save":
         return True
     return isinstance(call.func, ast.Attribute) and call.func.attr == "save_pretrained"
+
+
+def _per_rank_file(ctx: ModuleContext, call: ast.Call, qualified: str) -> bool:
+    """torch.save(x, f"logits_rank{rank}.pt"): each rank writes a file of its own (a
+    sharded or per-rank dump), not the same checkpoint N times."""
+    if qualified == "torch.save":
+        target = call.args[1] if len(call.args) > 1 else keyword(call, "f")
+    else:  # model.save_pretrained(save_directory)
+        target = call.args[0] if call.args else keyword(call, "save_directory")
+    if target is None:
+        return False
+    return any(RANK_NAME.search(name) for name in names_in(target))
 
 
 def _is_logging(call: ast.Call) -> bool:
