@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpudiag.analysis import dataloader, dataparallel, failures, gpu
+from gpudiag.analysis import dataloader, dataparallel, failures, gpu, whatif
 from gpudiag.analysis import findings as fnd
 from gpudiag.analysis.dataloader import DataLoaderResult
 from gpudiag.analysis.findings import Finding, attach_locations, sort_findings
@@ -351,6 +351,7 @@ def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
     lint = getattr(run, "lint", None)
     attach_locations(found, lint)
 
+    sorted_findings = sort_findings(found)
     return AnalysisResult(
         source=path,
         run=_run_info(path, run, traces, breakdown),
@@ -366,11 +367,12 @@ def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
         gpu=gpu_info,
         gpu_samples=gpu_samples,
         host_samples=host_samples,
-        findings=sort_findings(found),
+        findings=sorted_findings,
         lint=lint,
         warnings=warnings,
         step_ms=step_ms,
         traces=traces,
         allreduce_stall=stall if stall is not None else pd.DataFrame(),
         run_steps=run.steps if run is not None else pd.DataFrame(),
+        whatif=whatif.project(sorted_findings, ranks, breakdown),
     )

@@ -18,6 +18,7 @@ from gpudiag.analysis.findings import Finding
 from gpudiag.analysis.gpu import GpuResult
 from gpudiag.analysis.jsonable import plain, records
 from gpudiag.analysis.timeline import LANES, TIMELINE_COLUMNS, timeline
+from gpudiag.analysis.whatif import Projection
 from gpudiag.rundir import LintReport
 
 __all__ = [
@@ -107,6 +108,7 @@ class AnalysisResult:
     allreduce_stall: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     # Every step of the run tables (rundir.STEP_COLUMNS); empty for foreign traces.
     run_steps: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    whatif: list[Projection] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -120,6 +122,7 @@ class AnalysisResult:
             "dataloader": plain(self.dataloader.to_json()),
             "gpu": plain(self.gpu.to_json()),
             "findings": [f.to_dict() for f in self.findings],
+            "whatif": [p.to_json() for p in self.whatif],
             "warnings": list(self.warnings),
         }
 

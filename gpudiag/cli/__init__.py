@@ -12,14 +12,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from gpudiag.cli import analyze, bench, compare, dashboard, lint, trace, watch
+from gpudiag.cli import analyze, bench, compare, dashboard, lint, trace, watch, whatif
 
 # name -> (main, one-line help)
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "trace": (trace.main, "run a training script under capture"),
     "watch": (watch.main, "watch a running job: progress, lagging ranks, stuck collectives"),
     "analyze": (analyze.main, "find bottlenecks in a run or traces"),
-    "compare": (compare.main, "two runs side by side"),
+    "compare": (compare.main, "two runs side by side; --fail-on-regression gates CI"),
+    "whatif": (whatif.main, "projected step time of each fix"),
     "dashboard": (dashboard.main, "open the Streamlit dashboard"),
     "lint": (lint.main, "find DP/DDP anti-patterns in code"),
     "bench": (bench.main, "single vs DP vs DDP comparison"),

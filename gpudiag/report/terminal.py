@@ -253,3 +253,36 @@ def print_comparison(comparison: Any, console: Console | None = None) -> None:
         )
     console.print(f"findings A: {', '.join(comparison.findings_a) or 'none'}")
     console.print(f"findings B: {', '.join(comparison.findings_b) or 'none'}")
+
+
+def whatif_table(projections: list[Any]) -> Table | None:
+    if not projections:
+        return None
+    table = Table(title="What if: projected step time per fix")
+    for col in ("scenario", "finding", "ranks", "step ms", "projected ms", "range ms", "saving"):
+        table.add_column(col, justify="left" if col in ("scenario", "finding") else "right")
+    for p in projections:
+        table.add_row(
+            p.scenario,
+            p.finding_kind,
+            ",".join(map(str, p.ranks)) or "all",
+            _num(p.step_ms),
+            _num(p.projected_step_ms),
+            f"{_num(p.projected_low_ms)}–{_num(p.projected_high_ms)}",
+            f"{_num(p.saving_ms)} ms ({_num(p.saving_pct, 1)} %)",
+        )
+    return table
+
+
+def print_whatif(
+    source: Any, step_ms: float, projections: list[Any], console: Console | None = None
+) -> None:
+    table = whatif_table(projections)
+    console = console or output_console([table])
+    console.print(Text(f"{source}: mean step {_num(step_ms)} ms"))
+    if table is None:
+        console.print("No finding with a cost: no fix to project.")
+        return
+    console.print(table)
+    for p in projections:
+        console.print(Text(f"{p.scenario}: " + "; ".join(p.assumptions)))

@@ -1,0 +1,170 @@
+"""What if: the step time a fix would give, before making it.
+
+Each scenario is the fix of one finding kind, and its saving is that finding's cost: by
+definition (docs/findings.md) ``cost_ms_per_step`` is the time the fix gives back, so the
+projection and the finding always show the same number. When a kind has several findings
+(one per rank), the largest cost is taken: the job waits for its slowest rank, and the
+others' costs overlap with it.
+
+Projected step = measured mean step − saving. The range shifts the measured per-step
+times (10th to 90th percentile of the analysed steps) by the same saving. Projections are
+checked against re-recorded jobs in tests/test_whatif.py and docs/whatif.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gpudiag.analysis.findings import Finding
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    finding_kind: str
+    description: str
+    assumptions: tuple[str, ...]
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        "straggler_fixed",
+        "straggler",
+        "every rank as fast as the others",
+        (
+            "the other ranks stop waiting for the slow rank's lead at each collective",
+            "the slow rank's own extra work disappears (its cause is fixed, not moved)",
+        ),
+    ),
+    Scenario(
+        "dataloader_fixed",
+        "dataloader_stall",
+        "no data wait",
+        ("batches are ready when the step asks (enough workers, pinned memory, prefetch)",),
+    ),
+    Scenario(
+        "comm_overlapped",
+        "exposed_communication",
+        "communication fully hidden behind compute (the bound)",
+        (
+            "every collective overlaps computation; better bucketing reaches part of this",
+            "straggler waiting is not included (see straggler_fixed)",
+        ),
+    ),
+    Scenario(
+        "no_host_sync",
+        "host_sync",
+        "no host-device synchronisation inside the step",
+        ("metrics stay on the device; .item() only every N steps",),
+    ),
+    Scenario(
+        "amp",
+        "no_amp",
+        "mixed precision for the GEMMs",
+        ("half of the fp32 GEMM time is saved (tensor cores at least 2x faster)",),
+    ),
+    Scenario(
+        "ddp",
+        "dataparallel_overhead",
+        "the DataParallel step as DistributedDataParallel",
+        (
+            "one process per GPU on the same per-GPU batch: scatter, replicate and gather go",
+            "DDP's bucketed all-reduce overlaps backward (not added)",
+        ),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Projection:
+    scenario: str
+    description: str
+    finding_kind: str
+    ranks: tuple[int, ...]
+    step_ms: float
+    projected_step_ms: float
+    projected_low_ms: float
+    projected_high_ms: float
+    saving_ms: float
+    saving_pct: float
+    assumptions: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "scenario": self.scenario,
+            "description": self.description,
+            "finding_kind": self.finding_kind,
+            "ranks": list(self.ranks),
+            "step_ms": self.step_ms,
+            "projected_step_ms": self.projected_step_ms,
+            "projected_range_ms": [self.projected_low_ms, self.projected_high_ms],
+            "saving_ms": self.saving_ms,
+            "saving_pct": self.saving_pct,
+            "assumptions": list(self.assumptions),
+        }
+
+
+def mean_step_ms(ranks: pd.DataFrame) -> float:
+    """The step time every view shows: mean over ranks of each rank's mean step."""
+    if ranks is None or ranks.empty:
+        return float("nan")
+    return float(ranks["step_ms_mean"].astype(float).mean())
+
+
+def _step_range(breakdown: pd.DataFrame, step_ms: float) -> tuple[float, float]:
+    """10th and 90th percentile of the analysed steps, each the mean over ranks (the same
+    averaging as the mean step time)."""
+    b = breakdown
+    if b is None or b.empty:
+        return step_ms, step_ms
+    per_step = b.groupby("step")["step_ms"].mean().to_numpy(dtype=float)
+    per_step = per_step[np.isfinite(per_step)]
+    if not len(per_step):
+        return step_ms, step_ms
+    low, high = np.percentile(per_step, [10, 90])
+    return float(low), float(high)
+
+
+def _costliest(findings: list[Finding], kind: str) -> Finding | None:
+    of_kind = [f for f in findings if f.kind == kind and math.isfinite(f.cost_ms_per_step)]
+    return max(of_kind, key=lambda f: f.cost_ms_per_step, default=None)
+
+
+def project(
+    findings: list[Finding], ranks: pd.DataFrame, breakdown: pd.DataFrame
+) -> list[Projection]:
+    """One projection per scenario whose finding is present with a positive cost, from the
+    run's findings, per-rank table and per-step breakdown (AnalysisResult's fields)."""
+    step_ms = mean_step_ms(ranks)
+    if not (step_ms > 0):
+        return []
+    low, high = _step_range(breakdown, step_ms)
+    projections = []
+    for scenario in SCENARIOS:
+        finding = _costliest(findings, scenario.finding_kind)
+        if finding is None or not (finding.cost_ms_per_step > 0):
+            continue
+        saving = min(finding.cost_ms_per_step, step_ms)
+        projections.append(
+            Projection(
+                scenario=scenario.name,
+                description=scenario.description,
+                finding_kind=scenario.finding_kind,
+                ranks=tuple(int(r) for r in finding.ranks),
+                step_ms=step_ms,
+                projected_step_ms=step_ms - saving,
+                projected_low_ms=max(low - saving, 0.0),
+                projected_high_ms=max(high - saving, 0.0),
+                saving_ms=saving,
+                saving_pct=100.0 * saving / step_ms,
+                assumptions=scenario.assumptions,
+            )
+        )
+    return projections
+
+
+__all__ = ["SCENARIOS", "Projection", "Scenario", "mean_step_ms", "project"]
