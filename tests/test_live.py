@@ -120,7 +120,7 @@ def test_incremental_refreshes_equal_one_read(straggler_run: Path) -> None:
             path.write_bytes(b"")
     reader = rundir.LiveReader(straggler_run)
     window = live.LiveWindow()
-    lagging = live.Lagging()
+    lagging = live.Lagging(every_s=0.0)
     for upto in range(0, 40, 3):
         for path, lines in full.items():
             path.write_bytes(b"".join(lines[:upto]))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import statistics
+import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -108,6 +109,7 @@ class LiveWindow:
         self.host: dict[int, dict[str, Any]] = {}
         self.gpus: dict[tuple[int, int], dict[str, Any]] = {}
         self.collectives_changed = True
+        self._newest_step: dict[int, int] = {}
 
     def add(self, batch: rundir.LiveBatch) -> None:
         for rank, rows in batch.rank_rows.get(rundir.STEPS, {}).items():
@@ -144,21 +146,29 @@ class LiveWindow:
                 "start_ns": arrival,
                 "step": row.get("step") if fr else None,
             }
+            step = table[key]["step"]
+            if isinstance(step, int) and step > self._newest_step.get(rank, -1):
+                self._newest_step[rank] = step
             self.collectives_changed = True
         self._trim(rank)
 
     def _trim(self, rank: int) -> None:
-        """Drop arrivals older than the kept steps (rows come in time order, so from
-        the front), and beyond a hard cap."""
+        """Drop arrivals older than the window: those of steps ``steps_kept`` before the
+        newest step this rank has arrivals for, and those issued before the oldest kept
+        step row (rows come in time order, so from the front); and beyond a hard cap."""
         table = self.arrivals[rank]
         steps = self.steps.get(rank)
         oldest = steps[0]["end_ns"] if steps else None
+        newest = self._newest_step.get(rank)
+        floor = None if newest is None else newest - self.steps_kept
         while table:
-            first = next(iter(table))
-            if len(table) > _MAX_COLLECTIVES_PER_RANK or (
-                oldest is not None and table[first]["start_ns"] < oldest
+            first = table[next(iter(table))]
+            if (
+                len(table) > _MAX_COLLECTIVES_PER_RANK
+                or (oldest is not None and first["start_ns"] < oldest)
+                or (floor is not None and first["step"] is not None and first["step"] < floor)
             ):
-                del table[first]
+                del table[next(iter(table))]
             else:
                 break
 
@@ -391,16 +401,23 @@ def _device_index(info: dict[str, Any]) -> int | None:
 
 
 class Lagging:
-    """Caches the straggler result between refreshes that brought no new collectives."""
+    """The straggler result, recomputed when new collectives came in, at most every
+    ``every_s`` seconds: over a window of tens of steps it moves slowly, and on 64 ranks
+    it is most of a refresh's CPU (bench/live.py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, every_s: float = 5.0) -> None:
+        self.every_s = every_s
         self.ranks: list[int] = []
         self.span: list[int] | None = None
+        self._at: float | None = None
 
     def update(self, win: LiveWindow, window: int) -> tuple[list[int], list[int] | None]:
-        if win.collectives_changed:
+        now = time.monotonic()
+        due = self._at is None or now - self._at >= self.every_s
+        if win.collectives_changed and due:
             self.ranks, self.span = lagging_ranks(win, window)
             win.collectives_changed = False
+            self._at = now
         return self.ranks, self.span
 
 
@@ -436,7 +453,7 @@ def snapshot(
                 status=batch.statuses.get(r, {}).get("status"),
             )
         )
-    lag, span = (lagging or Lagging()).update(win, window)
+    lag, span = (lagging or Lagging(every_s=0.0)).update(win, window)
     stuck = (
         stuck_collectives(batch.inflight, ranks, set(batch.statuses), now, stuck_after_s)
         if state in ("running", "hang")
