@@ -175,3 +175,22 @@ def test_watch_cli_json_schema_and_bad_input(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "not a gpudiag run" in proc.stderr
+
+
+def test_watch_live_view_ends_with_the_run() -> None:
+    """Without --once the view refreshes until the run is no longer running: on a
+    finished run it draws once and exits 0."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="120")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "watch", str(SAMPLES / "ddp4_straggler")],
+        capture_output=True, text=True, timeout=120, env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "state: ok" in proc.stdout and "lagging: rank 2" in proc.stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "watch", str(SAMPLES / "ddp4_straggler"), "--json"],
+        capture_output=True, text=True, timeout=120, env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stdout.splitlines()
+    assert json.loads(line)["state"] == "ok"
