@@ -1079,9 +1079,9 @@ def read_rank_json(run: str | os.PathLike[str], rank: int, name: str) -> dict[st
 # Bytes read at most from the end of each table on a live reader's first read (and after
 # a jump): enough for the recent window `gpudiag watch` keeps, whatever the file length.
 LIVE_TAIL_BYTES = {
-    STEPS: 256 * 1024,  # ~2000 step rows
-    COLLECTIVES: 1024 * 1024,  # ~3000 collective rows
-    COLLECTIVE_TIMES: 512 * 1024,
+    STEPS: 48 * 1024,  # ~370 step rows (gpudiag watch keeps its window + 200)
+    COLLECTIVES: 256 * 1024,  # ~700 collective rows
+    COLLECTIVE_TIMES: 128 * 1024,
     GPU_SAMPLES: 64 * 1024,
     HOST_SAMPLES: 16 * 1024,
 }

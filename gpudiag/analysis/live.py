@@ -155,22 +155,24 @@ class LiveWindow:
     def _trim(self, rank: int) -> None:
         """Drop arrivals older than the window: those of steps ``steps_kept`` before the
         newest step this rank has arrivals for, and those issued before the oldest kept
-        step row (rows come in time order, so from the front); and beyond a hard cap."""
+        step row; and the oldest beyond a hard cap. Rows come in time order, so the
+        table is rebuilt only when its first row is stale."""
         table = self.arrivals[rank]
         steps = self.steps.get(rank)
         oldest = steps[0]["end_ns"] if steps else None
         newest = self._newest_step.get(rank)
         floor = None if newest is None else newest - self.steps_kept
-        while table:
-            first = table[next(iter(table))]
-            if (
-                len(table) > _MAX_COLLECTIVES_PER_RANK
-                or (oldest is not None and first["start_ns"] < oldest)
-                or (floor is not None and first["step"] is not None and first["step"] < floor)
-            ):
-                del table[next(iter(table))]
-            else:
-                break
+
+        def keep(row: dict[str, Any]) -> bool:
+            if oldest is not None and row["start_ns"] < oldest:
+                return False
+            return floor is None or row["step"] is None or row["step"] >= floor
+
+        if table and not keep(table[next(iter(table))]):
+            table = {k: v for k, v in table.items() if keep(v)}
+        if len(table) > _MAX_COLLECTIVES_PER_RANK:
+            table = dict(list(table.items())[-_MAX_COLLECTIVES_PER_RANK:])
+        self.arrivals[rank] = table
 
 
 # --------------------------------------------------------------------------- snapshot
