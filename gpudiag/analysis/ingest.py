@@ -221,8 +221,65 @@ def _num(value: Any) -> float | None:
     return None
 
 
-def _collect_columns(events: list, warnings: list[str], path: Path) -> dict[str, list]:
-    """One pass over the raw events: keep complete ('X') events and thread names."""
+class _Collector:
+    """Keeps the complete ('X') events' fields and the thread names, chunk by chunk, as
+    compact columns: numpy arrays and codes into interned strings (a parsed JSON event
+    costs ~10x its text; these columns ~60 bytes per event)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.skipped = 0
+        self.interned: dict[str, dict[Any, int]] = {k: {} for k in ("name", "cat", "pid", "tid")}
+        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in _COLLECTED}
+        self.comm_args: dict[int, dict] = {}
+        self.thread_names: dict[tuple[str, str], str] = {}
+        self.keeps_comm_args: dict[tuple[str, str], bool] = {}  # per distinct (name, cat)
+
+    def add(self, events: list) -> None:
+        cols = _collect_chunk(events, self)
+        for key in ("name", "cat", "pid", "tid"):
+            self.parts[key].append(_intern(cols[key], self.interned[key]))
+        for key in ("ts", "dur"):
+            self.parts[key].append(np.asarray(cols[key], dtype=np.float64))
+        for key in ("stream", "correlation", "external_id"):
+            self.parts[key].append(_int64_column(cols[key]))
+        self.n += len(cols["name"])
+
+    def columns(self, warnings: list[str], path: Path) -> dict[str, Any]:
+        if self.skipped:
+            warnings.append(
+                f"{path}: skipped {self.skipped} malformed event(s) "
+                "(missing/invalid name, ts or dur)"
+            )
+        cols: dict[str, Any] = {}
+        for key, parts in self.parts.items():
+            cols[key] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            parts.clear()
+        for key, table in self.interned.items():
+            cols[key + "_values"] = list(table)
+        cols["comm_args"] = self.comm_args
+        cols["thread_names"] = self.thread_names
+        return cols
+
+
+_COLLECTED = ("name", "cat", "pid", "tid", "ts", "dur", "stream", "correlation", "external_id")
+
+
+def _intern(values: list, table: dict[Any, int]) -> np.ndarray:
+    """Codes of ``values`` in ``table`` (new values appended in order of appearance, so
+    the codes are those one factorisation of all chunks would give)."""
+    codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+    remap = np.empty(len(uniques), dtype=np.int32)
+    for i, value in enumerate(uniques):
+        code = table.get(value)
+        if code is None:
+            code = table[value] = len(table)
+        remap[i] = code
+    return remap[codes] if len(codes) else np.empty(0, dtype=np.int32)
+
+
+def _collect_chunk(events: list, acc: _Collector) -> dict[str, list]:
+    """One pass over raw events: keep complete ('X') events and thread names."""
     names: list[str] = []
     cats: list[str] = []
     tss: list[float] = []
@@ -232,12 +289,13 @@ def _collect_columns(events: list, warnings: list[str], path: Path) -> dict[str,
     streams: list[int] = []
     correlations: list[int] = []
     external_ids: list[int] = []
-    comm_args: dict[int, dict] = {}
-    thread_names: dict[tuple[str, str], str] = {}
+    comm_args = acc.comm_args
+    thread_names = acc.thread_names
+    offset = acc.n
     skipped = 0
     gpu_cats = cls.GPU_CATS
     canonical_cat = cls.canonical_category
-    keeps_comm_args: dict[tuple[str, str], bool] = {}  # per distinct (name, cat)
+    keeps_comm_args = acc.keeps_comm_args
     for ev in events:
         if type(ev) is not dict:
             skipped += 1
@@ -285,7 +343,7 @@ def _collect_columns(events: list, warnings: list[str], path: Path) -> dict[str,
             keep = cls.is_cpu_comm_name(name) or (cat == "kernel" and cls.is_comm_kernel(name))
             keeps_comm_args[key] = keep
         if keep or "Collective name" in args:
-            comm_args[len(names)] = _comm_args(args)
+            comm_args[offset + len(names)] = _comm_args(args)
         names.append(name)
         cats.append(cat)
         tss.append(ts)
@@ -297,10 +355,7 @@ def _collect_columns(events: list, warnings: list[str], path: Path) -> dict[str,
         streams.append(stream)
         correlations.append(corr)
         external_ids.append(ext)
-    if skipped:
-        warnings.append(
-            f"{path}: skipped {skipped} malformed event(s) (missing/invalid name, ts or dur)"
-        )
+    acc.skipped += skipped
     return {
         "name": names,
         "cat": cats,
@@ -311,8 +366,6 @@ def _collect_columns(events: list, warnings: list[str], path: Path) -> dict[str,
         "stream": streams,
         "correlation": correlations,
         "external_id": external_ids,
-        "comm_args": comm_args,
-        "thread_names": thread_names,
     }
 
 
@@ -357,10 +410,8 @@ def load_trace(
     collecting = gc.isenabled()
     gc.disable()  # millions of fresh containers, none cyclic: GC passes cost ~20 %
     try:
-        data = read_trace_bytes(path, max_bytes or max_trace_bytes())
-        box = [parse_trace(data)]
-        del data
-        trace = _build_rank_trace(box, path, warnings)  # empties box: the JSON is freed early
+        doc, events = read_trace(path, max_bytes or max_trace_bytes())
+        trace = _build_rank_trace(doc, events, path, warnings)
     except TraceError as exc:
         warnings.append(f"{path}: {exc}")
         return None, warnings
@@ -373,15 +424,184 @@ def load_trace(
     return trace, warnings
 
 
-def _build_rank_trace(box: list[dict[str, Any]], path: Path, warnings: list[str]) -> RankTrace:
-    doc = box.pop()
+def read_trace(path: Path, limit: int) -> tuple[dict[str, Any], _Collector]:
+    """The trace's top-level fields (without ``traceEvents``) and its events as compact
+    columns. The ``traceEvents`` array is parsed a few MiB at a time, so peak memory is
+    the columns plus one chunk, not the parsed JSON of the whole file; a file whose
+    array cannot be located is parsed whole (within the size limit)."""
+    events = _Collector()
+    try:
+        doc = _stream_trace(path, limit, events)
+    except TraceError:
+        raise
+    except (orjson.JSONDecodeError, EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
+        raise _read_error(exc) from None
+    if doc is None:  # not the usual shape: the whole file at once, as before
+        events = _Collector()
+        whole = parse_trace(read_trace_bytes(path, limit))
+        trace_events = whole.pop("traceEvents")
+        events.add(trace_events)
+        del trace_events
+        doc = whole
+    return doc, events
+
+
+def _read_error(exc: BaseException) -> TraceError:
+    if isinstance(exc, orjson.JSONDecodeError):
+        return TraceError(f"malformed JSON ({_first_line(exc)})")
+    if isinstance(exc, EOFError):
+        return TraceError("truncated gzip (compressed stream ends early)")
+    if isinstance(exc, (gzip.BadGzipFile, zlib.error)):
+        return TraceError(f"corrupt gzip ({_first_line(exc)})")
+    assert isinstance(exc, OSError)
+    return TraceError(f"cannot read ({exc.strerror or _first_line(exc)})")
+
+
+_CHUNK_BYTES = 4 << 20  # JSON text parsed at once (~10x that as Python objects)
+_HEAD_BYTES = 16 << 20  # the top-level fields before "traceEvents" must fit in this
+_EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
+_WHITESPACE = b" \t\r\n"
+
+
+class _Source:
+    """A trace file's (decompressed) bytes, chunk by chunk; refused past ``limit``."""
+
+    def __init__(self, path: Path, limit: int) -> None:
+        self.limit = limit
+        self.total = 0
+        size = path.stat().st_size
+        if size == 0:
+            raise TraceError("empty file")
+        self.fh: Any = open(path, "rb")  # noqa: SIM115 - closed in close()
+        if self.fh.read(2) == b"\x1f\x8b":
+            self.fh.close()
+            self.fh = gzip.open(path, "rb")  # noqa: SIM115
+        else:
+            self.fh.seek(0)
+            if size > limit:
+                self.fh.close()
+                raise TraceError(_too_big(size, limit))
+
+    def read(self, n: int = _CHUNK_BYTES) -> bytes:
+        data = self.fh.read(min(n, self.limit + 1 - self.total))
+        self.total += len(data)
+        if self.total > self.limit:
+            raise TraceError(_too_big(self.total, self.limit))
+        return data
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def _stream_trace(path: Path, limit: int, events: _Collector) -> dict[str, Any] | None:
+    """Feed the ``traceEvents`` array to ``events`` in chunks; returns the other
+    top-level fields, or None when the file is not shaped for streaming."""
+    src = _Source(path, limit)
+    try:
+        buf = bytearray()
+        while True:  # the head: everything before the array
+            m = _EVENTS_KEY_RE.search(buf)
+            if m is not None:
+                head: bytes | None = bytes(buf[: m.start()])
+                del buf[: m.end() - 1]  # keep the "["
+                break
+            stripped = buf.lstrip(_WHITESPACE)
+            if stripped[:1] == b"[":  # a bare list of events
+                head, buf = None, stripped
+                break
+            if len(buf) > _HEAD_BYTES:
+                return None
+            if not stripped:
+                buf.clear()  # leading whitespace (or a whitespace bomb) is never kept
+            chunk = src.read()
+            if not chunk:
+                if src.total == 0:
+                    raise TraceError("empty after decompression")
+                return None
+            if chunk.strip(_WHITESPACE):  # a chunk of only whitespace (a bomb?) is dropped
+                buf += chunk
+        doc: dict[str, Any] = {}
+        if head is not None:
+            try:
+                doc = orjson.loads(head + b'"traceEvents":[]}')
+            except orjson.JSONDecodeError:
+                return None
+            if not isinstance(doc, dict):
+                return None
+        want = _CHUNK_BYTES
+        while True:
+            if len(buf) < want:
+                chunk = src.read()
+                if chunk:
+                    if chunk.strip(_WHITESPACE):
+                        buf += chunk
+                    continue
+                break
+            want = _CHUNK_BYTES if _take_events(buf, events) else 2 * len(buf)
+    finally:
+        src.close()
+    # what is left: the last events, "]", and (for an object) the fields after the array
+    rest = orjson.loads(bytes(buf) if head is None else b'{"traceEvents":' + bytes(buf))
+    del buf
+    last = rest if head is None else rest.pop("traceEvents", None)
+    if not isinstance(last, list):
+        raise TraceError("not a profiler trace (no 'traceEvents' list)")
+    events.add(last)
+    if head is not None:
+        doc.pop("traceEvents", None)
+        doc.update(rest)
+    return doc
+
+
+def _take_events(buf: bytearray, events: _Collector) -> bool:
+    """Parse the complete events at the front of ``buf`` ("[" then events): cut after
+    an event's closing brace that a comma and another event follow, and drop them from
+    ``buf``. A cut inside a string or a nested value leaves unbalanced JSON, which
+    orjson rejects; then an earlier cut is tried."""
+    end = len(buf)
+    for _ in range(3):
+        pos = buf.rfind(b"}", 1, end)
+        if pos < 0:
+            return False
+        end = pos
+        comma = _skip_space(buf, pos + 1)
+        if comma >= len(buf) or buf[comma] != 0x2C:  # ","
+            continue
+        nxt = _skip_space(buf, comma + 1)
+        if nxt >= len(buf) or buf[nxt] != 0x7B:  # "{"
+            continue
+        piece = buf[: comma + 1]
+        piece[comma] = 0x5D  # "]"
+        try:
+            parsed = orjson.loads(piece)
+        except orjson.JSONDecodeError:
+            continue
+        del piece
+        events.add(parsed)
+        del parsed
+        del buf[1:nxt]
+        return True
+    return False
+
+
+def _skip_space(buf: bytearray, i: int) -> int:
+    n = len(buf)
+    while i < n and buf[i] in _WHITESPACE:
+        i += 1
+    return i
+
+
+def _build_rank_trace(
+    doc: dict[str, Any], events: _Collector, path: Path, warnings: list[str]
+) -> RankTrace:
     dist = doc.get("distributedInfo")
     dist = dist if isinstance(dist, dict) else None
     base = _int_or_none(doc.get("baseTimeNanoseconds")) or 0
     if not 0 <= base < 4 * 10**18:
         warnings.append(f"{path}: implausible baseTimeNanoseconds {base}; using 0")
         base = 0
-    cols = _collect_columns(doc["traceEvents"], warnings, path)
+    cols = events.columns(warnings, path)
+    del events
     devices = doc.get("deviceProperties")
     meta = TraceMeta(
         rank=-1,
@@ -401,7 +621,7 @@ def _build_rank_trace(box: list[dict[str, Any]], path: Path, warnings: list[str]
     if rank is not None and rank >= 0:
         meta.rank = rank
     del doc
-    if not cols["name"]:
+    if not len(cols["name"]):
         raise TraceError("trace holds no complete ('X') events")
     events = _event_frame(cols, base)
     steps = _steps(events)
@@ -417,14 +637,14 @@ def _to_ns(ts: np.ndarray, base: int) -> np.ndarray:
 
 
 def _event_frame(cols: dict[str, Any], base: int) -> pd.DataFrame:
-    start = _to_ns(np.asarray(cols["ts"], dtype=np.float64), base)
+    start = _to_ns(cols["ts"], base)
     order = np.argsort(start, kind="stable")  # by start time; "_row" keeps the original index
     start = start[order]
-    dur_ns = np.rint(np.asarray(cols["dur"], dtype=np.float64)[order] * 1000).astype(np.int64)
-    pid = _str_categorical(cols["pid"], order)
-    tid = _str_categorical(cols["tid"], order)
-    name = _categorical(cols["name"], order)
-    cat = _categorical(cols["cat"], order)
+    dur_ns = np.rint(cols["dur"][order] * 1000).astype(np.int64)
+    pid = _str_categorical(cols["pid"], cols["pid_values"], order)
+    tid = _str_categorical(cols["tid"], cols["tid_values"], order)
+    name = _categorical(cols["name"], cols["name_values"], order)
+    cat = _categorical(cols["cat"], cols["cat_values"], order)
     is_gpu = np.isin(cat.codes, _codes_of(cat, cls.GPU_CATS))
     kind = cls.classify(pd.Series(name, copy=False), pd.Series(cat, copy=False))
     thread_ids, thread_of = _thread_ids(pid, tid)
@@ -438,10 +658,10 @@ def _event_frame(cols: dict[str, Any], base: int) -> pd.DataFrame:
             "dur_ns": dur_ns,
             "pid": pid,
             "tid": tid,
-            "stream": _int64_column(cols["stream"])[order],
+            "stream": cols["stream"][order],
             "is_gpu": is_gpu,
-            "correlation": _int64_column(cols["correlation"])[order],
-            "external_id": _int64_column(cols["external_id"])[order],
+            "correlation": cols["correlation"][order],
+            "external_id": cols["external_id"][order],
             "thread_name": _thread_names(pid, tid, thread_ids, thread_of, cols["thread_names"]),
             "main_thread": _main_thread_mask(kind, cat, is_gpu, dur_ns, thread_of),
             "_row": order,  # original position, for comm_args
@@ -463,20 +683,20 @@ def _codes_of(categorical: pd.Categorical, values: Iterable[str]) -> list[int]:
     return [int(i) for i in np.flatnonzero(categories.isin(list(values)))]
 
 
-def _categorical(values: list, order: np.ndarray) -> pd.Categorical:
+def _categorical(codes: np.ndarray, uniques: list, order: np.ndarray) -> pd.Categorical:
     # object-dtype categories: pandas' default arrow strings make every take/mask slower
-    codes, uniques = pd.factorize(np.asarray(values, dtype=object))
-    return pd.Categorical.from_codes(codes[order], categories=pd.Index(uniques, dtype=object))
+    categories = pd.Index(np.asarray(uniques, dtype=object), dtype=object)
+    return pd.Categorical.from_codes(codes[order], categories=categories)
 
 
-def _str_categorical(values: list, order: np.ndarray) -> pd.Categorical:
-    """Categorical of str(value): factorise the raw values (ints and strings mixed) first,
-    so str() runs once per distinct value."""
-    codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+def _str_categorical(codes: np.ndarray, uniques: list, order: np.ndarray) -> pd.Categorical:
+    """Categorical of str(value) from codes into the raw values (ints and strings
+    mixed): str() runs once per distinct value."""
     labels = [str(u) for u in uniques]
     distinct = list(dict.fromkeys(labels))
     if len(distinct) != len(labels):  # 7 and "7" both present: merge them
-        remap = np.array([distinct.index(x) for x in labels], dtype=np.int64)
+        position = {label: i for i, label in enumerate(distinct)}
+        remap = np.array([position[x] for x in labels], dtype=np.int32)
         codes = remap[codes]
     categories = pd.Index(distinct, dtype=object)
     return pd.Categorical.from_codes(codes[order], categories=categories)
