@@ -383,52 +383,344 @@ class RunFormatError(ValueError):
     line naming the file and the problem."""
 
 
-def iter_jsonl(path: str | os.PathLike[str], warnings: list[str] | None = None) -> Iterator[dict]:
-    """Rows of a JSON Lines file. A torn or malformed line is skipped with a warning
-    naming the file and line; it never raises for bad content."""
+class BadInput(str):
+    """A warning saying that an input file was unusable, or partly so (skipped lines,
+    fields of the wrong type). Still a one-line string naming the file; `gpudiag
+    analyze` exits 2 when any is reported (docs/reliability.md)."""
+
+
+def bad_input(warnings: list[str] | None, message: str) -> None:
+    if warnings is not None:
+        warnings.append(BadInput(message))
+
+
+MAX_DEPTH = 32  # nesting a run file never needs; deeper is refused (RecursionError later)
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return False
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int and _INT64[0] <= v <= _INT64[1]
+
+
+def _is_num(v: Any) -> bool:
+    return (type(v) is int and _INT64[0] <= v <= _INT64[1]) or (
+        type(v) is float and v == v and abs(v) != float("inf")
+    )
+
+
+def _is_int_list(v: Any) -> bool:
+    return isinstance(v, list) and all(_is_int(x) for x in v)
+
+
+# what each field of a run file must be (None is always allowed: the field is unknown)
+_CHECKS: dict[str, tuple[Any, str]] = {
+    "int": (_is_int, "an integer"),
+    "num": (_is_num, "a finite number"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "key": (lambda v: isinstance(v, str) or _is_int(v), "a string or an integer"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "ints": (_is_int_list, "a list of integers"),
+    "list": (lambda v: isinstance(v, list), "a list"),
+    "dict": (lambda v: isinstance(v, dict), "an object"),
+    "pid": (lambda v: type(v) is int and 0 < v < 2**31, "a process id"),
+}
+
+SCHEMAS: dict[str, dict[str, str]] = {
+    STEPS: {
+        "step": "int",
+        "start_ns": "int",
+        "end_ns": "int",
+        "data_ns": "num",
+        "optimizer_ns": "num",
+        "source": "str",
+    },
+    COLLECTIVES: {
+        "pg_name": "key",
+        "pg_desc": "str",
+        "pg_size": "int",
+        "pg_ranks": "ints",
+        "seq": "int",
+        "op": "str",
+        "in_bytes": "num",
+        "out_bytes": "num",
+        "dtype": "str",
+        "in_sizes": "list",
+        "out_sizes": "list",
+        "enqueue_ns": "int",
+        "start_ns": "int",
+        "end_ns": "int",
+        "step": "int",
+        "record_id": "int",
+        "source": "str",
+    },
+    COLLECTIVE_TIMES: {
+        "pg_name": "key",
+        "seq": "int",
+        "start_ns": "int",
+        "end_ns": "int",
+        "source": "str",
+    },
+    REGIONS: {"name": "str", "start_ns": "int", "end_ns": "int", "step": "int"},
+    DDP_STATS: {"step": "int"},
+    GPU_SAMPLES: {
+        "t_ns": "int",
+        "gpu": "int",
+        "uuid": "str",
+        **{
+            k: "num"
+            for k in (
+                "util_gpu",
+                "util_mem",
+                "mem_used",
+                "mem_total",
+                "power_w",
+                "sm_clock_mhz",
+                "throttle_reasons",
+                "pcie_tx_kbs",
+                "pcie_rx_kbs",
+                "nvlink_tx_kbs",
+                "nvlink_rx_kbs",
+                "temp_c",
+            )
+        },
+    },
+    HOST_SAMPLES: {
+        "t_ns": "int",
+        **{
+            k: "num"
+            for k in ("cpu_percent", "mem_used", "mem_total", "proc_cpu_percent", "proc_rss")
+        },
+    },
+    MANIFEST: {
+        "format_version": "int",
+        "world_size": "int",
+        "status": "str",
+        "exit_code": "int",
+        "failure": "dict",
+        "failed_ranks": "ints",
+        "backend": "str",
+        "script": "str",
+        "module": "str",
+        "argv": "list",
+        "synthetic": "bool",
+        "launcher": "dict",
+        "incomplete": "list",
+    },
+    STATUS: {
+        "rank": "int",
+        "status": "str",
+        "state": "str",
+        "exit_code": "int",
+        "exc_type": "str",
+        "message": "str",
+        "error": "str",
+        "traceback": "str",
+        "steps_completed": "int",
+        "start_ns": "int",
+        "end_ns": "int",
+        "profile_error": "str",
+    },
+    RANK_INFO: {
+        "rank": "int",
+        "local_rank": "int",
+        "world_size": "int",
+        "node_rank": "int",
+        "hostname": "str",
+        "pid": "int",
+        "backend": "str",
+        "device": "str",
+        "start_ns": "int",
+    },
+    SUMMARY: {"format_version": "int", "rank": "int", "status": "str", "steps": "dict"},
+    HANG_REPORT: {
+        "detected_after_s": "num",
+        "ranks": "dict",
+        "stuck_ranks": "ints",
+        "ranks_not_in_collective": "ints",
+        "desync": "dict",
+        "verdict": "str",
+    },
+    "launcher": {"pid": "pid", "hostname": "str", "start_time": "num", "heartbeat_s": "num"},
+    "failure": {
+        "rank": "int",
+        "exit_code": "int",
+        "exc_type": "str",
+        "message": "str",
+        "traceback": "str",
+    },
+    "hang_rank": {"last_step": "int", "top_frame": "str", "inflight": "list"},
+    "inflight": {"seq": "int", "op": "str", "pg_name": "key", "bytes": "num", "callsite": "str"},
+    "desync": {"pg_name": "key", "seq": "int", "calls": "dict", "verdict": "str"},
+    "call": {"op": "str", "callsite": "str", "seq": "int", "pg_name": "key"},
+}
+
+
+def _bad_fields(row: dict, schema: str) -> list[str]:
+    problems = []
+    for key, kind in SCHEMAS[schema].items():
+        value = row.get(key)
+        if value is not None:
+            check, what = _CHECKS[kind]
+            if not check(value):
+                problems.append(f"{key!r} must be {what}")
+    return problems
+
+
+def check_fields(
+    obj: dict, schema: str, path: Path | str, warnings: list[str] | None
+) -> dict[str, Any]:
+    """``obj`` without the fields of the wrong type, one warning naming the file."""
+    problems = _bad_fields(obj, schema)
+    if not problems:
+        return obj
+    bad_input(warnings, f"{path}: ignored field(s) of the wrong type: {'; '.join(problems)}")
+    names = {p.split("'")[1] for p in problems}
+    return {k: v for k, v in obj.items() if k not in names}
+
+
+def _int_keyed(
+    value: Any, schema: str, path: Path | str, warnings: list[str] | None, what: str
+) -> dict[str, dict]:
+    """A {rank: object} mapping (JSON keys are strings): non-integer keys and
+    non-object values are dropped with a warning."""
+    out: dict[str, dict] = {}
+    dropped = []
+    for key, item in (value or {}).items():
+        if isinstance(item, dict) and re.fullmatch(r"\d{1,9}", str(key)):
+            out[str(int(key))] = check_fields(item, schema, f"{path} ({what} {key})", warnings)
+        else:
+            dropped.append(str(key)[:20])
+    if dropped:
+        bad_input(warnings, f"{path}: ignored {what} entries with a bad rank key: {dropped[:5]}")
+    return out
+
+
+def check_hang_report(report: dict, path: Path, warnings: list[str] | None) -> dict[str, Any]:
+    report = check_fields(report, HANG_REPORT, path, warnings)
+    if isinstance(report.get("ranks"), dict):
+        ranks = _int_keyed(report["ranks"], "hang_rank", path, warnings, "ranks")
+        for key, state in ranks.items():
+            if isinstance(state.get("inflight"), list):
+                calls = [c for c in state["inflight"] if isinstance(c, dict)]
+                state["inflight"] = [
+                    check_fields(c, "inflight", f"{path} (rank {key} inflight)", warnings)
+                    for c in calls
+                ]
+        report["ranks"] = ranks
+    if isinstance(report.get("desync"), dict):
+        desync = check_fields(report["desync"], "desync", f"{path} (desync)", warnings)
+        if isinstance(desync.get("calls"), dict):
+            desync["calls"] = _int_keyed(desync["calls"], "call", path, warnings, "desync calls")
+        report["desync"] = desync
+    return report
+
+
+def read_object(
+    path: str | os.PathLike[str], schema: str, warnings: list[str] | None = None
+) -> dict[str, Any] | None:
+    """A run file holding one JSON object, with its known fields type-checked: None
+    (one warning) when missing, unreadable, not an object or absurdly nested."""
+    path = Path(path)
+    obj = read_json(path, warnings)
+    if obj is None:
+        return None
+    if not isinstance(obj, dict):
+        bad_input(warnings, f"{path}: not a JSON object; ignored")
+        return None
+    if _too_deep(obj):
+        bad_input(warnings, f"{path}: nested deeper than {MAX_DEPTH} levels; ignored")
+        return None
+    obj = check_fields(obj, schema, path, warnings)
+    for key in ("failure", "launcher"):
+        if schema == MANIFEST and isinstance(obj.get(key), dict):
+            obj[key] = check_fields(obj[key], key, f"{path} ({key})", warnings)
+    if schema == HANG_REPORT:
+        obj = check_hang_report(obj, path, warnings)
+    return obj
+
+
+def iter_jsonl(
+    path: str | os.PathLike[str], warnings: list[str] | None = None, schema: str | None = None
+) -> Iterator[dict]:
+    """Rows of a JSON Lines file. A torn or malformed line, and with ``schema`` a row
+    with a field of the wrong type (SCHEMAS), is skipped with one warning naming the
+    file and the first such line; it never raises for bad content."""
     path = Path(path)
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except OSError as exc:
-        if warnings is not None:
-            warnings.append(f"{path}: cannot read ({exc.strerror or exc})")
+        bad_input(warnings, f"{path}: cannot read ({exc.strerror or exc})")
         return
     bad = 0
     first_bad = 0
+    mistyped = 0
+    first_mistyped = ""
     with fh:
-        for lineno, raw in enumerate(fh, 1):
-            if not raw.strip():
-                continue
-            try:
-                row = json.loads(raw)
-            except (ValueError, UnicodeDecodeError):
-                bad += 1
-                first_bad = first_bad or lineno
-                continue
-            if isinstance(row, dict):
+        try:
+            for lineno, raw in enumerate(fh, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    row = json.loads(raw)
+                except (ValueError, UnicodeDecodeError, RecursionError):
+                    row = None
+                if not isinstance(row, dict) or _too_deep(row):
+                    bad += 1
+                    first_bad = first_bad or lineno
+                    continue
+                problems = _bad_fields(row, schema) if schema else []
+                if problems:
+                    mistyped += 1
+                    first_mistyped = first_mistyped or f"line {lineno}: {problems[0]}"
+                    continue
                 yield row
-            else:
-                bad += 1
-                first_bad = first_bad or lineno
-    if bad and warnings is not None:
-        warnings.append(
+        except OSError as exc:
+            bad_input(warnings, f"{path}: cannot read ({exc.strerror or exc})")
+    if bad:
+        bad_input(
+            warnings,
             f"{path}: skipped {bad} malformed line(s), first at line {first_bad} "
-            "(torn write from a crash?)"
+            "(torn write from a crash?)",
+        )
+    if mistyped:
+        bad_input(
+            warnings,
+            f"{path}: skipped {mistyped} row(s) with a field of the wrong type "
+            f"(first at {first_mistyped})",
         )
 
 
 def read_json(path: str | os.PathLike[str], warnings: list[str] | None = None) -> Any | None:
     """A small JSON file, or None (with a warning) when missing or unreadable."""
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return None
     try:
         with open(path, "rb") as fh:
-            return json.loads(fh.read())
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        if warnings is not None:
-            warnings.append(f"{path}: not valid JSON ({_short(exc)})")
+            data = fh.read()
+    except OSError as exc:
+        bad_input(warnings, f"{path}: cannot read ({exc.strerror or _short(exc)})")
         return None
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        bad_input(warnings, f"{path}: not valid JSON ({_short(exc)})")
+    except RecursionError:
+        bad_input(warnings, f"{path}: nested too deeply to read; ignored")
+    return None
 
 
 def _short(exc: BaseException) -> str:
@@ -771,12 +1063,21 @@ def _read_rank_table(run: Path, ranks: list[int], table: str, warnings: list[str
     rows: list[dict] = []
     for r in ranks:
         path = table_path(rank_dir(run, r), table)
-        if not path.exists():
+        if not _exists(path, warnings):
             continue
-        for row in iter_jsonl(path, warnings):
+        for row in iter_jsonl(path, warnings, schema=table):
             row["rank"] = r
             rows.append(row)
     return rows
+
+
+def _exists(path: Path, warnings: list[str]) -> bool:
+    """``path.exists()``, with an unreadable parent reported instead of raised."""
+    try:
+        return path.exists() or path.is_symlink()
+    except OSError as exc:
+        bad_input(warnings, f"{path}: cannot read ({exc.strerror or _short(exc)})")
+        return False
 
 
 def _merge_collective_times(collectives: list[dict], times: list[dict]) -> None:
@@ -807,10 +1108,10 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     if not run.is_dir():
         raise RunFormatError(f"{run}: not a directory")
     warnings: list[str] = []
-    manifest = read_json(run / MANIFEST, warnings) or {}
-    if not isinstance(manifest, dict):
-        warnings.append(f"{run / MANIFEST}: not a JSON object; ignored")
-        manifest = {}
+    manifest = read_object(run / MANIFEST, MANIFEST, warnings) or {}
+    if manifest.get("world_size") is not None and manifest["world_size"] < 1:
+        bad_input(warnings, f"{run / MANIFEST}: world_size {manifest['world_size']}; ignored")
+        del manifest["world_size"]
     _reader_notes(manifest, run / MANIFEST, warnings)
     version = manifest.get("format_version")
     if version is not None and version > FORMAT_VERSION:
@@ -820,7 +1121,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         )
     for p in sorted(run.glob("manifest.node*.json")):
         m = _NODE_MANIFEST_RE.match(p.name)
-        extra = read_json(p, warnings)
+        extra = read_object(p, MANIFEST, warnings) if m else None
         if m and isinstance(extra, dict):
             manifest.setdefault("nodes", {})[int(m.group(1))] = extra
     ranks = list_ranks(run)
@@ -833,8 +1134,8 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     for n in nodes:
         for table in NODE_TABLES:
             p = table_path(node_dir(run, n), table)
-            if p.exists():
-                for row in iter_jsonl(p, warnings):
+            if _exists(p, warnings):
+                for row in iter_jsonl(p, warnings, schema=table):
                     row["node"] = n
                     node_rows[table].append(row)
 
@@ -848,26 +1149,33 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         gpu_samples=_frame(node_rows[GPU_SAMPLES], GPU_COLUMNS),
         host_samples=_frame(node_rows[HOST_SAMPLES], HOST_COLUMNS),
         lint=read_lint(run, warnings),
-        hang_report=read_json(run / HANG_REPORT, warnings),
+        hang_report=read_object(run / HANG_REPORT, HANG_REPORT, warnings),
         warnings=warnings,
     )
     for r in ranks:
-        rdir = rank_dir(run, r)
-        for name, target in (
-            (RANK_INFO, result.rank_info),
-            (STATUS, result.statuses),
-            (SUMMARY, result.summaries),
-        ):
-            obj = read_json(rdir / name, warnings)
-            if isinstance(obj, dict):
-                target[r] = obj
-        stacks = rdir / STACKS
-        if stacks.is_file():
-            result.stacks[r] = stacks.read_text(encoding="utf-8", errors="replace")
-        tp = trace_path(run, r)
-        if tp.is_file():
-            result.trace_files[r] = tp
+        try:
+            _read_rank_files(run, r, result)
+        except OSError as exc:  # an unreadable rank directory: the other ranks are read
+            bad_input(warnings, f"{rank_dir(run, r)}: cannot read ({exc.strerror or _short(exc)})")
     return result
+
+
+def _read_rank_files(run: Path, r: int, result: Run) -> None:
+    rdir = rank_dir(run, r)
+    for name, target in (
+        (RANK_INFO, result.rank_info),
+        (STATUS, result.statuses),
+        (SUMMARY, result.summaries),
+    ):
+        obj = read_object(rdir / name, name, result.warnings)
+        if obj is not None:
+            target[r] = obj
+    stacks = rdir / STACKS
+    if stacks.is_file():
+        result.stacks[r] = stacks.read_text(encoding="utf-8", errors="replace")
+    tp = trace_path(run, r)
+    if tp.is_file():
+        result.trace_files[r] = tp
 
 
 def load_summaries(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[int, dict]]:
@@ -875,13 +1183,12 @@ def load_summaries(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[i
     touching any raw trace or table."""
     run = Path(path)
     warnings: list[str] = []
-    manifest = read_json(run / MANIFEST, warnings) or {}
-    if isinstance(manifest, dict):
-        _reader_notes(manifest, run / MANIFEST, warnings)
+    manifest = read_object(run / MANIFEST, MANIFEST, warnings) or {}
+    _reader_notes(manifest, run / MANIFEST, warnings)
     summaries: dict[int, dict] = {}
     for r in list_ranks(run):
-        obj = read_json(rank_dir(run, r) / SUMMARY, warnings)
-        if isinstance(obj, dict):
+        obj = read_object(rank_dir(run, r) / SUMMARY, SUMMARY, warnings)
+        if obj is not None:
             summaries[r] = obj
     return manifest, summaries
 
@@ -929,6 +1236,10 @@ class LintReport:
         return self.raw
 
 
+def _as_list(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
@@ -943,12 +1254,11 @@ def parse_lint(obj: Any, source: str, warnings: list[str] | None = None) -> Lint
     if obj is None:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("findings", []), list):
-        if warnings is not None:
-            warnings.append(f"{source}: not a gpudiag lint result; ignored")
+        bad_input(warnings, f"{source}: not a gpudiag lint result; ignored")
         return None
     diagnostics = []
     skipped = 0
-    for item in obj.get("findings") or []:
+    for item in _as_list(obj.get("findings")):
         if not isinstance(item, dict) or not _text(item.get("code")) or not _text(item.get("path")):
             skipped += 1
             continue
@@ -967,21 +1277,25 @@ def parse_lint(obj: Any, source: str, warnings: list[str] | None = None) -> Lint
                 relates_to=relates if isinstance(relates, str) and relates else None,
             )
         )
-    if skipped and warnings is not None:
-        warnings.append(f"{source}: {skipped} malformed lint finding(s) skipped")
+    if skipped:
+        bad_input(warnings, f"{source}: {skipped} malformed lint finding(s) skipped")
     errors = [
         LintFileError(_text(e.get("path")), _int(e.get("line")), _text(e.get("message")))
-        for e in obj.get("errors") or []
+        for e in _as_list(obj.get("errors"))
         if isinstance(e, dict)
     ]
-    files = [f for f in obj.get("files") or [] if isinstance(f, str)]
+    files = [f for f in _as_list(obj.get("files")) if isinstance(f, str)]
     return LintReport(files=files, diagnostics=diagnostics, errors=errors, raw=obj)
 
 
 def read_lint(run: str | os.PathLike[str], warnings: list[str] | None = None) -> LintReport | None:
     """<run>/lint.json, typed; None when the run has none (or it is unreadable: warned)."""
     path = Path(run) / LINT
-    return parse_lint(read_json(path, warnings), str(path), warnings)
+    obj = read_json(path, warnings)
+    if obj is not None and _too_deep(obj):
+        bad_input(warnings, f"{path}: nested deeper than {MAX_DEPTH} levels; ignored")
+        return None
+    return parse_lint(obj, str(path), warnings)
 
 
 # --------------------------------------------------------------------------- live reading

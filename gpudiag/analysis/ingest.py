@@ -28,7 +28,12 @@ import orjson
 import pandas as pd
 
 from gpudiag.analysis import classify as cls
-from gpudiag.rundir import find_traces, is_trace_name, trace_name_stem  # noqa: F401 - re-exported
+from gpudiag.rundir import (  # noqa: F401 - find_traces & co. re-exported
+    BadInput,
+    find_traces,
+    is_trace_name,
+    trace_name_stem,
+)
 
 # A trace above this (uncompressed) is refused rather than loaded: parsing JSON costs
 # several times its size in memory. Override with GPUDIAG_MAX_TRACE_BYTES.
@@ -248,8 +253,10 @@ class _Collector:
     def columns(self, warnings: list[str], path: Path) -> dict[str, Any]:
         if self.skipped:
             warnings.append(
-                f"{path}: skipped {self.skipped} malformed event(s) "
-                "(missing/invalid name, ts or dur)"
+                BadInput(
+                    f"{path}: skipped {self.skipped} malformed event(s) "
+                    "(missing/invalid name, ts or dur)"
+                )
             )
         cols: dict[str, Any] = {}
         for key, parts in self.parts.items():
@@ -413,10 +420,15 @@ def load_trace(
         doc, events = read_trace(path, max_bytes or max_trace_bytes())
         trace = _build_rank_trace(doc, events, path, warnings)
     except TraceError as exc:
-        warnings.append(f"{path}: {exc}")
+        warnings.append(BadInput(f"{path}: {exc}"))
         return None, warnings
     except MemoryError:
-        warnings.append(f"{path}: out of memory while parsing; skipped")
+        warnings.append(BadInput(f"{path}: out of memory while parsing; skipped"))
+        return None, warnings
+    except Exception as exc:  # noqa: BLE001 - a defect of ours must cost one file, not the run
+        warnings.append(
+            BadInput(f"{path}: could not be analysed ({type(exc).__name__}: {_first_line(exc)})")
+        )
         return None, warnings
     finally:
         if collecting:
@@ -598,7 +610,7 @@ def _build_rank_trace(
     dist = dist if isinstance(dist, dict) else None
     base = _int_or_none(doc.get("baseTimeNanoseconds")) or 0
     if not 0 <= base < 4 * 10**18:
-        warnings.append(f"{path}: implausible baseTimeNanoseconds {base}; using 0")
+        warnings.append(BadInput(f"{path}: implausible baseTimeNanoseconds {base}; using 0"))
         base = 0
     cols = events.columns(warnings, path)
     del events
@@ -624,7 +636,7 @@ def _build_rank_trace(
     if not len(cols["name"]):
         raise TraceError("trace holds no complete ('X') events")
     events = _event_frame(cols, base)
-    steps = _steps(events)
+    steps = _steps(events, path, warnings)
     events["step"] = _assign_steps(events, steps)
     _enrich_comms(events, cols["comm_args"], meta)
     steps.insert(0, "rank", meta.rank)
@@ -750,14 +762,23 @@ def _main_thread_mask(
     return (thread_of == int(busy.argmax())) & cpu
 
 
-def _steps(events: pd.DataFrame) -> pd.DataFrame:
+def _steps(events: pd.DataFrame, path: Path, warnings: list[str]) -> pd.DataFrame:
     marks = events[(events["kind"] == "step") & events["main_thread"]]
+    numbers = _step_numbers(marks["name"].astype(str).to_numpy())
+    if (numbers < 0).any():
+        bad = marks["name"].astype(str).to_numpy()[numbers < 0]
+        warnings.append(
+            BadInput(
+                f"{path}: ignored {len(bad)} step marker(s) without a step number in 0..2**63 "
+                f"(first: {str(bad[0])[:60]!r})"
+            )
+        )
+        marks, numbers = marks[numbers >= 0], numbers[numbers >= 0]
     if marks.empty:
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in STEP_COLUMNS[1:]})
-    numbers = marks["name"].astype(str).str.extract(_STEP_RE, expand=False).astype("int64")
     steps = pd.DataFrame(
         {
-            "step": numbers.to_numpy(),
+            "step": numbers,
             "start_ns": marks["start_ns"].to_numpy(),
             "end_ns": marks["end_ns"].to_numpy(),
         }
@@ -768,6 +789,16 @@ def _steps(events: pd.DataFrame) -> pd.DataFrame:
     if len(steps) > 1 and dur.iloc[-1] < 0.05 * dur.iloc[:-1].median():
         steps = steps.iloc[:-1].reset_index(drop=True)
     return steps
+
+
+def _step_numbers(names: np.ndarray) -> np.ndarray:
+    """N of each ``ProfilerStep#N``; -1 where N is not a non-negative int64."""
+    out = np.full(len(names), -1, dtype=np.int64)
+    for i, name in enumerate(names):
+        m = _STEP_RE.match(name)
+        if m and len(m.group(1)) < 19:
+            out[i] = int(m.group(1))
+    return out
 
 
 def _assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:

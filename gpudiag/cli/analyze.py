@@ -1,8 +1,10 @@
 """`gpudiag analyze`: argument parsing and exit codes only.
 
-Exit codes: 0 ok; 1 a finding at or above --fail-on exists; 2 bad usage or nothing
-analysable (one-line error on stderr, never a traceback). Warnings about bad files go
-to stderr, one line each. Heavy modules (pandas, rich, plotly) load only when needed.
+Exit codes of `gpudiag analyze`: 0 ok; 1 a finding at or above --fail-on exists (and
+the input was sound); 2 bad usage, nothing analysable, bad input (a file, or part of one,
+was unusable: the report of the rest is still written, and each problem is a one-line
+warning naming the file), or the report could not be written (--html, stdout). Never a
+traceback. Heavy modules (pandas, rich, plotly) load only when needed.
 """
 
 from __future__ import annotations
@@ -49,9 +51,14 @@ def _error(msg: str) -> int:
     return 2
 
 
+EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _analyze_parser().parse_args(argv)
     paths = [Path(p) for p in args.paths]
+    if args.html and Path(args.html).is_dir():
+        return _error(f"--html {args.html}: is a directory; give a file name")
     if not paths:
         root = sample_runs_dir()
         paths = rundir.sample_run_paths(root)
@@ -64,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     from gpudiag.analysis import analyze
     from gpudiag.analysis.result import AnalysisInputError
     from gpudiag.analysis.summaries import analyze_summaries
+    from gpudiag.rundir import BadInput
 
     results = []
+    bad_input = False
     for path in paths:
         try:
             if args.summaries_only:
@@ -78,20 +87,32 @@ def main(argv: list[str] | None = None) -> int:
             if len(paths) == 1:
                 return _error(str(exc))
             print(f"gpudiag: warning: {exc}", file=sys.stderr)
+            bad_input = True
             continue
         for w in res.warnings:
             print(f"gpudiag: warning: {w}", file=sys.stderr)
+        bad_input = bad_input or any(isinstance(w, BadInput) for w in res.warnings)
         results.append(res)
     if not results:
         return _error("nothing analysable in " + ", ".join(map(str, paths)))
 
-    _render(results, args)
+    try:
+        _render(results, args)
+    except OSError as exc:  # --html into a directory or a full disk; stdout on a full disk
+        where = args.html if args.html and exc.filename else "the report"
+        return _error(f"cannot write {where} ({exc.strerror or exc})")
+    if bad_input:
+        print(
+            "gpudiag: some input was unusable (warnings above); exit code 2",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     if args.fail_on:
         from gpudiag.analysis.findings import at_least
 
         if any(at_least(r.findings, args.fail_on) for r in results):
-            return 1
-    return 0
+            return EXIT_FINDINGS
+    return EXIT_OK
 
 
 def _render(results: list[Any], args: argparse.Namespace) -> None:
@@ -105,6 +126,7 @@ def _render(results: list[Any], args: argparse.Namespace) -> None:
 
         payload = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
         sys.stdout.write(dumps(payload) + "\n")
+        sys.stdout.flush()
     elif not args.html or sys.stdout.isatty():
         from gpudiag.report.terminal import print_report, print_summary
 
@@ -112,3 +134,4 @@ def _render(results: list[Any], args: argparse.Namespace) -> None:
             print_report(res, rank=args.rank)
         if len(results) > 1:
             print_summary(results)
+        sys.stdout.flush()

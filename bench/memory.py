@@ -1,0 +1,127 @@
+"""Benchmark: peak memory of `gpudiag analyze` on one large trace and on a trace set.
+
+The large trace is SYNTHETIC: the events of one real recorded trace
+(../shared/traces/astrasim_megatron_tp8/megatron_kineto_0.json.gz, 14,245 events)
+replicated end to end (each copy shifted by the trace's span, its ProfilerStep renumbered)
+until it holds N events. It is written to a scratch directory, never into the repo, and
+is not a recording: it only measures how memory scales with the number of events.
+
+    python bench/memory.py [--events 10000000] [--scratch DIR] [--code REPO]
+        [--set ../shared/traces/astrasim_megatron_tp8]
+
+Each case runs `python -m gpudiag analyze PATH --json` in a subprocess (imports
+included, like a user sees it); a sampler sums the RSS of the process and its workers
+every 20 ms (RSS counts shared pages once per process: an upper bound). --code runs
+another checkout's gpudiag (for before/after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "traces"
+SOURCE = SHARED / "astrasim_megatron_tp8" / "megatron_kineto_0.json.gz"
+
+
+def make_replicated_trace(events: int, out: Path) -> Path:
+    """SYNTHETIC trace of ``events`` events replicated from SOURCE (see module doc)."""
+    path = out / f"replicated_{events}.pt.trace.json"
+    if path.is_file():
+        return path
+    doc = orjson.loads(gzip.decompress(SOURCE.read_bytes()))
+    source = doc.pop("traceEvents")
+    timed = [e for e in source if isinstance(e.get("ts"), (int, float))]
+    lo = min(e["ts"] for e in timed)
+    hi = max(e["ts"] + (e.get("dur") or 0) for e in timed)
+    span = hi - lo + 1000
+    doc["traceName"] = f"SYNTHETIC: {SOURCE.name} replicated to {events} events"
+    tmp = path.with_suffix(".tmp")
+    written = 0
+    with open(tmp, "wb") as fh:
+        fh.write(orjson.dumps(doc)[:-1] + b',"traceEvents":[')
+        copy = 0
+        while written < events:
+            batch = []
+            for e in source[: events - written]:
+                e = dict(e)
+                if isinstance(e.get("ts"), (int, float)):
+                    e["ts"] = e["ts"] + copy * span
+                if e.get("name") == "ProfilerStep#3":
+                    e["name"] = f"ProfilerStep#{3 + copy}"
+                for key in ("id",):  # flow ids stay unique per copy
+                    if isinstance(e.get(key), int):
+                        e[key] = e[key] + copy * 10**7
+                batch.append(e)
+            if written:
+                fh.write(b",")
+            fh.write(orjson.dumps(batch)[1:-1])
+            written += len(batch)
+            copy += 1
+        fh.write(b"]}")
+    tmp.rename(path)
+    return path
+
+
+def peak_of(cmd: list[str], env: dict[str, str]) -> dict:
+    """Run ``cmd``; the peak of the summed RSS of it and its children, and its time."""
+    t0 = time.perf_counter()
+    proc = psutil.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = 0
+    while proc.poll() is None:
+        total = 0
+        try:
+            for p in [proc, *proc.children(recursive=True)]:
+                total += p.memory_info().rss
+        except psutil.Error:
+            pass
+        peak = max(peak, total)
+        time.sleep(0.02)
+    wall = time.perf_counter() - t0
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    return {"peak_mib": peak / 2**20, "wall_s": wall, "rc": proc.returncode, "stderr": err}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    ap.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()) / "gpudiag-bench")
+    ap.add_argument("--code", type=Path, default=REPO, help="checkout whose gpudiag runs")
+    ap.add_argument("--set", type=Path, nargs="*", default=[SHARED / "astrasim_megatron_tp8"])
+    ap.add_argument("--workers", default=None, help="pass --workers N to analyze")
+    args = ap.parse_args(argv)
+    args.scratch.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=str(args.code), GPUDIAG_MAX_TRACE_BYTES=str(8 << 30))
+    extra = ["--workers", args.workers] if args.workers else []
+    print(f"code: {args.code}; peak = summed RSS of analyze and its workers (20 ms samples)")
+    print(f"{'input':<58} {'JSON MB':>8} {'peak MiB':>9} {'x JSON':>7} {'time s':>7}")
+    cases: list[tuple[str, Path, int]] = []
+    for n in args.events:
+        path = make_replicated_trace(n, args.scratch)
+        cases.append((f"SYNTHETIC {n:,} events (replicated real trace)", path, path.stat().st_size))
+    for d in args.set:
+        size = sum(len(gzip.decompress(p.read_bytes())) for p in d.glob("*.json.gz"))
+        size += sum(p.stat().st_size for p in d.glob("*.json"))
+        cases.append((f"recorded set {d.name}", d, size))
+    for label, path, size in cases:
+        r = peak_of([sys.executable, "-m", "gpudiag", "analyze", str(path), "--json", *extra], env)
+        status = "" if r["rc"] == 0 else f"  rc={r['rc']}: {r['stderr'].strip()[-200:]}"
+        print(
+            f"{label:<58} {size / 1e6:>8.0f} {r['peak_mib']:>9.0f} "
+            f"{r['peak_mib'] * 2**20 / size:>7.2f} {r['wall_s']:>7.1f}{status}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
