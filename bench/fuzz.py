@@ -47,9 +47,15 @@ def main(argv: list[str] | None = None) -> int:
         codes[str(code)] += 1
         if site:
             sites[site].append((kind, seed))
-        if (i + 1) % 500 == 0:
+        if site:
+            print(f"traceback at {site} (kind {kind}, seed {seed}, {mode})", flush=True)
+        if (i + 1) % 100 == 0:
             crashes = sum(len(v) for v in sites.values())
-            print(f"{i + 1} cases, {crashes} tracebacks, {time.perf_counter() - t0:.0f} s")
+            print(
+                f"{i + 1} cases, {crashes} tracebacks, {time.perf_counter() - t0:.0f} s, "
+                f"exit codes {dict(codes)}",
+                flush=True,
+            )
     crashes = sum(len(v) for v in sites.values())
     print(f"\n{args.cases} mutated inputs over {len(KINDS)} input kinds, seeds {args.seed}..")
     print(f"{args.seed + args.cases - 1}; {time.perf_counter() - t0:.0f} s")

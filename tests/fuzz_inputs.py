@@ -306,7 +306,7 @@ def run_case(path: Path, mode: str, html_out: Path) -> tuple[int | None, str | N
     None, stderr). A crash site is where an exception escaped, as ``file:line``."""
     from gpudiag.cli.analyze import main as analyze_main
 
-    argv = [str(path)]
+    argv = [str(path), "--workers", "1"]  # no process pool per case: 3x faster
     if mode == "json":
         argv.append("--json")
     elif mode == "html":

@@ -1054,11 +1054,51 @@ def load_traces(
     return sorted(traces, key=lambda t: t.meta.rank)
 
 
+# A worker's peak is about this many times the (uncompressed) trace it reads, plus its
+# share of the imports (bench/memory.py measures it); the parsed JSON is never whole.
+_WORKER_BYTES_PER_TRACE_BYTE = 2.0
+_WORKER_BASE_BYTES = 150 << 20
+
+
+def _workers_for_memory(paths: Sequence[Path]) -> int:
+    """As many parallel loads as the available memory holds for the largest traces."""
+    try:
+        import psutil
+
+        available = psutil.virtual_memory().available
+    except Exception:  # noqa: BLE001 - no psutil or no /proc: do not limit
+        return len(paths) or 1
+    sizes = sorted((_uncompressed_size_hint(p) for p in paths), reverse=True)
+    budget = 0.8 * available
+    n = 0
+    for size in sizes:
+        budget -= _WORKER_BASE_BYTES + _WORKER_BYTES_PER_TRACE_BYTE * size
+        if budget < 0:
+            break
+        n += 1
+    return max(1, n)
+
+
+def _uncompressed_size_hint(path: Path) -> int:
+    """A guess at the trace's uncompressed size (for planning only, never trusted): a
+    gzip's trailer (mod 2**32) or 10x its size, whichever is larger."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b":
+                return size
+            fh.seek(-4, os.SEEK_END)
+            trailer = int.from_bytes(fh.read(4), "little")
+        return max(trailer, 10 * size)
+    except OSError:
+        return 0
+
+
 def _run_loads(
     paths: Sequence[Path], workers: int | None, limit: int, prepare: Prepare | None
 ) -> list:
     cores = os.cpu_count() or 1
-    n = min(len(paths), workers if workers is not None else cores)
+    n = min(len(paths), workers if workers is not None else cores, _workers_for_memory(paths))
     if n <= 1:
         return [_load_and_prepare(p, limit, prepare) for p in paths]
     jobs = [(str(p), limit, prepare) for p in paths]
