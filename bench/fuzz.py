@@ -41,7 +41,12 @@ def main(argv: list[str] | None = None) -> int:
         mode = ("json", "terminal", "json", "terminal", "html")[(seed // len(KINDS)) % 5]
         if mode == "html" and (seed // len(KINDS)) % 25:
             mode = "json"  # HTML (plotly) is slow: every 25th round only
-        path = mutate_case(bases, scratch / "case", kind, seed)
+        try:
+            path = mutate_case(bases, scratch / "case", kind, seed)
+        except Exception as exc:  # noqa: BLE001 - a defect of the mutator, not of gpudiag
+            print(f"mutator failed on kind {kind} seed {seed}: {exc!r}", flush=True)
+            codes["mutator error"] += 1
+            continue
         code, site, _ = run_case(path, mode, scratch / "out.html")
         per_kind[kind] += 1
         codes[str(code)] += 1

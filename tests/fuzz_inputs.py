@@ -224,9 +224,11 @@ def _mutate_trace(data: bytes, rng: random.Random) -> bytes:
     else:
         doc = orjson.loads(raw)
         for _ in range(rng.randint(1, 4)):
-            if rng.random() < 0.6 and doc.get("traceEvents"):
-                events = doc["traceEvents"]
+            events = doc.get("traceEvents") if isinstance(doc, dict) else None
+            if rng.random() < 0.6 and isinstance(events, list) and events:
                 ev = events[rng.randrange(len(events))]
+                if not isinstance(ev, dict):
+                    continue
                 if rng.random() < 0.3:
                     ev["name"] = rng.choice(
                         ["ProfilerStep#-1", "ProfilerStep#99999999999999999999", "ProfilerStep#x"]
