@@ -177,6 +177,7 @@ def test_watch_cli_json_schema_and_bad_input(tmp_path: Path) -> None:
     assert proc.stderr.strip().count("\n") == 0 and "not a gpudiag run" in proc.stderr
 
 
+@pytest.mark.slow  # two CLI processes; minutes on a loaded 2-core machine
 def test_watch_live_view_ends_with_the_run() -> None:
     """Without --once the view refreshes until the run is no longer running: on a
     finished run it draws once and exits 0."""
