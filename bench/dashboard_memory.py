@@ -1,15 +1,15 @@
 """Server memory of the dashboard while browser sessions open a run with a large trace.
 
-    python bench/dashboard_memory.py [--trace-mb 100] [--sessions 20] [--repeat 1]
+    python bench/dashboard_memory.py [--trace-mb 100] [--sessions 20]
 
 Builds a run in a temporary folder from sample_runs/ddp2_healthy whose rank-0 trace is
 that run's real recorded trace, uncompressed, with one padding string added at its top
 level (``gpudiag_bench_padding``) to reach --trace-mb (the analysis reads the events as
 recorded; the file is as large as a long profile). Starts the real `gpudiag dashboard`,
 then opens the run's Overview (which offers the trace for download) in --sessions
-sequential browser sessions, each in a new browser context closed after the page is
-drawn, and prints the Streamlit server's resident memory (VmRSS of the server process
-and its children) before the first session, after each, and the growth per session.
+sequential browser sessions: a new tab each, opened once the previous one has drawn,
+all left open. Prints the Streamlit server's resident memory (VmRSS of the server process
+and its children) before the first session and after each, and the growth per session.
 Run it from the checkout whose dashboard is measured (PYTHONPATH=that checkout).
 """
 
@@ -61,23 +61,24 @@ def server_rss_mb(cli_pid: int) -> float:
 
 
 def sessions(url: str, run_label: str, n: int, cli_pid: int) -> list[float]:
-    from playwright.sync_api import sync_playwright
-
+    """Server RSS before the first session and after each: every session is a new page
+    (its own Streamlit session) opened once the previous one has drawn its Overview, and
+    left open, as reviewers' tabs are."""
     rss = [server_rss_mb(cli_pid)]
-    with sync_playwright() as pw:
-        browser_ctx = pw.chromium.launch(
-            executable_path=str(browser.CHROMIUM), headless=True, args=browser.CHROMIUM_FLAGS
-        )
-        for _ in range(n):
-            context = browser_ctx.new_context(viewport={"width": 1400, "height": 2000})
-            page = context.new_page()
+    with browser.browser() as first:
+        context = first.context
+        for i in range(n):
+            page = first if i == 0 else context.new_page()
+            start = time.perf_counter()
             page.goto(browser.view_url(url, run_label, "Overview"))
             page.wait_for_selector(DOWNLOAD, timeout=300_000)
             browser.wait_idle(page, 300_000)
-            context.close()
             time.sleep(1.0)
             rss.append(server_rss_mb(cli_pid))
-        browser_ctx.close()
+            print(
+                f"session {i + 1}: {time.perf_counter() - start:.1f} s, server {rss[-1]:.0f} MB",
+                flush=True,
+            )
     return rss
 
 
