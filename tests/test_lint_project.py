@@ -382,3 +382,24 @@ def test_a_file_of_its_own_per_rank_is_not_a_duplicate_save() -> None:
     """
     found = [(f.code, f.line) for f in lint_source(textwrap.dedent(source))]
     assert [hit for hit in found if hit[0] == "GD701"] == [("GD701", 8)]
+
+
+def test_method_of_an_instance_of_a_project_class() -> None:
+    """pytorch/examples rpc/batch/reinforce.py: `agent = Agent(...)`, then
+    `agent.run_episode()` in the episode loop does the training step."""
+    source = """\
+    import torch
+
+    class Agent:
+        def run_episode(self):
+            loss = self.policy(torch.ones(1).cuda()).sum()
+            loss.backward()
+            self.optimizer.step()
+
+    def run_worker(episodes):
+        agent = Agent()
+        for _ in range(episodes):
+            agent.run_episode()
+    """
+    assert "GD601" in codes_of(source)
+    assert "GD601" not in codes_of(source.replace("for _ in range(episodes):", "if episodes:"))

@@ -139,6 +139,8 @@ class ModuleContext:
         self.calls: list[ast.Call] = []
         self.loops: list[ast.For | ast.AsyncFor | ast.While] = []
         self.functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+        self.classes: dict[str, ast.ClassDef] = {}
+        self.instances: dict[str, ast.Call | None] = {}  # name -> the one call bound to it
         self.aliases: dict[str, str] = {}
         self.string_constants: list[str] = []
         self.identifiers: set[str] = set()  # every Name id and attribute name
@@ -165,6 +167,16 @@ class ModuleContext:
                 self.loops.append(parent)
             elif isinstance(parent, FUNCTION_TYPES):
                 self.functions.setdefault(parent.name, []).append(parent)
+            elif isinstance(parent, ast.ClassDef):
+                self.classes.setdefault(parent.name, parent)
+            elif (
+                isinstance(parent, ast.Assign)
+                and len(parent.targets) == 1
+                and isinstance(parent.targets[0], ast.Name)
+                and isinstance(parent.value, ast.Call)
+            ):  # `agent = Agent(...)`: what `agent.run_episode()` may call
+                name = parent.targets[0].id
+                self.instances[name] = None if name in self.instances else parent.value
             elif isinstance(parent, (ast.Import, ast.ImportFrom)):
                 self._add_import(parent)
             elif isinstance(parent, ast.Constant) and isinstance(parent.value, str):
@@ -693,11 +705,13 @@ def _early_return_before(
         statements = getattr(block, field, None)
         if not isinstance(statements, list) or child not in statements:
             continue
-        for stmt in statements[: statements.index(child)]:
+        for stmt in statements:
+            if stmt is child:
+                break
             if (
                 isinstance(stmt, ast.If)
-                and is_guard(stmt.test)
                 and any(isinstance(s, (ast.Return, ast.Continue, ast.Raise)) for s in stmt.body)
+                and is_guard(stmt.test)
             ):
                 return True
     return False

@@ -188,6 +188,9 @@ class Project:
         local = ctx.local_callee(call)
         if local is not None:
             return (index, local)
+        method = self._instance_method(index, ctx, call)
+        if method is not None:
+            return method
         if len(self.modules) == 1:
             return None
         dotted = _dotted(call.func, ctx)
@@ -200,7 +203,36 @@ class Project:
                     return found
         return None
 
-    def _resolve_function(self, index: int, dotted: str, depth: int) -> FunctionKey | None:
+    def _instance_method(
+        self, index: int, ctx: ModuleContext, call: ast.Call
+    ) -> FunctionKey | None:
+        """`agent.run_episode()` after `agent = Agent(...)` (bound once in the file), where
+        Agent is a class of the project that defines run_episode."""
+        func = call.func
+        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+            return None
+        made = ctx.instances.get(func.value.id)
+        if made is None:
+            return None
+        if isinstance(made.func, ast.Name) and made.func.id in ctx.classes:
+            found: FunctionKey | None = (index, made.func.id)
+        else:
+            dotted = _dotted(made.func, ctx)
+            found = self._resolve_function(index, dotted, 0, classes=True) if dotted else None
+        if found is None:
+            return None
+        module, class_name = found
+        definition = self.modules[module].classes.get(class_name)
+        if definition is not None and any(
+            isinstance(stmt, FUNCTION_TYPES) and stmt.name == func.attr for stmt in definition.body
+        ):
+            return (module, func.attr)
+        return None
+
+    def _resolve_function(
+        self, index: int, dotted: str, depth: int, classes: bool = False
+    ) -> FunctionKey | None:
+        """(module, name) of the function (or with `classes`, the class) `dotted` names."""
         if depth > 3:
             return None
         level = len(dotted) - len(dotted.lstrip("."))
@@ -211,11 +243,11 @@ class Project:
                 continue
             rest = parts[cut:]
             target = self.modules[module]
-            if len(rest) == 1 and rest[0] in target.functions:
+            if len(rest) == 1 and rest[0] in (target.classes if classes else target.functions):
                 return (module, rest[0])
             if rest[0] in target.aliases:  # re-exported: `from .train_utils import train`
                 again = ".".join([target.aliases[rest[0]], *rest[1:]])
-                return self._resolve_function(module, again, depth + 1)
+                return self._resolve_function(module, again, depth + 1, classes)
             return None
         return None
 
@@ -235,18 +267,22 @@ class Project:
                 found = self._resolve_call(index, ctx, call)
                 if found is not None:
                     ctx.callees[call] = found
-                own = True
-                for ancestor in ctx.ancestors(call):
-                    if isinstance(ancestor, LOOP_TYPES):
-                        own = False
-                    elif isinstance(ancestor, FUNCTION_TYPES):
-                        key = (index, ancestor.name)
-                        self._body_calls.setdefault(key, []).append((ctx, call))
-                        if own:
-                            self._own_calls.setdefault(key, []).append((ctx, call))
-                        break
-                    elif isinstance(ancestor, SCOPE_TYPES):
-                        break
+            # one walk down the tree: (node, enclosing def's key, not inside a nested loop)
+            stack: list[tuple[ast.AST, FunctionKey | None, bool]] = [(ctx.tree, None, False)]
+            while stack:
+                node, key, own = stack.pop()
+                if isinstance(node, ast.Call) and key is not None:
+                    self._body_calls.setdefault(key, []).append((ctx, node))
+                    if own:
+                        self._own_calls.setdefault(key, []).append((ctx, node))
+                if isinstance(node, FUNCTION_TYPES):
+                    key, own = (index, node.name), True
+                elif isinstance(node, SCOPE_TYPES):
+                    key, own = None, False
+                elif isinstance(node, LOOP_TYPES):
+                    own = False
+                for child in ctx.children[node]:
+                    stack.append((child, key, own))
 
     def _link_steps(self) -> None:
         self._call_sites()
