@@ -31,7 +31,7 @@ def test_terminal_report_has_every_finding_field(result):
 def test_timeline_lanes_and_downsampling(result):
     tl = result.timeline()
     assert list(tl.columns) == ["rank", "lane", "start_ms", "end_ms", "name"]
-    assert set(tl["lane"]) <= {"compute", "communication", "data_loading", "idle", "step"}
+    assert set(tl["lane"]) <= {"compute", "communication", "data_loading", "other", "idle", "step"}
     assert {"compute", "communication", "step"} <= set(tl["lane"])
     steps = tl[tl["lane"] == "step"]
     assert steps["name"].str.match(r"step \d+$").all()

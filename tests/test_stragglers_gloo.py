@@ -159,8 +159,10 @@ def test_breakdown_sums_and_shows_the_wait(slowed_run: list[RankTrace]) -> None:
     per_rank = bd.groupby("rank")[list(COMPONENTS)].mean()
     # rank 0 waits for rank 1 with nothing to compute: exposed communication
     assert per_rank.loc[0, "comm_exposed"] > 0.6 * SLOW_MS
-    # rank 1 sleeps in forward: that is its own (host) compute time
-    assert per_rank.loc[1, "compute"] > 0.8 * SLOW_MS
+    # rank 1 sleeps in forward: Python time with no operator running, inside the
+    # DistributedDataParallel.forward range: "other" host time, not compute
+    assert per_rank.loc[1, "other"] > 0.8 * SLOW_MS
+    assert per_rank.loc[1, "compute"] < per_rank.loc[1, "other"] / 2
     assert per_rank.loc[1, "comm_exposed"] < per_rank.loc[0, "comm_exposed"] / 3
     for t in slowed_run:
         assert 0 <= comm_comp_overlap(t) <= 100

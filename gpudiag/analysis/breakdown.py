@@ -11,8 +11,18 @@ Every instant of a step falls in exactly one component, by priority:
 6. ``idle``: none of the above
 
 GPU traces: compute = GPU kernels, memcpy and memset on any stream; communication = comm
-kernels. CPU (gloo) traces: compute = the training thread's ops (outside data loading);
-communication = gloo's transfers on its ``pt_gloo_runloop`` threads.
+kernels. CPU (gloo) traces: compute = the training thread's operators running (profiler
+category ``cpu_op``: ATen ops, autograd nodes), outside data loading and outside
+collective calls; a user annotation, ``DistributedDataParallel.forward`` or an
+``Optimizer.step`` range is not compute by itself, only the operators inside it.
+Communication = gloo's transfers on its ``pt_gloo_runloop`` threads and the training
+thread's time inside ``c10d::`` collective calls (blocked in ``c10d::allreduce_`` is
+waiting, not computing). Python time with no operator running (a ``time.sleep`` in
+forward) is ``other`` when the training thread is inside a recorded range, ``idle``
+when it is in none.
+
+The per-rank table (:func:`step_breakdown`) and the Timeline (:func:`timeline_lanes`)
+both come from :func:`component_intervals`: the same instants, the same names.
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ BREAKDOWN_COLUMNS = ("rank", "step", "step_ms", *COMPONENTS)
 
 _GPU_COMPUTE_KINDS = ("compute", "memcpy", "memset")
 _HOST_SKIP_KINDS = ("step",)
+# CPU traces: the operators (profiler category cpu_op) that count as compute
+_CPU_COMPUTE_KINDS = ("cpu_op", "sync")
 
 
 def is_gpu_trace(events: pd.DataFrame) -> bool:
@@ -83,14 +95,25 @@ def _activity_sets(rank_trace: RankTrace) -> dict[str, iv.Intervals]:
     main = ev["main_thread"].to_numpy()
     loading = _set(ev, main & (kind == "dataloader"))
     host = _set(ev, main & ~np.isin(kind, _HOST_SKIP_KINDS))
+    comm = _set(ev, comm_event_mask(ev))
     if is_gpu_trace(ev):
         compute = _set(ev, gpu & np.isin(kind, _GPU_COMPUTE_KINDS))
-        comm = _set(ev, gpu & (kind == "comm"))
     else:
-        busy = _set(ev, main & ~np.isin(kind, ("step", "dataloader")))
-        compute = iv.subtract(busy, loading)
-        comm = _set(ev, ~gpu & (kind == "comm"))
+        ops = _set(ev, main & np.isin(kind, _CPU_COMPUTE_KINDS))
+        collective_calls = _set(ev, main & (kind == "comm_cpu"))
+        compute = iv.subtract(iv.subtract(ops, loading), collective_calls)
     return {"compute": compute, "comm": comm, "data_loading": loading, "host": host}
+
+
+def comm_event_mask(ev: pd.DataFrame) -> np.ndarray:
+    """The events that make up communication: GPU traces, the comm kernels; CPU traces,
+    gloo's transfers and the training thread's collective calls (``c10d::*``)."""
+    kind = ev["kind"].to_numpy()
+    gpu = ev["is_gpu"].to_numpy()
+    if is_gpu_trace(ev):
+        return gpu & (kind == "comm")
+    main = ev["main_thread"].to_numpy()
+    return ~gpu & ((kind == "comm") | (main & (kind == "comm_cpu")))
 
 
 def component_intervals(rank_trace: RankTrace) -> dict[str, iv.Intervals]:
@@ -109,6 +132,39 @@ def component_intervals(rank_trace: RankTrace) -> dict[str, iv.Intervals]:
         "data_loading": pick(lambda a: a[:, d] & ~a[:, c] & ~a[:, m]),
         "other": pick(lambda a: a[:, h] & ~a[:, d] & ~a[:, c] & ~a[:, m]),
     }
+
+
+LANE_OF = {
+    "compute": "compute",
+    "comm_overlapped": "communication",
+    "comm_exposed": "communication",
+    "data_loading": "data_loading",
+    "other": "other",
+}
+
+
+def timeline_lanes(rank_trace: RankTrace) -> dict[str, iv.Intervals]:
+    """The Timeline's lanes, from the same intervals as the per-rank table: ``compute``
+    (compute and overlapped communication's compute), ``communication`` (overlapped and
+    exposed), ``data_loading``, ``other`` (host busy, nothing else) and ``idle`` (the rest
+    of each profiled step). Per step, compute + communication + data_loading + other +
+    idle lanes cover what the table's six columns sum to."""
+    parts = component_intervals(rank_trace)
+    sets = activity_sets(rank_trace)
+    lanes = {
+        "compute": sets["compute"],
+        "communication": sets["comm"],
+        "data_loading": parts["data_loading"],
+        "other": parts["other"],
+    }
+    windows = step_windows(rank_trace) if len(rank_trace.steps) else None
+    if windows is not None and len(windows):
+        steps = iv.union(windows["start_ns"].to_numpy(), windows["end_ns"].to_numpy())
+        covered = iv.merge(*(lanes[k] for k in lanes))
+        lanes["idle"] = iv.subtract(steps, covered)
+    else:
+        lanes["idle"] = iv.empty()
+    return lanes
 
 
 def step_windows(rank_trace: RankTrace) -> pd.DataFrame:

@@ -363,7 +363,11 @@ def comm_per_step(traces: list[RankTrace]) -> pd.DataFrame:
     rows = []
     for t in traces:
         w = step_windows(t)
-        comm = activity_sets(t)["comm"]
+        # tb-profiler counts comm kernels / gloo's transfers, not the training thread's
+        # c10d:: calls (which the breakdown also counts as communication: waiting)
+        ev = t.events
+        sel = (ev["kind"] == "comm").to_numpy()
+        comm = iv.union(ev["start_ns"].to_numpy()[sel], ev["end_ns"].to_numpy()[sel])
         ns = iv.per_window_length(comm, w["start_ns"].to_numpy(), w["end_ns"].to_numpy())
         rows.append(pd.DataFrame({"rank": t.meta.rank, "step": w["step"], "comm_ms": ns / 1e6}))
     if not rows:

@@ -62,8 +62,12 @@ class HostSync:
 
     rank: int
     count_per_step: float
+    # the cost: GPU idle time the syncs cause (0 on CPU-only traces)
     ms_per_step: float
     by_name: dict[str, SyncCalls]
+    # how long the host blocks in them (not a cost: the GPU may be busy meanwhile)
+    host_blocking_ms_per_step: float = 0.0
+    gpu_trace: bool = False
 
 
 @dataclass(frozen=True)
@@ -160,17 +164,67 @@ def trace_dataloader(trace: Any) -> TraceDataWait:
     )
 
 
+def _gpu_idle_caused(ev: pd.DataFrame, sync: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """GPU idle time the syncs cause, as merged intervals: a GPU idle gap that begins
+    while the host blocks in a sync (the GPU finished the work the host waited for, and
+    its queue is now empty), from its beginning until the GPU works again or the host
+    makes its first runtime call (the next launch or copy) after the sync returns,
+    whichever comes first. A gap already running when the sync began was not caused by
+    it (the host was already behind); a sync while the GPU stays busy costs nothing."""
+    empty = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    kinds = ev["kind"].isin(["compute", "comm", "memcpy", "memset"]).to_numpy()
+    gpu_mask = ev["is_gpu"].to_numpy(dtype=bool) & kinds
+    if sync.empty or not gpu_mask.any():
+        return empty
+    gs, ge = merge_intervals(ev["start_ns"].to_numpy()[gpu_mask], ev["end_ns"].to_numpy()[gpu_mask])
+    ss, se = merge_intervals(sync["start_ns"].to_numpy(), sync["end_ns"].to_numpy())
+    launches = np.sort(
+        ev["start_ns"].to_numpy(dtype=np.int64)[(ev["kind"] == "runtime").to_numpy()]
+    )
+    nxt = np.searchsorted(launches, se, side="left")
+    next_call = np.where(nxt < len(launches), launches[np.minimum(nxt, len(launches) - 1)], se)
+    # idle gaps between busy intervals: (ge[i], gs[i + 1]); the last one has no end
+    gap_s = ge
+    gap_e = np.append(gs[1:], np.iinfo(np.int64).max)
+    # the sync during whose blocking each gap begins
+    owner = np.searchsorted(ss, gap_s, side="right") - 1
+    ok = (owner >= 0) & (gap_s < se[np.maximum(owner, 0)])
+    if not ok.any():
+        return empty
+    o = owner[ok]
+    start = gap_s[ok]
+    end = np.minimum(gap_e[ok], np.maximum(next_call[o], se[o]))
+    keep = end > start
+    return merge_intervals(start[keep], end[keep])
+
+
 def trace_host_sync(trace: Any) -> HostSync:
+    """Host syncs inside the steps. ``host_blocking_ms_per_step`` is how long the host
+    waits in them; ``ms_per_step`` (the cost) is the GPU idle time they cause (see
+    :func:`_gpu_idle_caused`): zero on a CPU-only trace, where a sync costs nothing."""
     ev = trace.events
     steps = trace.steps
     n_steps = int(len(steps)) if steps is not None and len(steps) else 0
     sync = ev[(ev["kind"] == "sync") & (ev["step"] >= 0)] if n_steps else ev[ev["kind"] == "sync"]
     by_name = sync.groupby("name", observed=True)["dur_ns"].agg(["count", "sum"])
-    total_ms = _per_step_union_ms(sync, steps).sum() if n_steps else sync["dur_ns"].sum() / 1e6
+    blocking_ms = _per_step_union_ms(sync, steps).sum() if n_steps else sync["dur_ns"].sum() / 1e6
+    is_gpu = bool(
+        (ev["is_gpu"].to_numpy(dtype=bool) & ev["kind"].isin(["compute", "comm"]).to_numpy()).any()
+    )
+    idle_ms = 0.0
+    if is_gpu and len(sync):
+        s, e = _gpu_idle_caused(ev, sync)
+        if n_steps:
+            step = _step_of(s, steps)
+            idle_ms = float(((e - s)[step >= 0]).sum() / 1e6)
+        else:
+            idle_ms = float((e - s).sum() / 1e6)
     return HostSync(
         rank=int(trace.meta.rank),
         count_per_step=float(len(sync) / n_steps) if n_steps else float(len(sync)),
-        ms_per_step=float(total_ms / n_steps) if n_steps else 0.0,
+        ms_per_step=idle_ms / n_steps if n_steps else 0.0,
+        host_blocking_ms_per_step=float(blocking_ms / n_steps) if n_steps else 0.0,
+        gpu_trace=is_gpu,
         by_name={
             str(name): SyncCalls(count=int(row["count"]), total_ms=float(row["sum"] / 1e6))
             for name, row in by_name.iterrows()
@@ -262,15 +316,20 @@ def host_sync_findings(info: DataLoaderResult, step_ms: dict[int, float]) -> lis
     for r in rows:
         for name, v in r.by_name.items():
             names[name] = names.get(name, 0) + v.count
+    blocking = float(np.mean([r.host_blocking_ms_per_step for r in rows]))
     return [
         Finding(
             kind="host_sync",
             severity=severity,
             cost_ms_per_step=cost,
             ranks=sorted(r.rank for r in rows),
-            title=f"Host synchronisation blocks {cost:.1f} ms per step",
+            title=(
+                f"Host synchronisation leaves the GPU idle {cost:.1f} ms per step "
+                f"(the host blocks {blocking:.1f} ms in it)"
+            ),
             evidence={
-                "sync_ms_per_step": ms(cost),
+                "gpu_idle_caused_ms_per_step": ms(cost),
+                "host_blocking_ms_per_step": ms(blocking),
                 "step_ms": ms(mean_step),
                 "sync_points_per_step": round(float(np.mean([r.count_per_step for r in rows])), 2),
                 "calls": names,

@@ -234,10 +234,15 @@ BUCKET_FIX_MANY = (
 )
 
 
-def straggler_findings(stragglers: Any, step_ms: float) -> list[Finding]:
+def straggler_findings(
+    stragglers: Any, step_ms: float, contention: dict[str, Any] | None = None
+) -> list[Finding]:
     """Ranks flagged by stragglers.py, costed net of the mutual waiting: what the others
     wait for a rank minus the most any other rank makes them wait (two ranks that take
-    turns arriving last are jitter, not a straggler)."""
+    turns arriving last are jitter, not a straggler). Capped at low severity when fewer
+    than stragglers.MIN_STEPS steps were matched, or when other processes kept the host's
+    CPUs saturated (``contention`` from host.host_contention): the rank may then be late
+    because it got less CPU, not because of anything it does."""
     if stragglers is None or len(stragglers) == 0 or "is_straggler" not in stragglers:
         return []
     # The median over steps resists a few steps where one rank was descheduled (shared
@@ -258,16 +263,49 @@ def straggler_findings(stragglers: Any, step_ms: float) -> list[Finding]:
     ranks = sorted(net)
     worst = max(net.values())
     all_skew = zip(stragglers["rank"], stragglers["mean_skew_ms"], strict=False)
+    named = stragglers[stragglers["rank"].isin(ranks)]
+    consistent = bool(named["consistent"].all()) if "consistent" in named else True
+    severity = severity_for(worst, step_ms) or "low"
+    if not consistent:  # too few steps to tell a straggler from a hiccup: say less
+        severity = "low"
+    contended = bool(contention and contention.get("contended"))
+    if contended:  # other processes held the CPUs: the scheduler may be the cause
+        severity = "low"
+    consistency = {}
+    if "last_share" in named:
+        consistency = {
+            "steps_matched": int(named["steps"].max()),
+            "late_share_of_steps": {
+                str(int(r)): round(float(v), 2)
+                for r, v in zip(named["rank"], named["last_share"], strict=False)
+            },
+            "noise_floor_ms": {
+                str(int(r)): ms(v) for r, v in zip(named["rank"], named["noise_ms"], strict=False)
+            },
+            "consistent": consistent,
+        }
     return [
         Finding(
             kind="straggler",
-            severity=severity_for(worst, step_ms) or "low",
+            severity=severity,
             cost_ms_per_step=worst,
             ranks=ranks,
             title=(
                 f"Rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} arrive"
                 f"{'' if len(ranks) > 1 else 's'} last at collectives; the others wait "
                 f"{worst:.1f} ms per step"
+                + (
+                    ""
+                    if consistent
+                    else f" (only {consistency.get('steps_matched', 0)} step(s) matched: "
+                    "not shown to be consistent)"
+                )
+                + (
+                    "; other processes kept the host's CPUs saturated, so it may just have "
+                    "had less CPU time"
+                    if contended
+                    else ""
+                )
             ),
             evidence={
                 "net_wait_ms_per_step": {str(r): ms(v) for r, v in net.items()},
@@ -287,6 +325,8 @@ def straggler_findings(stragglers: Any, step_ms: float) -> list[Finding]:
                     )
                 },
                 "step_ms": ms(step_ms),
+                **consistency,
+                **({"host_cpu": contention} if contention else {}),
             },
             fix=STRAGGLER_FIX,
         )
@@ -348,10 +388,7 @@ def exposed_comm_findings(
             severity=severity,
             cost_ms_per_step=cost,
             ranks=hit,
-            title=(
-                f"{cost:.1f} ms per step of communication is not overlapped with compute "
-                f"({100 * cost / step_ms:.0f}% of the step)"
-            ),
+            title=_exposed_title(float(exposed.mean()), straggler_ms, cost, step_ms),
             evidence={
                 "comm_exposed_ms": ms(float(exposed.mean())),
                 "waiting_for_straggler_ms": ms(straggler_ms),
@@ -373,6 +410,19 @@ def exposed_comm_findings(
             fix=EXPOSED_COMM_FIX_LATENCY if latency_bound(largest_bytes) else EXPOSED_COMM_FIX,
         )
     ]
+
+
+def _exposed_title(gross: float, waiting: float, cost: float, step_ms: float) -> str:
+    """The per-rank table's number (mean over ranks) first, then what is left of it once
+    the wait for a straggler (costed by ``straggler``) is set apart."""
+    share = f"{100 * cost / step_ms:.0f}% of the step"
+    if waiting <= 0.05 * gross:
+        return f"{cost:.1f} ms per step of communication is not overlapped with compute ({share})"
+    return (
+        f"{gross:.1f} ms per step of communication is not overlapped with compute (mean over "
+        f"ranks); {waiting:.1f} ms of it is waiting for the straggler, the other {cost:.1f} ms "
+        f"({share}) is the communication itself"
+    )
 
 
 def bucket_findings(

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpudiag.analysis import dataloader, dataparallel, failures, gpu, whatif
+from gpudiag.analysis import dataloader, dataparallel, failures, gpu, host, whatif
 from gpudiag.analysis import findings as fnd
 from gpudiag.analysis.dataloader import DataLoaderResult
 from gpudiag.analysis.findings import Finding, attach_locations, sort_findings
@@ -157,16 +157,30 @@ def _run_info(path: Path, run: Any, traces: list[Any], breakdown: pd.DataFrame) 
     )
 
 
+def completed_steps(steps: pd.DataFrame) -> set[int]:
+    """Steps every rank of the steps table finished (a failed or hung run's last,
+    unfinished step is not one of them)."""
+    if steps is None or steps.empty or "step" not in steps:
+        return set()
+    done = steps.dropna(subset=["end_ns"]) if "end_ns" in steps else steps
+    if "rank" not in done:
+        return {int(s) for s in done["step"].unique()}
+    n_ranks = steps["rank"].nunique()
+    per_step = done.groupby("step")["rank"].nunique()
+    return {int(s) for s in per_step.index[per_step.to_numpy() >= n_ranks]}
+
+
 def _steady_state(
     coll: pd.DataFrame, traces: list[Any], run: Any
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Collectives and the steps they span, for straggler matching. The run's first step
-    (and collectives outside any step: DDP's construction broadcasts) is warm-up where
-    ranks start at different times; it is left out when the run has 3 steps or more.
-    The steps frame covers exactly the steps the collectives come from, so the per-step
-    costs divide by the right count (the run's collectives span every step, the trace
-    only the profiled window)."""
-    trace_steps = [t.steps for t in traces if len(t.steps)]
+    """Collectives and the steps they span, for straggler matching. Only steps that every
+    rank completed count (a failed or hung run is judged on the steps it finished, not on
+    the time it hung). The run's first step (and collectives outside any step: DDP's
+    construction broadcasts) is warm-up where ranks start at different times; it is left
+    out when the run has 3 steps or more. The steps frame covers exactly the steps the
+    collectives come from, so the per-step costs divide by the right count (the run's
+    collectives span every step, the trace only the profiled window)."""
+    trace_steps = [t.steps.assign(rank=t.meta.rank) for t in traces if len(t.steps)]
     if run is not None and len(run.steps):
         steps = run.steps
     elif trace_steps:
@@ -175,11 +189,13 @@ def _steady_state(
         return coll, _empty(("rank", "step", "start_ns", "end_ns"))
     if "step" not in coll or coll["step"].isna().all():
         return coll, steps
+    done = completed_steps(steps)
     step_col = pd.to_numeric(coll["step"], errors="coerce").fillna(-1)
-    present = np.sort(step_col[step_col >= 0].unique())
+    present = np.sort(step_col[step_col.isin(done)].unique())
+    keep = step_col.isin(done)
     if len(present) >= 3:
-        keep = step_col > present[0]
-    else:
+        keep &= step_col > present[0]
+    elif not len(present):
         keep = pd.Series(True, index=coll.index)
     coll = coll[keep.to_numpy()]
     used = set(step_col[keep].unique())
@@ -330,7 +346,8 @@ def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
     )
     found: list[Finding] = []
     found += failures.failure_findings(run)
-    straggler = fnd.straggler_findings(slow, step_ms)
+    contention = _guard(warnings, "host CPU", host.host_contention, run) if run else None
+    straggler = fnd.straggler_findings(slow, step_ms, contention)
     waited = sum(fnd.waiting_share(ranks, f.ranks, f.cost_ms_per_step) for f in straggler)
     found += straggler
     largest = fnd.largest_collective_bytes(coll)

@@ -13,10 +13,23 @@ when its collective starts (GPU: the comm kernel starts on the stream; gloo: the
 A rank's ``cost_ms_per_step`` is the length of the union of its lead intervals
 ([second-to-last arrival, its arrival]) divided by the steps analysed (DDP buckets
 issued back to back share one wait, counted once); ``wait_ms_per_step`` likewise.
-A rank is a straggler when the per-step median of that cost is at least
-``max(0.5 ms, 5 % of the median step)``, its mean cost is at least half the largest and
-at least twice that of every rank not so named; when every rank qualifies, none is named
-(ranks late in turn are noise, and one hiccup does not name a rank).
+
+A rank is named a straggler only when it is late *consistently* over every step the run
+recorded (the run's collectives table covers them all, the trace only its window):
+
+* the others wait for it more than it waits for them (its per-step lead cost exceeds
+  the median of the other ranks') in at least ``MIN_LAST_SHARE`` of the steps
+  (``last_share``);
+* the per-step median of its lead is at least the noise floor ``noise_ms``, measured from
+  the run itself: ``NOISE_K`` standard errors of the median of that per-step excess
+  (1.2533 x 1.4826 x MAD / sqrt(steps): how much its lateness moves from step to step,
+  so a loaded host that makes every arrival jitter needs more evidence), and never
+  below ``max(0.5 ms, 5 % of the median step)``;
+* its mean cost is at least half the largest and twice that of every rank not so named;
+* at least ``MIN_STEPS`` steps were matched (``consistent`` is False otherwise: the
+  finding is then capped at low severity).
+
+When every rank qualifies, none is named (ranks late in turn are noise).
 """
 
 from __future__ import annotations
@@ -49,11 +62,18 @@ STRAGGLER_COLUMNS = (
     "wait_ms_per_step",
     "cost_ms_per_step",
     "median_cost_ms",
+    "steps",
+    "last_share",
+    "noise_ms",
+    "consistent",
     "is_straggler",
 )
 
 MIN_COST_MS = 0.5
 MIN_COST_FRACTION_OF_STEP = 0.05
+MIN_LAST_SHARE = 0.75
+NOISE_K = 3.0
+MIN_STEPS = 5
 
 
 def _match_key(table: pd.DataFrame) -> pd.Series:
@@ -150,6 +170,16 @@ def _per_step_cost(skew: pd.DataFrame, ranks: np.ndarray, steps: np.ndarray) -> 
     return cost.reshape(len(ranks), len(steps))
 
 
+def _per_step_lag(per_step: np.ndarray) -> np.ndarray:
+    """(rank x step) the rank's lead cost in the step minus the median of the other
+    ranks' (ms): positive when the others waited for it more than it waited for them."""
+    n = per_step.shape[0]
+    if n < 2:
+        return np.zeros_like(per_step)
+    others = np.stack([np.median(np.delete(per_step, i, axis=0), axis=0) for i in range(n)], axis=0)
+    return per_step - others
+
+
 def _pad(values: np.ndarray, size: int) -> np.ndarray:
     return np.concatenate([values, np.zeros(size - len(values))])
 
@@ -181,12 +211,26 @@ def stragglers(skew: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.Data
     if missing_steps:
         per_step = np.hstack([per_step, np.zeros((len(ranks), missing_steps))])
     out["median_cost_ms"] = np.median(per_step, axis=1)
+    lag = _per_step_lag(per_step[:, : len(steps_seen)])
+    n_seen = lag.shape[1]
+    out["steps"] = n_seen
+    out["last_share"] = (lag > 0).sum(axis=1) / max(n_seen, 1)
+    med = np.median(lag, axis=1) if n_seen else np.zeros(len(ranks))
+    mad = np.median(np.abs(lag - med[:, None]), axis=1) if n_seen else np.zeros(len(ranks))
+    # standard error of a median: 1.2533 sigma / sqrt(n), sigma = 1.4826 MAD
+    out["noise_ms"] = NOISE_K * 1.2533 * 1.4826 * mad / np.sqrt(max(n_seen, 1))
+    out["consistent"] = n_seen >= MIN_STEPS
     out = out.reset_index()
     threshold = MIN_COST_MS
     if median_step_ms == median_step_ms:  # not NaN
         threshold = max(threshold, MIN_COST_FRACTION_OF_STEP * median_step_ms)
+    floor = np.maximum(out["noise_ms"].to_numpy(), threshold)
     cost = out["cost_ms_per_step"]
-    candidate = (out["median_cost_ms"] >= threshold) & (cost >= 0.5 * cost.max())
+    candidate = (
+        (out["median_cost_ms"] >= floor)
+        & (out["last_share"] >= MIN_LAST_SHARE)
+        & (cost >= 0.5 * cost.max())
+    )
     rest = cost[~candidate].max() if (~candidate).any() else float("nan")
     # everyone late in turn is noise; a straggler stands out from the rest
     out["is_straggler"] = candidate & (~candidate).any() & (cost >= 2 * rest)

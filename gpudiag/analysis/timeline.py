@@ -1,5 +1,6 @@
 """The per-rank timeline drawn by the report and the dashboard: merged intervals per
-lane (compute, communication, data loading, idle, steps), downsampled to a drawable count.
+lane (compute, communication, data loading, other, idle, steps): the intervals the
+per-rank table sums (breakdown.timeline_lanes), downsampled to a drawable count.
 """
 
 from __future__ import annotations
@@ -9,10 +10,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpudiag.analysis.dataloader import merge_intervals
-
 TIMELINE_COLUMNS = ("rank", "lane", "start_ms", "end_ms", "name")
-LANES = ("compute", "communication", "data_loading", "idle")
+LANES = ("compute", "communication", "data_loading", "other", "idle")
 
 
 def timeline(traces: list[Any], rank: int | None = None, max_intervals: int = 5000) -> pd.DataFrame:
@@ -30,38 +29,24 @@ def timeline(traces: list[Any], rank: int | None = None, max_intervals: int = 50
     return out[list(TIMELINE_COLUMNS)].reset_index(drop=True)
 
 
-def _lane_masks(ev: pd.DataFrame) -> dict[str, pd.Series]:
-    kind = ev["kind"].astype(str)
-    gpu = ev["is_gpu"].astype(bool)
-    if gpu.any():
-        compute = gpu & kind.isin(["compute", "memcpy", "memset"])
-        comm = gpu & (kind == "comm")
-    else:
-        main = ev["main_thread"].astype(bool)
-        compute = main & kind.isin(["cpu_op", "optimizer"])
-        comm = kind == "comm"
-    return {"compute": compute, "communication": comm, "data_loading": kind == "dataloader"}
-
-
 def _trace_timeline(trace: Any) -> pd.DataFrame:
+    """One rank's lanes, from breakdown.timeline_lanes (the intervals the per-rank table
+    sums), with each collective as its own named interval on the communication lane."""
+    from gpudiag.analysis import breakdown as bd
+
     ev = trace.events
     if ev is None or ev.empty:
         return pd.DataFrame()
     parts = []
-    busy_s, busy_e = [], []
-    for lane, mask in _lane_masks(ev).items():
-        sel = ev[mask]
-        s, e = merge_intervals(sel["start_ns"].to_numpy(), sel["end_ns"].to_numpy())
-        if lane == "communication" and len(sel):
-            parts.append(_collective_rows(sel))
+    for lane, (s, e) in bd.timeline_lanes(trace).items():
+        if lane == "communication":
+            comm = ev[bd.comm_event_mask(ev)]
+            if len(comm):
+                parts.append(_collective_rows(comm))
         elif len(s):
             parts.append(pd.DataFrame({"lane": lane, "start_ns": s, "end_ns": e, "name": lane}))
-        if lane != "data_loading":
-            busy_s.append(s)
-            busy_e.append(e)
     steps = trace.steps
     if steps is not None and len(steps):
-        lo, hi = int(steps["start_ns"].min()), int(steps["end_ns"].max())
         parts.append(
             pd.DataFrame(
                 {
@@ -72,17 +57,6 @@ def _trace_timeline(trace: Any) -> pd.DataFrame:
                 }
             )
         )
-        s, e = merge_intervals(np.concatenate(busy_s), np.concatenate(busy_e))
-        gap_s = np.concatenate([[lo], e])
-        gap_e = np.concatenate([s, [hi]])
-        gap_s, gap_e = np.clip(gap_s, lo, hi), np.clip(gap_e, lo, hi)
-        keep = gap_e > gap_s
-        if keep.any():
-            parts.append(
-                pd.DataFrame(
-                    {"lane": "idle", "start_ns": gap_s[keep], "end_ns": gap_e[keep], "name": "idle"}
-                )
-            )
     if not parts:
         return pd.DataFrame()
     out = pd.concat(parts, ignore_index=True)

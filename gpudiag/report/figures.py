@@ -25,6 +25,7 @@ LANE_COLORS = {
     "compute": "#4c78a8",
     "communication": "#e45756",
     "data_loading": "#f58518",
+    "other": "#9d755d",
     "idle": "#bab0ac",
 }
 COLORS = {**BREAKDOWN_COLORS, **LANE_COLORS, "step": "#444444"}
