@@ -82,9 +82,6 @@ def gloo_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         assert results[name].run.status == "ok", f"{name}: {log}"
     _trace(root / "hang", 2, ["--hang-timeout", "5"], HANG, [])
     results["hang"] = analyze(root / "hang")
-    for name, (ranks, options, args) in SUITE_JOBS.items():
-        _trace(root / name, ranks, options, SUITE, args)
-        results[name] = analyze(root / name)
     return results
 
 
@@ -183,20 +180,32 @@ def test_hang_names_the_rank_that_never_arrived_and_its_line(gloo_runs):
     assert hang.location and hang.location.startswith(f"{HANG}:{line}")
 
 
+@pytest.fixture(scope="session")
+def suite_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """A few cases of the labelled suite, recorded once (a fixture of their own: the jobs
+    above already take minutes on a loaded 2-core machine)."""
+    root = tmp_path_factory.mktemp("suite_runs")
+    results = {}
+    for name, (ranks, options, args) in SUITE_JOBS.items():
+        _trace(root / name, ranks, options, SUITE, args)
+        results[name] = analyze(root / name)
+    return results
+
+
 def _severe(result, kind: str) -> list:
     return [f for f in result.findings if f.kind == kind and f.severity in ("high", "medium")]
 
 
-def test_symmetric_data_sleep_is_a_stall_not_a_straggler(gloo_runs):
-    res = gloo_runs["sym_data"]
+def test_symmetric_data_sleep_is_a_stall_not_a_straggler(suite_runs):
+    res = suite_runs["sym_data"]
     stall = _kinds(res)["dataloader_stall"]
     assert stall.severity == "high" and stall.ranks == [0, 1]
     assert 20 < stall.cost_ms_per_step < 90
     assert _severe(res, "straggler") == []
 
 
-def test_failed_run_reports_the_failure_and_only_completed_steps(gloo_runs):
-    res = gloo_runs["fail"]
+def test_failed_run_reports_the_failure_and_only_completed_steps(suite_runs):
+    res = suite_runs["fail"]
     assert res.run.status == "failed"
     assert res.findings[0].kind == "rank_failed" and 1 in res.findings[0].ranks
     # nothing is costed from the time rank 0 waited for the rank that died
@@ -205,8 +214,8 @@ def test_failed_run_reports_the_failure_and_only_completed_steps(gloo_runs):
     assert set(res.skew["step"]) <= set(range(1, 8))
 
 
-def test_item_on_cpu_costs_nothing(gloo_runs):
-    res = gloo_runs["item"]
+def test_item_on_cpu_costs_nothing(suite_runs):
+    res = suite_runs["item"]
     assert "host_sync" not in _kinds(res)
     calls = [r for r in res.dataloader.host_sync if r.count_per_step > 0]
     assert calls and all(r.ms_per_step == 0 for r in calls)
