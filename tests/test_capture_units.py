@@ -78,7 +78,7 @@ def test_job_command_single_vs_torchrun(tmp_path: Path) -> None:
     script = tmp_path / "t.py"
     script.write_text("")
     single = launcher.job_command(launcher.parse([str(script), "--a"]))
-    assert single[1:] == ["-m", "gpudiag.capture.worker", str(script), "--a"]
+    assert single[1:] == ["-m", "gpudiag.capture.rank", str(script), "--a"]
     multi = launcher.job_command(
         launcher.parse(["--nproc-per-node", "4", "--rdzv-endpoint", "h:1", "-m", "p.m", "--a"])
     )
@@ -89,7 +89,7 @@ def test_job_command_single_vs_torchrun(tmp_path: Path) -> None:
         "--rdzv-endpoint",
         "h:1",
         "-m",
-        "gpudiag.capture.worker",
+        "gpudiag.capture.rank",
         "-m",
         "p.m",
         "--a",

@@ -1,4 +1,4 @@
-"""``python -m gpudiag.capture.agent [torchrun options] -m gpudiag.capture.worker ...``:
+"""``python -m gpudiag.capture.agent [torchrun options] -m gpudiag.capture.rank ...``:
 torch.distributed.run as ``gpudiag trace`` starts it.
 
 The same elastic agent as ``torchrun``, with three differences:

@@ -252,7 +252,7 @@ def uses_torchrun(args: TraceArgs) -> bool:
 
 def job_command(args: TraceArgs) -> list[str]:
     target = ["-m", args.target["module"]] if "module" in args.target else [args.target["script"]]
-    worker = ["-m", "gpudiag.capture.worker", *target, *args.script_args]
+    worker = ["-m", "gpudiag.capture.rank", *target, *args.script_args]
     if uses_torchrun(args):
         return [sys.executable, "-m", "gpudiag.capture.agent", *args.torchrun_argv, *worker]
     return [sys.executable, *worker]

@@ -23,9 +23,17 @@ from typing import Any
 _STARTED = False
 
 
-def install(on_spawn: Callable[[], None]) -> None:
+# run_rank(fn, index, nprocs, args, error_file): a spawned worker's whole life as a rank
+# (worker.run_spawned_rank). Passed in, not imported, so that worker.py, which installs
+# this hook, and this module do not import each other; it must be a module-level
+# function, as it is pickled into every child.
+RankRunner = Callable[[Callable, int, int, tuple, "str | None"], None]
+
+
+def install(on_spawn: Callable[[], None], run_rank: RankRunner) -> None:
     """Patch torch.multiprocessing's start_processes (spawn() goes through it) in the
-    process gpudiag started; ``on_spawn`` runs once, before the first worker starts."""
+    process gpudiag started; ``on_spawn`` runs once, before the first worker starts, and
+    each worker runs the user's function through ``run_rank``."""
     import torch.multiprocessing as tmp
 
     module = sys.modules.get("torch.multiprocessing.spawn")
@@ -39,7 +47,7 @@ def install(on_spawn: Callable[[], None]) -> None:
         if not _STARTED:
             _STARTED = True
             on_spawn()
-        return original(SpawnedRank(fn, nprocs), args, nprocs, *rest, **kw)
+        return original(SpawnedRank(fn, nprocs, run_rank), args, nprocs, *rest, **kw)
 
     start_processes._gpudiag_wrapped = True  # type: ignore[attr-defined]
     module.start_processes = start_processes  # type: ignore[union-attr]
@@ -49,19 +57,13 @@ def install(on_spawn: Callable[[], None]) -> None:
 class SpawnedRank:
     """Picklable wrapper of the user's function: runs it as one rank of the run."""
 
-    def __init__(self, fn: Callable, nprocs: int) -> None:
+    def __init__(self, fn: Callable, nprocs: int, run_rank: RankRunner) -> None:
         self.fn = fn
         self.nprocs = nprocs
+        self.run_rank = run_rank
 
     def __call__(self, index: int, *args: Any) -> None:
-        from gpudiag.capture import worker as worker_mod
-
-        error_file = _torch_error_file(sys._getframe(1))
-        worker = worker_mod.spawned_worker(index, self.nprocs)
-        outcome = worker.run_callable(functools.partial(self.fn, index, *args))
-        if outcome.status == "failed" and error_file and outcome.traceback:
-            _write_torch_error_file(error_file, outcome.traceback)
-        worker.finish(outcome)
+        self.run_rank(self.fn, index, self.nprocs, args, _torch_error_file(sys._getframe(1)))
 
 
 def _torch_error_file(frame: Any) -> str | None:
@@ -70,7 +72,7 @@ def _torch_error_file(frame: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _write_torch_error_file(path: str, text: str) -> None:
+def write_torch_error_file(path: str, text: str) -> None:
     """What torch's _wrap writes for the parent: a pickled traceback string (torch reads
     it in the parent; gpudiag never reads it)."""
     try:

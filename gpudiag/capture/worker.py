@@ -1,4 +1,4 @@
-"""Per-rank bootstrap: ``python -m gpudiag.capture.worker <script | -m module> [args...]``.
+"""Per-rank bootstrap, run by ``python -m gpudiag.capture.rank <script | -m module> [args...]``.
 
 Started by ``gpudiag trace`` directly (one process) or through torch.distributed.run.
 It installs the instrumentation, runs the user's code as ``__main__`` with runpy, and
@@ -175,7 +175,7 @@ class Worker:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _on_sigterm)
         if "RANK" not in os.environ and self.target:  # gpudiag started this one process
-            self._guard("spawn hook", lambda: spawn.install(self.hand_over_rank))
+            self._guard("spawn hook", lambda: spawn.install(self.hand_over_rank, run_spawned_rank))
 
     def hand_over_rank(self) -> None:
         """The script spawns its own workers (torch.multiprocessing): they become the
@@ -578,6 +578,19 @@ def spawned_worker(index: int, nprocs: int) -> Worker:
     return worker
 
 
+def run_spawned_rank(
+    fn: Callable, index: int, nprocs: int, args: tuple, error_file: str | None
+) -> None:
+    """A worker started by torch.multiprocessing.spawn, as one rank of the run
+    (spawn.SpawnedRank calls it in the child). A failure also goes to torch's error file,
+    so the parent's ProcessRaisedException still carries the traceback."""
+    worker = spawned_worker(index, nprocs)
+    outcome = worker.run_callable(functools.partial(fn, index, *args))
+    if outcome.status == "failed" and error_file and outcome.traceback:
+        spawn.write_torch_error_file(error_file, outcome.traceback)
+    worker.finish(outcome)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Ranks end when their parent (torchrun's agent, or the launcher) dies, and when the
@@ -597,7 +610,3 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # instrumentation must never stop the training itself
         worker._warn(f"instrumentation incomplete ({type(exc).__name__}: {exc})")
     worker.finish(worker.run_user_code())
-
-
-if __name__ == "__main__":
-    main()

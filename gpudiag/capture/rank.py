@@ -1,0 +1,14 @@
+"""One rank's process: ``python -m gpudiag.capture.rank <script | -m module> [args...]``.
+
+The launcher (and torchrun's agent) start this module; its work is worker.main. It is a
+module of its own so that gpudiag.capture.worker is always imported under its own name,
+never as ``__main__``: spawned ranks (spawn.py) get worker's functions by pickling, and the
+user's script runs as ``__main__``.
+"""
+
+from __future__ import annotations
+
+from gpudiag.capture.worker import main
+
+if __name__ == "__main__":
+    main()
