@@ -125,6 +125,25 @@ def test_stuck_collective_and_missing_rank_before_the_watchdog(tmp_path: Path) -
         _end(job, signal.SIGTERM)
 
 
+def test_stuck_ddp_bucket_all_reduce_from_the_flight_recorder(tmp_path: Path) -> None:
+    """DDP's default bucket all-reduce is C++: no wrapper sees it enter. A rank idle for
+    5 s dumps its Flight Recorder from the poll thread; the watch matches the ranks'
+    frontiers and names the rank that never issued the collective."""
+    run, stop = tmp_path / "run", tmp_path / "stop"
+    job = _start(run, "ddp", stop)
+    try:
+        snap = _watch_until(run, job, lambda s: s["stuck"], "--stuck-after", "3")
+        assert snap["state"] == "running"
+        assert not (run / "hang_report.json").exists()
+        (stuck,) = snap["stuck"]
+        assert stuck["op"] == "all_reduce"
+        assert stuck["arrived"] == [0]
+        assert stuck["missing"] == [1]
+        assert stuck["waiting_s"] >= 3
+    finally:
+        _end(job, signal.SIGTERM)
+
+
 def test_failed_run_names_the_rank(tmp_path: Path) -> None:
     run, stop = tmp_path / "run", tmp_path / "stop"
     job = _start(run, "fail", stop)

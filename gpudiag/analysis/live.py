@@ -110,6 +110,8 @@ class LiveWindow:
         self.gpus: dict[tuple[int, int], dict[str, Any]] = {}
         self.collectives_changed = True
         self._newest_step: dict[int, int] = {}
+        # (rank, pg_name) -> highest seq this rank is known to have issued
+        self.max_seq: dict[tuple[int, str], int] = {}
 
     def add(self, batch: rundir.LiveBatch) -> None:
         for rank, rows in batch.rank_rows.get(rundir.STEPS, {}).items():
@@ -137,6 +139,8 @@ class LiveWindow:
             if not isinstance(seq, int) or not isinstance(arrival, int) or row.get("op") == "lost":
                 continue
             key = (str(row.get("pg_name")), seq)
+            if seq > self.max_seq.get((rank, key[0]), -1):
+                self.max_seq[(rank, key[0])] = seq
             if key in table and not fr:
                 continue  # the Flight Recorder's enqueue time, as `analyze` uses
             table[key] = {
@@ -283,40 +287,72 @@ def stuck_collectives(
     ended: set[int],
     now_ns: int,
     stuck_after_s: float,
+    reached: dict[tuple[int, str], int] | None = None,
 ) -> list[StuckCollective]:
     """Collectives some ranks have waited in for over ``stuck_after_s``, with the
-    members of the group that never arrived."""
-    groups: dict[tuple[str, int | None], dict[str, Any]] = {}
+    members of the group that never arrived.
+
+    ``inflight`` is each rank's inflight_live.json: ``inflight`` (calls the recorder saw
+    enter and not leave) and ``fr_pending`` (Flight Recorder entries of a rank idle for
+    seconds: issued, maybe completed). A rank has arrived at (pg, seq) when it holds
+    that entry or is known (``reached``: its collective rows) to have issued a later
+    seq of the group. A pending entry is shown only at the rank's frontier (its last
+    seq in the group) and only when some member never arrived."""
+    known: dict[tuple[int, str], int] = dict(reached or {})
+    entries: list[tuple[int, dict[str, Any], bool]] = []
     for rank, doc in inflight.items():
         if rank in ended:
             continue
-        for entry in doc.get("inflight") or []:
-            if not isinstance(entry, dict) or not isinstance(entry.get("enter_ns"), int):
-                continue
-            seq = entry.get("seq") if isinstance(entry.get("seq"), int) else None
-            key = (str(entry.get("pg_name")), seq)
-            g = groups.setdefault(
-                key, {"op": entry.get("op"), "enter_ns": entry["enter_ns"], "arrived": set()}
-            )
-            g["enter_ns"] = min(g["enter_ns"], entry["enter_ns"])
-            g["arrived"].add(rank)
-            members = entry.get("pg_ranks")
-            if isinstance(members, list) and all(isinstance(m, int) for m in members):
-                g["members"] = members
+        for name, entered in (("inflight", True), ("fr_pending", False)):
+            for entry in doc.get(name) or []:
+                if not isinstance(entry, dict) or not isinstance(entry.get("enter_ns"), int):
+                    continue
+                entries.append((rank, entry, entered))
+                seq = entry.get("seq")
+                if isinstance(seq, int):
+                    k = (rank, str(entry.get("pg_name")))
+                    known[k] = max(known.get(k, -1), seq)
+    groups: dict[tuple[str, int | None], dict[str, Any]] = {}
+    for rank, entry, entered in entries:
+        seq = entry.get("seq") if isinstance(entry.get("seq"), int) else None
+        pg = str(entry.get("pg_name"))
+        if not entered and seq != known.get((rank, pg)):
+            continue  # a pending entry behind this rank's frontier: it completed
+        g = groups.setdefault(
+            (pg, seq),
+            {
+                "op": entry.get("op"),
+                "enter_ns": entry["enter_ns"],
+                "arrived": set(),
+                "entered": False,
+            },
+        )
+        g["enter_ns"] = min(g["enter_ns"], entry["enter_ns"])
+        g["arrived"].add(rank)
+        g["entered"] = g["entered"] or entered
+        members = entry.get("pg_ranks")
+        if isinstance(members, list) and all(isinstance(m, int) for m in members):
+            g["members"] = members
     out: list[StuckCollective] = []
     for (pg, seq), g in groups.items():
         waiting = (now_ns - g["enter_ns"]) / 1e9
         if waiting < stuck_after_s:
             continue
         members = g.get("members") or ranks
+        arrived = set(g["arrived"])
+        if seq is not None:
+            arrived |= {m for m in members if known.get((m, pg), -1) >= seq}
+        missing = sorted(set(members) - arrived)
+        if not g["entered"] and not missing:
+            continue
         out.append(
             StuckCollective(
                 pg=pg,
                 seq=seq,
                 op=g["op"],
                 waiting_s=round(waiting, 3),
-                arrived=sorted(g["arrived"]),
-                missing=sorted(set(members) - g["arrived"]),
+                arrived=sorted(arrived),
+                missing=missing,
             )
         )
     return sorted(out, key=lambda s: -s.waiting_s)
@@ -457,7 +493,9 @@ def snapshot(
         )
     lag, span = (lagging or Lagging(every_s=0.0)).update(win, window)
     stuck = (
-        stuck_collectives(batch.inflight, ranks, set(batch.statuses), now, stuck_after_s)
+        stuck_collectives(
+            batch.inflight, ranks, set(batch.statuses), now, stuck_after_s, win.max_seq
+        )
         if state in ("running", "hang")
         else []
     )

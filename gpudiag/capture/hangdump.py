@@ -29,6 +29,11 @@ from gpudiag import rundir
 FINISH_REQUEST = "finish_request"  # "flush and end this rank": the job hangs
 POLL_S = 0.25
 LIVE_EVERY_S = 1.0
+# A rank without a step end for this long dumps its Flight Recorder once (per step) from
+# the poll thread, so collectives the recorder's wrappers cannot see in flight (DDP's
+# C++ bucket all-reduces) show in inflight_live.json as ``fr_pending``. Holds the GIL
+# 28-42 ms for a full ring: at most once per step, only for steps longer than this.
+LIVE_FR_IDLE_S = 5.0
 
 _STACKS_FILE: IO[str] | None = None
 _FINISHER: Callable[[str], None] | None = None
@@ -129,6 +134,8 @@ class _LiveInflight:
         self._last_check = 0.0
         self._written: tuple | None = None
         self._stopped = False
+        self._fr_step: int | None = -1
+        self._pending: list[dict[str, Any]] = []
 
     def stop(self) -> None:
         self._stopped = True
@@ -145,10 +152,13 @@ class _LiveInflight:
             return
         cutoff = time.time_ns() - int(rundir.LIVE_INFLIGHT_AGE_S * 1e9)
         waiting = [r for r in recorder.inflight.snapshot() if r.get("enter_ns", cutoff) < cutoff]
-        key = tuple(sorted((str(r.get("pg_name")), r.get("seq"), r["enter_ns"]) for r in waiting))
+        self._update_pending(recorder)
+        key = tuple(
+            sorted((str(r.get("pg_name")), r.get("seq"), r["enter_ns"]) for r in waiting)
+        ) + tuple((str(r["pg_name"]), r["seq"], -1) for r in self._pending)
         if key == self._written:
             return
-        groups = collectives._pg_info() if waiting else {}
+        groups = collectives._pg_info() if waiting or self._pending else {}
         rows = [
             {
                 "pg_name": r.get("pg_name"),
@@ -161,7 +171,15 @@ class _LiveInflight:
             }
             for r in waiting
         ]
-        snapshot = {"t_ns": time.time_ns(), "last_step": recorder._last_step, "inflight": rows}
+        pending = [
+            dict(r, pg_ranks=groups.get(r["pg_name"], (None, None))[1]) for r in self._pending
+        ]
+        snapshot = {
+            "t_ns": time.time_ns(),
+            "last_step": recorder._last_step,
+            "inflight": rows,
+            "fr_pending": pending,
+        }
         try:
             rundir.write_json_atomic(self.path, snapshot)
         except OSError as exc:  # full disk: the live view just misses it
@@ -169,6 +187,33 @@ class _LiveInflight:
             self._stopped = True
             return
         self._written = key
+
+    def _update_pending(self, recorder: Any) -> None:
+        """FR entries of the current step not yet written to collectives.jsonl, dumped
+        once per step when the rank has not ended a step for LIVE_FR_IDLE_S."""
+        from gpudiag.capture import collectives
+
+        ends = recorder._step_ends
+        last_end = ends[-1] if ends else None
+        if last_end is None or time.time_ns() - last_end < LIVE_FR_IDLE_S * 1e9:
+            self._pending = []
+            return
+        if not recorder.fr_enabled or self._fr_step == recorder._last_step:
+            return
+        self._fr_step = recorder._last_step
+        watermark = recorder._watermark
+        pending = []
+        for e in collectives.dump_flight_recorder():
+            created = e.get("time_created_ns") or 0
+            seq = e.get("collective_seq_id")
+            if e.get("is_p2p") or not isinstance(seq, int) or created <= last_end:
+                continue
+            if not isinstance(e.get("record_id"), int) or e["record_id"] <= watermark:
+                continue
+            pg = (list(e.get("process_group") or [""]) + [""])[0]
+            op = collectives.normalise_op(e.get("profiling_name", ""))
+            pending.append({"pg_name": pg, "seq": seq, "op": op, "enter_ns": created})
+        self._pending = pending
 
 
 def _flush_stale_times() -> None:

@@ -4,6 +4,8 @@
   slow   rank 1 sleeps 40 ms before its all-reduces every step (it lags)
   stuck  rank 1 stops calling collectives at step 5 (sleeps), rank 0 waits in all_reduce
   fail   rank 1 raises at step 3
+  ddp    DDP model; rank 1 stops at step 5 (sleeps before forward), rank 0 waits in
+         DDP's C++ bucket all-reduce (no Python call the recorder wraps)
 
 Both ranks stop together at the step after STOP_FILE appears (or after 3000 steps).
 """
@@ -21,6 +23,10 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     model = torch.nn.Linear(64, 64)
+    if mode == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(16, 64)
     for step in range(3000):
@@ -28,6 +34,8 @@ def main() -> None:
         dist.all_reduce(stop, op=dist.ReduceOp.MAX)
         if stop.item():
             break
+        if rank == 1 and mode == "ddp" and step == 5:
+            time.sleep(600)
         opt.zero_grad()
         model(x).sum().backward()
         if rank == 1 and mode == "slow":
@@ -36,7 +44,7 @@ def main() -> None:
             time.sleep(600)
         if rank == 1 and mode == "fail" and step == 3:
             raise RuntimeError("live test: rank 1 fails at step 3")
-        for p in model.parameters():
+        for p in model.parameters() if mode != "ddp" else ():
             dist.all_reduce(p.grad)
         opt.step()
         time.sleep(0.01)
