@@ -75,13 +75,16 @@ class SelectionResolver:
     def __init__(self, select: tuple[str, ...] | None, ignore: tuple[str, ...]) -> None:
         self.select, self.ignore = select, ignore
         self._by_directory: dict[Path, Selection] = {}
+        self._configs: dict[Path, Selection] = {}  # one read per pyproject.toml
 
     def for_file(self, path: Path) -> Selection:
         """Command-line select replaces the configured one; ignores add up."""
         directory = path.resolve().parent
         if directory not in self._by_directory:
             pyproject = find_pyproject(directory)
-            configured = load_config(pyproject) if pyproject else Selection()
+            if pyproject is not None and pyproject not in self._configs:
+                self._configs[pyproject] = load_config(pyproject)
+            configured = self._configs[pyproject] if pyproject else Selection()
             self._by_directory[directory] = Selection(
                 select=self.select if self.select is not None else configured.select,
                 ignore=configured.ignore + self.ignore,
