@@ -551,7 +551,7 @@ def test_browser_run_text_is_never_markup(runs_root: Path, tmp_path: Path) -> No
             browser.wait_idle(page, LOADED_MACHINE_MS)
             page.wait_for_selector(browser.PLOTLY, timeout=LOADED_MACHINE_MS)
             body = page.inner_text("body")
-            assert f"Devices: {evil}, {evil} rank_info" in body
+            assert f"Devices: {evil}, " in body and f", {evil} rank_info" in body
             assert f"Overview · {label}" in body
             page.screenshot(path=str(tmp_path / "evil_overview.png"), full_page=True)
             browser.open_view(page, "Code", LOADED_MACHINE_MS)
