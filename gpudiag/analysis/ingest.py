@@ -604,7 +604,7 @@ def _skip_space(buf: bytearray, i: int) -> int:
 
 
 def _build_rank_trace(
-    doc: dict[str, Any], events: _Collector, path: Path, warnings: list[str]
+    doc: dict[str, Any], collected: _Collector, path: Path, warnings: list[str]
 ) -> RankTrace:
     dist = doc.get("distributedInfo")
     dist = dist if isinstance(dist, dict) else None
@@ -612,8 +612,8 @@ def _build_rank_trace(
     if not 0 <= base < 4 * 10**18:
         warnings.append(BadInput(f"{path}: implausible baseTimeNanoseconds {base}; using 0"))
         base = 0
-    cols = events.columns(warnings, path)
-    del events
+    cols = collected.columns(warnings, path)
+    del collected
     devices = doc.get("deviceProperties")
     meta = TraceMeta(
         rank=-1,
