@@ -240,6 +240,8 @@ def _raw_traces(ctx: ViewContext) -> None:
         st.write("This run has no profiler traces (captured without profiling?).")
         return
     name = st.selectbox("Trace file (open in https://ui.perfetto.dev)", list(files))
+    if name is None:
+        return
     path = files[name]
     st.download_button(
         f"Download {md(name)} ({human_size(path.stat().st_size)})",
@@ -549,6 +551,8 @@ def compare(ctx: ViewContext) -> None:
     # Keyed by the selected run: choosing another run in the sidebar starts from it again.
     name_a = col_a.selectbox("Run A", labels, index=ia, key=f"compare_a:{ctx.ref.label}")
     name_b = col_b.selectbox("Run B", labels, index=ib, key=f"compare_b:{ctx.ref.label}")
+    if name_a is None or name_b is None:
+        return
     res_a, err_a = ctx.result_of(ctx.all_runs[labels.index(name_a)])
     res_b, err_b = ctx.result_of(ctx.all_runs[labels.index(name_b)])
     for err in (err_a, err_b):

@@ -996,7 +996,11 @@ class Run:
         ws = self.manifest.get("world_size")
         if ws:
             return int(ws)
-        sizes = [i.get("world_size") for i in self.rank_info.values() if i.get("world_size")]
+        sizes = [
+            int(v)
+            for i in self.rank_info.values()
+            if isinstance(v := i.get("world_size"), int) and v > 0
+        ]
         return max(sizes) if sizes else None
 
 

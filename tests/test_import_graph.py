@@ -41,10 +41,14 @@ def test_the_graph_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     (pkg / "sub" / "a.py").write_text("def f():\n    from . import b\n")
     (pkg / "sub" / "b.py").write_text("from gpudiag.sub.a import f\n")
     (tmp_path / "dashboards" / "app.py").write_text("import gpudiag.dashboards.app\n")
+    (pkg / "sub" / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gpudiag.sub.b import f\n"
+    )
     graph = import_graph.import_graph(tmp_path)
     assert graph["gpudiag.sub.a"] == {"gpudiag.sub.b"}
     assert import_graph.circles(graph) == [["gpudiag.sub.a", "gpudiag.sub.b"]]
     assert graph["dashboards.app"] == set()  # itself, under the name the wheel gives it
+    assert graph["gpudiag.sub.c"] == set()  # annotations only: never imported at run time
 
 
 def test_script_exit_status() -> None:

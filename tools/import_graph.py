@@ -5,7 +5,8 @@
 
 Reads the source with ast only (nothing is imported). An edge a -> b means module a has
 an ``import`` of b anywhere in its body, lazy imports inside functions included: a lazy
-import still ties the two modules together for a reader. ``import x.y.z`` and
+import still ties the two modules together for a reader. Imports under
+``if TYPE_CHECKING:`` (annotations only, never executed) are not edges. ``import x.y.z`` and
 ``from x.y import z`` count as an edge to the deepest module that exists in the tree.
 ``dashboards`` files are named ``dashboards.<module>`` (the package the wheel ships them
 as is ``gpudiag.dashboards``; both spellings map to the same file).
@@ -59,9 +60,22 @@ def _resolve(name: str, mods: dict[str, Path]) -> str | None:
     return None
 
 
+def _type_checking_only(tree: ast.AST) -> set[ast.AST]:
+    """Import nodes under ``if TYPE_CHECKING:``: annotations only, never run."""
+    skip: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                skip.update(ast.walk(child))
+    return skip
+
+
 def _imported_names(mod: str, path: Path, tree: ast.AST) -> Iterable[str]:
     package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    skip = _type_checking_only(tree)
     for node in ast.walk(tree):
+        if node in skip:
+            continue
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

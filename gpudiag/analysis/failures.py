@@ -56,7 +56,9 @@ def rank_failed_findings(
     both carry ``status``; only status.json has the traceback). Statuses per
     docs/run-format.md: only ``failed`` is a failure."""
     manifest = manifest or {}
-    failure = manifest.get("failure") if isinstance(manifest.get("failure"), dict) else {}
+    failure: dict[str, Any] = manifest.get("failure") or {}
+    if not isinstance(failure, dict):
+        failure = {}
     failed = _failed_ranks(statuses or {}, failure)
     if not failed and not rundir.is_failed(manifest.get("status")):
         return []

@@ -145,7 +145,7 @@ def measured_as(diagnostic: LintDiagnostic, findings: list[Finding]) -> Finding 
     first)."""
     related = [f for f in findings if relates(diagnostic, f.kind)]
     here = [f for f in related if f.location == diagnostic.location]
-    return (here or related or [None])[0]
+    return (here or related)[0] if related else None
 
 
 _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+)')

@@ -401,7 +401,7 @@ def no_amp_findings(traces: list[Any], step_ms: float) -> list[Finding]:
         return []
     by_rank = {int(t.meta.rank): t for t in traces}
     device, capability = compute_capability(by_rank[rows[0]["rank"]])
-    is_amd = bool(device) and any(k in device for k in ("AMD", "Instinct", "Radeon"))
+    is_amd = device is not None and any(k in device for k in ("AMD", "Instinct", "Radeon"))
     if capability is not None and capability < 7.0 and not is_amd:
         return []  # no tensor cores: mixed precision is no sure gain, say nothing
     pre_ampere = capability is not None and capability < 8.0 and not is_amd

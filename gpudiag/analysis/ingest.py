@@ -128,7 +128,7 @@ class RankTrace:
 
 def rank_from_name(path: Path) -> int | None:
     stem = trace_name_stem(path.name)
-    patterns = _RANK_IN_NAME_RES
+    patterns: tuple[re.Pattern[str], ...] = _RANK_IN_NAME_RES
     handler = _TB_HANDLER_RE.match(stem)
     if handler:  # tensorboard_trace_handler: <worker>.<ns>, worker = host_pid by default
         stem, patterns = handler.group(1), _RANK_IN_NAME_RES[:2]
@@ -285,7 +285,7 @@ def _intern(values: list, table: dict[Any, int]) -> np.ndarray:
     return remap[codes] if len(codes) else np.empty(0, dtype=np.int32)
 
 
-def _collect_chunk(events: list, acc: _Collector) -> dict[str, list]:
+def _collect_chunk(events: list, acc: _Collector) -> dict[str, Any]:
     """One pass over raw events: keep complete ('X') events and thread names."""
     names: list[str] = []
     cats: list[str] = []
@@ -313,8 +313,8 @@ def _collect_chunk(events: list, acc: _Collector) -> dict[str, list]:
                 _note_thread_name(ev, thread_names)
             continue
         name = ev.get("name")
-        ts = ev.get("ts")
-        dur = ev.get("dur", 0)
+        ts: Any = ev.get("ts")  # JSON: checked just below
+        dur: Any = ev.get("dur", 0)
         if (
             type(name) is not str
             or type(ts) not in (int, float)
@@ -328,7 +328,7 @@ def _collect_chunk(events: list, acc: _Collector) -> dict[str, list]:
         args = ev.get("args")
         if type(args) is not dict:
             args = _NO_ARGS
-        stream = -1
+        stream: Any = -1
         if cat in gpu_cats:
             stream = args.get("stream")
             if type(stream) is not int:
@@ -635,12 +635,12 @@ def _build_rank_trace(
     del doc
     if not len(cols["name"]):
         raise TraceError("trace holds no complete ('X') events")
-    events = _event_frame(cols, base)
-    steps = _steps(events, path, warnings)
-    events["step"] = _assign_steps(events, steps)
-    _enrich_comms(events, cols["comm_args"], meta)
+    frame = _event_frame(cols, base)
+    steps = _steps(frame, path, warnings)
+    frame["step"] = _assign_steps(frame, steps)
+    _enrich_comms(frame, cols["comm_args"], meta)
     steps.insert(0, "rank", meta.rank)
-    return RankTrace(meta=meta, events=events, steps=steps)
+    return RankTrace(meta=meta, events=frame, steps=steps)
 
 
 def _to_ns(ts: np.ndarray, base: int) -> np.ndarray:
@@ -909,8 +909,8 @@ def _enrich_comms(events: pd.DataFrame, comm_args: dict[int, dict], meta: TraceM
         _fill_group_defaults(fields, comm, meta)
     del events["_row"]
     for name in _COMM_FIELDS:
-        dtype = object if name == "pg_name" else None  # group names may be ints in traces
-        events[name] = pd.Series(fields[name], index=events.index, dtype=dtype, copy=False)
+        kind: Any = object if name == "pg_name" else None  # group names may be ints in traces
+        events[name] = pd.Series(fields[name], index=events.index, dtype=kind, copy=False)
 
 
 _OBJECT_FIELDS = frozenset({"comm_op", "comm_dtype", "pg_name", _DTYPE_GUESS})
@@ -1040,9 +1040,9 @@ def load_traces(
     ``prepare(trace)``, a module-level function, runs on each trace where it was loaded
     (so in the worker) to fill ``trace.cache`` with per-rank results; it must not depend
     on the rank number, which is only final once every trace is loaded."""
-    paths = [Path(p) for p in paths]
+    files = [Path(p) for p in paths]
     limit = max_bytes or max_trace_bytes()
-    results = _run_loads(paths, workers, limit, prepare)
+    results = _run_loads(files, workers, limit, prepare)
     traces: list[RankTrace] = []
     for trace, notes in results:
         warnings.extend(notes)
@@ -1199,7 +1199,7 @@ def _warn_missing_ranks(traces: list[RankTrace], warnings: list[str]) -> None:
 def _ranges(values: list[int]) -> str:
     parts: list[str] = []
     start = prev = values[0]
-    for v in values[1:] + [None]:  # type: ignore[list-item]
+    for v in [*values[1:], None]:
         if v is not None and v == prev + 1:
             prev = v
             continue

@@ -39,9 +39,10 @@ def summary_frame(summaries: dict[int, dict[str, Any]]) -> pd.DataFrame:
     """One row per rank: step stats and time inside collectives per step."""
     rows = []
     for rank, s in summaries.items():
-        steps = s.get("steps") if isinstance(s.get("steps"), dict) else {}
-        colls = s.get("collectives") if isinstance(s.get("collectives"), dict) else {}
-        per = colls.get("collectives") if isinstance(colls.get("collectives"), list) else []
+        steps = _dict(s.get("steps"))
+        colls = _dict(s.get("collectives"))
+        per = colls.get("collectives")
+        per = per if isinstance(per, list) else []
         count = int(steps.get("count") or 0)
         coll_ns = sum(float(c.get("known_time_ns") or 0) for c in per if isinstance(c, dict))
         rows.append(
@@ -71,6 +72,10 @@ def summary_frame(summaries: dict[int, dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols).sort_values("rank").reset_index(drop=True)
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _f(value: Any, default: float = np.nan) -> float:
     try:
         return float(value)
@@ -81,7 +86,7 @@ def _f(value: Any, default: float = np.nan) -> float:
 def collective_totals(summaries: dict[int, dict[str, Any]]) -> pd.DataFrame:
     rows = []
     for s in summaries.values():
-        colls = s.get("collectives") if isinstance(s.get("collectives"), dict) else {}
+        colls = _dict(s.get("collectives"))
         for c in colls.get("collectives") or []:
             if isinstance(c, dict):
                 rows.append(

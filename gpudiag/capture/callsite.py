@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from types import FrameType
 
 _LIB_MARKERS = (
     f"{os.sep}torch{os.sep}",
@@ -21,6 +22,7 @@ def is_library_file(filename: str) -> bool:
 
 def user_callsite() -> str | None:
     """``file:line in func`` of the first frame outside torch and gpudiag."""
+    frame: FrameType | None
     try:
         frame = sys._getframe(2)
     except ValueError:  # called near the bottom of a thread's stack

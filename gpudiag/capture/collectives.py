@@ -171,7 +171,8 @@ def dump_flight_recorder() -> list[dict[str, Any]]:
     import torch
 
     try:
-        raw = torch._C._distributed_c10d._dump_fr_trace_json(True, False)
+        dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace_json")  # noqa: B009 - not in torch's stubs
+        raw = dump(True, False)
     except (AttributeError, RuntimeError):
         return []
     return list(orjson.loads(raw).get("entries") or [])

@@ -167,7 +167,7 @@ class _LiveInflight:
                 "enter_ns": r.get("enter_ns"),
                 "source": r.get("source"),
                 "callsite": r.get("callsite"),
-                "pg_ranks": groups.get(r.get("pg_name"), (None, None))[1],
+                "pg_ranks": _pg_ranks(groups, r.get("pg_name")),
             }
             for r in waiting
         ]
@@ -235,7 +235,7 @@ def inflight_snapshot() -> dict[str, Any]:
     entered = recorder.inflight.snapshot() if recorder is not None else []
     groups = collectives._pg_info()
     for record in entered:
-        record["pg_ranks"] = groups.get(record.get("pg_name"), (None, None))[1]
+        record["pg_ranks"] = _pg_ranks(groups, record.get("pg_name"))
     fr_open = [
         collectives.fr_entry_to_row(e, groups) | {"state": e.get("state")}
         for e in collectives.dump_flight_recorder()
@@ -256,3 +256,9 @@ def write_inflight(run_dir: Path, rank: int) -> None:
         rundir.write_json_atomic(path, inflight_snapshot())
     except OSError as exc:  # full disk: the watchdog reports the rank as not answering
         rundir.note_write_problem(path, exc)
+
+
+def _pg_ranks(groups: dict[str, tuple[int, list[int]]], name: Any) -> list[int] | None:
+    """The global ranks of the process group ``name``, None when it is unknown here."""
+    info = groups.get(name) if isinstance(name, str) else None
+    return info[1] if info is not None else None

@@ -546,8 +546,9 @@ def _start_sampler(run_dir: Path, node_rank: int, hz: float, job: Job) -> Any:
     except Exception as exc:
         _say(f"sampler not started ({type(exc).__name__}: {exc})")
         return None
-    if getattr(sampler, "notice", None):
-        _say(sampler.notice)
+    notice = getattr(sampler, "notice", None)
+    if notice:
+        _say(str(notice))
     return sampler
 
 
@@ -723,7 +724,7 @@ def main(argv: list[str], pre_run: PreRun | None = None) -> int:
         _say(f"trace: {run_dir}: {problem}")
         return 2
     profile = profile_config(ns)
-    launch = {
+    launch: dict[str, Any] = {
         "torchrun": uses_torchrun(args),
         "torchrun_argv": args.torchrun_argv,
         "command": job_command(args),

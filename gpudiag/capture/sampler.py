@@ -96,8 +96,9 @@ def nvlink_rates(
 ) -> tuple[float | None, float | None]:
     """KiB/s from NVML's cumulative NVLink data counters (KiB, µs timestamps): None on the
     first reading, on GPUs without NVLink, and when a counter went backwards."""
-    readings = [_field_reading(fields, i) for i in (0, 1)]
-    if prev is None or any(r is None for r in readings):
+    found = [_field_reading(fields, i) for i in (0, 1)]
+    readings = [r for r in found if r is not None]
+    if prev is None or len(readings) < len(found):
         return None, None
     last = prev.get(index)
     prev[index] = tuple(readings)

@@ -89,7 +89,7 @@ class StepTracker:
                 tracker.data_ns += time.time_ns() - t0
 
         __next__.__wrapped__ = original  # type: ignore[attr-defined]
-        _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]
+        _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign, assignment]
         self._dataloader_patch = (_BaseDataLoaderIter, original)
 
     def _first_forward(self, module: Any, args: Any) -> None:

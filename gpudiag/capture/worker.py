@@ -230,17 +230,14 @@ class Worker:
         dist.init_process_group = init_process_group
 
     def _install_collectives(self) -> None:
+        from gpudiag.capture.collectives import CollectiveRecorder
+
         try:
-            from gpudiag.capture.collectives import CollectiveRecorder
-        except ImportError:
-            CollectiveRecorder = None  # noqa: N806
-        if CollectiveRecorder is not None:
-            try:
-                self.recorder = CollectiveRecorder(self.run_dir, self.rank)
-                self.recorder.install()
-            except Exception as exc:
-                self._warn(f"collective recorder not installed ({type(exc).__name__}: {exc})")
-                self.recorder = None
+            self.recorder = CollectiveRecorder(self.run_dir, self.rank)
+            self.recorder.install()
+        except Exception as exc:
+            self._warn(f"collective recorder not installed ({type(exc).__name__}: {exc})")
+            self.recorder = None
         try:
             from gpudiag.capture.hangdump import install_hang_dump, set_finisher
         except ImportError:

@@ -126,9 +126,10 @@ def is_const(node: ast.AST | None, value: object) -> bool:
 
 
 class ModuleContext:
-    def __init__(self, tree: ast.Module, path: str | None = None, *, link: bool = True) -> None:
-        """`path` (a file on disk) lets the project index resolve this module's imports;
-        `link=False` leaves the step-loop analysis to `Project` (several files at once)."""
+    def __init__(self, tree: ast.Module, path: str | None = None) -> None:
+        """`path` (a file on disk) lets the project index resolve this module's imports.
+        The step-loop analysis is `Project`'s: `Project([ctx])` for one module on its own,
+        or several files at once (gpudiag/lint/project.py)."""
         self.tree = tree
         self.path = path
         self.imports: list[str] = []  # dotted module names as written, relative with dots
@@ -211,10 +212,6 @@ class ModuleContext:
         self.step_loops: list[ast.For | ast.AsyncFor | ast.While] = []
         self.step_nodes: set[ast.AST] = set()
         self.training_nodes: set[ast.AST] = set()
-        if link:
-            from gpudiag.lint.project import Project
-
-            Project([self])
 
     # ----------------------------------------------------------------- names
 

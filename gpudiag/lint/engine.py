@@ -28,6 +28,7 @@ def lint_source(
     Raises SyntaxError for code that does not parse."""
     tree = ast.parse(source, filename=path)
     ctx = ModuleContext(tree)
+    Project([ctx])
     try:
         return _check_module(ctx, source, path, selection)
     finally:
@@ -95,7 +96,7 @@ def lint_paths(
         result.files.append(path)
         try:
             source = _read(path)
-            ctx = ModuleContext(ast.parse(source, filename=path), path, link=False)
+            ctx = ModuleContext(ast.parse(source, filename=path), path)
             parsed.append((path, source, ctx))
         except Exception as error:
             result.errors.append(_file_error(path, error))
@@ -141,7 +142,7 @@ def _imported_siblings(parsed: list[tuple[str, str, ModuleContext]]) -> list[Mod
             try:
                 if os.path.getsize(file) > _MAX_SIBLING_BYTES:
                     continue
-                sibling = ModuleContext(ast.parse(_read(file), filename=file), file, link=False)
+                sibling = ModuleContext(ast.parse(_read(file), filename=file), file)
             except Exception:  # an unreadable helper module only loses its facts
                 continue
             extra.append(sibling)

@@ -29,6 +29,7 @@ from gpudiag.lint.context import (
     keyword,
     names_in,
 )
+from gpudiag.lint.project import Project
 
 _HARD_CODED_GPU = re.compile(r"^cuda:\d+$")
 
@@ -58,6 +59,7 @@ def suggest_ddp_rewrite(source: str, path: str) -> Rewrite:
     except SyntaxError as error:
         return Rewrite(path, reason=f"syntax error: {error.msg}")
     ctx = ModuleContext(tree)
+    Project([ctx])
     dp_calls = ctx.calls_to("torch.nn.DataParallel")
     if not dp_calls:
         return Rewrite(path)

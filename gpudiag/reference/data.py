@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
@@ -59,7 +60,7 @@ class SlowCollate:
     def __call__(self, batch: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> object:
         if self.delay_s > 0:
             time.sleep(self.delay_s)
-        return default_collate(batch)
+        return default_collate(list(batch))
 
 
 def make_loader(
@@ -75,7 +76,7 @@ def make_loader(
 ) -> tuple[DataLoader, DistributedSampler]:
     """A loader of full batches of ``batch_size`` (per rank) and its sampler; call
     ``sampler.set_epoch(epoch)`` before each epoch."""
-    sampler = DistributedSampler(
+    sampler: DistributedSampler[Any] = DistributedSampler(
         dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
     )
     loader = DataLoader(
