@@ -8,16 +8,20 @@ the same code in both modes, nothing read from gpudiag's own records. Per run: t
 median step time over both ranks, warm-up steps dropped. Printed: every pair, the
 median of the per-pair ratios with their spread (min, quartiles, max), the ratio of the
 medians, the machine's load average while measuring, and (for comparison only) the
-same on process CPU time. Target: wall-clock ratio <= 1.02.
+same on process CPU time, and the CPU share of the started process itself (gpudiag's
+launcher: sampler, watchdog; torchrun's agent when bare), which takes its CPU from the
+ranks on a machine whose cores they use and depends little on other load. Target:
+wall-clock ratio <= 1.02.
 
 With --control, a second bare run takes a third slot in every pair: bare/bare shows
 the noise floor of the machine at that moment (it should be 1.00).
 
-    python bench/overhead.py [--pairs 7] [--steps 200] [--width 768] [--depth 4] [--control]
+    python bench/overhead.py [--pairs 7] [--steps 200] [--width 512] [--depth 4] [--control]
                              [--baseline-tree DIR]
 
-The defaults give ~20 ms steps on an idle 2-core machine. On a shared machine prefer
-more pairs (--pairs 15) and read the spread: a pair is only comparable within itself.
+The bare median step time is printed with each pair (aim for ~20 ms). On a shared
+machine prefer more pairs (--pairs 15) and read the spread: a pair is only comparable
+within itself.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,16 +61,41 @@ def run_job(
     log = workdir / f"{mode}-{index}.log"
     env = dict(os.environ, PYTHONPATH=str(source))
     with open(log, "w") as fh:
-        rc = subprocess.run(
-            cmd, cwd=workdir, stdout=fh, stderr=subprocess.STDOUT, timeout=1200, env=env
-        )
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, cwd=workdir, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        cpu_s = _top_process_cpu(proc)
+        wall_s = time.monotonic() - t0
     rows = [json.loads(line) for line in times.read_text().splitlines()] if times.exists() else []
     if len(rows) != 2:
         # (a bare gloo worker may abort in teardown after writing its times: FACTS.md)
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        print(f"{mode} run {index} failed (exit {rc.returncode}); its log ends:\n{tail}")
+        print(f"{mode} run {index} failed (exit {proc.returncode}); its log ends:\n{tail}")
         return None
-    return {m: statistics.median(v for r in rows for v in r[m][WARMUP_STEPS:]) for m in METRICS}
+    result = {m: statistics.median(v for r in rows for v in r[m][WARMUP_STEPS:]) for m in METRICS}
+    # the launcher's own CPU (gpudiag's extra process; torchrun's agent when bare) as a
+    # share of one core over the run: what it takes from the ranks, barely load-dependent
+    result["top_cpu_share"] = cpu_s / wall_s if wall_s > 0 else float("nan")
+    return result
+
+
+def _top_process_cpu(proc: subprocess.Popen) -> float:
+    """CPU seconds of the started process itself (not its children), sampled until it
+    exits (the last half second is missed)."""
+    import psutil
+
+    cpu = 0.0
+    try:
+        handle = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            try:
+                t = handle.cpu_times()
+                cpu = t.user + t.system
+            except psutil.Error:
+                pass
+            time.sleep(0.5)
+    finally:
+        proc.wait(timeout=1200)
+    return cpu
 
 
 def spread(values: list[float]) -> str:
@@ -90,9 +120,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pairs", type=int, default=7)
     p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--width", type=int, default=768)
+    p.add_argument("--width", type=int, default=512)
     p.add_argument("--depth", type=int, default=4)
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batch", type=int, default=32)
     p.add_argument("--control", action="store_true", help="also bare vs bare (noise floor)")
     p.add_argument(
         "--baseline-tree",
@@ -135,6 +165,10 @@ def main() -> int:
     if args.baseline_tree:
         print(summary("wall: baseline/bare", results["bare"], results["baseline"], "ms"))
     print(summary("cpu:  gpudiag/bare", results["bare"], results["gpudiag"], "cpu_ms"))
+    for mode in modes:
+        shares = [r["top_cpu_share"] * 100 for r in results[mode]]
+        print(f"CPU of the started process ({mode}): median {statistics.median(shares):.2f} % "
+              f"of a core ({spread(shares)})")  # fmt: skip
     print("target: wall-clock gpudiag/bare <= 1.02")
     return 0
 
