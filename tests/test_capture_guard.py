@@ -278,3 +278,15 @@ def _alive(pid: int) -> bool:
             return fh.read().split(") ")[-1][:1] != "Z"
     except OSError:
         return False
+
+
+def test_hang_is_handled_when_its_report_cannot_be_written(tmp_path: Path) -> None:
+    from gpudiag.capture.watchdog import HangWatchdog
+
+    (tmp_path / rundir.HANG_REPORT).mkdir()  # os.replace onto a non-empty directory fails
+    (tmp_path / rundir.HANG_REPORT / "x").write_text("")
+    handled = []
+    dog = HangWatchdog(tmp_path, 1.0, on_hang=handled.append, finish_ranks=False)
+    dog._fire({"verdict": "test"})
+    assert handled == [{"verdict": "test"}]
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

@@ -253,7 +253,10 @@ class HangWatchdog:
     def _fire(self, report: dict[str, Any]) -> None:
         self.fired = True
         self.report = report
-        rundir.write_json_atomic(self.run_dir / rundir.HANG_REPORT, report)
+        try:  # a full disk must not stop the hang from being handled
+            rundir.write_json_atomic(self.run_dir / rundir.HANG_REPORT, report)
+        except OSError as exc:
+            rundir.note_write_problem(self.run_dir / rundir.HANG_REPORT, exc)
         if self.finish_ranks:
             for rank in _local_ranks(self.run_dir):
                 request_finish(self.run_dir, rank, report["verdict"])
@@ -296,8 +299,11 @@ def _local_ranks(run_dir: Path) -> dict[int, int]:
 def request_dump(run_dir: Path, rank: int, pid: int) -> None:
     """Ask one worker for its in-flight collectives (file) and Python stacks (SIGUSR1)."""
     path = request_path(run_dir, rank)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(str(time.time_ns()), encoding="utf-8")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(str(time.time_ns()), encoding="utf-8")
+    except OSError as exc:  # full disk: the stacks (SIGUSR1) may still come
+        rundir.note_write_problem(path, exc)
     try:
         os.kill(pid, signal.SIGUSR1)
     except (ProcessLookupError, PermissionError):
