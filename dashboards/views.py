@@ -22,7 +22,9 @@ import streamlit as st
 from gpudiag import rundir
 from gpudiag.analysis.findings import Finding, measured_as
 from gpudiag.analysis.result import AnalysisResult
+from gpudiag.analysis.whatif import Projection
 from gpudiag.report import figures
+from gpudiag.report.tables import whatif_frame
 
 from . import runs
 
@@ -177,6 +179,7 @@ def overview(ctx: ViewContext) -> None:
         level, sentence = health_verdict(result.findings)
         getattr(st, level)(f"Health: {sentence}")
         _findings(result.findings)
+        _whatif(result.whatif)
     _warnings(result.warnings)
     _raw_traces(ctx)
 
@@ -211,6 +214,13 @@ def _findings(findings: list[Finding]) -> None:
                 st.code(f.location, language=None)
             st.markdown("**Evidence**")
             st.json(_jsonable(f.evidence), expanded=True)
+
+
+def _whatif(projections: list[Projection]) -> None:
+    if not projections:
+        return
+    st.subheader("What if: projected step time per fix")
+    _table(whatif_frame(projections))
 
 
 def _warnings(warnings: list[str]) -> None:

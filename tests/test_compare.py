@@ -103,11 +103,11 @@ def _record(out: Path, sleep_s: float, steps: int) -> None:
 @pytest.mark.slow
 def test_gate_on_recorded_jobs(tmp_path: Path) -> None:
     """Three real 2-rank gloo jobs recorded at the same time, so machine load hits them
-    alike: the same job twice, and the job with 10 ms more per step (~25 % of its
-    ~35-40 ms step). Steps are sleep-dominated so the injected change is what differs."""
-    jobs = {"base": 0.03, "again": 0.03, "slower": 0.04}
+    alike: the same job twice, and the job with 15 ms more per step (~40 % of its
+    ~35-40 ms step on an idle machine, ~25 % of a loaded machine's 60 ms). Steps are sleep-dominated so the injected change is what differs."""
+    jobs = {"base": 0.03, "again": 0.03, "slower": 0.045}
     with ThreadPoolExecutor(len(jobs)) as pool:
-        for future in [pool.submit(_record, tmp_path / n, s, 60) for n, s in jobs.items()]:
+        for future in [pool.submit(_record, tmp_path / n, s, 80) for n, s in jobs.items()]:
             future.result()
     base, again, slower = (str(tmp_path / n) for n in jobs)
     gate = ["--fail-on-regression", "5", "--json"]
@@ -125,7 +125,7 @@ def test_gate_on_recorded_jobs(tmp_path: Path) -> None:
     assert worse.returncode == 1, worse.stdout[-3000:] + worse.stderr[-2000:]
     out = json.loads(worse.stdout)
     assert out["regression"]["ci_low_pct"] > 5
-    # +10 ms on a step of 35 ms (idle machine) to 60 ms (loaded): +15 % to +30 %, more
+    # +15 ms on a step of 35 ms (idle machine) to 60 ms (loaded): +25 % to +40 %, more
     # when the slower job happens to meet more load; the verdict is what must hold.
-    assert out["regression"]["change_pct"] > 10
+    assert out["regression"]["change_pct"] > 15
     assert out["changed_components"], out["metrics"]

@@ -209,6 +209,13 @@ def test_overview_shows_the_analysis_numbers(
     assert [float(c.replace("\\", "")) for c in findings["cost ms/step"]] == pytest.approx(
         [round(f.cost_ms_per_step, 3) for f in result.findings]
     )
+    # What if: the same projections as `gpudiag whatif` and the JSON, after the findings
+    assert result.whatif
+    whatif = at.table[1].value
+    assert list(whatif["fix"]) == [md(p.scenario) for p in result.whatif]
+    assert [float(v.replace("\\", "")) for v in whatif["saving ms"]] == pytest.approx(
+        [round(p.saving_ms, 2) for p in result.whatif]
+    )
     per_rank = at.dataframe[0].value
     pd.testing.assert_frame_equal(
         per_rank.reset_index(drop=True), result.ranks.round(3), check_dtype=False

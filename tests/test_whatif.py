@@ -38,6 +38,16 @@ def test_projection_is_the_findings_cost(name: str) -> None:
     assert projected == {p.scenario for p in result.whatif}
 
 
+def test_html_report_shows_the_projections() -> None:
+    from gpudiag.report.html import render_html
+
+    result = analyze(SAMPLES / "ddp4_straggler")
+    page = render_html([result])
+    assert "What if: projected step time per fix" in page
+    straggler = next(p for p in result.whatif if p.scenario == "straggler_fixed")
+    assert f"<td>{round(straggler.projected_step_ms, 2):.3f}</td>" in page
+
+
 def test_whatif_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert whatif_cli.main([str(SAMPLES / "ddp4_straggler"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudiag.report import figures
+from gpudiag.report.tables import whatif_frame
 
 if TYPE_CHECKING:
     from gpudiag.analysis.result import AnalysisResult
@@ -57,6 +58,14 @@ def _frame_html(frame: Any) -> str:
 TIMELINE_INTERVALS = 4000
 
 
+def _whatif_html(result: AnalysisResult) -> str:
+    if not result.whatif:
+        return ""
+    return (
+        f"<h2>What if: projected step time per fix</h2>{_frame_html(whatif_frame(result.whatif))}"
+    )
+
+
 def _result_section(result: AnalysisResult, include_js: bool) -> str:
     from plotly.io import to_html
 
@@ -75,7 +84,8 @@ def _result_section(result: AnalysisResult, include_js: bool) -> str:
         f"{_e(run.backend)} · {_e(run.steps_analysed)} steps analysed · devices "
         f"{_e(', '.join(run.devices) or 'CPU')}</p>"
         f"<h2>Findings</h2>{_findings_html(result.findings)}"
-        f"<h2>Per rank (ms per step; comm_comp_overlap_pct: % of communication overlapped "
+        + _whatif_html(result)
+        + f"<h2>Per rank (ms per step; comm_comp_overlap_pct: % of communication overlapped "
         f"with compute)</h2>{_frame_html(result.ranks)}"
         + "".join(charts)
         + f"<h2>Collectives</h2>{_frame_html(result.collective_summary)}"
