@@ -666,6 +666,7 @@ def iter_jsonl(
         return
     bad = 0
     first_bad = 0
+    torn_tail = False  # the one bad line is the unterminated last one: a write cut short
     mistyped = 0
     first_mistyped = ""
     with fh:
@@ -680,6 +681,7 @@ def iter_jsonl(
                 if not isinstance(row, dict) or _too_deep(row):
                     bad += 1
                     first_bad = first_bad or lineno
+                    torn_tail = not raw.endswith(b"\n")
                     continue
                 problems = _bad_fields(row, schema) if schema else []
                 if problems:
@@ -689,7 +691,13 @@ def iter_jsonl(
                 yield row
         except OSError as exc:
             bad_input(warnings, f"{path}: cannot read ({exc.strerror or exc})")
-    if bad:
+    if bad == 1 and torn_tail:
+        # A rank killed mid-write leaves its last row unfinished: expected, not bad input.
+        if warnings is not None:
+            warnings.append(
+                f"{path}: ignored its unfinished last line (the rank stopped mid-write)"
+            )
+    elif bad:
         bad_input(
             warnings,
             f"{path}: skipped {bad} malformed line(s), first at line {first_bad} "

@@ -288,3 +288,28 @@ def test_truncated_gzip_is_called_truncated_not_too_big(
     warnings: list[str] = []
     assert load_traces([cut], warnings=warnings) == []
     _one_line_naming(warnings, cut, "truncated gzip")
+
+
+def test_unfinished_last_row_is_a_crash_artefact_not_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rank killed mid-write leaves its last row unfinished: a warning, exit 0. A broken
+    row in the middle of a table is bad input: exit 2 (the rest is still reported)."""
+    from gpudiag.cli import analyze as analyze_cli
+
+    sample = Path(__file__).resolve().parents[1] / "sample_runs" / "ddp2_healthy"
+    torn = tmp_path / "torn"
+    shutil.copytree(sample, torn)
+    steps = torn / "rank0" / "steps.jsonl"
+    with open(steps, "a") as fh:
+        fh.write('{"step": 99, "start_ns": 12')
+    assert analyze_cli.main([str(torn), "--json"]) == 0
+    err = capsys.readouterr().err
+    assert f"{steps}: ignored its unfinished last line" in err
+    broken = tmp_path / "broken"
+    shutil.copytree(sample, broken)
+    table = broken / "rank0" / "steps.jsonl"
+    lines = table.read_text().splitlines(keepends=True)
+    table.write_text("".join([*lines[:3], '{"step": 3, "sta\n', *lines[3:]]))
+    assert analyze_cli.main([str(broken), "--json"]) == 2
+    assert f"{table}: skipped 1 malformed line(s), first at line 4" in capsys.readouterr().err
