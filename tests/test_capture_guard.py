@@ -22,6 +22,7 @@ import pytest
 
 from gpudiag import rundir
 from gpudiag.capture import agent, launcher
+from gpudiag.cli import trace as trace_cli
 
 # --------------------------------------------------------------------------- writers
 
@@ -135,9 +136,9 @@ def test_bad_option_values_are_one_line_errors_exit_2(
 ) -> None:
     script = tmp_path / "train.py"
     script.write_text("print('ran')\n")
-    with pytest.raises(launcher.UsageError, match=message.replace("+", r"\+")):
-        launcher.parse([*argv, str(script)])
-    assert launcher.main([*argv, str(script)]) == 2
+    with pytest.raises(trace_cli.UsageError, match=message.replace("+", r"\+")):
+        trace_cli.parse([*argv, str(script)])
+    assert trace_cli.main([*argv, str(script)]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and message in err
     assert len(err.strip().splitlines()) == 2  # the error and the usage line
@@ -148,7 +149,7 @@ def test_bad_option_values_are_one_line_errors_exit_2(
 def test_nproc_per_node_values_torchrun_takes(value: str, tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text("")
-    args = launcher.parse(["--nproc-per-node", value, "--nnodes", "1:2", str(script)])
+    args = trace_cli.parse(["--nproc-per-node", value, "--nnodes", "1:2", str(script)])
     assert args.torchrun_argv[:2] == ["--nproc-per-node", value]
 
 

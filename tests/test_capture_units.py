@@ -15,12 +15,13 @@ from gpudiag import rundir
 from gpudiag.capture import api, launcher
 from gpudiag.capture.profiling import ProfilerWindow, fix_straddling_optimizer, parse_window
 from gpudiag.capture.steps import StepTracker
+from gpudiag.cli import trace as trace_cli
 
 # --------------------------------------------------------------------------- argv
 
 
 def test_split_argv_script_args_untouched() -> None:
-    opts, target, rest = launcher.split_argv(
+    opts, target, rest = trace_cli.split_argv(
         ["--out", "o", "--nproc_per_node=2", "train.py", "--out", "x", "-m", "y"]
     )
     assert opts == ["--out", "o", "--nproc-per-node=2"]
@@ -29,7 +30,9 @@ def test_split_argv_script_args_untouched() -> None:
 
 
 def test_split_argv_module_form() -> None:
-    opts, target, rest = launcher.split_argv(["--no-profile", "-m", "pkg.train", "--cfg", "a.yaml"])
+    opts, target, rest = trace_cli.split_argv(
+        ["--no-profile", "-m", "pkg.train", "--cfg", "a.yaml"]
+    )
     assert (opts, target, rest) == (["--no-profile"], {"module": "pkg.train"}, ["--cfg", "a.yaml"])
 
 
@@ -43,30 +46,30 @@ def test_split_argv_module_form() -> None:
     ],
 )
 def test_split_argv_errors(argv: list[str], message: str) -> None:
-    with pytest.raises(launcher.UsageError, match=message):
-        launcher.split_argv(argv)
+    with pytest.raises(trace_cli.UsageError, match=message):
+        trace_cli.split_argv(argv)
 
 
 def test_usage_error_is_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    assert launcher.main([str(tmp_path / "missing.py")]) == 2
+    assert trace_cli.main([str(tmp_path / "missing.py")]) == 2
     err = capsys.readouterr().err
     assert f"gpudiag: trace: {tmp_path / 'missing.py'}: no such script" in err
     assert "Traceback" not in err
 
 
 def test_help(capsys: pytest.CaptureFixture[str]) -> None:
-    assert launcher.main(["--help"]) == 0
+    assert trace_cli.main(["--help"]) == 0
     assert "--profile-steps" in capsys.readouterr().out
-    assert launcher.main([]) == 2
+    assert trace_cli.main([]) == 2
 
 
 def test_existing_run_dir_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     script = tmp_path / "t.py"
     script.write_text("")
     rundir.write_json_atomic(rundir.manifest_path(tmp_path / "run"), {"status": "ok"})
-    assert launcher.main(["--out", str(tmp_path / "run"), str(script)]) == 2
+    assert trace_cli.main(["--out", str(tmp_path / "run"), str(script)]) == 2
     err = capsys.readouterr().err.strip()
     assert (
         err
@@ -77,10 +80,10 @@ def test_existing_run_dir_is_refused(capsys: pytest.CaptureFixture[str], tmp_pat
 def test_job_command_single_vs_torchrun(tmp_path: Path) -> None:
     script = tmp_path / "t.py"
     script.write_text("")
-    single = launcher.job_command(launcher.parse([str(script), "--a"]))
+    single = launcher.job_command(trace_cli.parse([str(script), "--a"]))
     assert single[1:] == ["-m", "gpudiag.capture.rank", str(script), "--a"]
     multi = launcher.job_command(
-        launcher.parse(["--nproc-per-node", "4", "--rdzv-endpoint", "h:1", "-m", "p.m", "--a"])
+        trace_cli.parse(["--nproc-per-node", "4", "--rdzv-endpoint", "h:1", "-m", "p.m", "--a"])
     )
     assert multi[1:3] == ["-m", "gpudiag.capture.agent"]  # torch.distributed.run, wrapped
     assert multi[3:] == [

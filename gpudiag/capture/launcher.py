@@ -10,7 +10,6 @@ exit code. Everything after the script or module name belongs to the script.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import signal
 import subprocess
@@ -46,202 +45,15 @@ PIDS_RESCAN_S = 5.0  # the sampler's view of the job's processes (Job.known_pids
 HANG_FLUSH_WAIT_S = 25.0
 HANG_KILL_GRACE_S = 5.0
 
-# torchrun options passed through: flag -> takes a value
-TORCHRUN_OPTIONS: dict[str, bool] = {
-    "--nproc-per-node": True,
-    "--nnodes": True,
-    "--node-rank": True,
-    "--rdzv-endpoint": True,
-    "--rdzv-backend": True,
-    "--rdzv-id": True,
-    "--master-addr": True,
-    "--master-port": True,
-    "--max-restarts": True,
-    "--standalone": False,
-}
-GPUDIAG_OPTIONS: dict[str, bool] = {
-    "--out": True,
-    "--profile-steps": True,
-    "--no-profile": False,
-    "--sample-hz": True,
-    "--hang-timeout": True,
-    "--no-lint": False,
-    "-h": False,
-    "--help": False,
-}
-
-
-class UsageError(Exception):
-    pass
-
 
 @dataclass
 class TraceArgs:
+    """What `gpudiag trace` asks of the launcher (parsed by gpudiag/cli/trace.py)."""
+
     options: argparse.Namespace
     target: dict[str, str]  # {"script": path} or {"module": name}
     script_args: list[str]
     torchrun_argv: list[str] = field(default_factory=list)
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="gpudiag trace",
-        usage="gpudiag trace [options] (script.py | -m module) [script args...]",
-        description="Run a training script under capture; everything after the script or "
-        "module name is passed to it.",
-        allow_abbrev=False,
-    )
-    p.add_argument("--out", help="run directory (default ./gpudiag_runs/<script>-<time>)")
-    p.add_argument(
-        "--profile-steps",
-        metavar="A-B",
-        help="steps to profile (default 5-9, or the steps there are in a shorter run)",
-    )
-    p.add_argument("--no-profile", action="store_true", help="no torch.profiler trace")
-    p.add_argument("--sample-hz", type=float, default=10.0, help="GPU/host sampling rate")
-    p.add_argument(
-        "--hang-timeout",
-        type=float,
-        default=300.0,
-        metavar="SECONDS",
-        help="end the job when ranks wait in a collective (or the rendezvous) with no "
-        "progress this long while no rank works (0 disables)",
-    )
-    p.add_argument("--no-lint", action="store_true", help="do not lint the script")
-    p.add_argument(
-        "--time-buckets",
-        action="store_true",
-        help="gloo: time every DDP bucket all-reduce with a Python comm hook "
-        "(completion times for the whole run; costs ~0.5 ms per step)",
-    )
-    torchrun = p.add_argument_group("passed to torch.distributed.run")
-    torchrun.add_argument("--nproc-per-node")
-    torchrun.add_argument("--nnodes")
-    torchrun.add_argument("--node-rank", type=int)
-    torchrun.add_argument("--rdzv-endpoint")
-    torchrun.add_argument("--rdzv-backend")
-    torchrun.add_argument("--rdzv-id")
-    torchrun.add_argument("--master-addr")
-    torchrun.add_argument("--master-port")
-    torchrun.add_argument("--max-restarts")
-    torchrun.add_argument("--standalone", action="store_true")
-    return p
-
-
-def _normalise(token: str) -> str:
-    """--nproc_per_node and --nproc-per-node are the same option (as in torchrun)."""
-    if token.startswith("--"):
-        name, eq, value = token.partition("=")
-        return name.replace("_", "-") + eq + value
-    return token
-
-
-def split_argv(argv: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
-    """(gpudiag options, target, script args): options end at the script or -m module."""
-    known = {**GPUDIAG_OPTIONS, **TORCHRUN_OPTIONS}
-    options: list[str] = []
-    i = 0
-    while i < len(argv):
-        token = _normalise(argv[i])
-        if token == "-m":
-            if i + 1 >= len(argv):
-                raise UsageError("-m needs a module name")
-            return options, {"module": argv[i + 1]}, argv[i + 2 :]
-        if token == "--":
-            i += 1
-            break
-        if not token.startswith("-") or token == "-":
-            break
-        name = token.split("=", 1)[0]
-        if name not in known:
-            raise UsageError(f"unknown option {argv[i]!r} (script options go after the script)")
-        options.append(token)
-        if known[name] and "=" not in token:
-            if i + 1 >= len(argv):
-                raise UsageError(f"{name} needs a value")
-            options.append(argv[i + 1])
-            i += 1
-        i += 1
-    if i >= len(argv):
-        raise UsageError("no script given")
-    return options, {"script": argv[i]}, argv[i + 1 :]
-
-
-# --sample-hz bounds: below, a sample every 100 s says nothing; above, the sampler
-# thread would take a core of the machine it measures.
-MIN_SAMPLE_HZ = 0.01
-MAX_SAMPLE_HZ = 1000.0
-# --nproc-per-node words torchrun understands besides a count
-NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
-
-
-def _positive_int(text: str, name: str, minimum: int = 1, maximum: int | None = None) -> int:
-    try:
-        value = int(text, 10)
-    except (TypeError, ValueError):
-        value = None
-    if value is None or value < minimum or (maximum is not None and value > maximum):
-        upper = f" and <= {maximum}" if maximum is not None else ""
-        raise UsageError(f"{name} {text!r}: expected an integer >= {minimum}{upper}")
-    return value
-
-
-def check_options(ns: argparse.Namespace) -> None:
-    """Refuse values torchrun or the sampler would fail on later (or loop on), with one
-    line naming the option, before anything starts."""
-    if ns.profile_steps:
-        try:
-            parse_window(ns.profile_steps)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    if not (math.isfinite(ns.sample_hz) and MIN_SAMPLE_HZ <= ns.sample_hz <= MAX_SAMPLE_HZ):
-        raise UsageError(
-            f"--sample-hz {ns.sample_hz:g}: expected a number from {MIN_SAMPLE_HZ:g} "
-            f"to {MAX_SAMPLE_HZ:g}"
-        )
-    if not (math.isfinite(ns.hang_timeout) and ns.hang_timeout >= 0):
-        raise UsageError(f"--hang-timeout {ns.hang_timeout:g}: expected seconds >= 0 (0 disables)")
-    if ns.nproc_per_node is not None and ns.nproc_per_node not in NPROC_WORDS:
-        try:
-            _positive_int(ns.nproc_per_node, "--nproc-per-node")
-        except UsageError:
-            raise UsageError(
-                f"--nproc-per-node {ns.nproc_per_node!r}: expected a count >= 1 or one of "
-                + ", ".join(NPROC_WORDS)
-            ) from None
-    if ns.nnodes is not None:
-        parts = ns.nnodes.split(":")
-        if len(parts) > 2:
-            raise UsageError(f"--nnodes {ns.nnodes!r}: expected N or MIN:MAX")
-        low, high = (_positive_int(p, "--nnodes") for p in (parts[0], parts[-1]))
-        if low > high:
-            raise UsageError(f"--nnodes {ns.nnodes!r}: MIN is larger than MAX")
-    if ns.node_rank is not None and ns.node_rank < 0:
-        raise UsageError(f"--node-rank {ns.node_rank}: expected an integer >= 0")
-    if ns.max_restarts is not None:
-        _positive_int(ns.max_restarts, "--max-restarts", minimum=0)
-    if ns.master_port is not None:
-        _positive_int(ns.master_port, "--master-port", minimum=1, maximum=65535)
-    for name in ("out", "rdzv_endpoint", "rdzv_backend", "rdzv_id", "master_addr"):
-        value = getattr(ns, name)
-        if value is not None and not value.strip():
-            raise UsageError(f"--{name.replace('_', '-')}: empty value")
-
-
-def parse(argv: list[str]) -> TraceArgs:
-    options_argv, target, script_args = split_argv(argv)
-    ns = _parser().parse_args(options_argv)
-    check_options(ns)
-    if "script" in target and not Path(target["script"]).is_file():
-        raise UsageError(f"{target['script']}: no such script")
-    torchrun_argv = []
-    for name, takes_value in TORCHRUN_OPTIONS.items():
-        value = getattr(ns, name[2:].replace("-", "_"))
-        if takes_value and value is not None:
-            torchrun_argv += [name, str(value)]
-        elif not takes_value and value:
-            torchrun_argv.append(name)
-    return TraceArgs(ns, target, script_args, torchrun_argv)
 
 
 def uses_torchrun(args: TraceArgs) -> bool:
@@ -705,18 +517,10 @@ def _incomplete_reasons(run_dir: Path, outcome: dict[str, Any], own: list[str]) 
     return reasons
 
 
-def main(argv: list[str], pre_run: PreRun | None = None) -> int:
-    """Run the job; ``pre_run(run_dir, target)`` runs in a thread while it starts (the
-    command layer's lint of the script: capture does not import the linter)."""
-    if argv[:1] in (["-h"], ["--help"]) or not argv:
-        _parser().print_help()
-        return 0 if argv else 2
-    try:
-        args = parse(argv)
-    except UsageError as exc:
-        _say(f"trace: {exc}")
-        print(_parser().format_usage().rstrip(), file=sys.stderr)
-        return 2
+def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
+    """Run the job described by ``args`` (``argv``: the command line, for the manifest);
+    ``pre_run(run_dir, target)`` runs in a thread while it starts (the command layer's lint
+    of the script: capture does not import the linter). Returns the exit code."""
     ns = args.options
     node_rank = ns.node_rank or 0
     run_dir, problem = claim_run_dir(ns.out, args.target, node_rank)
@@ -830,7 +634,3 @@ def _report(run_dir: Path, manifest: dict[str, Any]) -> None:
     if failure:
         text += f"; rank {failure.get('rank')} failed: {failure.get('exc_type')}: {failure.get('message')}"
     _say(f"{text} -> {run_dir}")
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
