@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag import rundir
+from gpudiag.cli import bench as bench_cli
 from gpudiag.reference import bench
 
 # Launches training processes (gloo jobs or CLI runs): CI runs it, `pytest -q` skips it.
@@ -110,7 +111,7 @@ def test_bench_writes_markdown_csv_and_per_run_json(tiny_bench: dict) -> None:
 def test_bench_bad_options_exit_2(
     argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert bench.main(["--out", str(tmp_path / "o"), "--device", "cpu", *argv]) == 2
+    assert bench_cli.main(["--out", str(tmp_path / "o"), "--device", "cpu", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "o").exists()
@@ -120,7 +121,7 @@ def test_bench_refuses_to_overwrite_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "single-bs16").mkdir()
-    assert bench.main(["--out", str(tmp_path), "--device", "cpu", "--batch-sizes", "16"]) == 2
+    assert bench_cli.main(["--out", str(tmp_path), "--device", "cpu", "--batch-sizes", "16"]) == 2
     assert "already holds single-bs16" in capsys.readouterr().err
 
 

@@ -72,47 +72,6 @@ class BenchRun:
 # --------------------------------------------------------------------------- arguments
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="gpudiag bench",
-        description="Single vs DataParallel vs DDP (and a batch-size sweep), each under "
-        "capture; prints and writes the comparison table.",
-    )
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="output directory (default ./gpudiag_runs/bench-<time>)",
-    )
-    p.add_argument(
-        "--nproc-per-node",
-        type=int,
-        default=None,
-        help="DDP ranks (default: CUDA devices, or 2 on CPU)",
-    )
-    p.add_argument("--model", default="mlp", help="toy | mlp | transformer (default mlp)")
-    p.add_argument("--steps", type=int, default=20, help="steps per run (default 20)")
-    p.add_argument(
-        "--batch-sizes",
-        default="32,128",
-        help="per-device batch sizes to sweep, comma separated (default 32,128)",
-    )
-    p.add_argument(
-        "--device",
-        choices=("cpu", "cuda"),
-        default=None,
-        help="default: cuda when available, else cpu",
-    )
-    p.add_argument(
-        "--profile-steps",
-        default=None,
-        metavar="A-B",
-        help="profiled window passed to gpudiag trace (default: its own)",
-    )
-    p.add_argument("--run-timeout", type=float, default=600.0, help="seconds per run")
-    return p
-
-
 def _parse_batch_sizes(text: str) -> list[int]:
     try:
         sizes = [int(x) for x in text.split(",") if x.strip()]
@@ -443,8 +402,9 @@ def _meta(args: argparse.Namespace, device: str, env: dict[str, str]) -> dict[st
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def run_bench(args: argparse.Namespace) -> int:
+    """Plan, run and tabulate the comparison (options parsed by gpudiag/cli/bench.py).
+    Exit code: 0 every run ok, 1 a run failed, 2 bad options."""
     out = args.out or Path("gpudiag_runs") / datetime.now().strftime("bench-%Y%m%d-%H%M%S")
     try:
         runs = plan_runs(args, out, _cuda_device_count())
