@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +94,32 @@ FAILED_STATUSES = frozenset({"failed"})
 def is_failed(status: object) -> bool:
     """Whether a manifest, status.json or summary.json ``status`` value means failed."""
     return isinstance(status, str) and status.strip().lower() in FAILED_STATUSES
+
+
+# Errors a rank gets when a peer went away: consequences, not causes.
+PEER_ERROR_PATTERNS = (
+    "connection reset by peer",
+    "connection closed by peer",
+    "broken pipe",
+    "connection refused",
+    "remote process exited",
+    "remote worker crash",
+    "socket timeout",
+    "econnreset",
+    "communicator was aborted",
+    "gloo connectfullmesh failed",
+    "recv failed",
+    "send failed",
+    "read error",
+    "write error",
+)
+
+
+def is_peer_error(status: Mapping[str, object]) -> bool:
+    """Whether a status.json (or manifest ``failure``) says the rank failed because a
+    peer went away (its collective's connection closed), not by itself."""
+    text = f"{status.get('exc_type') or ''} {status.get('message') or ''}".lower()
+    return any(p in text for p in PEER_ERROR_PATTERNS)
 
 
 # The launcher touches its manifest every LAUNCHER_HEARTBEAT_S while the job runs.

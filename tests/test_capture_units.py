@@ -12,9 +12,11 @@ import pytest
 import torch
 
 from gpudiag import rundir
+from gpudiag.analysis.failures import rank_failed_findings
 from gpudiag.capture import api, launcher
 from gpudiag.capture.profiling import ProfilerWindow, fix_straddling_optimizer, parse_window
 from gpudiag.capture.steps import StepTracker
+from gpudiag.capture.worker import Worker, _Terminated
 from gpudiag.cli import trace as trace_cli
 
 # --------------------------------------------------------------------------- argv
@@ -173,6 +175,74 @@ def test_outcome_interrupt_and_hang(tmp_path: Path) -> None:
     assert launcher.decide_outcome(tmp_path, 1, 2, False, 2)["status"] == "interrupted"
     hang = launcher.decide_outcome(tmp_path, 1, None, True, 2)
     assert hang["status"] == "hang" and hang["exit_code"] == 1
+
+
+# The real error rank 0 got (gloo, torch 2.13) when the watchdog ended rank 1, which it
+# was waiting for in all_reduce (recorded with tests/scripts/findings_hang.py).
+GLOO_PEER_CLOSED = (
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection "
+    "closed by peer [127.0.0.1]:38792. This is typically caused by a remote worker crashing."
+)
+
+
+def _peer_closed(run: Path, rank: int, end_ns: int) -> None:
+    _status(run, rank, "failed", 1, end_ns=end_ns)
+    status = json.loads((run / f"rank{rank}" / "status.json").read_text())
+    status["message"] = GLOO_PEER_CLOSED
+    rundir.write_rank_json(run, rank, rundir.STATUS, status)
+
+
+def test_outcome_of_a_hang_does_not_blame_the_rank_whose_peer_the_watchdog_ended(
+    tmp_path: Path,
+) -> None:
+    """Regression: the watchdog ended rank 1 (status hang); rank 0's all_reduce then
+    raised "Connection closed by peer" before its own finish request was handled. The
+    manifest said failed_ranks [0] with rank 0's error as the failure, and analyze put a
+    rank_failed finding for rank 0 before the hang."""
+    _peer_closed(tmp_path, 0, end_ns=200)
+    _status(tmp_path, 1, "hang", 1, end_ns=100)
+    out = launcher.decide_outcome(tmp_path, 1, None, True, 2)
+    assert out["status"] == "hang" and out["failed_ranks"] == [] and out["failure"] is None
+    # the same statuses without a hang: rank 0's error is then a failure to report
+    assert launcher.decide_outcome(tmp_path, 1, None, False, 2)["failed_ranks"] == [0]
+
+
+def test_hang_run_has_no_rank_failed_finding_for_a_peer_error() -> None:
+    manifest = {
+        "status": "hang",
+        "failed_ranks": [0],  # as written before the fix
+        "failure": {"rank": 0, "exc_type": "RuntimeError", "message": GLOO_PEER_CLOSED},
+    }
+    statuses = {
+        0: {"status": "failed", "exc_type": "RuntimeError", "message": GLOO_PEER_CLOSED},
+        1: {"status": "hang", "exc_type": "Hang", "message": "ended by gpudiag's hang watchdog"},
+    }
+    assert rank_failed_findings(manifest, statuses) == []
+    # a rank that failed by itself during a hang is still reported
+    statuses[0] = {"status": "failed", "exc_type": "ValueError", "message": "bad batch"}
+    (finding,) = rank_failed_findings(manifest | {"failure": None}, statuses)
+    assert finding.ranks == [0] and "bad batch" in finding.title
+
+
+def test_worker_outcome_after_the_watchdog_decided_is_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    worker = Worker(tmp_path, {"script": "train.py"}, [])
+    peer_closed = RuntimeError(GLOO_PEER_CLOSED)
+    assert worker._outcome_of(peer_closed).status == "failed"  # no hang decided: a failure
+    verdict = "rank 1 never entered all_reduce seq 4 (pg 0) that rank 0 is waiting in"
+    rundir.write_json_atomic(tmp_path / rundir.HANG_REPORT, {"verdict": verdict})
+    outcome = worker._outcome_of(peer_closed)
+    assert outcome.status == "hang" and outcome.exc_type == "Hang"
+    assert verdict in (outcome.message or "") and "Connection closed by peer" in (
+        outcome.message or ""
+    )
+    # the agent's SIGTERM, sent because the watchdog's exit of rank 1 ended the worker group
+    assert worker._outcome_of(_Terminated()).status == "hang"
+    # an error of the rank's own is never turned into the hang
+    assert worker._outcome_of(ValueError("bad batch")).status == "failed"
 
 
 # --------------------------------------------------------------------------- steps in-process

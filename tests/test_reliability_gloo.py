@@ -99,10 +99,6 @@ def test_hang_in_the_rendezvous_is_caught_and_ranks_flush(tmp_path: Path) -> Non
     assert finding.kind == "hang" and finding.ranks == [1]
 
 
-@pytest.mark.skip(
-    reason="quarantined: passed in two full runs, then ended as 'failed' instead of 'hang' "
-    "twice in a row (issue 16 item 4 must be re-checked)"
-)
 def test_hang_in_ddp_start_up_broadcast_is_caught(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = _trace(out, JOB, ["first"])

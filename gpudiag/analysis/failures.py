@@ -34,12 +34,16 @@ DESYNC_FIX = (
 
 
 def _failed_ranks(
-    statuses: dict[int, dict[str, Any]], failure: dict[str, Any]
+    statuses: dict[int, dict[str, Any]], failure: dict[str, Any], hang: bool
 ) -> dict[int, dict[str, Any]]:
     failed: dict[int, dict[str, Any]] = {}
     for rank, status in statuses.items():
         if isinstance(status, dict) and rundir.is_failed(status.get("status")):
             failed[int(rank)] = status
+    if hang:  # the watchdog ended the stuck ranks; their peers' connection errors followed
+        failed = {r: s for r, s in failed.items() if not rundir.is_peer_error(s)}
+        if rundir.is_peer_error(failure):
+            return failed
     if failure.get("rank") is not None:
         try:
             failed.setdefault(int(failure["rank"]), failure)
@@ -59,7 +63,10 @@ def rank_failed_findings(
     failure: dict[str, Any] = manifest.get("failure") or {}
     if not isinstance(failure, dict):
         failure = {}
-    failed = _failed_ranks(statuses or {}, failure)
+    hang = manifest.get("status") == "hang"
+    failed = _failed_ranks(statuses or {}, failure, hang)
+    if hang and rundir.is_peer_error(failure):
+        failure = {}
     if not failed and not rundir.is_failed(manifest.get("status")):
         return []
     first_rank = failure.get("rank", min(failed) if failed else None)

@@ -26,6 +26,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 AGENT_FAILURES = "agent_failures.json"
 ENV_RUN_DIR = "GPUDIAG_RUN_DIR"
@@ -119,6 +120,17 @@ def write_failures(failures: dict) -> None:
         pass
 
 
+def _hang_reported() -> bool:
+    """Whether the hang watchdog ended this job: torchrun's table would then name a
+    rank the watchdog ended as the root cause."""
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    if not run_dir:
+        return False
+    from gpudiag import rundir
+
+    return (Path(run_dir) / rundir.HANG_REPORT).exists()
+
+
 def _on_launcher_lost() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
@@ -136,7 +148,10 @@ def main(argv: list[str] | None = None) -> None:
         torchrun_main(argv)
     except ChildFailedError as exc:
         write_failures(exc.failures)
-        print(exc, file=sys.stderr)  # torchrun's failure table, without its traceback
+        if _hang_reported():
+            print("gpudiag: the hang watchdog ended the ranks (report follows)", file=sys.stderr)
+        else:
+            print(exc, file=sys.stderr)  # torchrun's failure table, without its traceback
         code = 1
     except SignalException as exc:
         code = 128 + int(getattr(exc, "sigval", signal.SIGTERM))

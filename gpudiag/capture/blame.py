@@ -24,23 +24,6 @@ from typing import Any
 from gpudiag import rundir
 from gpudiag.capture.agent import AGENT_FAILURES
 
-# Errors a rank gets when a peer went away: consequences, not causes.
-PEER_ERROR_PATTERNS = (
-    "connection reset by peer",
-    "connection closed by peer",
-    "broken pipe",
-    "connection refused",
-    "remote process exited",
-    "remote worker crash",
-    "socket timeout",
-    "econnreset",
-    "communicator was aborted",
-    "gloo connectfullmesh failed",
-    "recv failed",
-    "send failed",
-    "read error",
-    "write error",
-)
 SIGNAL_HINTS = {
     "SIGKILL": "the kernel's OOM killer (see `dmesg`) or a `kill -9`",
     "SIGSEGV": "a segmentation fault in native code",
@@ -59,9 +42,7 @@ _FATAL_SIGNALS = {
 }
 
 
-def is_peer_error(status: dict[str, Any]) -> bool:
-    text = f"{status.get('exc_type') or ''} {status.get('message') or ''}".lower()
-    return any(p in text for p in PEER_ERROR_PATTERNS)
+is_peer_error = rundir.is_peer_error
 
 
 @dataclass

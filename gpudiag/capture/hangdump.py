@@ -48,6 +48,21 @@ def finish_request_path(run_dir: Path, rank: int) -> Path:
     return rundir.rank_dir(run_dir, rank) / FINISH_REQUEST
 
 
+def hang_decided(run_dir: Path, rank: int) -> str | None:
+    """The watchdog's verdict when it has decided that the job hangs (it writes
+    hang_report.json, then a finish request per rank), else None. A rank whose collective
+    fails right then failed because the watchdog ended its peer: it hangs, it did not fail."""
+    for path in (finish_request_path(run_dir, rank), Path(run_dir) / rundir.HANG_REPORT):
+        decided = rundir.read_json(path)
+        if isinstance(decided, dict):
+            decided = decided.get("verdict")
+        if isinstance(decided, str):
+            return decided.strip() or "no progress"
+        if path.exists():
+            return "no progress"
+    return None
+
+
 def set_finisher(finisher: Callable[[str], None] | None) -> None:
     """What a finish request runs (in the poller thread): the worker's flush-and-exit.
     Its argument is the request's text (the watchdog's verdict)."""

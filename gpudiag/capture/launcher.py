@@ -264,6 +264,12 @@ def decide_outcome(
         gone_ns,
         returncode if single_process else None,
     )
+    if hang:
+        # the watchdog ended the stuck ranks: their peers' connection errors followed
+        failed = [r for r in failed if not rundir.is_peer_error(statuses[r])]
+        ends = {
+            r: e for r, e in ends.items() if not (e.failed and rundir.is_peer_error(e.status or {}))
+        }
     cause = blame.find_cause(ends)
     if cause is not None:
         first, others = cause

@@ -331,6 +331,9 @@ class Worker:
         if isinstance(exc, SystemExit):
             return _outcome_of_exit(exc)
         if isinstance(exc, _Terminated):
+            ended_by_watchdog = self._ended_by_watchdog(exc)
+            if ended_by_watchdog is not None:
+                return ended_by_watchdog
             return _outcome_of_exception(
                 "interrupted", EXIT_SIGTERM, type(exc), exc, exc.__traceback__
             )
@@ -340,7 +343,30 @@ class Worker:
             )
         tb = _user_frames(exc.__traceback__)
         traceback.print_exception(type(exc), exc, tb)
+        ended_by_watchdog = self._ended_by_watchdog(exc)
+        if ended_by_watchdog is not None:
+            return ended_by_watchdog
         return _outcome_of_exception("failed", EXIT_EXCEPTION, type(exc), exc, tb)
+
+    def _ended_by_watchdog(self, exc: BaseException) -> Outcome | None:
+        """A peer error raised because the hang watchdog ended the peer this rank was
+        waiting for, or the agent's SIGTERM sent because that peer exited: the rank is
+        part of the hang, it did not fail and was not interrupted by the user."""
+        error = {"exc_type": type(exc).__name__, "message": str(exc)}
+        if not isinstance(exc, _Terminated) and not rundir.is_peer_error(error):
+            return None
+        from gpudiag.capture.hangdump import hang_decided
+
+        verdict = hang_decided(self.run_dir, self.rank)
+        if verdict is None:
+            return None
+        then = (
+            "SIGTERM from the agent"
+            if isinstance(exc, _Terminated)
+            else f"{type(exc).__name__}: {exc}"
+        )
+        message = f"ended by gpudiag's hang watchdog: {verdict} (then: {then})"
+        return Outcome("hang", EXIT_HANG, "Hang", message[:500])
 
     # ------------------------------------------------------------------ finishing
 
@@ -387,17 +413,31 @@ class Worker:
         if self.tracker is not None:
             self._guard("step tracker", self.tracker.uninstall)
             self._guard("step table", self.tracker.close)
+        if hang and not in_main:
+            self._drop_open_profile()
         rundir.release_space(self._reserve)  # room for summary.json and status.json
         self._guard("summary.json", lambda: self._write_summary(outcome, collectives))
         self._guard("status.json", lambda: self._write_status(outcome))
         if hang:
             # the process group and atexit handlers would wait for the hung collective
-            self._guard("profiler export", self._finish_profiler)
+            if in_main:
+                self._guard("profiler export", self._finish_profiler)
         else:
             self._guard("process group", _destroy_process_group)
             self._guard("atexit handlers", atexit._run_exitfuncs)
         self._guard("flush", _flush_open_files)
         os._exit(outcome.exit_code)
+
+    def _drop_open_profile(self) -> None:
+        """On a hang ended from the poller thread, an open profile window is not
+        exported: torch.profiler's stop and export from a thread other than the one
+        that profiles crashed the rank with SIGSEGV (seen on torch 2.13, gloo)."""
+        if self.profiler is None or not self.profiler.active:
+            return
+        self.profiler.export_error = (
+            "not exported: the hang watchdog ended this rank while its profile window "
+            f"{self.profiler.first}-{self.profiler.last} was open"
+        )
 
     def _finish_profiler(self) -> None:
         if self.profiler is None:
