@@ -1026,6 +1026,16 @@ class Run:
         )
 
     @property
+    def rank_nodes(self) -> dict[int, int]:
+        """rank -> node rank, from each rank's rank_info.json (ranks without one are
+        absent)."""
+        return {
+            r: n
+            for r, info in self.rank_info.items()
+            if isinstance(n := info.get("node_rank"), int) and not isinstance(n, bool)
+        }
+
+    @property
     def world_size(self) -> int | None:
         ws = self.manifest.get("world_size")
         if ws:

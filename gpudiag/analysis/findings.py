@@ -235,7 +235,10 @@ BUCKET_FIX_MANY = (
 
 
 def straggler_findings(
-    stragglers: Any, step_ms: float, contention: dict[str, Any] | None = None
+    stragglers: Any,
+    step_ms: float,
+    contention: dict[str, Any] | None = None,
+    rank_nodes: dict[int, int] | None = None,
 ) -> list[Finding]:
     """Ranks flagged by stragglers.py, costed net of the mutual waiting: what the others
     wait for a rank minus the most any other rank makes them wait (two ranks that take
@@ -284,6 +287,9 @@ def straggler_findings(
             },
             "consistent": consistent,
         }
+    # a multi-node job: say on which node each named rank runs
+    nodes = rank_nodes if rank_nodes and len(set(rank_nodes.values())) > 1 else {}
+    where = {r: f"{r} (node {nodes[r]})" if r in nodes else str(r) for r in ranks}
     return [
         Finding(
             kind="straggler",
@@ -291,7 +297,7 @@ def straggler_findings(
             cost_ms_per_step=worst,
             ranks=ranks,
             title=(
-                f"Rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} arrive"
+                f"Rank{'s' if len(ranks) > 1 else ''} {', '.join(where[r] for r in ranks)} arrive"
                 f"{'' if len(ranks) > 1 else 's'} last at collectives; the others wait "
                 f"{worst:.1f} ms per step"
                 + (
@@ -325,6 +331,7 @@ def straggler_findings(
                     )
                 },
                 "step_ms": ms(step_ms),
+                **({"nodes": {str(r): nodes[r] for r in ranks if r in nodes}} if nodes else {}),
                 **consistency,
                 **({"host_cpu": contention} if contention else {}),
             },

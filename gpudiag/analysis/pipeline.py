@@ -325,6 +325,9 @@ def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
         if skew is not None and len(skew)
         else None
     )
+    rank_nodes = run.rank_nodes if run is not None else {}
+    if slow is not None and len(slow) and rank_nodes:
+        slow.insert(1, "node", [rank_nodes.get(int(r)) for r in slow["rank"]])
 
     dp = _guard(warnings, "DataParallel", dataparallel.analyze_dataparallel, traces, step_ms)
     dl = _guard(
@@ -347,7 +350,7 @@ def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
     found: list[Finding] = []
     found += failures.failure_findings(run)
     contention = _guard(warnings, "host CPU", host.host_contention, run) if run else None
-    straggler = fnd.straggler_findings(slow, step_ms, contention)
+    straggler = fnd.straggler_findings(slow, step_ms, contention, rank_nodes)
     waited = sum(fnd.waiting_share(ranks, f.ranks, f.cost_ms_per_step) for f in straggler)
     found += straggler
     largest = fnd.largest_collective_bytes(coll)

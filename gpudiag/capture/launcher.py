@@ -206,8 +206,9 @@ class Job:
 class RankExits:
     """When each local rank's process was first seen gone (the order of deaths)."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, node: int | None = None) -> None:
         self.run_dir = run_dir
+        self.node = node
         self.pids: dict[int, int] = {}
         self.gone_ns: dict[int, int] = {}
 
@@ -216,7 +217,7 @@ class RankExits:
             from gpudiag.capture.watchdog import _local_ranks, sample_usage
 
             if len(self.pids) < len(rundir.list_ranks(self.run_dir)):
-                self.pids.update(_local_ranks(self.run_dir))
+                self.pids.update(_local_ranks(self.run_dir, self.node))
             for rank, pid in self.pids.items():
                 if rank not in self.gone_ns and not sample_usage(pid).alive:
                     self.gone_ns[rank] = time.time_ns()
@@ -235,9 +236,15 @@ def decide_outcome(
     expected_world_size: int | None,
     gone_ns: dict[int, int] | None = None,
     single_process: bool = False,
+    node: int | None = None,
+    nproc_per_node: int | None = None,
 ) -> dict[str, Any]:
     """Status, exit code, failed ranks and the first failure (the cause, see
-    :mod:`gpudiag.capture.blame`), from the ranks' status.json and how they ended."""
+    :mod:`gpudiag.capture.blame`), from the ranks' status.json and how they ended.
+
+    ``node`` (multi-node jobs): the launcher answers for its own node's ranks; another
+    node's rank without status.json is that node's business (it may still be writing
+    it, or write it into another directory), but its failures still count as causes."""
     statuses: dict[int, dict[str, Any]] = {}
     infos: dict[int, dict[str, Any]] = {}
     for r in rundir.list_ranks(run_dir):
@@ -251,6 +258,9 @@ def decide_outcome(
         [expected_world_size or 0, *(int(i.get("world_size") or 0) for i in infos.values())]
     )
     missing = [r for r in range(world) if r not in statuses]
+    if node is not None:
+        own = _node_ranks(infos, node, nproc_per_node, world)
+        missing = [r for r in missing if r in own]
     # earliest failure first: the others usually failed because that rank went away
     failed = sorted(
         (r for r, s in statuses.items() if s.get("status") == "failed"),
@@ -335,6 +345,18 @@ def decide_outcome(
     }
 
 
+def _node_ranks(
+    infos: dict[int, dict[str, Any]], node: int, nproc_per_node: int | None, world: int
+) -> set[int]:
+    """The global ranks of ``node``: those whose rank_info says so and, for a rank that
+    never wrote one, torchrun's numbering (node * nproc_per_node + local rank)."""
+    own = {r for r, i in infos.items() if i.get("node_rank") == node}
+    if nproc_per_node:
+        block = range(node * nproc_per_node, min((node + 1) * nproc_per_node, world))
+        own |= {r for r in block if r not in infos}
+    return own
+
+
 def _exit_code(status: str, rc: int, signum: int | None, failure: dict | None) -> int:
     if status == "interrupted" and signum is not None:
         return 128 + signum
@@ -370,6 +392,10 @@ def _start_sampler(run_dir: Path, node_rank: int, hz: float, job: Job) -> Any:
     return sampler
 
 
+def _multi_node(ns: argparse.Namespace) -> bool:
+    return ns.nnodes not in (None, "1", "1:1")
+
+
 def _local_rank_count(nproc_per_node: str | None) -> int | None:
     try:
         return int(nproc_per_node or 1)
@@ -377,13 +403,15 @@ def _local_rank_count(nproc_per_node: str | None) -> int | None:
         return None
 
 
-def _wait_for_ranks_to_finish(run_dir: Path, job: Job, limit_s: float) -> None:
+def _wait_for_ranks_to_finish(
+    run_dir: Path, job: Job, limit_s: float, node: int | None = None
+) -> None:
     """Until every local rank wrote status.json and exited, the job ended, or limit_s."""
     from gpudiag.capture.watchdog import _local_ranks, sample_usage
 
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline and job.proc.poll() is None:
-        ranks = _local_ranks(run_dir)
+        ranks = _local_ranks(run_dir, node)
         if all(not sample_usage(pid).alive for pid in ranks.values()):
             # torchrun notices its workers' exit and ends on its own: give it the time
             deadline = min(deadline, time.monotonic() + HANG_KILL_GRACE_S)
@@ -396,6 +424,7 @@ def _start_watchdog(
     job: Job,
     hang: threading.Event,
     local_ranks: int | None = None,
+    node: int | None = None,
 ) -> Any:
     if timeout_s <= 0:
         return None
@@ -410,7 +439,7 @@ def _start_watchdog(
             f"hang: no progress for {report.get('detected_after_s', timeout_s)} s: "
             f"{report.get('verdict')}; ranks flush their data and exit"
         )
-        _wait_for_ranks_to_finish(run_dir, job, HANG_FLUSH_WAIT_S)
+        _wait_for_ranks_to_finish(run_dir, job, HANG_FLUSH_WAIT_S, node)
         if job.proc.poll() is None:
             job.stop(signal.SIGTERM, grace_s=HANG_KILL_GRACE_S)
 
@@ -424,6 +453,7 @@ def _start_watchdog(
             on_hang=on_hang,
             on_notice=on_notice,
             expected_local_ranks=local_ranks,
+            node=node,
         )
         watchdog.start()
         return watchdog
@@ -572,7 +602,7 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     sampler = _start_sampler(run_dir, node_rank, ns.sample_hz, job)
     watchdog = _start_watchdog(
-        run_dir, ns.hang_timeout, job, hang, _local_rank_count(ns.nproc_per_node)
+        run_dir, ns.hang_timeout, job, hang, _local_rank_count(ns.nproc_per_node), node_rank
     )
     lint_thread = None
     if pre_run is not None and not ns.no_lint:
@@ -580,7 +610,7 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
             target=_pre_run, args=(pre_run, run_dir, args.target), daemon=True
         )
         lint_thread.start()
-    exits = RankExits(run_dir)
+    exits = RankExits(run_dir, node_rank)
     try:
         returncode = job.wait(on_tick=exits.poll)
     finally:
@@ -600,6 +630,8 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
         launch["expected_world_size"],
         gone_ns=exits.gone_ns,
         single_process=not launch["torchrun"],
+        node=node_rank if _multi_node(ns) else None,
+        nproc_per_node=_local_rank_count(ns.nproc_per_node),
     )
     manifest.update(
         end_ns=time.time_ns(),

@@ -140,8 +140,10 @@ class HangWatchdog:
         dump_wait_s: float = DUMP_WAIT_S,
         finish_ranks: bool = True,
         expected_local_ranks: int | None = None,
+        node: int | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
+        self.node = node
         self.timeout_s = float(timeout_s)
         self.on_hang = on_hang
         self.on_notice = on_notice
@@ -180,7 +182,7 @@ class HangWatchdog:
             if signature != self._last_signature:
                 self._last_signature = signature
                 self._last_progress = last_check = now
-                self._pids = _local_ranks(self.run_dir)
+                self._pids = _local_ranks(self.run_dir, self.node)
                 self._baseline = _usage(self._pids)
                 self._samples = [(now, self._baseline)]
                 self._stacks = {}  # stacks compare within one quiet period only
@@ -207,7 +209,7 @@ class HangWatchdog:
                 noticed = True
 
     def _check(self, idle_s: float) -> dict[str, Any] | None:
-        ranks = _local_ranks(self.run_dir)
+        ranks = _local_ranks(self.run_dir, self.node)
         if not ranks:
             return None  # nothing started yet (imports): the agent's timeouts cover it
         usage = _usage(ranks)
@@ -258,7 +260,7 @@ class HangWatchdog:
         except OSError as exc:
             rundir.note_write_problem(self.run_dir / rundir.HANG_REPORT, exc)
         if self.finish_ranks:
-            for rank in _local_ranks(self.run_dir):
+            for rank in _local_ranks(self.run_dir, self.node):
                 request_finish(self.run_dir, rank, report["verdict"])
         if self.on_hang is not None:
             self.on_hang(report)
@@ -282,8 +284,10 @@ def progress_signature(run_dir: Path) -> tuple:
     return tuple(parts)
 
 
-def _local_ranks(run_dir: Path) -> dict[int, int]:
-    """rank -> pid for the ranks whose rank_info names this host (or no host)."""
+def _local_ranks(run_dir: Path, node: int | None = None) -> dict[int, int]:
+    """rank -> pid for the ranks whose rank_info names this host (or no host) and, when
+    ``node`` is given, this node rank (two nodes of one job may share a host and a run
+    directory: each launcher watches only its own ranks)."""
     host = socket.gethostname()
     out = {}
     for rank in rundir.list_ranks(run_dir):
@@ -291,6 +295,9 @@ def _local_ranks(run_dir: Path) -> dict[int, int]:
         if not isinstance(info, dict) or not isinstance(info.get("pid"), int):
             continue
         if (info.get("hostname") or info.get("host")) not in (None, host):
+            continue
+        node_rank = info.get("node_rank")
+        if node is not None and isinstance(node_rank, int) and node_rank != node:
             continue
         out[rank] = info["pid"]
     return out

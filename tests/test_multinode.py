@@ -1,0 +1,120 @@
+"""Multi-node capture on one machine: two `gpudiag trace` launchers on 127.0.0.1 act as
+two nodes of 2 ranks each (gloo), as torchrun's multi-node flags describe them.
+
+Real processes only: 4 ranks and 2 launchers on the 2 shared cores, so the jobs are
+small (a 64-wide MLP, few steps) and the timeouts generous.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudiag import rundir
+from gpudiag.analysis import analyze
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = Path(__file__).parent / "scripts"
+TRAIN = SCRIPTS / "findings_train.py"
+JOB_TIMEOUT_S = 80
+SLOW_RANK = 3  # local rank 1 of node 1
+TRAIN_ARGS = ["--steps", "8", "--width", "64", "--batch", "32"]
+SLOW_ARGS = [*TRAIN_ARGS, "--slow-rank", str(SLOW_RANK), "--slow-ms", "40"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def static_flags(node: int, port: int, nnodes: int = 2) -> list[str]:
+    return [
+        "--nnodes",
+        str(nnodes),
+        "--node-rank",
+        str(node),
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+    ]
+
+
+def start_node(
+    out: Path, flags: list[str], args: list[str], env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "gpudiag", "trace", "--no-lint", "--out", str(out), *flags]
+    return subprocess.Popen(
+        [*cmd, str(TRAIN), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def finish(procs: list[subprocess.Popen[str]], timeout_s: float = JOB_TIMEOUT_S) -> list[str]:
+    """Wait for every launcher; their stderr, in order. Kills what is left at timeout."""
+    deadline = time.monotonic() + timeout_s
+    logs = []
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=max(deadline - time.monotonic(), 1))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            _, err = p.communicate()
+            pytest.fail(f"launcher still running after {timeout_s} s:\n{err[-3000:]}")
+        logs.append(err)
+    return logs
+
+
+def two_nodes(
+    outs: tuple[Path, Path], args: list[str], env1: dict[str, str] | None = None
+) -> list[str]:
+    port = free_port()
+    procs = [start_node(outs[0], static_flags(0, port), args)]
+    procs.append(start_node(outs[1], static_flags(1, port), args, env1))
+    logs = finish(procs)
+    for p, log in zip(procs, logs, strict=True):
+        assert p.returncode == 0, log[-3000:]
+    return logs
+
+
+def _straggler(result: object) -> dict:
+    data = result.to_json()  # type: ignore[attr-defined]
+    found = [f for f in data["findings"] if f["kind"] == "straggler"]
+    assert found, [f["title"] for f in data["findings"]]
+    return found[0]
+
+
+def test_two_nodes_share_one_run_directory(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    two_nodes((run, run), SLOW_ARGS)
+    assert (run / "manifest.json").is_file() and (run / "manifest.node1.json").is_file()
+    assert rundir.list_nodes(run) == [0, 1]  # one sampler per node
+    node1 = json.loads((run / "manifest.node1.json").read_text())
+    assert node1["node_rank"] == 1 and node1["status"] == "ok"
+    loaded = rundir.load_run(run)
+    assert loaded.rank_nodes == {0: 0, 1: 0, 2: 1, 3: 1}
+    assert set(loaded.manifest["nodes"]) == {1}
+    assert sorted(loaded.host_samples["node"].unique()) == [0, 1]
+
+    result = analyze(run)
+    finding = _straggler(result)
+    assert finding["ranks"] == [SLOW_RANK]
+    assert finding["evidence"]["nodes"] == {str(SLOW_RANK): 1}
+    assert f"Rank {SLOW_RANK} (node 1)" in finding["title"]
+    rows = {r["rank"]: r for r in result.to_json()["stragglers"]}
+    assert rows[SLOW_RANK]["node"] == 1 and rows[0]["node"] == 0
