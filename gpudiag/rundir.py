@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -845,7 +845,11 @@ def is_run_dir(path: str | os.PathLike[str]) -> bool:
         return False
     if (path / MANIFEST).is_file():
         return True
-    return any(_RANK_DIR_RE.match(p.name) and p.is_dir() for p in path.iterdir())
+    return any(
+        (_RANK_DIR_RE.match(p.name) and p.is_dir())
+        or (_NODE_MANIFEST_RE.match(p.name) and p.is_file())
+        for p in path.iterdir()
+    )
 
 
 def list_ranks(run: str | os.PathLike[str]) -> list[int]:
@@ -1014,6 +1018,7 @@ class Run:
     hang_report: dict[str, Any] | None = None
     stacks: dict[int, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    parts: list[Path] = field(default_factory=list)  # per-node directories merged
 
     @property
     def ranks(self) -> list[int]:
@@ -1145,33 +1150,67 @@ def _merge_collective_times(collectives: list[dict], times: list[dict]) -> None:
             row["time_source"] = t["source"]
 
 
-def load_run(path: str | os.PathLike[str]) -> Run:
-    """Read a run directory written by ``gpudiag trace``.
+def load_run(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Run:
+    """Read a run directory written by ``gpudiag trace``; or the directories of one
+    multi-node job's nodes (a list of them, or a parent holding them, see
+    :func:`node_parts`), merged into one run.
 
     Never raises for bad content: unreadable pieces are skipped and described, one
     line each, in ``Run.warnings``. Raises :class:`RunFormatError` only when ``path``
     is not a run directory at all.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        paths = [Path(p) for p in path]
+        if len(paths) == 1:
+            return load_run(paths[0])
+        for p in paths:
+            if not p.is_dir():
+                raise RunFormatError(f"{p}: not a directory")
+        return merge_runs([_load_one(p) for p in paths], Path(os.path.commonpath(paths)))
     run = Path(path)
     if not run.is_dir():
         raise RunFormatError(f"{run}: not a directory")
+    parts = node_parts(run)
+    if parts:
+        return merge_runs([_load_one(p) for p in parts], run)
+    return _load_one(run)
+
+
+def _read_manifests(run: Path, warnings: list[str]) -> dict[str, Any]:
+    """manifest.json, with every manifest.node<K>.json under ``nodes`` and the whole
+    job's status and hosts (:func:`merge_manifests`). A node's own directory holds only
+    its manifest.node<K>.json: that one is then the manifest."""
+    manifest = (
+        read_object(run / MANIFEST, MANIFEST, warnings) if (run / MANIFEST).exists() else None
+    )
+    if manifest is not None:
+        _reader_notes(manifest, run / MANIFEST, warnings)
+    nodes: list[tuple[int, dict[str, Any]]] = []
+    for p in sorted(run.glob("manifest.node*.json")):
+        m = _NODE_MANIFEST_RE.match(p.name)
+        extra = read_object(p, MANIFEST, warnings) if m else None
+        if m and isinstance(extra, dict):
+            _reader_notes(extra, p, warnings)
+            nodes.append((int(m.group(1)), extra))
+    if manifest is None:
+        if not nodes:
+            return {}
+        return merge_manifests(nodes)
+    return merge_manifests([(manifest_node(manifest), manifest), *nodes]) if nodes else manifest
+
+
+def _load_one(run: Path) -> Run:
     warnings: list[str] = []
-    manifest = read_object(run / MANIFEST, MANIFEST, warnings) or {}
+    manifest = _read_manifests(run, warnings)
     if manifest.get("world_size") is not None and manifest["world_size"] < 1:
         bad_input(warnings, f"{run / MANIFEST}: world_size {manifest['world_size']}; ignored")
         del manifest["world_size"]
-    _reader_notes(manifest, run / MANIFEST, warnings)
     version = manifest.get("format_version")
     if version is not None and version > FORMAT_VERSION:
         warnings.append(
             f"{run / MANIFEST}: format_version {version} is newer than this gpudiag "
             f"reads ({FORMAT_VERSION}); reading what it can"
         )
-    for p in sorted(run.glob("manifest.node*.json")):
-        m = _NODE_MANIFEST_RE.match(p.name)
-        extra = read_object(p, MANIFEST, warnings) if m else None
-        if m and isinstance(extra, dict):
-            manifest.setdefault("nodes", {})[int(m.group(1))] = extra
     ranks = list_ranks(run)
     nodes = list_nodes(run)
 
@@ -1208,6 +1247,194 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     return result
 
 
+# --------------------------------------------------------------------------- multi-node
+# One multi-node job: every launcher writes into one shared run directory (node 0's
+# manifest.json, the others' manifest.node<K>.json), or each into its own directory
+# (`gpudiag analyze node0_dir node1_dir`, or their parent). Either way the reader sees
+# one run.
+
+# Worst first: a job whose one node failed failed.
+_STATUS_ORDER = ("failed", "hang", "interrupted", "launcher_lost", "running", "ok")
+
+
+def manifest_node(manifest: Mapping[str, Any]) -> int:
+    node = manifest.get("node_rank")
+    return node if isinstance(node, int) and not isinstance(node, bool) and node >= 0 else 0
+
+
+def _worst_status(statuses: Iterable[Any]) -> Any:
+    known = [s for s in statuses if s in _STATUS_ORDER]
+    return min(known, key=_STATUS_ORDER.index) if known else None
+
+
+def merge_manifests(parts: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    """One job's manifest from its nodes' (node rank, manifest): the lowest node's
+    (node 0's), with every other node's under ``nodes`` ({node: manifest}), every
+    node's ``hosts``, the worst status, and the union of failed ranks and steps. A
+    failure and exit code come from node 0 unless only another node has one."""
+    ordered = sorted(parts, key=lambda p: p[0])
+    main = dict(ordered[0][1])
+    others = ordered[1:]
+    if not others:
+        return main
+    nodes = dict(main.get("nodes") or {})
+    nodes.update({n: m for n, m in others})
+    main["nodes"] = nodes
+    manifests = [m for _, m in ordered]
+    hosts: list[Any] = []
+    for m in manifests:
+        hosts += [h for h in m.get("hosts") or [] if isinstance(h, dict)]
+    main["hosts"] = hosts
+    main["status"] = _worst_status(m.get("status") for m in manifests) or main.get("status")
+    sizes = [w for m in manifests if isinstance(w := m.get("world_size"), int) and w > 0]
+    if sizes:
+        main["world_size"] = max(sizes)
+    steps: dict[str, Any] = {}
+    failed: list[Any] = []
+    for m in manifests:
+        if isinstance(m.get("steps_completed"), dict):
+            steps.update(m["steps_completed"])
+        failed += [r for r in m.get("failed_ranks") or [] if r not in failed]
+    main["steps_completed"] = dict(sorted(steps.items(), key=lambda kv: str(kv[0])))
+    main["failed_ranks"] = failed
+    if main.get("failure") is None:
+        other = next((m for m in manifests if isinstance(m.get("failure"), dict)), None)
+        if other is not None:
+            main["failure"] = other["failure"]
+            main["exit_code"] = other.get("exit_code")
+    incomplete = [x for m in manifests for x in m.get("incomplete") or []]
+    main["incomplete"] = incomplete or None
+    return main
+
+
+def _job_key(manifest: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """What the launchers of one job share: the id node 0 published at start-up
+    (``clock.job_id``), else the rendezvous they were given. None for a one-node run."""
+    nnodes = str(manifest.get("nnodes") or "1")
+    if nnodes in ("1", "1:1"):
+        return None
+    clock = manifest.get("clock")
+    if isinstance(clock, dict) and isinstance(clock.get("job_id"), str):
+        return ("job", clock["job_id"])
+    launch = manifest.get("launch")
+    argv = launch.get("torchrun_argv") if isinstance(launch, dict) else None
+    if not isinstance(argv, list):
+        return None
+    flags = {
+        a: b for a, b in zip(argv, [*argv[1:], None], strict=True) if b and not b.startswith("--")
+    }
+    return (
+        "rdzv",
+        nnodes,
+        flags.get("--rdzv-backend", "static"),
+        flags.get("--rdzv-endpoint"),
+        flags.get("--rdzv-id"),
+        flags.get("--master-addr"),
+        flags.get("--master-port"),
+    )
+
+
+def _part_manifest(directory: Path) -> dict[str, Any] | None:
+    """The one manifest of a node's own directory (manifest.json, or a single
+    manifest.node<K>.json), without warnings: None when there is none or several."""
+    names = [MANIFEST] if (directory / MANIFEST).is_file() else []
+    try:
+        names += sorted(p.name for p in directory.iterdir() if _NODE_MANIFEST_RE.match(p.name))
+    except OSError:
+        return None
+    if len(names) != 1:
+        return None
+    obj = read_json(directory / names[0])
+    if not isinstance(obj, dict):
+        return None
+    m = _NODE_MANIFEST_RE.match(names[0])
+    if m:
+        obj["node_rank"] = int(m.group(1))
+    return obj
+
+
+def same_job(directories: Sequence[Path]) -> bool:
+    """Whether these run directories are the per-node directories of one multi-node
+    job: each holds one node's manifest, the node ranks differ, they name the same job
+    (node 0's id, else the same rendezvous) and their launchers ran at the same time."""
+    if len(directories) < 2:
+        return False
+    manifests = [_part_manifest(Path(d)) for d in directories]
+    if any(m is None for m in manifests):
+        return False
+    ms = [m for m in manifests if m is not None]
+    keys = {_job_key(m) for m in ms}
+    if len(keys) != 1 or None in keys:
+        return False
+    if len({manifest_node(m) for m in ms}) != len(ms):
+        return False
+    starts = [t for m in ms if isinstance(t := m.get("start_ns"), int)]
+    ends = [t for m in ms if isinstance(t := m.get("end_ns") or time.time_ns(), int)]
+    if len(starts) != len(ms) or len(ends) != len(ms):
+        return False
+    return max(starts) <= min(ends)
+
+
+def node_parts(directory: str | os.PathLike[str]) -> list[Path]:
+    """The per-node run directories of one job directly under ``directory`` (ordered
+    by node), or [] when ``directory`` is itself a run or holds no such set."""
+    directory = Path(directory)
+    try:
+        if not directory.is_dir() or is_run_dir(directory):
+            return []
+        children = sorted(p for p in directory.iterdir() if p.is_dir() and is_run_dir(p))
+    except OSError:
+        return []
+    if not same_job(children):
+        return []
+    return sorted(children, key=lambda p: manifest_node(_part_manifest(p) or {}))
+
+
+def group_node_dirs(paths: Sequence[Path]) -> list[list[Path]]:
+    """`gpudiag analyze A B ...`: the paths as runs to analyse, the per-node
+    directories of one job (all of the paths) as one."""
+    if len(paths) >= 2 and all(Path(p).is_dir() for p in paths) and same_job(paths):
+        return [sorted(paths, key=lambda p: manifest_node(_part_manifest(Path(p)) or {}))]
+    return [[p] for p in paths]
+
+
+def _concat(frames: list[Any]) -> Any:
+    import pandas as pd
+
+    full = [f for f in frames if len(f)]
+    if not full:
+        return frames[0]
+    return pd.concat(full, ignore_index=True) if len(full) > 1 else full[0]
+
+
+def merge_runs(runs: Sequence[Run], path: Path) -> Run:
+    """The per-node directories of one job read as one run (ranks and nodes are
+    disjoint: each node wrote its own)."""
+    parts = sorted(runs, key=lambda r: manifest_node(r.manifest))
+    manifest = merge_manifests([(manifest_node(r.manifest), r.manifest) for r in parts])
+    merged = Run(
+        path=path,
+        manifest=manifest,
+        steps=_concat([r.steps for r in parts]),
+        collectives=_concat([r.collectives for r in parts]),
+        regions=_concat([r.regions for r in parts]),
+        ddp_stats=_concat([r.ddp_stats for r in parts]),
+        gpu_samples=_concat([r.gpu_samples for r in parts]),
+        host_samples=_concat([r.host_samples for r in parts]),
+        lint=next((r.lint for r in parts if r.lint is not None), None),
+        hang_report=next((r.hang_report for r in parts if r.hang_report is not None), None),
+        warnings=[w for r in parts for w in r.warnings],
+    )
+    for r in parts:
+        merged.rank_info.update(r.rank_info)
+        merged.statuses.update(r.statuses)
+        merged.summaries.update(r.summaries)
+        merged.trace_files.update(r.trace_files)
+        merged.stacks.update(r.stacks)
+    merged.parts = [r.path for r in parts]
+    return merged
+
+
 def _read_rank_files(run: Path, r: int, result: Run) -> None:
     rdir = rank_dir(run, r)
     for name, target in (
@@ -1230,9 +1457,13 @@ def load_summaries(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[i
     """Only the manifest and per-rank summaries: how a 1000-rank run is read without
     touching any raw trace or table."""
     run = Path(path)
+    parts = node_parts(run)
+    if parts:
+        loaded = [load_summaries(p) for p in parts]
+        manifest = merge_manifests([(manifest_node(m), m) for m, _ in loaded])
+        return manifest, {r: s for _, part in loaded for r, s in part.items()}
     warnings: list[str] = []
-    manifest = read_object(run / MANIFEST, MANIFEST, warnings) or {}
-    _reader_notes(manifest, run / MANIFEST, warnings)
+    manifest = _read_manifests(run, warnings)
     summaries: dict[int, dict] = {}
     for r in list_ranks(run):
         obj = read_object(rank_dir(run, r) / SUMMARY, SUMMARY, warnings)

@@ -118,3 +118,38 @@ def test_two_nodes_share_one_run_directory(tmp_path: Path) -> None:
     assert f"Rank {SLOW_RANK} (node 1)" in finding["title"]
     rows = {r["rank"]: r for r in result.to_json()["stragglers"]}
     assert rows[SLOW_RANK]["node"] == 1 and rows[0]["node"] == 0
+
+
+def test_per_node_directories_are_merged_by_analyze(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    nodes = (job / "node0", job / "node1")
+    two_nodes(nodes, SLOW_ARGS)
+    assert (nodes[0] / "manifest.json").is_file()
+    assert (nodes[1] / "manifest.node1.json").is_file()
+    assert not (nodes[1] / "manifest.json").exists()
+    assert rundir.node_parts(job) == list(nodes)
+    assert rundir.group_node_dirs(list(nodes)) == [list(nodes)]
+
+    merged = rundir.load_run(job)
+    assert merged.ranks == [0, 1, 2, 3]
+    assert merged.rank_nodes == {0: 0, 1: 0, 2: 1, 3: 1}
+    assert merged.manifest["status"] == "ok" and set(merged.manifest["nodes"]) == {1}
+    assert sorted(merged.host_samples["node"].unique()) == [0, 1]
+    assert sorted(merged.trace_files) == [0, 1, 2, 3]
+
+    for finding in (_straggler(analyze(job)), _straggler(analyze(list(nodes)))):
+        assert finding["ranks"] == [SLOW_RANK]
+        assert finding["evidence"]["nodes"] == {str(SLOW_RANK): 1}
+
+    # the command line: both directories, one report
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "analyze", "--json", *map(str, nodes)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(proc.stdout)
+    assert isinstance(data, dict) and data["run"]["ranks_present"] == [0, 1, 2, 3]
+    assert "merged" in proc.stderr

@@ -15,8 +15,9 @@ if TYPE_CHECKING:  # the package import stays light: result.py pulls in pandas
 __all__ = ["analyze"]
 
 
-def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
-    """Analyse a gpudiag run directory or any directory / file(s) of profiler traces."""
+def analyze(path: str | Path | list[Path], *, workers: int | None = None) -> AnalysisResult:
+    """Analyse a gpudiag run directory or any directory / file(s) of profiler traces; a
+    list: the per-node directories of one multi-node job."""
     from gpudiag.analysis.pipeline import analyze as _analyze
 
     return _analyze(path, workers=workers)

@@ -6,6 +6,7 @@ One analysis failing becomes a one-line warning; the others still run.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +67,20 @@ def _empty(columns: tuple[str, ...]) -> pd.DataFrame:
     return pd.DataFrame(columns=list(columns))
 
 
-def _resolve_inputs(path: Path) -> tuple[Any, list[Path], list[str]]:
-    """(Run or None, trace files, warnings) for a run dir, a trace dir or a trace file."""
+def _resolve_inputs(
+    path: Path, parts: list[Path] | None = None
+) -> tuple[Any, list[Path], list[str]]:
+    """(Run or None, trace files, warnings) for a run dir, a trace dir or a trace file;
+    ``parts``: the per-node directories of one multi-node job (read as one run)."""
     from gpudiag import rundir
 
+    if parts:
+        run = rundir.load_run(parts)
+        files = [run.trace_files[r] for r in sorted(run.trace_files)]
+        return run, files, list(run.warnings)
     if not path.exists():
         raise AnalysisInputError(f"{path}: no such file or directory")
-    if path.is_dir() and rundir.is_run_dir(path):
+    if path.is_dir() and (rundir.is_run_dir(path) or rundir.node_parts(path)):
         run = rundir.load_run(path)
         files = [run.trace_files[r] for r in sorted(run.trace_files)]
         return run, files, list(run.warnings)
@@ -242,16 +250,20 @@ def prepare_rank(trace: Any) -> None:
     comms.trace_rows(trace)
 
 
-def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
-    """Analyse a gpudiag run directory or any directory / file of profiler traces."""
+def analyze(path: str | Path | list[Path], *, workers: int | None = None) -> AnalysisResult:
+    """Analyse a gpudiag run directory or any directory / file of profiler traces; a
+    list: the per-node directories of one multi-node job (rundir.group_node_dirs)."""
     from gpudiag.analysis import breakdown as bd
     from gpudiag.analysis import ingest
 
     comms = _optional("comms")
     strag = _optional("stragglers")
 
+    node_dirs = [Path(p) for p in path] if isinstance(path, list) and len(path) > 1 else None
+    if isinstance(path, list):
+        path = Path(os.path.commonpath(node_dirs)) if node_dirs else Path(path[0])
     path = Path(path)
-    if _many_ranks(path):
+    if node_dirs is None and _many_ranks(path):
         from gpudiag.analysis.summaries import analyze_summaries
 
         result = analyze_summaries(path)
@@ -259,7 +271,7 @@ def analyze(path: str | Path, *, workers: int | None = None) -> AnalysisResult:
             f"{path}: more than {SUMMARY_ONLY_RANKS} ranks; analysed from summary.json files only"
         )
         return result
-    run, files, warnings = _resolve_inputs(path)
+    run, files, warnings = _resolve_inputs(path, node_dirs)
     traces = (
         ingest.load_traces(files, workers=workers, warnings=warnings, prepare=prepare_rank)
         if files

@@ -75,16 +75,26 @@ def main(argv: list[str] | None = None) -> int:
 
     results = []
     bad_input = False
-    for path in paths:
+    # the per-node directories of one multi-node job are one run
+    groups = rundir.group_node_dirs(paths)
+    if len(groups) == 1 and len(groups[0]) > 1:
+        print(
+            f"gpudiag: {len(paths)} node directories of one multi-node job: merged",
+            file=sys.stderr,
+        )
+    for group in groups:
+        path = group[0]
         try:
-            if args.summaries_only:
+            if len(group) > 1:
+                res = analyze(group, workers=args.workers)
+            elif args.summaries_only:
                 res = analyze_summaries(path)
             else:
                 res = analyze(path, workers=args.workers)
         except AnalysisInputError as exc:
             for w in exc.warnings:
                 print(f"gpudiag: warning: {w}", file=sys.stderr)
-            if len(paths) == 1:
+            if len(groups) == 1:
                 return _error(str(exc))
             print(f"gpudiag: warning: {exc}", file=sys.stderr)
             bad_input = True
