@@ -2,7 +2,9 @@
 (normally started by `gpudiag dashboard`).
 
 Presentation only: every number comes from `gpudiag.analysis.analyze`, cached per run
-and keyed by the run's content (file names, sizes, mtimes). The runs it can open are
+and keyed by the run's content (file names, sizes, mtimes). A run still being written
+(manifest ``running``, launcher alive) is shown live instead (dashboards/live.py: the
+`gpudiag watch` snapshot, refreshed in place) until it ends. The runs it can open are
 the ones found under the roots given; URL query parameters (`?run=...&view=...`) are
 resolved against those roots and refused when they point elsewhere. The page's URL
 always names the run and view shown, so it can be shared.
@@ -21,10 +23,10 @@ from gpudiag.analysis.result import AnalysisResult
 # Streamlit runs this file by path. Installed, it is gpudiag/dashboards/app.py inside the
 # package; in a source checkout, dashboards/ sits beside gpudiag/.
 if (Path(__file__).resolve().parents[1] / "__init__.py").is_file():
-    from gpudiag.dashboards import cache, runs, views  # type: ignore[import-not-found,no-redef,unused-ignore]
+    from gpudiag.dashboards import cache, live, runs, views  # type: ignore[import-not-found,no-redef,unused-ignore]
 else:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from dashboards import cache, runs, views
+    from dashboards import cache, live, runs, views
 
 
 def _roots() -> list[Path]:
@@ -98,11 +100,19 @@ def main() -> None:
     if "view" not in st.session_state:
         wanted = st.query_params.get("view")
         st.session_state["view"] = wanted if wanted in views.VIEWS else "Overview"
-    label = st.sidebar.selectbox("Run", labels, key="run")
+    live_labels = {r.label for r in refs if runs.is_live(r)}
+    label = st.sidebar.selectbox(
+        "Run", labels, key="run", format_func=lambda x: f"● {x} (live)" if x in live_labels else x
+    )
     view = st.sidebar.radio("View", list(views.VIEWS), key="view")
     st.query_params.from_dict({"run": label, "view": view})  # a shareable URL
     ref = refs[labels.index(label)]
     st.sidebar.caption(views.md(ref.path))
+    if label in live_labels:
+        st.sidebar.caption("Live: the views open when the run ends.")
+        live.live_page(ref)
+        return
+    live.ended_note(ref)
 
     result, error = result_of(ref)
     if error or result is None:

@@ -49,6 +49,20 @@ def discover_runs(roots: list[Path]) -> list[RunRef]:
     return found
 
 
+def recorded_status(run: Path) -> str | None:
+    """The run's status as rundir reads it from its manifest (``running`` while its
+    launcher is alive, ``launcher_lost`` once it is gone), or None without a manifest."""
+    manifest = rundir.read_json(run / rundir.MANIFEST)
+    if not isinstance(manifest, dict):
+        return None
+    return rundir.run_status(manifest, run / rundir.MANIFEST)
+
+
+def is_live(ref: RunRef) -> bool:
+    """A run still being written by a live launcher: the dashboard follows it live."""
+    return recorded_status(ref.path) == "running"
+
+
 def is_inside(path: Path, roots: list[Path]) -> bool:
     resolved = Path(path).resolve()
     return any(resolved.is_relative_to(Path(r).resolve()) for r in roots)

@@ -58,6 +58,8 @@ def _prewarm(roots: list[Path]) -> None:
     for i, ref in enumerate(refs):
         if i:  # the first run is the one the app opens; the others wait for a quiet server
             _wait_until_quiet(cache.activity)
+        if runs.is_live(ref):  # still being written: shown live, analysed when it ends
+            continue
         try:
             cache.result_of(ref)
         except Exception:  # noqa: BLE001 - the app reports it when the run is opened

@@ -16,7 +16,9 @@ collective is one that some ranks entered (their ``inflight_live.json``) over
 from __future__ import annotations
 
 import bisect
+import os
 import statistics
+import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -514,3 +516,62 @@ def snapshot(
 
 def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
+
+
+# --------------------------------------------------------------------------- monitor
+
+
+@dataclass
+class LiveUpdate:
+    """One refresh of a :class:`LiveMonitor`: the snapshot, and the run's recorded status
+    (:func:`gpudiag.rundir.run_status`: ``running`` while the launcher is alive and the
+    run is still being written, whatever the snapshot's state says already)."""
+
+    snapshot: LiveSnapshot
+    run_status: str | None
+
+    @property
+    def still_written(self) -> bool:
+        return self.run_status == "running"
+
+
+class LiveMonitor:
+    """A run followed live: its incremental reader, the bounded window and the lagging
+    result, kept between refreshes so each costs only the rows appended since the last.
+
+    Thread-safe, so several viewers (`gpudiag watch`, dashboard sessions) can share one:
+    a refresh within ``min_interval_s`` of the previous one returns that one's update
+    instead of polling again, so the cost does not grow with the number of viewers."""
+
+    def __init__(
+        self,
+        run: str | os.PathLike[str],
+        window: int = DEFAULT_WINDOW_STEPS,
+        stuck_after_s: float = DEFAULT_STUCK_AFTER_S,
+        min_interval_s: float = 0.0,
+    ) -> None:
+        self.run = run
+        self.window_steps = window
+        self.stuck_after_s = stuck_after_s
+        self.min_interval_s = min_interval_s
+        self.polls = 0  # how many times the run directory was read (tests, benchmarks)
+        self._reader = rundir.LiveReader(run)
+        self._window = LiveWindow(window)
+        self._lagging = Lagging()
+        self._lock = threading.Lock()
+        self._last: LiveUpdate | None = None
+        self._last_at = 0.0
+
+    def refresh(self) -> LiveUpdate:
+        with self._lock:
+            now = time.monotonic()
+            if self._last is not None and now - self._last_at < self.min_interval_s:
+                return self._last
+            batch = self._reader.poll()
+            self._window.add(batch)
+            snap = snapshot(
+                self._window, batch, self.window_steps, self.stuck_after_s, self._lagging
+            )
+            self.polls += 1
+            self._last, self._last_at = LiveUpdate(snap, batch.status), now
+            return self._last

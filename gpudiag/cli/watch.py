@@ -62,14 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from gpudiag.analysis import live
 
-    reader = rundir.LiveReader(ns.run)
-    window = live.LiveWindow(ns.window)
-    lagging = live.Lagging()
+    monitor = live.LiveMonitor(ns.run, ns.window, ns.stuck_after)
 
     def refresh() -> live.LiveSnapshot:
-        batch = reader.poll()
-        window.add(batch)
-        return live.snapshot(window, batch, ns.window, ns.stuck_after, lagging)
+        return monitor.refresh().snapshot
 
     if ns.once:
         snap = refresh()

@@ -1,5 +1,5 @@
 """2-rank gloo job for the `gpudiag watch` tests. Run under
-`gpudiag trace --nproc-per-node 2 live_job.py MODE STOP_FILE`:
+`gpudiag trace --nproc-per-node 2 live_job.py MODE STOP_FILE [MAX_STEPS]`:
 
   slow   rank 1 sleeps 40 ms before its all-reduces every step (it lags)
   stuck  rank 1 stops calling collectives at step 5 (sleeps), rank 0 waits in all_reduce
@@ -7,7 +7,8 @@
   ddp    DDP model; rank 1 stops at step 5 (sleeps before forward), rank 0 waits in
          DDP's C++ bucket all-reduce (no Python call the recorder wraps)
 
-Both ranks stop together at the step after STOP_FILE appears (or after 3000 steps).
+Both ranks stop together at the step after STOP_FILE appears (or after MAX_STEPS,
+default 3000).
 """
 
 import os
@@ -20,6 +21,7 @@ import torch.distributed as dist
 
 def main() -> None:
     mode, stop_file = sys.argv[1], sys.argv[2]
+    max_steps = int(sys.argv[3]) if len(sys.argv) > 3 else 3000
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     model = torch.nn.Linear(64, 64)
@@ -29,7 +31,7 @@ def main() -> None:
         model = DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(16, 64)
-    for step in range(3000):
+    for step in range(max_steps):
         stop = torch.tensor([1.0 if os.path.exists(stop_file) else 0.0])
         dist.all_reduce(stop, op=dist.ReduceOp.MAX)
         if stop.item():
