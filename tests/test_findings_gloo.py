@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpudiag import rundir
 from gpudiag.analysis import analyze
 
 pytestmark = pytest.mark.slow
@@ -176,7 +177,8 @@ def test_hang_names_the_rank_that_never_arrived_and_its_line(gloo_runs):
     # the rank that waited for it is part of the hang, not a failure (it got "Connection
     # closed by peer" or the agent's SIGTERM once the watchdog ended rank 1)
     assert [f for f in res.findings if f.kind == "rank_failed"] == []
-    assert {s.get("status") for s in res.run.statuses.values()} == {"hang"}
+    statuses = [rundir.read_json(rundir.rank_dir(res.source, r) / rundir.STATUS) for r in (0, 1)]
+    assert [s["status"] for s in statuses] == ["hang", "hang"], statuses
     assert hang.ranks == [1]
     assert hang.evidence["op"] == "all_reduce"
     assert hang.evidence["waiting_ranks"] == [0]
