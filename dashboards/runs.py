@@ -50,17 +50,16 @@ def discover_runs(roots: list[Path]) -> list[RunRef]:
 
 
 def recorded_status(run: Path) -> str | None:
-    """The run's status as rundir reads it from its manifest (``running`` while its
-    launcher is alive, ``launcher_lost`` once it is gone), or None without a manifest."""
-    manifest = rundir.read_json(run / rundir.MANIFEST)
-    if not isinstance(manifest, dict):
-        return None
-    return rundir.run_status(manifest, run / rundir.MANIFEST)
+    """The run's status as rundir reads it from its manifests (the worst node's;
+    ``running`` while a launcher is alive, ``launcher_lost`` once it is gone), or None
+    without a manifest."""
+    return rundir.worst_status(rundir.node_run_statuses(run).values())
 
 
 def is_live(ref: RunRef) -> bool:
-    """A run still being written by a live launcher: the dashboard follows it live."""
-    return recorded_status(ref.path) == "running"
+    """A run still being written by a live launcher (of any node): the dashboard follows
+    it live."""
+    return "running" in rundir.node_run_statuses(ref.path).values()
 
 
 def is_inside(path: Path, roots: list[Path]) -> bool:

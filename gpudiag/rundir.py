@@ -819,6 +819,27 @@ def run_status(manifest: dict[str, Any], manifest_file: str | os.PathLike[str]) 
     return status if isinstance(status, str) else None
 
 
+def worst_status(statuses: Iterable[Any]) -> str | None:
+    """A multi-node job's status from its nodes' (a job whose one node failed failed)."""
+    worst = _worst_status(statuses)
+    return worst if isinstance(worst, str) else None
+
+
+def node_run_statuses(run: str | os.PathLike[str]) -> dict[int, str | None]:
+    """:func:`run_status` of each node's manifest in ``run`` (manifest.json and every
+    manifest.node<K>.json), by node rank; {} without a manifest."""
+    run = Path(run)
+    found: dict[int, str | None] = {}
+    paths = [run / MANIFEST] + sorted(run.glob("manifest.node*.json"))
+    for path in paths:
+        manifest = read_json(path)
+        if isinstance(manifest, dict):
+            m = _NODE_MANIFEST_RE.match(path.name)
+            node = int(m.group(1)) if m else manifest_node(manifest)
+            found[node] = run_status(manifest, path)
+    return found
+
+
 def _reader_notes(manifest: dict[str, Any], manifest_file: Path, warnings: list[str]) -> None:
     """Adjust the manifest to what a reader should see (launcher_lost) and warn about
     runs whose record is incomplete."""
@@ -1697,6 +1718,9 @@ class LiveBatch:
     statuses: dict[int, dict[str, Any]]
     inflight: dict[int, dict[str, Any]]  # rank -> inflight_live.json
     warnings: list[str] = field(default_factory=list)
+    # Some node's manifest says running and its launcher is alive: the run is still being
+    # written, whatever ``status`` (the worst node's) says already.
+    writing: bool = False
 
 
 class LiveReader:
@@ -1734,13 +1758,15 @@ class LiveReader:
         warnings: list[str] = []
         manifest = read_json(self.run / MANIFEST, warnings)
         manifest = manifest if isinstance(manifest, dict) else {}
-        status = run_status(manifest, self.run / MANIFEST) if manifest else None
+        statuses = [run_status(manifest, self.run / MANIFEST)] if manifest else []
         node_manifests: dict[int, dict[str, Any]] = {}
         for p in sorted(self.run.glob("manifest.node*.json")):
             m = _NODE_MANIFEST_RE.match(p.name)
             extra = read_json(p, warnings)
             if m and isinstance(extra, dict):
                 node_manifests[int(m.group(1))] = extra
+                statuses.append(run_status(extra, p))
+        status = _worst_status(statuses) if statuses else None
         ranks = list_ranks(self.run)
         rank_rows = {
             t: {r: self._tail("rank", t, r).read() for r in ranks} for t in LIVE_RANK_TABLES
@@ -1761,6 +1787,7 @@ class LiveReader:
             statuses=dict(self._statuses),
             inflight=dict(self._inflight),
             warnings=warnings,
+            writing="running" in statuses,
         )
 
     def _read_docs(self, rank: int) -> None:

@@ -160,6 +160,36 @@ def test_stuck_collective_and_run_text_escaped(
     assert list(stuck["never arrived"]) == ["3"]
 
 
+def test_multi_node_run_is_live_while_a_node_writes(
+    monkeypatch: pytest.MonkeyPatch, running_copy: Path
+) -> None:
+    """One run directory, two launchers (manifest.json and manifest.node1.json): live
+    while either is still writing; the state is the worst node's."""
+    path = running_copy / "manifest.json"
+    node0 = json.loads(path.read_text())
+    node1 = dict(node0, node_rank=1)
+    path.write_text(json.dumps(dict(node0, status="ok", exit_code=0)))
+    (running_copy / "manifest.node1.json").write_text(json.dumps(node1))  # still running
+    at = _app(monkeypatch, [running_copy.parent])
+    assert at.header[0].value.startswith("Live")
+    assert _metric(at, "State") == "running"
+
+    # Node 1's launcher ended with rank 3 failed while node 0's is still writing.
+    path.write_text(json.dumps(node0))
+    node1.update(status="failed", exit_code=1, failed_ranks=[3])
+    (running_copy / "manifest.node1.json").write_text(json.dumps(node1))
+    time.sleep(dash_live.MIN_POLL_S + 0.1)
+    at.run()
+    assert at.header[0].value.startswith("Live")
+    assert _metric(at, "State") == md("failed (rank 3)")
+    assert any(e.value == "State: " + md("failed (rank 3)") for e in at.error)
+
+    path.write_text(json.dumps(dict(node0, status="failed", exit_code=1)))
+    at.run()
+    assert at.header[0].value.startswith("Overview")
+    assert _metric(at, "Status").startswith("failed")
+
+
 # --------------------------------------------------------------------------- real jobs
 
 

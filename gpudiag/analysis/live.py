@@ -368,9 +368,10 @@ def run_state(batch: rundir.LiveBatch) -> tuple[str, list[int]]:
         (s.get("end_ns") or 0, r) for r, s in batch.statuses.items() if s.get("status") == "failed"
     )
     failed_ranks = [r for _, r in failed]
-    listed = batch.manifest.get("failed_ranks")
-    if isinstance(listed, list):
-        failed_ranks += [r for r in listed if isinstance(r, int) and r not in failed_ranks]
+    for manifest in (batch.manifest, *batch.node_manifests.values()):
+        listed = manifest.get("failed_ranks")
+        if isinstance(listed, list):
+            failed_ranks += [r for r in listed if isinstance(r, int) and r not in failed_ranks]
     state = batch.status
     if state in (None, "running"):
         if batch.hang_report:
@@ -523,16 +524,12 @@ def _round(value: float | None, digits: int) -> float | None:
 
 @dataclass
 class LiveUpdate:
-    """One refresh of a :class:`LiveMonitor`: the snapshot, and the run's recorded status
-    (:func:`gpudiag.rundir.run_status`: ``running`` while the launcher is alive and the
-    run is still being written, whatever the snapshot's state says already)."""
+    """One refresh of a :class:`LiveMonitor`: the snapshot, and whether the run is still
+    being written (some node's manifest says running and its launcher is alive), whatever
+    the snapshot's state says already (``failed`` as soon as a rank failed)."""
 
     snapshot: LiveSnapshot
-    run_status: str | None
-
-    @property
-    def still_written(self) -> bool:
-        return self.run_status == "running"
+    still_written: bool
 
 
 class LiveMonitor:
@@ -573,5 +570,5 @@ class LiveMonitor:
                 self._window, batch, self.window_steps, self.stuck_after_s, self._lagging
             )
             self.polls += 1
-            self._last, self._last_at = LiveUpdate(snap, batch.status), now
+            self._last, self._last_at = LiveUpdate(snap, batch.writing), now
             return self._last
