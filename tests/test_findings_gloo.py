@@ -155,9 +155,14 @@ def test_large_model_tiny_batch_gives_exposed_communication(gloo_runs):
 
 
 def test_unmodified_run_has_no_high_finding(gloo_runs):
+    """Nothing is accused that is not there. Exposed communication is not scored: a
+    CPU gloo all-reduce really is exposed, and on a loaded machine (CI) waiting for a
+    descheduled peer makes it a large share of the step (the labelled suite's policy
+    for healthy jobs, bench/findings_labels.json)."""
     res = gloo_runs["healthy"]
     assert res.run.steps_analysed >= 5
-    assert [f.kind for f in res.findings if f.severity == "high"] == []
+    not_there = {"straggler", "dataloader_stall", "host_sync", "rank_failed", "hang", "desync"}
+    assert [f.kind for f in res.findings if f.kind in not_there and f.severity != "low"] == []
 
 
 def test_breakdown_components_sum_to_step_time(gloo_runs):
