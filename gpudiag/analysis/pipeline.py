@@ -162,7 +162,23 @@ def _run_info(path: Path, run: Any, traces: list[Any], breakdown: pd.DataFrame) 
         exit_code=manifest.get("exit_code"),
         script=manifest.get("script") or manifest.get("argv"),
         total_steps=int(len(run.steps)) if run is not None and len(run.steps) else None,
+        **_host_facts(manifest),
     )
+
+
+def _host_facts(manifest: dict[str, Any]) -> dict[str, int | None]:
+    """Nodes, cores per node and threads per rank from a run's manifest (None when the
+    manifest does not say)."""
+    hosts = [h for h in manifest.get("hosts") or [] if isinstance(h, dict)]
+    cores = [h.get("cpu_count") for h in hosts]
+    cores = [int(c) for c in cores if isinstance(c, int) and c > 0]
+    env = manifest.get("env") if isinstance(manifest.get("env"), dict) else {}
+    threads = str(env.get("OMP_NUM_THREADS", "")).strip()
+    return {
+        "nodes": len(hosts) or None,
+        "cores_per_node": min(cores) if cores else None,
+        "threads_per_rank": int(threads) if threads.isdigit() and int(threads) > 0 else None,
+    }
 
 
 def completed_steps(steps: pd.DataFrame) -> set[int]:

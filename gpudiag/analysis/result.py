@@ -69,6 +69,11 @@ class RunInfo:
     total_steps: int | None = None  # rows of the run's steps table
     rank_statuses: dict[str, int] | None = None  # summaries only
     synthetic: bool | None = None  # summaries only
+    # From the manifest's hosts and environment (not in the JSON "run" object): the
+    # scaling model's oversubscription (gpudiag/analysis/scaling.py).
+    nodes: int | None = None
+    cores_per_node: int | None = None  # the smallest host's os.cpu_count()
+    threads_per_rank: int | None = None  # OMP_NUM_THREADS when the run set it
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -286,3 +286,35 @@ def print_whatif(
     console.print(table)
     for p in projections:
         console.print(Text(f"{p.scenario}: " + "; ".join(p.assumptions)))
+
+
+def print_scale(scaled: Any, console: Console | None = None) -> None:
+    """`gpudiag whatif --world-size`: the projected step at N ranks, its parts, the fitted
+    collective model and the assumptions (a ScaleProjection, gpudiag/analysis/scaling.py)."""
+    table = Table(
+        title=f"What if: {scaled.from_world_size} -> {scaled.world_size} ranks "
+        f"on {scaled.nodes} node(s) (weak scaling)"
+    )
+    for col in ("part", "measured ms", "projected ms"):
+        table.add_column(col, justify="left" if col == "part" else "right")
+    rows = (
+        ("step", scaled.step_ms, scaled.projected_step_ms),
+        ("compute and host work", scaled.compute_ms, scaled.projected_compute_ms),
+        ("exposed communication", scaled.comm_exposed_ms, scaled.projected_comm_exposed_ms),
+        ("idle", scaled.idle_ms, scaled.idle_ms),
+        ("model: communication", scaled.model_comm_ms, scaled.projected_model_comm_ms),
+    )
+    for name, a, b in rows:
+        table.add_row(name, _num(a), _num(b))
+    console = console or output_console([table])
+    console.print(table)
+    console.print(
+        Text(
+            f"projected step {_num(scaled.projected_step_ms)} ms "
+            f"(range {_num(scaled.projected_low_ms)}–{_num(scaled.projected_high_ms)}), "
+            f"{scaled.change_pct:+.1f} % vs {_num(scaled.step_ms)} ms; "
+            f"link across nodes: {scaled.inter_node_link}"
+        )
+    )
+    for a in scaled.assumptions:
+        console.print(Text(f"- {a}"))
