@@ -319,6 +319,22 @@ def ddp_buckets(table: pd.DataFrame) -> pd.DataFrame:
     return b[cols]
 
 
+def transfer_ms(collectives: pd.DataFrame) -> pd.Series:
+    """Each call's time from the last rank's arrival to its end on this rank (ms): the
+    transfer, without the wait for late peers. The k-th call of a group is matched across
+    ranks (``pg_name``, ``index``); a call not seen on every rank of its group keeps its
+    whole duration."""
+    c = collectives
+    starts = pd.to_numeric(c["start_ns"], errors="coerce").astype(float)
+    key = [c["pg_name"].astype(str), c["index"]]
+    last = starts.groupby(key).transform("max")
+    seen = c["rank"].groupby(key).transform("nunique")
+    net = (pd.to_numeric(c["end_ns"], errors="coerce").astype(float) - last) / 1e6
+    whole = pd.to_numeric(c["dur_ms"], errors="coerce").astype(float)
+    complete = seen >= pd.to_numeric(c["pg_size"], errors="coerce").fillna(np.inf)
+    return net.where(complete & (net >= 0), whole)
+
+
 def allreduce_stall(traces: list[RankTrace], table: pd.DataFrame) -> pd.DataFrame:
     """Per rank and step: how long compute stands still after backward issued its last
     gradient bucket until every all-reduce of the step has completed (the training

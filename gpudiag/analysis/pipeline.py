@@ -422,5 +422,7 @@ def analyze(path: str | Path | list[Path], *, workers: int | None = None) -> Ana
         traces=traces,
         allreduce_stall=stall if stall is not None else pd.DataFrame(),
         run_steps=run.steps if run is not None else pd.DataFrame(),
-        whatif=whatif.project(sorted_findings, ranks, breakdown),
+        whatif=whatif.project(
+            sorted_findings, ranks, breakdown, coll if _uses_ddp(traces, run) else None
+        ),
     )

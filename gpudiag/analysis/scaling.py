@@ -13,12 +13,15 @@ reduce_scatter, all_to_all (n-1)/n; broadcast, reduce 1) and the hop count of a 
 ceil(log2 n)). From the run, per op: per-size median durations, a least-squares line
 ``a + k * bytes``, then ``alpha = a / hops(n0)`` and ``busbw = factor(n0) / k``.
 
-The exposed and overlapped parts of communication keep the proportion measured: the
-exposed time grows by the ratio of the model's time per step at N to its time at the
-measured world size. On a CPU run (gloo, no GPU trace), the ranks share the host's
-cores: compute, host work and communication are multiplied by the oversubscription
-ratio ``max(1, ranks_per_node * threads / cores)`` at N over the same at the measured
-size; idle time (sleeps, waits) is kept. Docs: docs/whatif.md.
+The run's measured communication time (waiting for peers included: on a busy host most
+of it is each hop's wake-up, a latency) scales by the model's time per step at N over its
+time at the measured world size, and its exposed share stays as measured. On a CPU run
+(gloo, no GPU trace) the ranks share the host's cores: the busy part of the step
+(compute, overlapped communication, data loading, host work) scales by the cores asked
+for over the cores there are, ``max(1, (ranks_per_node * cores_per_rank + others) /
+cores)``, at N over the same at the measured size, where a rank's cores and the other
+processes' come from the host samples (else one core per thread); idle time (sleeps) is
+kept. Docs: docs/whatif.md.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gpudiag.analysis.comms import busbw_factor
+from gpudiag.analysis.comms import busbw_factor, transfer_ms
 from gpudiag.analysis.result import RunInfo
 
 ALGORITHMS = ("ring", "tree")
@@ -70,6 +73,33 @@ class ScaleInputs:
     cores_per_node: int | None
     threads_per_rank: int
     cpu_run: bool  # compute on the host (gloo, no GPU trace): ranks share the cores
+    # Measured by the host sampler during the steps (None without samples): cores the
+    # job's workers used per rank, and cores other processes used.
+    cores_used_per_rank: float | None = None
+    others_cores: float | None = None
+
+
+def host_demand(
+    host_samples: pd.DataFrame, steps: pd.DataFrame, cores: int | None, ranks_per_node: float
+) -> tuple[float | None, float | None]:
+    """(cores the job used per rank, cores other processes used): medians of the host
+    samples taken during the steps, first node (None, None without samples)."""
+    s = host_samples
+    need = {"t_ns", "cpu_percent", "proc_cpu_percent"}
+    if s is None or s.empty or not need <= set(s.columns) or not cores or ranks_per_node <= 0:
+        return None, None
+    if steps is not None and len(steps) and {"start_ns", "end_ns"} <= set(steps.columns):
+        lo, hi = steps["start_ns"].min(), steps["end_ns"].max()
+        s = s[(s["t_ns"] >= lo) & (s["t_ns"] <= hi)]
+    if "node" in s and len(s):
+        s = s[s["node"] == s["node"].min()]
+    host = pd.to_numeric(s["cpu_percent"], errors="coerce").dropna()
+    job = pd.to_numeric(s["proc_cpu_percent"], errors="coerce").dropna()
+    if host.empty or job.empty:
+        return None, None
+    job_cores = float(np.median(job)) / 100.0
+    others = max(float(np.median(host)) / 100.0 * cores - job_cores, 0.0)
+    return job_cores / ranks_per_node, others
 
 
 def scale_inputs(
@@ -78,16 +108,29 @@ def scale_inputs(
     cpu_run: bool,
     cores_per_node: int | None = None,
     threads_per_rank: int | None = None,
+    host_samples: pd.DataFrame | None = None,
+    steps: pd.DataFrame | None = None,
 ) -> ScaleInputs:
     """The model's facts of the run: world size, nodes, cores and threads from its
-    manifest (RunInfo), overridden by the caller's. Threads default to 1 (torchrun sets
-    OMP_NUM_THREADS=1 for more than one process per node)."""
+    manifest (RunInfo), overridden by the caller's; the CPU the job and other processes
+    used from the host samples. Threads default to 1 (torchrun sets OMP_NUM_THREADS=1
+    for more than one process per node)."""
+    world = int(run.world_size or len(run.ranks_present) or 1)
+    nodes = int(run.nodes or 1)
+    cores = cores_per_node or run.cores_per_node
+    used, others = (
+        host_demand(host_samples, steps, cores, world / nodes)
+        if cpu_run and host_samples is not None
+        else (None, None)
+    )
     return ScaleInputs(
-        world_size=int(run.world_size or len(run.ranks_present) or 1),
-        nodes=int(run.nodes or 1),
-        cores_per_node=cores_per_node or run.cores_per_node,
+        world_size=world,
+        nodes=nodes,
+        cores_per_node=cores,
         threads_per_rank=int(threads_per_rank or run.threads_per_rank or 1),
         cpu_run=cpu_run,
+        cores_used_per_rank=used,
+        others_cores=others,
     )
 
 
@@ -112,11 +155,17 @@ def collective_ms(
     return hops(op, n, algorithm) * alpha_us / 1e3 + bandwidth_ms
 
 
-def oversubscription(ranks_per_node: float, threads_per_rank: int, cores: int | None) -> float:
-    """How many times over the ranks of one node ask for its cores (at least 1)."""
+def oversubscription(
+    ranks_per_node: float,
+    cores_per_rank: float,
+    cores: int | None,
+    others_cores: float = 0.0,
+) -> float:
+    """How many times over a node's cores are asked for (at least 1): ``ranks_per_node``
+    ranks each wanting ``cores_per_rank`` cores, plus other processes' ``others_cores``."""
     if not cores or cores <= 0:
         return 1.0
-    return max(1.0, ranks_per_node * max(threads_per_rank, 1) / cores)
+    return max(1.0, (ranks_per_node * max(cores_per_rank, 0.0) + others_cores) / cores)
 
 
 def _line(sizes: np.ndarray, durs: np.ndarray, weights: np.ndarray) -> tuple[float, float]:
@@ -133,22 +182,6 @@ def _line(sizes: np.ndarray, durs: np.ndarray, weights: np.ndarray) -> tuple[flo
     if sizes[0] < 64 * 1024:
         return float(durs[0]), 0.0
     return 0.0, float(durs[0] / sizes[0])
-
-
-def transfer_ms(collectives: pd.DataFrame) -> pd.Series:
-    """Each call's time from the last rank's arrival to its end on this rank (ms): the
-    transfer, without the wait for late peers. The k-th call of a group is matched across
-    ranks (``pg_name``, ``index``); a call not seen on every rank of its group keeps its
-    whole duration."""
-    c = collectives
-    starts = pd.to_numeric(c["start_ns"], errors="coerce").astype(float)
-    key = [c["pg_name"].astype(str), c["index"]]
-    last = starts.groupby(key).transform("max")
-    seen = c["rank"].groupby(key).transform("nunique")
-    net = (pd.to_numeric(c["end_ns"], errors="coerce").astype(float) - last) / 1e6
-    whole = pd.to_numeric(c["dur_ms"], errors="coerce").astype(float)
-    complete = seen >= pd.to_numeric(c["pg_size"], errors="coerce").fillna(np.inf)
-    return net.where(complete & (net >= 0), whole)
 
 
 def _world_calls(collectives: pd.DataFrame, world_size: int) -> pd.DataFrame:
@@ -342,23 +375,24 @@ def project_scale(
         collectives, fits, n0, world_size, algorithm=algorithm, busbw_cap_gbs=cap
     )
     exposed = _mean(ranks, "comm_exposed")
-    overlapped = _mean(ranks, "comm_overlapped")
     idle = _mean(ranks, "idle")
     busy = step_ms - exposed - idle  # compute, overlapped comm, data loading, host work
-    # Communication per step = transfer (the model) + waiting for late peers (kept).
-    measured_comm = overlapped + exposed
-    waiting = max(measured_comm - model0, 0.0)
+    # The measured communication (waiting for peers included: on a busy host that is
+    # mostly each hop's wake-up, a latency) scales as the model's time per step does.
+    comm_ratio = model_n / model0 if model0 > 0 else 1.0
     per_node0 = n0 / max(run.nodes, 1)
     per_node = world_size / nodes
     cores = run.cores_per_node
     over = 1.0
+    measured_demand = run.cores_used_per_rank is not None
+    per_rank = run.cores_used_per_rank if measured_demand else float(run.threads_per_rank)
+    others = run.others_cores or 0.0
     if run.cpu_run:
-        over = oversubscription(per_node, run.threads_per_rank, cores) / oversubscription(
-            per_node0, run.threads_per_rank, cores
+        over = oversubscription(per_node, per_rank, cores, others) / oversubscription(
+            per_node0, per_rank, cores, others
         )
     busy_n = busy * over
-    comm_n = (model_n + waiting) * over
-    exposed_n = exposed * comm_n / measured_comm if measured_comm > 0 else 0.0
+    exposed_n = exposed * comm_ratio
     projected = idle + busy_n + exposed_n
     low, high = _step_range(breakdown, step_ms)
     scale = projected / step_ms
@@ -381,8 +415,9 @@ def project_scale(
             )
             or "collectives (none with a duration: communication kept as measured)"
         ),
-        "the same gradient bytes per step at every world size; the exposed share of "
-        "communication stays as measured",
+        "the same gradient bytes per step at every world size; the measured "
+        "communication (waiting for peers included) scales as the model's time per step, "
+        "and its exposed share stays as measured",
     ]
     if fits and any(f.sizes < 2 for f in fits):
         assumptions.append(
@@ -396,13 +431,17 @@ def project_scale(
         )
     if run.cpu_run:
         cpr = (cores / per_node) if cores else None
+        demand = (
+            f"each rank used {per_rank:.2f} cores and other processes {others:.2f} "
+            "(host samples, medians during the steps; the other load assumed unchanged)"
+            if measured_demand
+            else f"each rank wants {run.threads_per_rank} core(s) (no host samples)"
+        )
         assumptions.append(
-            f"CPU run: {per_node:g} ranks per node x {run.threads_per_rank} thread(s) on "
-            f"{cores or 'unknown'} cores"
+            f"CPU run: {per_node:g} ranks per node on {cores or 'unknown'} cores"
             + (f" ({cpr:.2f} cores per rank)" if cpr else "")
-            + f"; compute and communication slowed {over:.2f}x by oversubscription "
-            "(busy time scales with ranks/cores once ranks outnumber cores; other load "
-            "on the host is not modelled)"
+            + f"; {demand}; compute and host work slowed {over:.2f}x: busy time scales "
+            "with the cores asked for over the cores there are, once that exceeds 1"
         )
     return ScaleProjection(
         from_world_size=n0,
@@ -443,4 +482,5 @@ __all__ = [
     "oversubscription",
     "project_scale",
     "scale_inputs",
+    "transfer_ms",
 ]

@@ -114,6 +114,8 @@ def _scale(result: AnalysisResult, args: argparse.Namespace) -> ScaleProjection 
         cpu_run=not run.has_gpu_trace and run.backend != "nccl",
         cores_per_node=args.cores_per_node,
         threads_per_rank=args.threads_per_rank,
+        host_samples=result.host_samples,
+        steps=result.run_steps,
     )
     return project_scale(
         result.ranks,
