@@ -46,7 +46,7 @@ class CollectiveFit:
     calls: int  # calls used for the fit (all ranks)
     sizes: int  # distinct message sizes
     alpha_us: float  # per-hop latency
-    busbw_gbs: float  # bus bandwidth (nccl-tests), GB/s
+    busbw_gbs: float  # bus bandwidth (nccl-tests), GB/s; inf: larger calls were not slower
     measured_ms_per_step: float  # mean over ranks of the op's time per step
     transfer_ms_per_step: float  # the same from the last rank's arrival (no waiting)
     bytes_per_step: float  # per rank
@@ -57,7 +57,7 @@ class CollectiveFit:
             "calls": self.calls,
             "sizes": self.sizes,
             "alpha_us": self.alpha_us,
-            "busbw_gbs": self.busbw_gbs,
+            "busbw_gbs": self.busbw_gbs if math.isfinite(self.busbw_gbs) else None,
             "measured_ms_per_step": self.measured_ms_per_step,
             "transfer_ms_per_step": self.transfer_ms_per_step,
             "bytes_per_step": self.bytes_per_step,
@@ -410,7 +410,11 @@ def project_scale(
         + (
             ", ".join(
                 f"{f.op} ({f.calls} calls, {f.sizes} sizes: alpha {f.alpha_us:.1f} us/hop, "
-                f"busbw {f.busbw_gbs:.3g} GB/s)"
+                + (
+                    f"busbw {f.busbw_gbs:.3g} GB/s)"
+                    if math.isfinite(f.busbw_gbs)
+                    else "no bandwidth term: larger calls were not slower)"
+                )
                 for f in fits
             )
             or "collectives (none with a duration: communication kept as measured)"

@@ -10,6 +10,7 @@ on the ranks given (``all`` = every rank, a symmetric job):
   --hang-rank R --hang-step K     rank R stops calling collectives at step K (sleeps)
   --item                          loss.item() every step (a host sync on CUDA)
   --width W --depth D --batch B --steps N   model and batch size
+  --bucket-cap-mb M               DDP's bucket_cap_mb (default: DDP's, 25)
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ def main() -> None:
     p.add_argument("--hang-rank", type=int, default=-1)
     p.add_argument("--hang-step", type=int, default=-1)
     p.add_argument("--item", action="store_true")
+    p.add_argument("--bucket-cap-mb", type=float, default=None)
     args = p.parse_args()
 
     dist.init_process_group("gloo")
@@ -95,7 +97,8 @@ def main() -> None:
         on = rank in _ranks(getattr(args, f"{what}_ranks"), world)
         return getattr(args, f"{what}_ms") / 1000 if on else 0.0
 
-    model = DDP(Net(args.width, args.depth, delay("fwd")))
+    caps = {} if args.bucket_cap_mb is None else {"bucket_cap_mb": args.bucket_cap_mb}
+    model = DDP(Net(args.width, args.depth, delay("fwd")), **caps)
     opt = torch.optim.SGD(model.parameters(), lr=0.001)
     data = BatchDataset(args.steps * world, args.width, args.batch)
     loader = DataLoader(

@@ -1,0 +1,198 @@
+"""`gpudiag whatif --world-size`: the alpha-beta model's formulas, its fit against the
+recorded collective tables of the shipped runs, the command, and (slow) a 2-rank gloo
+job's prediction of its own step at 3 ranks, checked by recording it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpudiag.analysis import analyze
+from gpudiag.analysis.comms import transfer_ms
+from gpudiag.analysis.scaling import (
+    collective_ms,
+    comm_ms_per_step,
+    fit_collectives,
+    hops,
+    oversubscription,
+    project_scale,
+    scale_inputs,
+)
+from gpudiag.cli import whatif as whatif_cli
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "sample_runs"
+SUITE_SCRIPT = Path(__file__).parent / "scripts" / "suite_train.py"
+sys.path.insert(0, str(Path(__file__).parent / "scripts"))
+from coll_launch import free_port  # noqa: E402
+
+
+def test_hops_and_bus_bandwidth_factors() -> None:
+    assert [hops("all_reduce", n) for n in (1, 2, 4, 8)] == [0, 2, 6, 14]
+    assert [hops("all_reduce", n, "tree") for n in (2, 4, 8, 9)] == [2, 4, 6, 8]
+    assert hops("all_gather", 4) == 3 and hops("broadcast", 8, "tree") == 3
+    # 1 GB at 100 GB/s bus bandwidth, no latency: nccl-tests' factors
+    assert collective_ms("all_reduce", 4, 1e9, 0.0, 100.0) == pytest.approx(15.0)  # 2(n-1)/n
+    assert collective_ms("all_gather", 4, 1e9, 0.0, 100.0) == pytest.approx(7.5)  # (n-1)/n
+    assert collective_ms("reduce_scatter", 4, 1e9, 0.0, 100.0) == pytest.approx(7.5)
+    assert collective_ms("broadcast", 4, 1e9, 0.0, 100.0) == pytest.approx(10.0)  # 1
+    # latency only: 10 us per hop, a 3-rank ring all-reduce has 4 hops
+    assert collective_ms("all_reduce", 3, 0.0, 10.0, 1.0) == pytest.approx(0.04)
+    assert collective_ms("all_reduce", 1, 1e9, 10.0, 1.0) == 0.0
+
+
+def test_oversubscription() -> None:
+    assert oversubscription(2, 1.0, 2) == 1.0
+    assert oversubscription(4, 1.0, 2) == 2.0
+    assert oversubscription(3, 0.5, 2, others_cores=1.0) == pytest.approx(1.25)
+    assert oversubscription(8, 1.0, None) == 1.0
+
+
+def _calls(alpha_us: float, busbw_gbs: float, n: int, sizes: list[float]) -> pd.DataFrame:
+    """A collective table whose calls take exactly the model's time (formula check)."""
+    rows = []
+    for step in range(3):
+        for i, b in enumerate(sizes):
+            dur_ns = int(collective_ms("all_reduce", n, b, alpha_us, busbw_gbs) * 1e6)
+            start = step * 10**9 + i * 10**8
+            for rank in range(n):
+                rows.append(
+                    dict(rank=rank, pg_name="0", pg_size=n, index=step * len(sizes) + i,
+                         op="all_reduce", bytes=b, start_ns=start, end_ns=start + dur_ns,
+                         dur_ms=dur_ns / 1e6, step=step)
+                )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_fit_recovers_alpha_and_bus_bandwidth() -> None:
+    calls = _calls(50.0, 2.0, 2, [2**20, 4 * 2**20, 16 * 2**20])
+    (fit,) = fit_collectives(calls, 2)
+    assert fit.alpha_us == pytest.approx(50.0, rel=1e-3)
+    assert fit.busbw_gbs == pytest.approx(2.0, rel=1e-3)
+    at_2 = comm_ms_per_step(calls, [fit], 2, 2)
+    assert at_2 == pytest.approx(calls[calls["rank"] == 0]["dur_ms"].sum() / 3, rel=1e-3)
+    # at 4 ranks: 6 hops instead of 2, bandwidth factor 1.5 instead of 1
+    expected = sum(
+        collective_ms("all_reduce", 4, b, 50.0, 2.0) for b in [2**20, 4 * 2**20, 16 * 2**20]
+    )
+    assert comm_ms_per_step(calls, [fit], 2, 4) == pytest.approx(expected, rel=1e-3)
+
+
+def test_transfer_starts_at_the_last_arrival() -> None:
+    calls = pd.DataFrame(
+        dict(rank=[0, 1, 0], pg_name=["0", "0", "0"], pg_size=[2, 2, 2], index=[0, 0, 1],
+             start_ns=[0, 5_000_000, 9_000_000], end_ns=[7_000_000, 7_000_000, 10_000_000],
+             dur_ms=[7.0, 2.0, 1.0])
+    )  # fmt: skip
+    # the first call waited 5 ms for rank 1; the second was seen on one rank only
+    assert transfer_ms(calls).tolist() == [2.0, 2.0, 1.0]
+
+
+@pytest.mark.parametrize("name", ["ddp2_healthy", "ddp4_straggler"])
+def test_fit_on_recorded_collectives(name: str) -> None:
+    """On a recorded run the fitted line goes through the per-size medians of the
+    transfer times (two sizes), or their weighted mean when the larger one was faster;
+    the model at the measured world size then gives the run's transfer time per step."""
+    result = analyze(SAMPLES / name)
+    world = result.run.world_size
+    (fit,) = fit_collectives(result.collectives, world)
+    calls = result.collectives.assign(transfer_ms=transfer_ms(result.collectives))
+    calls = calls[(calls["step"] >= 0) & (calls["bytes"] > 0)]
+    medians = calls.groupby("bytes")["transfer_ms"].median()
+    assert fit.sizes == len(medians) == 2 and fit.alpha_us > 0
+    model = [
+        collective_ms("all_reduce", world, b, fit.alpha_us, fit.busbw_gbs) for b in medians.index
+    ]
+    if np.isinf(fit.busbw_gbs):
+        counts = calls.groupby("bytes").size()
+        assert model[0] == pytest.approx(np.average(medians, weights=counts), rel=1e-6)
+    else:
+        assert model == pytest.approx(medians.tolist(), rel=1e-6)
+    per_step = comm_ms_per_step(result.collectives, [fit], world, world)
+    assert per_step > 0
+    assert comm_ms_per_step(result.collectives, [fit], world, 2 * world) > per_step
+
+
+def test_projection_on_a_recorded_run() -> None:
+    result = analyze(SAMPLES / "ddp2_healthy")
+    inputs = scale_inputs(result.run, cpu_run=True, cores_per_node=2)
+    same = project_scale(result.ranks, result.breakdown, result.collectives, inputs, 2)
+    assert same is not None and same.projected_step_ms == pytest.approx(same.step_ms)
+    four = project_scale(result.ranks, result.breakdown, result.collectives, inputs, 4)
+    assert four is not None and four.projected_step_ms > same.step_ms
+    assert four.oversubscription == pytest.approx(2.0)  # no host demand given: 1 core/rank
+    assert four.projected_low_ms <= four.projected_step_ms <= four.projected_high_ms * 1.5
+    text = " ".join(four.assumptions)
+    assert "weak scaling" in text and "2 cores" in text
+    slow_link = project_scale(
+        result.ranks, result.breakdown, result.collectives, inputs, 4,
+        nodes=2, inter_node_gbps=1e-3,
+    )  # fmt: skip
+    assert slow_link is not None and slow_link.projected_step_ms > four.projected_step_ms
+    assert "1e-3" in slow_link.inter_node_link or "0.001" in slow_link.inter_node_link
+
+
+def test_whatif_world_size_command(capsys: pytest.CaptureFixture[str]) -> None:
+    run = str(SAMPLES / "ddp2_healthy")
+    assert whatif_cli.main([run, "--world-size", "4", "--nodes", "2", "--json"]) == 0
+    scale = json.loads(capsys.readouterr().out)["scale"]
+    assert (scale["from_world_size"], scale["world_size"], scale["nodes"]) == (2, 4, 2)
+    assert scale["inter_node_link"].startswith("the link this run measured")
+    assert scale["fits"][0]["op"] == "all_reduce"
+    assert any("weak scaling" in a for a in scale["assumptions"])
+    assert whatif_cli.main([run, "--world-size", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "2 -> 3 ranks" in out and "weak scaling" in out
+    assert whatif_cli.main([run, "--nodes", "2"]) == 2
+    assert whatif_cli.main([run, "--world-size", "2", "--nodes", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(e.startswith("gpudiag: error:") for e in err)
+
+
+def test_analyze_json_has_no_scale_entry() -> None:
+    """The scale projection needs a world size: only `gpudiag whatif --world-size` has it."""
+    payload = analyze(SAMPLES / "ddp2_healthy").to_json()
+    assert all(p["scenario"] != "scale" for p in payload["whatif"])
+
+
+JOB = ["--steps", "30", "--width", "512", "--depth", "4", "--batch", "32"]
+
+
+def _record(out: Path, ranks: int) -> float:
+    cmd = [
+        sys.executable, "-m", "gpudiag", "trace", "--nproc-per-node", str(ranks),
+        "--master-port", str(free_port()), "--out", str(out), "--no-lint",
+        "--profile-steps", "10-19", str(SUITE_SCRIPT), *JOB,
+    ]  # fmt: skip
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return analyze(out).step_ms
+
+
+@pytest.mark.slow
+def test_two_ranks_predict_three(tmp_path: Path) -> None:
+    """Record the job at 2 ranks, predict 3, record 3 (alternated twice; medians). On
+    this 2-core machine, shared with other jobs, one recording's step time varies by
+    tens of percent (docs/whatif.md), so the tolerance here is wider than the 25 % goal
+    that bench/whatif_scale.py measures."""
+    predicted, actual = [], []
+    for rep in range(2):
+        two = tmp_path / f"r2_{rep}"
+        _record(two, 2)
+        result = analyze(two)
+        inputs = scale_inputs(
+            result.run, cpu_run=True, host_samples=result.host_samples, steps=result.run_steps
+        )
+        p = project_scale(result.ranks, result.breakdown, result.collectives, inputs, 3)
+        assert p is not None and p.world_size == 3 and p.fits
+        predicted.append(p.projected_step_ms)
+        actual.append(_record(tmp_path / f"r3_{rep}", 3))
+    error = float(np.median(predicted) / np.median(actual) - 1)
+    assert abs(error) <= 0.5, (predicted, actual)
