@@ -119,6 +119,26 @@ def test_running_run_is_live_and_becomes_its_post_mortem(
     assert _metric(at, "Status") == "ok"
 
 
+def test_live_states_failed_rank_and_hung(
+    monkeypatch: pytest.MonkeyPatch, running_copy: Path
+) -> None:
+    """While the launcher still runs: a rank's failed status.json shows as failed with
+    that rank, the watchdog's hang_report.json as hung."""
+    (running_copy / "rank1" / "status.json").write_text(
+        json.dumps({"rank": 1, "status": "failed", "end_ns": time.time_ns()})
+    )
+    at = _app(monkeypatch, [running_copy.parent])
+    assert at.header[0].value.startswith("Live")
+    assert _metric(at, "State") == md("failed (rank 1)")
+    assert any(e.value == "State: " + md("failed (rank 1)") for e in at.error)
+    assert list(at.table[0].value["status"]) == ["–", "failed", "–", "–"]
+
+    (running_copy / "hang_report.json").write_text(json.dumps({"stuck": []}))
+    time.sleep(dash_live.MIN_POLL_S + 0.1)
+    at.run()
+    assert _metric(at, "State") == "hung"
+
+
 def test_launcher_gone_is_not_live(monkeypatch: pytest.MonkeyPatch, running_copy: Path) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

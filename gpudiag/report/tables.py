@@ -47,7 +47,7 @@ def _ranks(ranks: list[int]) -> str:
 def live_state_text(snap: LiveSnapshot) -> str:
     """The run's state as a reader says it: ``failed (rank 1)``, ``hung``, ``running``."""
     word = LIVE_STATE_WORDS.get(snap.state, snap.state)
-    if snap.failed_ranks:
+    if snap.state == "failed" and snap.failed_ranks:
         plural = "s" if len(snap.failed_ranks) > 1 else ""
         word += f" (rank{plural} {_ranks(snap.failed_ranks)})"
     return word
