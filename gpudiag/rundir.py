@@ -24,6 +24,7 @@ Layout (format version 1)::
     <run>/rank<R>/inflight.json            collectives in flight when the watchdog fired
     <run>/rank<R>/hang_request             the watchdog's request for inflight.json (control)
     <run>/rank<R>/inflight_live.json       collectives in flight for over a second (live view)
+    <run>/node<N>/clock.json               the node's clock offset to node 0 (multi-node)
     <run>/node<N>/gpu_samples.jsonl        NVML samples, every local GPU
     <run>/node<N>/host_samples.jsonl       host CPU/memory samples (always; the only ones without NVML)
 
@@ -52,6 +53,7 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 LINT = "lint.json"
 HANG_REPORT = "hang_report.json"
+CLOCK = "clock.json"  # node<N>/clock.json: the node's clock offset to node 0
 TRACES_DIR = "traces"
 
 STEPS = "steps"
@@ -1040,6 +1042,9 @@ class Run:
     stacks: dict[int, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     parts: list[Path] = field(default_factory=list)  # per-node directories merged
+    # rank -> ns added to its times (its node's clock offset to node 0; applied to the
+    # tables here, to its trace by the analysis)
+    clock_offsets: dict[int, int] = field(default_factory=dict)
 
     @property
     def ranks(self) -> list[int]:
@@ -1234,6 +1239,8 @@ def _load_one(run: Path) -> Run:
         )
     ranks = list_ranks(run)
     nodes = list_nodes(run)
+    offsets = clock_offsets(run, manifest, nodes, warnings)
+    rank_offsets = _rank_offsets(run, ranks, offsets)
 
     collectives = _read_rank_table(run, ranks, COLLECTIVES, warnings)
     _merge_collective_times(collectives, _read_rank_table(run, ranks, COLLECTIVE_TIMES, warnings))
@@ -1246,26 +1253,103 @@ def _load_one(run: Path) -> Run:
                 for row in iter_jsonl(p, warnings, schema=table):
                     row["node"] = n
                     node_rows[table].append(row)
+    tables = {
+        STEPS: _read_rank_table(run, ranks, STEPS, warnings),
+        COLLECTIVES: collectives,
+        REGIONS: _read_rank_table(run, ranks, REGIONS, warnings),
+        DDP_STATS: _read_rank_table(run, ranks, DDP_STATS, warnings),
+    }
+    if offsets:
+        for rows in tables.values():
+            _shift_rows(rows, "rank", rank_offsets)
+        for rows in node_rows.values():
+            _shift_rows(rows, "node", offsets)
 
     result = Run(
         path=run,
         manifest=manifest,
-        steps=_frame(_read_rank_table(run, ranks, STEPS, warnings), STEP_COLUMNS),
+        steps=_frame(tables[STEPS], STEP_COLUMNS),
         collectives=_frame(collectives, COLLECTIVE_COLUMNS),
-        regions=_frame(_read_rank_table(run, ranks, REGIONS, warnings), REGION_COLUMNS),
-        ddp_stats=_frame(_read_rank_table(run, ranks, DDP_STATS, warnings), ("rank", "step")),
+        regions=_frame(tables[REGIONS], REGION_COLUMNS),
+        ddp_stats=_frame(tables[DDP_STATS], ("rank", "step")),
         gpu_samples=_frame(node_rows[GPU_SAMPLES], GPU_COLUMNS),
         host_samples=_frame(node_rows[HOST_SAMPLES], HOST_COLUMNS),
         lint=read_lint(run, warnings),
         hang_report=read_object(run / HANG_REPORT, HANG_REPORT, warnings),
         warnings=warnings,
+        clock_offsets=rank_offsets,
     )
     for r in ranks:
         try:
             _read_rank_files(run, r, result)
         except OSError as exc:  # an unreadable rank directory: the other ranks are read
             bad_input(warnings, f"{rank_dir(run, r)}: cannot read ({exc.strerror or _short(exc)})")
+    if offsets:
+        for docs in (result.rank_info, result.statuses):
+            _shift_rows([d for r, d in docs.items() if r in rank_offsets], None, rank_offsets)
     return result
+
+
+# --------------------------------------------------------------------------- clocks
+# Instants (epoch ns) of the run tables; the other *_ns columns are durations.
+INSTANT_COLUMNS = frozenset({"start_ns", "end_ns", "enqueue_ns", "t_ns", "call_ns", "returned_ns"})
+# Larger than any plausible clock error, smaller than nonsense: an offset beyond it is
+# ignored with a warning.
+MAX_CLOCK_OFFSET_NS = 7 * 24 * 3600 * 10**9
+
+
+def clock_offsets(
+    run: Path, manifest: Mapping[str, Any], nodes: Iterable[int], warnings: list[str]
+) -> dict[int, int]:
+    """node -> ns to add to that node's times to put them on node 0's clock, from each
+    node's manifest ``clock`` (else its ``node<K>/clock.json``). Node 0 and nodes
+    without a measurement: none (their times are read as written)."""
+    manifests: dict[int, Any] = {manifest_node(manifest): manifest}
+    nested = manifest.get("nodes")
+    if isinstance(nested, dict):
+        manifests.update({int(k): v for k, v in nested.items() if str(k).isdigit()})
+    out: dict[int, int] = {}
+    for n in sorted(set(nodes) | set(manifests)):
+        if n == 0:
+            continue
+        record = manifests.get(n, {}).get("clock") if isinstance(manifests.get(n), dict) else None
+        source: Path | str = f"manifest of node {n}"
+        if not isinstance(record, dict):
+            source = node_dir(run, n) / CLOCK
+            record = read_json(source, warnings) if _exists(source, warnings) else None
+        offset = record.get("offset_ns") if isinstance(record, dict) else None
+        if not _is_int(offset) or not offset:
+            continue
+        if abs(offset) > MAX_CLOCK_OFFSET_NS:
+            bad_input(warnings, f"{source}: clock offset_ns {offset} is implausible; ignored")
+            continue
+        out[n] = int(offset)
+    return out
+
+
+def _rank_offsets(run: Path, ranks: Iterable[int], offsets: dict[int, int]) -> dict[int, int]:
+    """rank -> clock offset of its node (rank_info.json's node_rank)."""
+    if not offsets:
+        return {}
+    out = {}
+    for r in ranks:
+        info = read_json(rank_dir(run, r) / RANK_INFO)
+        node = info.get("node_rank") if isinstance(info, dict) else None
+        if isinstance(node, int) and node in offsets:
+            out[r] = offsets[node]
+    return out
+
+
+def _shift_rows(rows: list[dict], key: str | None, offsets: Mapping[int, int]) -> None:
+    """Add the row's offset (by ``key``, or by its ``rank`` field) to its instants."""
+    for row in rows:
+        offset = offsets.get(row.get(key or "rank"))  # type: ignore[arg-type]
+        if not offset:
+            continue
+        for col in INSTANT_COLUMNS:
+            value = row.get(col)
+            if isinstance(value, int) and _is_int(value):
+                row[col] = value + offset
 
 
 # --------------------------------------------------------------------------- multi-node
@@ -1452,6 +1536,7 @@ def merge_runs(runs: Sequence[Run], path: Path) -> Run:
         merged.summaries.update(r.summaries)
         merged.trace_files.update(r.trace_files)
         merged.stacks.update(r.stacks)
+        merged.clock_offsets.update(r.clock_offsets)
     merged.parts = [r.path for r in parts]
     return merged
 

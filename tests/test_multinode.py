@@ -110,6 +110,12 @@ def test_two_nodes_share_one_run_directory(tmp_path: Path) -> None:
     assert loaded.rank_nodes == {0: 0, 1: 0, 2: 1, 3: 1}
     assert set(loaded.manifest["nodes"]) == {1}
     assert sorted(loaded.host_samples["node"].unique()) == [0, 1]
+    # clocks: one machine, so the true offset is 0; the estimate is within its bound
+    clock = node1["clock"]
+    assert clock["method"] == "tcpstore_ntp" and clock["rounds"] >= 8, clock
+    assert abs(clock["offset_ns"]) <= max(clock["uncertainty_ns"], 2_000_000), clock
+    node0 = json.loads((run / "manifest.json").read_text())
+    assert node0["clock"]["offset_ns"] == 0 and node0["clock"]["job_id"] == clock["job_id"]
 
     result = analyze(run)
     finding = _straggler(result)
@@ -120,17 +126,36 @@ def test_two_nodes_share_one_run_directory(tmp_path: Path) -> None:
     assert rows[SLOW_RANK]["node"] == 1 and rows[0]["node"] == 0
 
 
+SHIFT_NS = 5_000_000_000  # node 1's clock runs 5 s ahead (test-only env var)
+
+
+def _raw_step_ends(run: Path, rank: int) -> list[int]:
+    rows = rundir.iter_jsonl(rundir.table_path(rundir.rank_dir(run, rank), rundir.STEPS))
+    return [r["end_ns"] for r in rows]
+
+
 def test_per_node_directories_are_merged_by_analyze(tmp_path: Path) -> None:
+    """Each node writes its own directory; node 1's clock is 5 s off. The merged run
+    puts node 1 back on node 0's clock, and the straggler is still found."""
     job = tmp_path / "job"
     nodes = (job / "node0", job / "node1")
-    two_nodes(nodes, SLOW_ARGS)
+    two_nodes(nodes, SLOW_ARGS, env1={"GPUDIAG_TEST_CLOCK_SHIFT_NS": str(SHIFT_NS)})
     assert (nodes[0] / "manifest.json").is_file()
     assert (nodes[1] / "manifest.node1.json").is_file()
     assert not (nodes[1] / "manifest.json").exists()
     assert rundir.node_parts(job) == list(nodes)
     assert rundir.group_node_dirs(list(nodes)) == [list(nodes)]
 
+    clock = json.loads((nodes[1] / "manifest.node1.json").read_text())["clock"]
+    # the estimate finds the injected shift (it is node 0's clock minus node 1's)
+    assert abs(clock["offset_ns"] + SHIFT_NS) <= max(clock["uncertainty_ns"], 2_000_000), clock
+    raw_gap = _raw_step_ends(nodes[1], 2)[-1] - _raw_step_ends(nodes[0], 0)[-1]
+    assert raw_gap > SHIFT_NS - 1_000_000_000  # as written: 5 s apart
+
     merged = rundir.load_run(job)
+    assert merged.clock_offsets == {2: clock["offset_ns"], 3: clock["offset_ns"]}
+    ends = merged.steps.groupby("step")["end_ns"].agg(lambda x: x.max() - x.min())
+    assert ends.max() < 1_000_000_000, ends  # the last step ends together on one clock
     assert merged.ranks == [0, 1, 2, 3]
     assert merged.rank_nodes == {0: 0, 1: 0, 2: 1, 3: 1}
     assert merged.manifest["status"] == "ok" and set(merged.manifest["nodes"]) == {1}
@@ -153,3 +178,21 @@ def test_per_node_directories_are_merged_by_analyze(tmp_path: Path) -> None:
     data = json.loads(proc.stdout)
     assert isinstance(data, dict) and data["run"]["ranks_present"] == [0, 1, 2, 3]
     assert "merged" in proc.stderr
+
+
+def test_a_node_that_never_joins_is_one_clear_line(tmp_path: Path) -> None:
+    """Node 1 of 2 starts alone: within the rendezvous timeout it ends with one line
+    saying that not every node joined (no Python traceback), and the run says so."""
+    out = tmp_path / "alone"
+    flags = [*static_flags(1, free_port()), "--rdzv-conf", "timeout=8"]
+    started = time.monotonic()
+    proc = start_node(out, flags, TRAIN_ARGS)
+    (log,) = finish([proc], timeout_s=70)
+    assert proc.returncode == 1, log[-3000:]
+    assert time.monotonic() - started < 60
+    assert "Traceback (most recent call last)" not in log, log[-3000:]
+    lines = [line for line in log.splitlines() if line.startswith("gpudiag: rendezvous failed")]
+    assert len(lines) == 1 and "not all 2 node(s) joined at 127.0.0.1:" in lines[0], log[-3000:]
+    manifest = json.loads((out / "manifest.node1.json").read_text())
+    assert manifest["status"] == "failed"
+    assert manifest["failure"]["message"].startswith("rendezvous failed: not all 2 node(s)")

@@ -6,6 +6,7 @@ One analysis failing becomes a one-line warning; the others still run.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,17 @@ def _resolve_inputs(
     if path.is_file():
         return None, [path], []
     return None, rundir.find_traces(path), []
+
+
+def _trace_offsets(run: Any) -> dict[str, int]:
+    """trace path -> clock offset of its rank's node (multi-node runs)."""
+    if run is None or not run.clock_offsets:
+        return {}
+    return {
+        str(path): run.clock_offsets[r]
+        for r, path in run.trace_files.items()
+        if run.clock_offsets.get(r)
+    }
 
 
 def _breakdown_from_steps(run: Any) -> pd.DataFrame:
@@ -255,11 +267,28 @@ def _mean_step_ms(ranks: pd.DataFrame, run: Any) -> float:
     return float("nan")
 
 
-def prepare_rank(trace: Any) -> None:
+def shift_trace(trace: Any, offset_ns: int) -> None:
+    """Put a trace on node 0's clock (its node's offset, rundir.Run.clock_offsets):
+    once, before any analysis caches a time."""
+    if not offset_ns or trace.cache.get("clock_offset_ns") is not None:
+        return
+    for frame in (trace.events, trace.steps):
+        for col in ("start_ns", "end_ns"):
+            if col in frame and len(frame):
+                frame[col] = frame[col] + offset_ns
+    trace.meta.base_time_ns += offset_ns
+    trace.cache["clock_offset_ns"] = offset_ns
+
+
+def prepare_rank(trace: Any, clock_offsets: dict[str, int] | None = None) -> None:
     """The per-rank analyses, run by each ingest worker on the trace it loaded so they
-    run in parallel; their results are cached on the trace for the analyses below."""
+    run in parallel; their results are cached on the trace for the analyses below.
+    ``clock_offsets``: trace path -> its node's clock offset, applied first."""
     from gpudiag.analysis import breakdown as bd
     from gpudiag.analysis import comms
+
+    if clock_offsets:
+        shift_trace(trace, clock_offsets.get(str(trace.meta.path), 0))
 
     bd.step_breakdown(trace)
     bd.comm_comp_overlap(trace)
@@ -288,11 +317,15 @@ def analyze(path: str | Path | list[Path], *, workers: int | None = None) -> Ana
         )
         return result
     run, files, warnings = _resolve_inputs(path, node_dirs)
+    offsets = _trace_offsets(run)
+    prepare = functools.partial(prepare_rank, clock_offsets=offsets) if offsets else prepare_rank
     traces = (
-        ingest.load_traces(files, workers=workers, warnings=warnings, prepare=prepare_rank)
+        ingest.load_traces(files, workers=workers, warnings=warnings, prepare=prepare)
         if files
         else []
     )
+    for t in traces:  # where no worker prepared it
+        shift_trace(t, offsets.get(str(t.meta.path), 0))
     if not traces and (
         run is None
         or (run.steps.empty and run.collectives.empty and not run.statuses and not run.manifest)

@@ -120,6 +120,39 @@ def write_failures(failures: dict) -> None:
         pass
 
 
+def rendezvous_failure(exc: BaseException, argv: list[str]) -> str:
+    """One line: the rendezvous did not complete, and why (torch's first line)."""
+    flags = {a: b for a, b in zip(argv, [*argv[1:], ""], strict=True) if a.startswith("--")}
+    first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    nnodes = flags.get("--nnodes", "?")
+    where = flags.get("--rdzv-endpoint") or (
+        f"{flags.get('--master-addr', '127.0.0.1')}:{flags.get('--master-port', '29500')}"
+    )
+    return (
+        f"rendezvous failed: not all {nnodes} node(s) joined at {where} "
+        f"({type(exc).__name__}: {first}); start gpudiag trace on every node with the "
+        "same --nnodes and rendezvous flags, or raise the timeout with --rdzv-conf "
+        "timeout=S (static) / join_timeout=S (c10d)"
+    )
+
+
+def write_rendezvous_error(text: str) -> None:
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    if not run_dir:
+        return
+    from gpudiag import rundir
+
+    node = int(os.environ.get(ENV_NODE_RANK, "0") or 0)
+    path = rundir.node_dir(run_dir, node) / AGENT_FAILURES
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rundir.write_json_atomic(
+            path, {"t_ns": time.time_ns(), "failures": {}, "rendezvous_error": text}
+        )
+    except (OSError, TypeError, ValueError):
+        pass
+
+
 def _hang_reported() -> bool:
     """Whether the hang watchdog ended this job: torchrun's table would then name a
     rank the watchdog ended as the root cause."""
@@ -131,6 +164,57 @@ def _hang_reported() -> bool:
     return (Path(run_dir) / rundir.HANG_REPORT).exists()
 
 
+def hook_rendezvous() -> bool:
+    """Once torchrun's rendezvous is complete, measure this node's clock offset to node
+    0 through the rendezvous store (:mod:`gpudiag.capture.clock`, in a background
+    thread) and write it to ``node<K>/clock.json``, K being the node rank the rendezvous
+    gave (``--node-rank``, or the c10d rendezvous's own order). Only multi-node jobs;
+    the first rendezvous only (a restart keeps the first measurement)."""
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    if not run_dir:
+        return False
+    try:
+        from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
+    except ImportError:
+        return False
+    original = SimpleElasticAgent._rendezvous
+    done: list[bool] = []
+
+    def _rendezvous(self: object, worker_group: object) -> None:
+        original(self, worker_group)
+        if done:
+            return
+        done.append(True)
+        try:
+            node = int(getattr(worker_group, "group_rank", 0))
+            nnodes = int(getattr(worker_group, "group_world_size", 1))
+            if nnodes > 1:
+                from gpudiag.capture import clock
+
+                clock.start(
+                    getattr(worker_group, "store", None),
+                    node,
+                    nnodes,
+                    lambda record: _write_clock(run_dir, node, record),
+                )
+        except Exception:  # noqa: BLE001 - never the job's problem
+            pass
+
+    SimpleElasticAgent._rendezvous = _rendezvous  # type: ignore[method-assign]
+    return True
+
+
+def _write_clock(run_dir: str, node: int, record: dict) -> None:
+    from gpudiag import rundir
+
+    path = rundir.node_dir(run_dir, node) / rundir.CLOCK
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rundir.write_json_atomic(path, record)
+    except (OSError, TypeError, ValueError):
+        pass
+
+
 def _on_launcher_lost() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
@@ -139,8 +223,14 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     die_with_parent(signal.SIGTERM)
     watch_launcher(_on_launcher_lost)
+    from gpudiag.capture.clock import install_test_shift
+
+    install_test_shift()
+    hook_rendezvous()
+    from torch.distributed import DistError
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.run import main as torchrun_main
 
     code = 0
@@ -155,6 +245,12 @@ def main(argv: list[str] | None = None) -> None:
         code = 1
     except SignalException as exc:
         code = 128 + int(getattr(exc, "sigval", signal.SIGTERM))
+    except (RendezvousError, DistError, TimeoutError) as exc:
+        # a node that never joined (or a rendezvous endpoint nobody serves): one line
+        text = rendezvous_failure(exc, argv)
+        write_rendezvous_error(text)
+        print(f"gpudiag: {text}", file=sys.stderr)
+        code = 1
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:

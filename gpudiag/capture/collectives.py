@@ -129,6 +129,15 @@ def _dtype_name(dtypes: list[str]) -> str | None:
     return _FR_DTYPE_BYTES.get(dtypes[0], (dtypes[0].lower(), 0))[0]
 
 
+def _shifted(t_ns: Any) -> Any:
+    """An FR stamp (C++ clock, 0 = unknown) with the test clock shift (clock.py)."""
+    if not t_ns:
+        return None
+    from gpudiag.capture.clock import test_shift_ns
+
+    return t_ns + test_shift_ns() if isinstance(t_ns, int) else t_ns
+
+
 def fr_entry_to_row(entry: dict[str, Any], pg_info: dict[str, tuple[int, list[int]]]) -> dict:
     """One FR JSON entry as a ``collectives.jsonl`` row (without ``step``)."""
     pg_name, pg_desc = (list(entry.get("process_group") or ["", ""]) + ["", ""])[:2]
@@ -148,9 +157,9 @@ def fr_entry_to_row(entry: dict[str, Any], pg_info: dict[str, tuple[int, list[in
         "dtype": _dtype_name(entry.get("input_dtypes") or entry.get("output_dtypes") or []),
         "in_sizes": in_sizes,
         "out_sizes": out_sizes,
-        "enqueue_ns": entry.get("time_created_ns") or None,
-        "start_ns": entry.get("time_discovered_started_ns") or None,
-        "end_ns": entry.get("time_discovered_completed_ns") or None,
+        "enqueue_ns": _shifted(entry.get("time_created_ns")),
+        "start_ns": _shifted(entry.get("time_discovered_started_ns")),
+        "end_ns": _shifted(entry.get("time_discovered_completed_ns")),
         "record_id": entry.get("record_id"),
         "source": "flight_recorder",
     }

@@ -315,7 +315,7 @@ def decide_outcome(
                 f"in native code?); job exit code {returncode}"
             )
         elif not started:
-            message = (
+            message = _rendezvous_error(run_dir) or (
                 f"the job exited with {returncode} before any rank started "
                 "(see the launcher's error above)"
             )
@@ -343,6 +343,17 @@ def decide_outcome(
         "rank_versions": infos[min(infos)].get("versions") if infos else None,
         "steps_completed": {r: s.get("steps_completed") for r, s in sorted(statuses.items())},
     }
+
+
+def _rendezvous_error(run_dir: Path) -> str | None:
+    """The agent's one line when torchrun's rendezvous failed (agent_failures.json)."""
+    from gpudiag.capture.agent import AGENT_FAILURES
+
+    for node in rundir.list_nodes(run_dir):
+        data = rundir.read_json(rundir.node_dir(run_dir, node) / AGENT_FAILURES)
+        if isinstance(data, dict) and isinstance(data.get("rendezvous_error"), str):
+            return str(data["rendezvous_error"])
+    return None
 
 
 def _node_ranks(
@@ -505,7 +516,7 @@ def claim_run_dir(
             return default_out(target).resolve(), _cannot_create(exc)
     run_dir = Path(out).resolve()
     if rundir.manifest_path(run_dir, node_rank).exists() or (
-        node_rank == 0 and rundir.is_run_dir(run_dir)
+        node_rank == 0 and _holds_other_run(run_dir)
     ):
         return run_dir, "already holds a gpudiag run; choose another --out or remove it"
     try:
@@ -515,6 +526,14 @@ def claim_run_dir(
     if not os.access(run_dir, os.W_OK):
         return run_dir, "not writable"
     return run_dir, None
+
+
+def _holds_other_run(run_dir: Path) -> bool:
+    """A run directory node 0 must not write into: a run, unless what is there so far
+    comes from the other nodes of this job (their manifest.node<K>.json came first)."""
+    if not rundir.is_run_dir(run_dir):
+        return False
+    return not any(run_dir.glob("manifest.node*.json"))
 
 
 def _cannot_create(exc: OSError) -> str:
@@ -559,6 +578,9 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
     of the script: capture does not import the linter). Returns the exit code."""
     ns = args.options
     node_rank = ns.node_rank or 0
+    from gpudiag.capture.clock import install_test_shift
+
+    install_test_shift()  # tests only: a skewed host (GPUDIAG_TEST_CLOCK_SHIFT_NS)
     run_dir, problem = claim_run_dir(ns.out, args.target, node_rank)
     if problem:
         _say(f"trace: {run_dir}: {problem}")
@@ -650,6 +672,9 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
             )
         },
     )
+    clock = rundir.read_json(rundir.node_dir(run_dir, node_rank) / rundir.CLOCK)
+    if isinstance(clock, dict):
+        manifest["clock"] = clock
     manifest["world_size"] = outcome["world_size"] or manifest["world_size"]
     manifest["backend"] = outcome["backend"]
     if outcome["rank_versions"]:
@@ -669,6 +694,8 @@ def _report(run_dir: Path, manifest: dict[str, Any]) -> None:
     text = f"run {manifest['status']} (exit code {manifest['exit_code']}), "
     text += f"{len(steps)} rank(s), steps per rank {sorted(set(steps.values())) or '-'}"
     failure = manifest.get("failure")
-    if failure:
+    if failure and failure.get("rank") is None:
+        text += f"; {failure.get('message')}"
+    elif failure:
         text += f"; rank {failure.get('rank')} failed: {failure.get('exc_type')}: {failure.get('message')}"
     _say(f"{text} -> {run_dir}")

@@ -630,6 +630,9 @@ def run_spawned_rank(
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from gpudiag.capture.clock import install_test_shift
+
+    install_test_shift()  # tests only: a skewed host (GPUDIAG_TEST_CLOCK_SHIFT_NS)
     # Ranks end when their parent (torchrun's agent, or the launcher) dies, and when the
     # launcher dies even if their parent lives on.
     signal.signal(signal.SIGTERM, _on_sigterm)

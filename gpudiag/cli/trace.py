@@ -25,6 +25,7 @@ TORCHRUN_OPTIONS: dict[str, bool] = {
     "--rdzv-endpoint": True,
     "--rdzv-backend": True,
     "--rdzv-id": True,
+    "--rdzv-conf": True,
     "--master-addr": True,
     "--master-port": True,
     "--max-restarts": True,
@@ -84,6 +85,12 @@ def _parser() -> argparse.ArgumentParser:
     torchrun.add_argument("--rdzv-endpoint")
     torchrun.add_argument("--rdzv-backend")
     torchrun.add_argument("--rdzv-id")
+    torchrun.add_argument(
+        "--rdzv-conf",
+        metavar="K=V,...",
+        help="e.g. timeout=60 (static) or join_timeout=60 (c10d): how long a node waits "
+        "for the others",
+    )
     torchrun.add_argument("--master-addr")
     torchrun.add_argument("--master-port")
     torchrun.add_argument("--max-restarts")
@@ -187,7 +194,7 @@ def check_options(ns: argparse.Namespace) -> None:
         _positive_int(ns.max_restarts, "--max-restarts", minimum=0)
     if ns.master_port is not None:
         _positive_int(ns.master_port, "--master-port", minimum=1, maximum=65535)
-    for name in ("out", "rdzv_endpoint", "rdzv_backend", "rdzv_id", "master_addr"):
+    for name in ("out", "rdzv_endpoint", "rdzv_backend", "rdzv_id", "rdzv_conf", "master_addr"):
         value = getattr(ns, name)
         if value is not None and not value.strip():
             raise UsageError(f"--{name.replace('_', '-')}: empty value")
