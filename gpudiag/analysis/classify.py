@@ -11,6 +11,7 @@ Classification runs once per distinct (name, cat) pair, not once per event.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
@@ -299,3 +300,15 @@ def classify(names: pd.Series, cats: pd.Series) -> pd.Categorical:
     )
     categories = pd.Index(KINDS, dtype=object)
     return pd.Categorical.from_codes(kind_codes[inverse.ravel()], categories=categories)
+
+
+def name_mask(names: pd.Series, test: Callable[[pd.Series], pd.Series]) -> np.ndarray:
+    """``test(names.astype(str))`` as a bool array, e.g. ``lambda s: s.str.contains(p)``;
+    on a categorical column (the event table's) it runs once per distinct name, and no
+    string column of the table's length is ever built."""
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        return test(names.astype(str)).to_numpy(dtype=bool)
+    categorical = names.array
+    labels = pd.Series(pd.Categorical(categorical.categories)).astype(str)
+    hits = np.append(test(labels).to_numpy(dtype=bool), False)  # last: no name (code -1)
+    return hits[categorical.codes]

@@ -141,6 +141,9 @@ def _per_step_union_ms(events: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
     return frame[frame["step"] >= 0].groupby("step")["dur"].sum()
 
 
+_GPU_WORK = ["compute", "comm", "memcpy", "memset"]
+
+
 def trace_dataloader(trace: Any) -> TraceDataWait:
     """Per-rank DataLoader wait and GPU idle during it, from one RankTrace."""
     ev = trace.events
@@ -148,11 +151,11 @@ def trace_dataloader(trace: Any) -> TraceDataWait:
     n_steps = int(len(steps)) if steps is not None else 0
     dl = ev[ev["kind"] == "dataloader"]
     per_step = _per_step_union_ms(dl, steps)
-    gpu = ev[ev["is_gpu"].astype(bool) & ev["kind"].isin(["compute", "comm", "memcpy", "memset"])]
+    gpu = ev["is_gpu"].to_numpy(dtype=bool) & ev["kind"].isin(_GPU_WORK).to_numpy()
     gpu_idle_ms = 0.0
-    if not dl.empty and not gpu.empty:
+    if not dl.empty and gpu.any():
         ds, de = merge_intervals(dl["start_ns"].to_numpy(), dl["end_ns"].to_numpy())
-        gs, ge = merge_intervals(gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy())
+        gs, ge = merge_intervals(ev["start_ns"].to_numpy()[gpu], ev["end_ns"].to_numpy()[gpu])
         gpu_idle_ms = (int(np.sum(de - ds)) - overlap_ns(ds, de, gs, ge)) / 1e6
     return TraceDataWait(
         rank=int(trace.meta.rank),
@@ -160,7 +163,7 @@ def trace_dataloader(trace: Any) -> TraceDataWait:
         steps=n_steps,
         data_ms_per_step=float(per_step.sum() / n_steps) if n_steps else 0.0,
         data_ms_max_step=float(per_step.max()) if len(per_step) else 0.0,
-        gpu_idle_waiting_ms_per_step=gpu_idle_ms / n_steps if n_steps and len(gpu) else None,
+        gpu_idle_waiting_ms_per_step=gpu_idle_ms / n_steps if n_steps and gpu.any() else None,
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpudiag.analysis.classify import name_mask
 from gpudiag.analysis.dataloader import _per_step_union_ms, merge_intervals, overlap_ns
 from gpudiag.analysis.findings import Finding, ms, severity_for
 
@@ -84,9 +85,12 @@ class DataParallelResult:
         return {**head, **out}
 
 
+def _contains(ev: pd.DataFrame, pattern: re.Pattern[str]) -> np.ndarray:
+    return name_mask(ev["name"], lambda names: names.str.contains(pattern))
+
+
 def _dp_windows(ev: pd.DataFrame) -> pd.DataFrame:
-    names = ev["name"].astype(str)
-    return ev[names.str.contains(DP_FORWARD_RE) & ~ev["is_gpu"].astype(bool)]
+    return ev[_contains(ev, DP_FORWARD_RE) & ~ev["is_gpu"].to_numpy(dtype=bool)]
 
 
 _COPY_OPS = ("aten::to", "aten::_to_copy")  # explicit transfers, not copy_ inside modules
@@ -96,13 +100,11 @@ def _input_copies(ev: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     """Main-thread tensor copies inside DataParallel.forward before its replicate (or
     parallel_apply) starts: the scatter of the inputs to the GPUs."""
     ws, we = merge_intervals(windows["start_ns"].to_numpy(), windows["end_ns"].to_numpy())
-    copies = ev[ev["main_thread"].astype(bool) & ev["name"].astype(str).isin(_COPY_OPS)]
+    copy_op = name_mask(ev["name"], lambda names: names.isin(_COPY_OPS))
+    copies = ev[ev["main_thread"].to_numpy(dtype=bool) & copy_op]
     if copies.empty or not len(ws):
         return copies.iloc[0:0]
-    names = ev["name"].astype(str)
-    later = ev[
-        names.str.contains(STAGES["replicate"]) | names.str.contains(STAGES["parallel_apply"])
-    ]
+    later = ev[_contains(ev, STAGES["replicate"]) | _contains(ev, STAGES["parallel_apply"])]
     first_later = np.full(len(ws), np.iinfo(np.int64).max)
     if len(later):
         lw = np.searchsorted(ws, later["start_ns"].to_numpy(), side="right") - 1
@@ -123,13 +125,12 @@ def trace_dataparallel(trace: Any) -> DataParallelResult | None:
         return None
     steps = trace.steps
     n_steps = int(len(steps)) if steps is not None and len(steps) else 0
-    names = ev["name"].astype(str)
-    cpu = ~ev["is_gpu"].astype(bool)
-    has_gpu = bool(ev["is_gpu"].astype(bool).any()) or bool(trace.meta.device_properties)
+    cpu = ~ev["is_gpu"].to_numpy(dtype=bool)
+    has_gpu = bool(ev["is_gpu"].to_numpy(dtype=bool).any()) or bool(trace.meta.device_properties)
     stages: dict[str, float] = {}
     counts: dict[str, int] = {}
     for stage, pattern in STAGES.items():
-        hits = ev[cpu & names.str.contains(pattern)]
+        hits = ev[cpu & _contains(ev, pattern)]
         if stage == "scatter" and has_gpu:
             hits = pd.concat([hits, _input_copies(ev, windows)])
         counts[stage] = int(len(hits))

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from gpudiag.analysis.breakdown import step_windows
+from gpudiag.analysis.classify import name_mask
 from gpudiag.analysis.dataloader import merge_intervals
 from gpudiag.analysis.findings import Finding, ms, severity_for
 
@@ -355,19 +356,26 @@ NO_AMP_FIX = (
 )
 
 
+def _own_name(names: pd.Series) -> pd.Series:
+    """Only the kernel's own name and template arguments, not its parameter list."""
+    return names.str.split("(", n=1).str[0]
+
+
+def _is_fp32(names: pd.Series) -> pd.Series:
+    own = _own_name(names)
+    return own.str.contains(_FP32_RE) & ~own.str.contains(_HALF_RE)
+
+
 def gemm_precision(trace: Any) -> dict[str, Any] | None:
     ev = trace.events
     kern = ev[ev["is_gpu"].astype(bool) & (ev["kind"] == "compute")]
     if kern.empty:
         return None
-    # Only the kernel's own name and template arguments, not its parameter list.
-    names = kern["name"].astype(str).str.split("(", n=1).str[0]
-    is_gemm = names.str.contains(_GEMM_RE)
+    is_gemm = name_mask(kern["name"], lambda s: _own_name(s).str.contains(_GEMM_RE))
     gemm = kern[is_gemm]
     if gemm.empty:
         return None
-    gnames = names[is_gemm]
-    fp32 = gemm[gnames.str.contains(_FP32_RE) & ~gnames.str.contains(_HALF_RE)]
+    fp32 = gemm[name_mask(gemm["name"], _is_fp32)]
     n_steps = int(len(trace.steps)) if trace.steps is not None and len(trace.steps) else 1
     return {
         "rank": int(trace.meta.rank),

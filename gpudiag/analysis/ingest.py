@@ -236,7 +236,9 @@ class _Collector:
         self.skipped = 0
         self.interned: dict[str, dict[Any, int]] = {k: {} for k in ("name", "cat", "pid", "tid")}
         self.parts: dict[str, list[np.ndarray]] = {k: [] for k in _COLLECTED}
-        self.comm_args: dict[int, dict] = {}
+        # the comm fields (_comm_row) of the rows whose args may matter, as arrays per chunk
+        self.comm_parts: dict[str, list[np.ndarray]] = {k: [] for k in _COMM_STORED}
+        self.comm_strings: dict[str, str] = {}  # one object per distinct op/dtype/group
         self.thread_names: dict[tuple[str, str], str] = {}
         self.keeps_comm_args: dict[tuple[str, str], bool] = {}  # per distinct (name, cat)
 
@@ -248,7 +250,23 @@ class _Collector:
             self.parts[key].append(np.asarray(cols[key], dtype=np.float64))
         for key in ("stream", "correlation", "external_id"):
             self.parts[key].append(_int64_column(cols[key]))
+        self._add_comm(cols["comm_rows"], cols["comm_values"])
         self.n += len(cols["name"])
+
+    def _add_comm(self, rows: list[int], values: list[tuple]) -> None:
+        """The chunk's comm fields as arrays: no Python object per row outlives the chunk
+        (a kept args dict costs ~1 KB, and pins the parser's memory arenas)."""
+        if not rows:
+            return
+        self.comm_parts["_row"].append(np.asarray(rows, dtype=np.int64))
+        strings = self.comm_strings
+        for key, column in zip(_COMM_STORED[1:], zip(*values, strict=True), strict=True):
+            if key in _OBJECT_FIELDS:
+                array = np.empty(len(rows), dtype=object)
+                array[:] = [v if v is None else strings.setdefault(v, v) for v in column]
+            else:
+                array = np.asarray(column, dtype=np.float64)
+            self.comm_parts[key].append(array)
 
     def columns(self, warnings: list[str], path: Path) -> dict[str, Any]:
         if self.skipped:
@@ -264,12 +282,21 @@ class _Collector:
             parts.clear()
         for key, table in self.interned.items():
             cols[key + "_values"] = list(table)
-        cols["comm_args"] = self.comm_args
+        cols["comm"] = {
+            key: np.concatenate(parts) if parts else _empty_comm(key)
+            for key, parts in self.comm_parts.items()
+        }
+        self.comm_parts.clear()
         cols["thread_names"] = self.thread_names
         return cols
 
 
 _COLLECTED = ("name", "cat", "pid", "tid", "ts", "dur", "stream", "correlation", "external_id")
+
+
+def _empty_comm(key: str) -> np.ndarray:
+    dtype: Any = np.int64 if key == "_row" else object if key in _OBJECT_FIELDS else np.float64
+    return np.empty(0, dtype=dtype)
 
 
 def _intern(values: list, table: dict[Any, int]) -> np.ndarray:
@@ -296,7 +323,8 @@ def _collect_chunk(events: list, acc: _Collector) -> dict[str, Any]:
     streams: list[int] = []
     correlations: list[int] = []
     external_ids: list[int] = []
-    comm_args = acc.comm_args
+    comm_rows: list[int] = []
+    comm_values: list[tuple] = []
     thread_names = acc.thread_names
     offset = acc.n
     skipped = 0
@@ -350,7 +378,8 @@ def _collect_chunk(events: list, acc: _Collector) -> dict[str, Any]:
             keep = cls.is_cpu_comm_name(name) or (cat == "kernel" and cls.is_comm_kernel(name))
             keeps_comm_args[key] = keep
         if keep or "Collective name" in args:
-            comm_args[offset + len(names)] = _comm_args(args)
+            comm_rows.append(offset + len(names))
+            comm_values.append(_comm_row(name, cat == "kernel", args))
         names.append(name)
         cats.append(cat)
         tss.append(ts)
@@ -373,6 +402,8 @@ def _collect_chunk(events: list, acc: _Collector) -> dict[str, Any]:
         "stream": streams,
         "correlation": correlations,
         "external_id": external_ids,
+        "comm_rows": comm_rows,
+        "comm_values": comm_values,
     }
 
 
@@ -388,21 +419,6 @@ def _note_thread_name(ev: dict, thread_names: dict[tuple[str, str], str]) -> Non
 
 
 _NO_ARGS: dict = {}
-_COMM_ARG_KEYS = (
-    "Collective name",
-    "In msg nelems",
-    "Out msg nelems",
-    "dtype",
-    "Group size",
-    "Process Group Name",
-    "Seq",
-    "Input Dims",
-    "Input type",
-)
-
-
-def _comm_args(args: dict) -> dict:
-    return {k: args[k] for k in _COMM_ARG_KEYS if k in args}
 
 
 # --------------------------------------------------------------------------- one rank
@@ -638,7 +654,8 @@ def _build_rank_trace(
     frame = _event_frame(cols, base)
     steps = _steps(frame, path, warnings)
     frame["step"] = _assign_steps(frame, steps)
-    _enrich_comms(frame, cols["comm_args"], meta)
+    _enrich_comms(frame, cols.pop("comm"), meta)
+    del cols
     steps.insert(0, "rank", meta.rank)
     return RankTrace(meta=meta, events=frame, steps=steps)
 
@@ -649,37 +666,38 @@ def _to_ns(ts: np.ndarray, base: int) -> np.ndarray:
 
 
 def _event_frame(cols: dict[str, Any], base: int) -> pd.DataFrame:
-    start = _to_ns(cols["ts"], base)
+    """The event table, sorted by start time. Takes (pops) the collected columns from
+    ``cols`` as it goes, so each is freed once its sorted copy exists, and hands its
+    arrays to pandas without a copy (no consolidation into 2-D blocks)."""
+    start = _to_ns(cols.pop("ts"), base)
     order = np.argsort(start, kind="stable")  # by start time; "_row" keeps the original index
     start = start[order]
-    dur_ns = np.rint(cols["dur"][order] * 1000).astype(np.int64)
-    pid = _str_categorical(cols["pid"], cols["pid_values"], order)
-    tid = _str_categorical(cols["tid"], cols["tid_values"], order)
-    name = _categorical(cols["name"], cols["name_values"], order)
-    cat = _categorical(cols["cat"], cols["cat_values"], order)
+    dur_ns = np.rint(cols.pop("dur")[order] * 1000).astype(np.int64)
+    pid = _str_categorical(cols.pop("pid"), cols["pid_values"], order)
+    tid = _str_categorical(cols.pop("tid"), cols["tid_values"], order)
+    name = _categorical(cols.pop("name"), cols["name_values"], order)
+    cat = _categorical(cols.pop("cat"), cols["cat_values"], order)
     is_gpu = np.isin(cat.codes, _codes_of(cat, cls.GPU_CATS))
     kind = cls.classify(pd.Series(name, copy=False), pd.Series(cat, copy=False))
     thread_ids, thread_of = _thread_ids(pid, tid)
-    frame = pd.DataFrame(
-        {
-            "name": name,
-            "cat": cat,
-            "kind": kind,
-            "start_ns": start,
-            "end_ns": start + dur_ns,
-            "dur_ns": dur_ns,
-            "pid": pid,
-            "tid": tid,
-            "stream": cols["stream"][order],
-            "is_gpu": is_gpu,
-            "correlation": cols["correlation"][order],
-            "external_id": cols["external_id"][order],
-            "thread_name": _thread_names(pid, tid, thread_ids, thread_of, cols["thread_names"]),
-            "main_thread": _main_thread_mask(kind, cat, is_gpu, dur_ns, thread_of),
-            "_row": order,  # original position, for comm_args
-        }
-    )
-    return frame
+    columns = {
+        "name": name,
+        "cat": cat,
+        "kind": kind,
+        "start_ns": start,
+        "end_ns": start + dur_ns,
+        "dur_ns": dur_ns,
+        "pid": pid,
+        "tid": tid,
+        "stream": cols.pop("stream")[order],
+        "is_gpu": is_gpu,
+        "correlation": cols.pop("correlation")[order],
+        "external_id": cols.pop("external_id")[order],
+        "thread_name": _thread_names(pid, tid, thread_ids, thread_of, cols["thread_names"]),
+        "main_thread": _main_thread_mask(kind, cat, is_gpu, dur_ns, thread_of),
+        "_row": order,  # original position, for the collected comm fields
+    }
+    return pd.DataFrame(columns, copy=False)
 
 
 def _int64_column(values: list[int]) -> np.ndarray:
@@ -881,27 +899,29 @@ def _comm_row(name: str, is_kernel: bool, args: dict) -> tuple:
 
 _COMM_FIELDS = ("comm_op", "comm_bytes", "comm_dtype", "pg_name", "pg_size", "seq", "comm_nelems")
 _DTYPE_GUESS = "_dtype_guess"  # the kernel name's dtype, the last resort
+_COMM_STORED = ("_row", *_COMM_FIELDS, _DTYPE_GUESS)  # the collector's comm arrays
 
 
-def _enrich_comms(events: pd.DataFrame, comm_args: dict[int, dict], meta: TraceMeta) -> None:
+def _enrich_comms(events: pd.DataFrame, stored: dict[str, np.ndarray], meta: TraceMeta) -> None:
     """Adds the comm columns (op, bytes, dtype, group, group size, seq, nelems); built on
-    numpy arrays and assigned once, since pandas' per-column .loc writes are slow."""
+    numpy arrays and assigned once, since pandas' per-column .loc writes are slow.
+    ``stored``: the collector's fields of the rows with telling args (``_row``: their
+    original positions, ascending); other comm rows get what their name says."""
     n = len(events)
     fields: dict[str, np.ndarray] = {
         name: np.full(n, None, dtype=object) if name in _OBJECT_FIELDS else np.full(n, np.nan)
         for name in (*_COMM_FIELDS, _DTYPE_GUESS)
     }
-    kinds = events["kind"].to_numpy()
-    comm = np.isin(kinds, ["comm", "comm_cpu"])
+    comm = np.isin(events["kind"].cat.codes, _codes_of(events["kind"].array, ["comm", "comm_cpu"]))
     comm_rows = np.flatnonzero(comm)
     if len(comm_rows):
-        rows = events["_row"].to_numpy()
-        names = events["name"].to_numpy()
-        cats = events["cat"].to_numpy()
-        for i in comm_rows:
-            r = _comm_row(str(names[i]), cats[i] == "kernel", comm_args.get(int(rows[i]), {}))
-            for name, value in zip((*_COMM_FIELDS, _DTYPE_GUESS), r, strict=True):
-                fields[name][i] = value
+        rows = events["_row"].to_numpy()[comm_rows]
+        known = stored["_row"]
+        at = np.minimum(np.searchsorted(known, rows), max(len(known) - 1, 0))
+        found = known[at] == rows if len(known) else np.zeros(len(rows), dtype=bool)
+        for name in (*_COMM_FIELDS, _DTYPE_GUESS):
+            fields[name][comm_rows[found]] = stored[name][at[found]]
+        _fill_from_names(events, fields, comm_rows[~found])
         _fill_kernels_from_cpu(events, fields)
         dtype, guess = fields["comm_dtype"], fields[_DTYPE_GUESS]
         fields["comm_dtype"] = np.where(pd.notna(dtype), dtype, guess)
@@ -914,6 +934,20 @@ def _enrich_comms(events: pd.DataFrame, comm_args: dict[int, dict], meta: TraceM
 
 
 _OBJECT_FIELDS = frozenset({"comm_op", "comm_dtype", "pg_name", _DTYPE_GUESS})
+
+
+def _fill_from_names(events: pd.DataFrame, fields: dict[str, np.ndarray], rows: np.ndarray) -> None:
+    """Comm rows without telling args: the fields their name (and kernel-ness) give."""
+    name = events["name"].array
+    cat = events["cat"].array
+    is_kernel = cat.codes[rows] == (_codes_of(cat, ["kernel"]) or [-2])[0]
+    key = name.codes[rows].astype(np.int64) * 2 + is_kernel
+    distinct, first = np.unique(key, return_index=True)
+    for k, i in zip(distinct, first, strict=True):
+        r = _comm_row(str(name.categories[int(k) // 2]), bool(is_kernel[i]), _NO_ARGS)
+        where = rows[key == k]
+        for column, value in zip((*_COMM_FIELDS, _DTYPE_GUESS), r, strict=True):
+            fields[column][where] = value
 
 
 def _fill_kernels_from_cpu(events: pd.DataFrame, fields: dict[str, np.ndarray]) -> None:

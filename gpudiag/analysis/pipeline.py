@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpudiag.analysis import classify as cls
 from gpudiag.analysis import dataloader, dataparallel, failures, gpu, host, whatif
 from gpudiag.analysis import findings as fnd
 from gpudiag.analysis.dataloader import DataLoaderResult
@@ -255,7 +256,9 @@ def _uses_ddp(traces: list[Any], run: Any) -> bool:
     if run is not None and len(getattr(run, "ddp_stats", [])):
         return True
     return any(
-        t.events["name"].astype(str).str.contains("DistributedDataParallel.forward").any()
+        cls.name_mask(
+            t.events["name"], lambda names: names.str.contains("DistributedDataParallel.forward")
+        ).any()
         for t in traces
         if len(t.events)
     )

@@ -1,0 +1,82 @@
+"""Check: two checkouts of gpudiag give byte-identical `gpudiag analyze --json` output.
+
+Used before/after a change to ingest or the analyses that must not move any number
+(issue 16 item 10: the compact event table). Every input is analysed by each checkout in
+a subprocess; stdout (the JSON report), stderr and the exit code must be identical.
+
+    python bench/same_results.py --before /tmp/base [--after .] [--extra PATH ...]
+
+Inputs: every set in ../shared/traces (recorded traces, read in place), each of its files
+alone, every run of sample_runs/ (bench_cpu's runs too), and any --extra path (e.g. the
+large replicated trace bench/memory.py writes, which crosses the parser's chunk limits).
+Exit status 1 when any output differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "traces"
+
+
+def inputs(extra: list[Path]) -> list[Path]:
+    found: list[Path] = []
+    for d in sorted(p for p in SHARED.iterdir() if p.is_dir()):
+        found.append(d)
+        files = sorted(p for p in d.iterdir() if p.name.endswith((".json", ".json.gz")))
+        if len(files) > 1:
+            found.extend(files)
+    runs = REPO / "sample_runs"
+    for d in sorted(runs.iterdir()):
+        if d.is_dir() and d.name != "bench_cpu":
+            found.append(d)
+    bench = runs / "bench_cpu"
+    found.extend(
+        sorted(p for p in bench.iterdir() if p.is_dir() and p.name not in ("logs", "reports"))
+    )
+    return found + extra
+
+
+def analyze(code: Path, path: Path) -> tuple[int, bytes, bytes]:
+    env = dict(os.environ, PYTHONPATH=str(code), GPUDIAG_MAX_TRACE_BYTES=str(8 << 30))
+    done = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "analyze", str(path), "--json"],
+        env=env,
+        capture_output=True,
+        timeout=3600,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr.replace(str(code).encode(), b"<code>")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--before", type=Path, required=True, help="checkout to compare against")
+    ap.add_argument("--after", type=Path, default=REPO)
+    ap.add_argument("--extra", type=Path, nargs="*", default=[])
+    args = ap.parse_args(argv)
+    differ = 0
+    for path in inputs(args.extra):
+        before = analyze(args.before.resolve(), path)
+        after = analyze(args.after.resolve(), path)
+        same = before == after
+        differ += not same
+        what = "identical" if same else "DIFFERENT"
+        parts = [
+            name
+            for name, a, b in zip(("rc", "stdout", "stderr"), before, after, strict=True)
+            if a != b
+        ]
+        detail = "" if same else f" ({', '.join(parts)} differ)"
+        print(f"{what:>9}  rc={after[0]}  {len(after[1]):>8} B  {path}{detail}", flush=True)
+    print(f"{differ} input(s) differ" if differ else "all outputs identical")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
