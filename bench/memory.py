@@ -6,13 +6,15 @@ replicated end to end (each copy shifted by the trace's span, its ProfilerStep r
 until it holds N events. It is written to a scratch directory, never into the repo, and
 is not a recording: it only measures how memory scales with the number of events.
 
-    python bench/memory.py [--events 10000000] [--scratch DIR] [--code REPO]
-        [--set ../shared/traces/astrasim_megatron_tp8]
+    python bench/memory.py [--events 1000000 10000000] [--scratch DIR] [--code REPO]
+        [--set ../shared/traces/astrasim_megatron_tp8] [--repeat 3]
 
 Each case runs `python -m gpudiag analyze PATH --json` in a subprocess (imports
 included, like a user sees it); a sampler sums the RSS of the process and its workers
 every 20 ms (RSS counts shared pages once per process: an upper bound). --code runs
-another checkout's gpudiag (for before/after).
+another checkout's gpudiag (for before/after). Cases under 5M events run --repeat times
+(median and range printed); larger ones once. Goal (issue 16 item 10): peak <= 3x the
+uncompressed trace, and <= 2 GB for 10 million events.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -99,26 +102,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--code", type=Path, default=REPO, help="checkout whose gpudiag runs")
     ap.add_argument("--set", type=Path, nargs="*", default=[SHARED / "astrasim_megatron_tp8"])
     ap.add_argument("--workers", default=None, help="pass --workers N to analyze")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per case under 5M events")
     args = ap.parse_args(argv)
     args.scratch.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(args.code), GPUDIAG_MAX_TRACE_BYTES=str(8 << 30))
     extra = ["--workers", args.workers] if args.workers else []
     print(f"code: {args.code}; peak = summed RSS of analyze and its workers (20 ms samples)")
-    print(f"{'input':<58} {'JSON MB':>8} {'peak MiB':>9} {'x JSON':>7} {'time s':>7}")
-    cases: list[tuple[str, Path, int]] = []
+    print(f"{'input':<58} {'JSON MB':>8} {'peak MiB (range)':>20} {'x JSON':>7} {'time s':>7}")
+    cases: list[tuple[str, Path, int, int]] = []
     for n in args.events:
         path = make_replicated_trace(n, args.scratch)
-        cases.append((f"SYNTHETIC {n:,} events (replicated real trace)", path, path.stat().st_size))
+        label = f"SYNTHETIC {n:,} events (replicated real trace)"
+        cases.append((label, path, path.stat().st_size, args.repeat if n < 5_000_000 else 1))
     for d in args.set:
         size = sum(len(gzip.decompress(p.read_bytes())) for p in d.glob("*.json.gz"))
         size += sum(p.stat().st_size for p in d.glob("*.json"))
-        cases.append((f"recorded set {d.name}", d, size))
-    for label, path, size in cases:
-        r = peak_of([sys.executable, "-m", "gpudiag", "analyze", str(path), "--json", *extra], env)
-        status = "" if r["rc"] == 0 else f"  rc={r['rc']}: {r['stderr'].strip()[-200:]}"
+        cases.append((f"recorded set {d.name}", d, size, args.repeat))
+    for label, path, size, repeat in cases:
+        cmd = [sys.executable, "-m", "gpudiag", "analyze", str(path), "--json", *extra]
+        runs = [peak_of(cmd, env) for _ in range(repeat)]
+        peaks = sorted(r["peak_mib"] for r in runs)
+        walls = sorted(r["wall_s"] for r in runs)
+        bad = [r for r in runs if r["rc"] != 0]
+        status = f"  rc={bad[0]['rc']}: {bad[0]['stderr'].strip()[-200:]}" if bad else ""
+        peak = statistics.median(peaks)
+        spread = f"{peak:.0f} ({peaks[0]:.0f}-{peaks[-1]:.0f})"
         print(
-            f"{label:<58} {size / 1e6:>8.0f} {r['peak_mib']:>9.0f} "
-            f"{r['peak_mib'] * 2**20 / size:>7.2f} {r['wall_s']:>7.1f}{status}"
+            f"{label:<58} {size / 1e6:>8.0f} {spread:>20} "
+            f"{peak * 2**20 / size:>7.2f} {statistics.median(walls):>7.1f}{status}",
+            flush=True,
         )
     return 0
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpudiag.analysis import classify as cls
 from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.breakdown import activity_sets
 from gpudiag.analysis.ingest import RankTrace
@@ -122,8 +123,8 @@ def _gpu_rows(events: pd.DataFrame) -> pd.DataFrame:
 def _cpu_rows(events: pd.DataFrame) -> pd.DataFrame:
     """gloo: pair the k-th ``c10d::`` enqueue with the k-th ``gloo:`` transfer."""
     kind = events["kind"].to_numpy()
-    names = events["name"].astype(str)
-    enq = events[(kind == "comm_cpu") & names.str.startswith("c10d::").to_numpy()]
+    c10d = cls.name_mask(events["name"], lambda names: names.str.startswith("c10d::"))
+    enq = events[(kind == "comm_cpu") & c10d]
     enq = enq[enq["comm_op"].notna().to_numpy()]
     enq = _outermost(enq)
     xfer = events[(kind == "comm") & ~events["is_gpu"].to_numpy()]

@@ -510,8 +510,8 @@ class _Source:
                 self.fh.close()
                 raise TraceError(_too_big(size, limit))
 
-    def read(self, n: int = _CHUNK_BYTES) -> bytes:
-        data = self.fh.read(min(n, self.limit + 1 - self.total))
+    def read(self) -> bytes:
+        data = self.fh.read(min(_CHUNK_BYTES, self.limit + 1 - self.total))
         self.total += len(data)
         if self.total > self.limit:
             raise TraceError(_too_big(self.total, self.limit))
@@ -928,9 +928,9 @@ def _enrich_comms(events: pd.DataFrame, stored: dict[str, np.ndarray], meta: Tra
         _bytes_from_nelems(fields)
         _fill_group_defaults(fields, comm, meta)
     del events["_row"]
-    for name in _COMM_FIELDS:
+    for name in _COMM_FIELDS[:-1]:  # comm_nelems only served the bytes (8 B per event)
         kind: Any = object if name == "pg_name" else None  # group names may be ints in traces
-        events[name] = pd.Series(fields[name], index=events.index, dtype=kind, copy=False)
+        events[name] = pd.Series(fields.pop(name), index=events.index, dtype=kind, copy=False)
 
 
 _OBJECT_FIELDS = frozenset({"comm_op", "comm_dtype", "pg_name", _DTYPE_GUESS})
@@ -1088,29 +1088,38 @@ def load_traces(
     return sorted(traces, key=lambda t: t.meta.rank)
 
 
-# A worker's peak is about this many times the (uncompressed) trace it reads, plus its
-# share of the imports (bench/memory.py measures it); the parsed JSON is never whole.
-_WORKER_BYTES_PER_TRACE_BYTE = 2.0
-_WORKER_BASE_BYTES = 150 << 20
+# Memory per trace, in bytes per uncompressed trace byte (bench/memory.py measures them):
+# a loading worker peaks at its imports and one parsed chunk (_WORKER_BASE_BYTES) plus
+# about 1.1x the trace (columns, then the event table and its transients; 1.5 with
+# margin); every loaded trace is then kept by the parent (event table ~0.45x; 0.6).
+_WORKER_BYTES_PER_TRACE_BYTE = 1.5
+_KEPT_BYTES_PER_TRACE_BYTE = 0.6
+_WORKER_BASE_BYTES = 200 << 20
+
+
+def plan_workers(sizes: Sequence[int], available: int) -> int:
+    """How many traces of these (uncompressed) sizes to load at once within ``available``
+    bytes: the parent keeps every loaded trace, and each worker holds the trace it loads
+    (the largest ones are assumed to load together). At least 1."""
+    budget = 0.8 * available - _KEPT_BYTES_PER_TRACE_BYTE * sum(sizes)
+    n = 0
+    for size in sorted(sizes, reverse=True):
+        budget -= _WORKER_BASE_BYTES + _WORKER_BYTES_PER_TRACE_BYTE * size
+        if budget < 0:
+            break
+        n += 1
+    return max(1, n)
 
 
 def _workers_for_memory(paths: Sequence[Path]) -> int:
-    """As many parallel loads as the available memory holds for the largest traces."""
+    """As many parallel loads as the available memory holds (see plan_workers)."""
     try:
         import psutil
 
         available = psutil.virtual_memory().available
     except Exception:  # noqa: BLE001 - no psutil or no /proc: do not limit
         return len(paths) or 1
-    sizes = sorted((_uncompressed_size_hint(p) for p in paths), reverse=True)
-    budget = 0.8 * available
-    n = 0
-    for size in sizes:
-        budget -= _WORKER_BASE_BYTES + _WORKER_BYTES_PER_TRACE_BYTE * size
-        if budget < 0:
-            break
-        n += 1
-    return max(1, n)
+    return plan_workers([_uncompressed_size_hint(p) for p in paths], available)
 
 
 def _uncompressed_size_hint(path: Path) -> int:
