@@ -175,23 +175,28 @@ def _run_info(path: Path, run: Any, traces: list[Any], breakdown: pd.DataFrame) 
         exit_code=manifest.get("exit_code"),
         script=manifest.get("script") or manifest.get("argv"),
         total_steps=int(len(run.steps)) if run is not None and len(run.steps) else None,
-        **_host_facts(manifest),
+        nodes=len(_hosts(manifest)) or None,
+        cores_per_node=_cores_per_node(manifest),
+        threads_per_rank=_threads_per_rank(manifest),
     )
 
 
-def _host_facts(manifest: dict[str, Any]) -> dict[str, int | None]:
-    """Nodes, cores per node and threads per rank from a run's manifest (None when the
-    manifest does not say)."""
-    hosts = [h for h in manifest.get("hosts") or [] if isinstance(h, dict)]
-    cores = [h.get("cpu_count") for h in hosts]
-    cores = [int(c) for c in cores if isinstance(c, int) and c > 0]
-    env = manifest.get("env") if isinstance(manifest.get("env"), dict) else {}
-    threads = str(env.get("OMP_NUM_THREADS", "")).strip()
-    return {
-        "nodes": len(hosts) or None,
-        "cores_per_node": min(cores) if cores else None,
-        "threads_per_rank": int(threads) if threads.isdigit() and int(threads) > 0 else None,
-    }
+def _hosts(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    return [h for h in manifest.get("hosts") or [] if isinstance(h, dict)]
+
+
+def _cores_per_node(manifest: dict[str, Any]) -> int | None:
+    """The smallest host's os.cpu_count() from the manifest (None when it does not say)."""
+    cores = [h.get("cpu_count") for h in _hosts(manifest)]
+    counts = [int(c) for c in cores if isinstance(c, int) and c > 0]
+    return min(counts) if counts else None
+
+
+def _threads_per_rank(manifest: dict[str, Any]) -> int | None:
+    """OMP_NUM_THREADS of the run's environment, when it set one."""
+    env = manifest.get("env")
+    threads = str(env.get("OMP_NUM_THREADS", "")).strip() if isinstance(env, dict) else ""
+    return int(threads) if threads.isdigit() and int(threads) > 0 else None
 
 
 def completed_steps(steps: pd.DataFrame) -> set[int]:

@@ -385,7 +385,11 @@ def project_scale(
     cores = run.cores_per_node
     over = 1.0
     measured_demand = run.cores_used_per_rank is not None
-    per_rank = run.cores_used_per_rank if measured_demand else float(run.threads_per_rank)
+    per_rank = (
+        run.cores_used_per_rank
+        if run.cores_used_per_rank is not None
+        else float(run.threads_per_rank)
+    )
     others = run.others_cores or 0.0
     if run.cpu_run:
         over = oversubscription(per_node, per_rank, cores, others) / oversubscription(
