@@ -196,3 +196,42 @@ def test_a_node_that_never_joins_is_one_clear_line(tmp_path: Path) -> None:
     manifest = json.loads((out / "manifest.node1.json").read_text())
     assert manifest["status"] == "failed"
     assert manifest["failure"]["message"].startswith("rendezvous failed: not all 2 node(s)")
+
+
+def test_c10d_rendezvous_numbers_the_nodes(tmp_path: Path) -> None:
+    """Dynamic rendezvous (no --node-rank): the launchers learn their node rank from the
+    rendezvous, name their manifests by it, and the straggler's node is the one whose
+    ranks include it."""
+    run = tmp_path / "run"
+    port = free_port()
+    flags = [
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "mn-test",
+    ]
+    procs = [start_node(run, flags, SLOW_ARGS), start_node(run, flags, SLOW_ARGS)]
+    logs = finish(procs)
+    for p, log in zip(procs, logs, strict=True):
+        assert p.returncode == 0, log[-3000:]
+    told = sorted(
+        int(line.rsplit(" ", 1)[1])
+        for log in logs
+        for line in log.splitlines()
+        if line.startswith("gpudiag: the rendezvous made this node")
+    )
+    assert told == [0, 1]
+    assert (run / "manifest.json").is_file() and (run / "manifest.node1.json").is_file()
+    loaded = rundir.load_run(run)
+    nodes = loaded.rank_nodes
+    assert sorted(nodes.values()) == [0, 0, 1, 1]
+    assert sorted(loaded.host_samples["node"].unique()) == [0, 1]
+    finding = _straggler(analyze(run))
+    assert finding["ranks"] == [SLOW_RANK]
+    assert finding["evidence"]["nodes"] == {str(SLOW_RANK): nodes[SLOW_RANK]}

@@ -31,6 +31,7 @@ from pathlib import Path
 AGENT_FAILURES = "agent_failures.json"
 ENV_RUN_DIR = "GPUDIAG_RUN_DIR"
 ENV_NODE_RANK = "GPUDIAG_NODE_RANK"
+ENV_NODE_RANK_FD = "GPUDIAG_NODE_RANK_FD"  # pipe to the launcher (see tell_launcher)
 PR_SET_PDEATHSIG = 1
 ENV_LAUNCHER_PID = "GPUDIAG_LAUNCHER_PID"
 LIVENESS_POLL_S = 0.5
@@ -188,6 +189,8 @@ def hook_rendezvous() -> bool:
         try:
             node = int(getattr(worker_group, "group_rank", 0))
             nnodes = int(getattr(worker_group, "group_world_size", 1))
+            os.environ[ENV_NODE_RANK] = str(node)  # the agent's own records
+            tell_launcher(node)
             if nnodes > 1:
                 from gpudiag.capture import clock
 
@@ -202,6 +205,20 @@ def hook_rendezvous() -> bool:
 
     SimpleElasticAgent._rendezvous = _rendezvous  # type: ignore[method-assign]
     return True
+
+
+def tell_launcher(node: int) -> None:
+    """Hand the node rank the rendezvous gave to the launcher (c10d rendezvous without
+    --node-rank: it learns its node rank only now), through the pipe it passed."""
+    try:
+        fd = int(os.environ.pop(ENV_NODE_RANK_FD, ""))
+    except ValueError:
+        return
+    try:
+        os.write(fd, f"{node}\n".encode())
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _write_clock(run_dir: str, node: int, record: dict) -> None:

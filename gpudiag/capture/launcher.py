@@ -26,7 +26,7 @@ from gpudiag import rundir
 from gpudiag.capture import blame
 from gpudiag.capture import manifest as manifest_mod
 from gpudiag.capture import worker as worker_mod
-from gpudiag.capture.agent import ENV_LAUNCHER_PID
+from gpudiag.capture.agent import ENV_LAUNCHER_PID, ENV_NODE_RANK_FD
 from gpudiag.capture.ddp import ENV_DDP_HOOK
 from gpudiag.capture.profiling import DEFAULT_WINDOW, parse_window
 
@@ -95,8 +95,10 @@ def _expected_world_size(ns: argparse.Namespace) -> int | None:
 
 
 def worker_env(
-    run_dir: Path, node_rank: int, profile: dict[str, Any], time_buckets: bool = False
+    run_dir: Path, node_rank: int | None, profile: dict[str, Any], time_buckets: bool = False
 ) -> dict[str, str]:
+    """The job's environment. ``node_rank`` None: the c10d rendezvous assigns it (the
+    ranks read torchrun's GROUP_RANK)."""
     env = dict(os.environ)
     try:
         from gpudiag.capture.collectives import worker_env as collectives_env
@@ -106,7 +108,10 @@ def worker_env(
         pass
     env[worker_mod.ENV_RUN_DIR] = str(run_dir)
     env[ENV_LAUNCHER_PID] = str(os.getpid())
-    env[worker_mod.ENV_NODE_RANK] = str(node_rank)
+    if node_rank is not None:
+        env[worker_mod.ENV_NODE_RANK] = str(node_rank)
+    else:
+        env.pop(worker_mod.ENV_NODE_RANK, None)
     if time_buckets:
         env[ENV_DDP_HOOK] = "1"
     if profile["enabled"]:
@@ -125,12 +130,16 @@ class Job:
     """The running job: signal forwarding, grace period, kill."""
 
     def __init__(
-        self, command: list[str], env: dict[str, str], heartbeat: Path | None = None
+        self,
+        command: list[str],
+        env: dict[str, str],
+        heartbeat: Path | None = None,
+        pass_fds: tuple[int, ...] = (),
     ) -> None:
         # Own session: a terminal Ctrl-C reaches only the launcher, which forwards it once.
         # The job process (torchrun's agent, or the single worker) dies with the launcher:
         # it sets its own parent-death signal at start (agent.die_with_parent).
-        self.proc = subprocess.Popen(command, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(command, env=env, start_new_session=True, pass_fds=pass_fds)
         self.signal_received: int | None = None
         self.kill_deadline: float | None = None
         self._lock = threading.Lock()
@@ -503,7 +512,7 @@ def _say(text: str) -> None:
 
 
 def claim_run_dir(
-    out: str | None, target: dict[str, str], node_rank: int
+    out: str | None, target: dict[str, str], node_rank: int | None
 ) -> tuple[Path, str | None]:
     """(run directory, why it cannot be used or None). The default directory is created
     atomically under a unique name; a given ``--out`` that already holds a run is
@@ -515,8 +524,10 @@ def claim_run_dir(
         except OSError as exc:
             return default_out(target).resolve(), _cannot_create(exc)
     run_dir = Path(out).resolve()
-    if rundir.manifest_path(run_dir, node_rank).exists() or (
-        node_rank == 0 and _holds_other_run(run_dir)
+    # node_rank None: assigned by the rendezvous later; its manifest claims it then
+    if node_rank is not None and (
+        rundir.manifest_path(run_dir, node_rank).exists()
+        or (node_rank == 0 and _holds_other_run(run_dir))
     ):
         return run_dir, "already holds a gpudiag run; choose another --out or remove it"
     try:
@@ -578,10 +589,13 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
     of the script: capture does not import the linter). Returns the exit code."""
     ns = args.options
     node_rank = ns.node_rank or 0
+    # c10d rendezvous without --node-rank: the rendezvous numbers the nodes; the agent
+    # tells this launcher its number once it is known (NodeJoin)
+    dynamic = assigned_node_rank(ns)
     from gpudiag.capture.clock import install_test_shift
 
     install_test_shift()  # tests only: a skewed host (GPUDIAG_TEST_CLOCK_SHIFT_NS)
-    run_dir, problem = claim_run_dir(ns.out, args.target, node_rank)
+    run_dir, problem = claim_run_dir(ns.out, args.target, None if dynamic else node_rank)
     if problem:
         _say(f"trace: {run_dir}: {problem}")
         return 2
@@ -594,7 +608,8 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
         "nnodes": ns.nnodes or "1",
         "expected_world_size": _expected_world_size(ns),
     }
-    env = worker_env(run_dir, node_rank, profile, time_buckets=ns.time_buckets)
+    env = worker_env(run_dir, None if dynamic else node_rank, profile, ns.time_buckets)
+    join = NodeJoin(env) if dynamic else None
     manifest = manifest_mod.initial_manifest(
         env=env,
         argv=argv,
@@ -605,15 +620,24 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
         profile=profile,
     )
     manifest_path = rundir.manifest_path(run_dir, node_rank)
-    try:
-        _write_manifest(manifest_path, manifest, first=True)
-    except FileExistsError:
-        _say(f"trace: {run_dir}: another gpudiag run took this directory; choose another --out")
-        return 2
-    reserve = rundir.reserve_space(rundir.reserve_path(run_dir, node_rank), RESERVE_BYTES)
+    reserve = None
+    if join is None:
+        try:
+            _write_manifest(manifest_path, manifest, first=True)
+        except FileExistsError:
+            _say(f"trace: {run_dir}: another gpudiag run took this directory; choose another --out")
+            return 2
+        reserve = rundir.reserve_space(rundir.reserve_path(run_dir, node_rank), RESERVE_BYTES)
     _say(f"tracing into {run_dir}")
 
-    job = Job(launch["command"], env, heartbeat=manifest_path)
+    job = Job(
+        launch["command"],
+        env,
+        heartbeat=manifest_path if join is None else None,
+        pass_fds=join.pass_fds if join is not None else (),
+    )
+    if join is not None:
+        join.started()
     hang = threading.Event()
 
     def forward(signum: int, frame: Any) -> None:
@@ -622,9 +646,14 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
         job.stop(signum)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-    sampler = _start_sampler(run_dir, node_rank, ns.sample_hz, job)
+    sampler = _start_sampler(run_dir, node_rank, ns.sample_hz, job) if join is None else None
     watchdog = _start_watchdog(
-        run_dir, ns.hang_timeout, job, hang, _local_rank_count(ns.nproc_per_node), node_rank
+        run_dir,
+        ns.hang_timeout,
+        job,
+        hang,
+        _local_rank_count(ns.nproc_per_node),
+        node_rank if join is None else None,
     )
     lint_thread = None
     if pre_run is not None and not ns.no_lint:
@@ -632,9 +661,37 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
             target=_pre_run, args=(pre_run, run_dir, args.target), daemon=True
         )
         lint_thread.start()
-    exits = RankExits(run_dir, node_rank)
+    exits = RankExits(run_dir, node_rank if join is None else None)
+
+    def on_join(node: int) -> None:
+        """The rendezvous numbered this node: claim its manifest, start its sampler."""
+        nonlocal node_rank, manifest_path, reserve, sampler
+        node_rank = node
+        manifest["node_rank"] = node
+        for host in manifest.get("hosts") or []:
+            host["node_rank"] = node
+        manifest_path = rundir.manifest_path(run_dir, node)
+        try:
+            _write_manifest(manifest_path, manifest, first=True)
+        except FileExistsError:
+            _say(f"trace: {manifest_path} exists: another run wrote into {run_dir}; stopping")
+            job.stop(signal.SIGTERM)
+            return
+        _say(f"the rendezvous made this node {node}")
+        job._heartbeat = manifest_path
+        reserve = rundir.reserve_space(rundir.reserve_path(run_dir, node), RESERVE_BYTES)
+        sampler = _start_sampler(run_dir, node, ns.sample_hz, job)
+        exits.node = node
+        if watchdog is not None:
+            watchdog.node = node
+
+    def on_tick() -> None:
+        exits.poll()
+        if join is not None:
+            join.poll(on_join)
+
     try:
-        returncode = job.wait(on_tick=exits.poll)
+        returncode = job.wait(on_tick=on_tick)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -642,6 +699,10 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
         _stop_quietly(sampler, "sampler")
     if lint_thread is not None:
         lint_thread.join(timeout=30)
+    if join is not None:
+        join.poll(on_join)  # the job may have ended right after its rendezvous
+        if join.node is None:  # the rendezvous never numbered this node
+            return _unjoined(run_dir, returncode, job.signal_received)
 
     rundir.release_space(reserve)
     outcome = decide_outcome(
@@ -687,6 +748,60 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
         _say(f"run incomplete: {'; '.join(incomplete)}")
     _report(run_dir, manifest)
     return int(manifest["exit_code"])
+
+
+def assigned_node_rank(ns: argparse.Namespace) -> bool:
+    """A multi-node job whose node rank the c10d rendezvous assigns (no --node-rank)."""
+    backend = ns.rdzv_backend
+    return _multi_node(ns) and ns.node_rank is None and backend not in (None, "static")
+
+
+class NodeJoin:
+    """The node rank a c10d rendezvous gives this node, read from a pipe the agent
+    writes once its rendezvous is complete (agent.tell_launcher)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        env[ENV_NODE_RANK_FD] = str(self._write)
+        self.pass_fds = (self._write,)
+        self.node: int | None = None
+        self._buffer = b""
+        self._closed = False
+
+    def started(self) -> None:
+        os.close(self._write)  # the agent holds the only write end now
+
+    def poll(self, on_join: Callable[[int], None]) -> None:
+        if self._closed or self.node is not None:
+            return
+        try:
+            chunk = os.read(self._read, 64)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:  # the agent ended (or closed it) without a node rank
+            self._closed = True
+            os.close(self._read)
+            return
+        self._buffer += chunk
+        if b"\n" in self._buffer:
+            try:
+                self.node = int(self._buffer.split(b"\n", 1)[0])
+            except ValueError:
+                self._closed = True
+                return
+            on_join(self.node)
+
+
+def _unjoined(run_dir: Path, returncode: int, signum: int | None) -> int:
+    """The job ended before the rendezvous numbered this node: no manifest (its name
+    needs the number); one line, and the job's exit code."""
+    why = _rendezvous_error(run_dir) or "the rendezvous did not complete"
+    code = 128 + signum if signum is not None else (returncode or 1)
+    _say(f"run failed (exit code {code}) before this node joined: {why} -> {run_dir}")
+    return code
 
 
 def _report(run_dir: Path, manifest: dict[str, Any]) -> None:
