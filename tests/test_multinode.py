@@ -235,3 +235,43 @@ def test_c10d_rendezvous_numbers_the_nodes(tmp_path: Path) -> None:
     finding = _straggler(analyze(run))
     assert finding["ranks"] == [SLOW_RANK]
     assert finding["evidence"]["nodes"] == {str(SLOW_RANK): nodes[SLOW_RANK]}
+
+
+def test_a_node_killed_mid_run_is_blamed_not_its_peers(tmp_path: Path) -> None:
+    """Every process of node 1 is SIGKILLed mid-run (a machine gone): node 0's launcher
+    blames node 1's ranks, and node 0's connection errors are consequences."""
+    import psutil
+
+    run = tmp_path / "run"
+    port = free_port()
+    args = ["--steps", "400", "--width", "64", "--batch", "32", "--slow-rank", "3"]
+    args += ["--slow-ms", "20"]  # long enough to be killed mid-run
+    node0 = start_node(run, static_flags(0, port), args)
+    node1 = start_node(run, static_flags(1, port), args)
+    steps = rundir.table_path(rundir.rank_dir(run, 2), rundir.STEPS)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(rundir.iter_jsonl(steps))) < 3:
+        time.sleep(0.2)
+    assert node0.poll() is None and node1.poll() is None
+    victims = [psutil.Process(node1.pid), *psutil.Process(node1.pid).children(recursive=True)]
+    for proc in victims:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    node1.communicate()  # reaped: its pid is gone, as on a machine that died
+    (log,) = finish([node0], timeout_s=60)
+    assert node0.returncode != 0
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "failed"
+    failure = manifest["failure"]
+    assert failure["rank"] in (2, 3) and failure["exc_type"] == "node_lost", failure
+    assert "node 1" in failure["message"], failure["message"]
+    consequences = {c["rank"]: c["status"] for c in failure["consequences"]}
+    assert {consequences.get(0), consequences.get(1)} <= {"failed", None}
+    # the reader: node 1 never finished, the job failed, rank 2 or 3 is named first
+    loaded = rundir.load_run(run)
+    assert loaded.manifest["status"] == "failed"
+    assert loaded.manifest["nodes"][1]["status"] == "launcher_lost"
+    found = [f for f in analyze(run).findings if f.kind == "rank_failed"]
+    assert found and "node 1" in found[0].title, [f.title for f in found]

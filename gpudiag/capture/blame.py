@@ -57,6 +57,9 @@ class RankEnd:
     crash: str | None = None  # "Segmentation fault" from faulthandler's stacks
     crash_stacks: str | None = None
     notes: list[str] = field(default_factory=list)
+    # a rank of another node that left no status while this node's ranks lost their
+    # connection: how its node ended, as far as this launcher can tell
+    lost: str | None = None
 
     @property
     def died_without_status(self) -> bool:
@@ -171,13 +174,14 @@ def find_cause(ends: dict[int, RankEnd]) -> tuple[int, list[int]] | None:
     (earliest last sign of life first); peers' connection errors come last."""
     own = [e for e in ends.values() if e.failed and not is_peer_error(e.status or {})]
     died = [e for e in ends.values() if e.died_without_status]
+    lost = [e for e in ends.values() if e.lost and e.status is None]
     peer = [e for e in ends.values() if e.failed and is_peer_error(e.status or {})]
-    for group in (own, died, peer):
+    for group in (own, died, lost, peer):
         if group:
             cause = min(group, key=lambda e: (e.when_ns or 0, e.rank))
             others = [
                 e.rank for e in sorted(ends.values(), key=lambda e: (e.when_ns or 0, e.rank))
-                if e.rank != cause.rank and (e.failed or e.died_without_status)
+                if e.rank != cause.rank and (e.failed or e.died_without_status or e.lost)
             ]  # fmt: skip
             return cause.rank, others
     return None
@@ -195,6 +199,8 @@ def died_failure(end: RankEnd, consequences: list[RankEnd]) -> dict[str, Any]:
     )
     hint = SIGNAL_HINTS.get(end.signal or "")
     message = f"died from {how} {step} without writing its status"
+    if end.lost and end.signal is None and end.exitcode is None:
+        message = f"stopped {step} without writing its status: {end.lost}"
     if hint:
         message += f": {hint}"
     peers = [c for c in consequences if c.failed]
@@ -206,7 +212,7 @@ def died_failure(end: RankEnd, consequences: list[RankEnd]) -> dict[str, Any]:
     code = 128 - end.exitcode if end.exitcode is not None and end.exitcode < 0 else end.exitcode
     return {
         "rank": end.rank,
-        "exc_type": end.signal or "died",
+        "exc_type": end.signal or ("node_lost" if end.lost else "died"),
         "message": message,
         "traceback": end.crash_stacks,
         "exit_code": code,
@@ -223,7 +229,8 @@ def consequence_rows(consequences: list[RankEnd]) -> list[dict[str, Any]]:
         rows.append(
             {
                 "rank": c.rank,
-                "status": status.get("status") or ("died" if c.died_without_status else None),
+                "status": status.get("status")
+                or ("died" if c.died_without_status else "lost" if c.lost else None),
                 "exc_type": status.get("exc_type") or c.signal,
                 "message": str(status.get("message") or "")[:300] or None,
             }

@@ -267,6 +267,7 @@ def decide_outcome(
         [expected_world_size or 0, *(int(i.get("world_size") or 0) for i in infos.values())]
     )
     missing = [r for r in range(world) if r not in statuses]
+    own: set[int] | None = None
     if node is not None:
         own = _node_ranks(infos, node, nproc_per_node, world)
         missing = [r for r in missing if r in own]
@@ -283,6 +284,14 @@ def decide_outcome(
         gone_ns,
         returncode if single_process else None,
     )
+    if own is not None and any(
+        e.failed and rundir.is_peer_error(e.status or {}) for r, e in ends.items() if r in own
+    ):
+        # this node's ranks lost their connection: another node's ranks that left no
+        # status are the likely cause (that node was killed, crashed or lost its network)
+        for r, e in ends.items():
+            if r not in own and e.status is None and not e.died_without_status:
+                e.lost = _node_lost(run_dir, infos.get(r))
     if hang:
         # the watchdog ended the stuck ranks: their peers' connection errors followed
         failed = [r for r in failed if not rundir.is_peer_error(statuses[r])]
@@ -352,6 +361,20 @@ def decide_outcome(
         "rank_versions": infos[min(infos)].get("versions") if infos else None,
         "steps_completed": {r: s.get("steps_completed") for r, s in sorted(statuses.items())},
     }
+
+
+def _node_lost(run_dir: Path, info: dict[str, Any] | None) -> str:
+    """How another node ended, seen from here: its launcher gone, or just silent."""
+    node = info.get("node_rank") if isinstance(info, dict) else None
+    if not isinstance(node, int):
+        return "its node sent no status (killed, crashed or cut off?)"
+    path = rundir.manifest_path(run_dir, node)
+    manifest = rundir.read_json(path)
+    if isinstance(manifest, dict) and manifest.get("status") == "running":
+        why = rundir.launcher_gone(manifest, path)
+        if why:
+            return f"node {node} was lost ({why})"
+    return f"node {node} sent no status for it (killed, crashed or cut off?)"
 
 
 def _rendezvous_error(run_dir: Path) -> str | None:
