@@ -138,6 +138,25 @@ def test_projection_on_a_recorded_run() -> None:
     assert "1e-3" in slow_link.inter_node_link or "0.001" in slow_link.inter_node_link
 
 
+def test_fit_on_recorded_nccl_traces(shared_traces: Path) -> None:
+    """8x V100 DLRM (NCCL, every rank's trace): the calls match across ranks, the fit gives
+    a per-hop latency of microseconds and a bus bandwidth of tens of GB/s, the waiting for
+    peers is kept (a GPU run), and no oversubscription applies."""
+    result = analyze(shared_traces / "param_dlrm_ddp8")
+    assert result.run.world_size == 8 and result.run.has_gpu_trace
+    fits = {f.op: f for f in fit_collectives(result.collectives, 8)}
+    ar = fits["all_reduce"]
+    assert ar.matched and ar.sizes == 3
+    assert 0 < ar.alpha_us < 50 and 5 < ar.busbw_gbs < 300
+    assert ar.transfer_ms_per_step < ar.measured_ms_per_step  # waits left out
+    inputs = scale_inputs(result.run, cpu_run=False)
+    p16 = project_scale(result.ranks, result.breakdown, result.collectives, inputs, 16)
+    assert p16 is not None and p16.oversubscription == 1.0
+    assert p16.projected_model_comm_ms > p16.model_comm_ms
+    assert p16.step_ms < p16.projected_step_ms < 1.5 * p16.step_ms
+    assert any("waiting for peers" in a and "kept" in a for a in p16.assumptions)
+
+
 def test_whatif_world_size_command(capsys: pytest.CaptureFixture[str]) -> None:
     run = str(SAMPLES / "ddp2_healthy")
     assert whatif_cli.main([run, "--world-size", "4", "--nodes", "2", "--json"]) == 0

@@ -50,6 +50,7 @@ class CollectiveFit:
     measured_ms_per_step: float  # mean over ranks of the op's time per step
     transfer_ms_per_step: float  # the same from the last rank's arrival (no waiting)
     bytes_per_step: float  # per rank
+    matched: bool = True  # every call seen on all its group's ranks (else waits included)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -61,6 +62,7 @@ class CollectiveFit:
             "measured_ms_per_step": self.measured_ms_per_step,
             "transfer_ms_per_step": self.transfer_ms_per_step,
             "bytes_per_step": self.bytes_per_step,
+            "matched": self.matched,
         }
 
 
@@ -197,7 +199,11 @@ def _world_calls(collectives: pd.DataFrame, world_size: int) -> pd.DataFrame:
         & c["op"].notna()
         & pd.to_numeric(c["dur_ms"], errors="coerce").notna()
     ]
-    return c.assign(transfer_ms=transfer_ms(c)) if len(c) else c.assign(transfer_ms=[])
+    if not len(c):
+        return c.assign(transfer_ms=[], matched=[])
+    key = [c["pg_name"], c["index"]]
+    seen = c["rank"].groupby(key).transform("nunique")
+    return c.assign(transfer_ms=transfer_ms(c), matched=seen >= world_size)
 
 
 def fit_collectives(collectives: pd.DataFrame, world_size: int) -> list[CollectiveFit]:
@@ -229,6 +235,7 @@ def fit_collectives(collectives: pd.DataFrame, world_size: int) -> list[Collecti
                 measured_ms_per_step=float(rows["dur_ms"].sum()) / n_ranks / n_steps,
                 transfer_ms_per_step=float(rows["transfer_ms"].sum()) / n_ranks / n_steps,
                 bytes_per_step=float(rows["bytes"].sum()) / n_ranks / n_steps,
+                matched=bool(rows["matched"].all()),
             )
         )
     return fits
@@ -377,9 +384,12 @@ def project_scale(
     exposed = _mean(ranks, "comm_exposed")
     idle = _mean(ranks, "idle")
     busy = step_ms - exposed - idle  # compute, overlapped comm, data loading, host work
-    # The measured communication (waiting for peers included: on a busy host that is
-    # mostly each hop's wake-up, a latency) scales as the model's time per step does.
-    comm_ratio = model_n / model0 if model0 > 0 else 1.0
+    # CPU run: the measured communication, waiting for peers included (on a shared host
+    # mostly each hop's wake-up, a latency), scales as the model's time per step does.
+    # GPU run: the waiting (skew between ranks) is kept and the transfer scales.
+    measured_comm = _mean(ranks, "comm_overlapped") + exposed
+    waiting = 0.0 if run.cpu_run else max(measured_comm - model0, 0.0)
+    comm_ratio = (model_n + waiting) / (model0 + waiting) if model0 > 0 else 1.0
     per_node0 = n0 / max(run.nodes, 1)
     per_node = world_size / nodes
     cores = run.cores_per_node
@@ -423,10 +433,22 @@ def project_scale(
             )
             or "collectives (none with a duration: communication kept as measured)"
         ),
-        "the same gradient bytes per step at every world size; the measured "
-        "communication (waiting for peers included) scales as the model's time per step, "
-        "and its exposed share stays as measured",
+        "the same gradient bytes per step at every world size; "
+        + (
+            "the measured communication (waiting for peers included) scales as the "
+            "model's time per step"
+            if run.cpu_run
+            else f"the waiting for peers ({waiting:.2f} ms/step) is kept and the transfer "
+            "scales as the model"
+        )
+        + "; the exposed share of communication stays as measured",
     ]
+    unmatched = [f.op for f in fits if not f.matched]
+    if unmatched:
+        assumptions.append(
+            f"{', '.join(unmatched)}: calls not seen on every rank (traces missing), so "
+            "their durations, waiting for peers included, were fitted as transfer"
+        )
     if fits and any(f.sizes < 2 for f in fits):
         assumptions.append(
             "one message size only: latency and bandwidth cannot be told apart "
