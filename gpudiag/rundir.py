@@ -1344,8 +1344,14 @@ def _shift_rows(rows: list[dict], key: str | None, offsets: Mapping[int, int]) -
     """Add the row's offset (by ``key``, or by its ``rank`` field) to its instants."""
     for row in rows:
         offset = offsets.get(row.get(key or "rank"))  # type: ignore[arg-type]
-        if not offset:
-            continue
+        if offset:
+            _shift_instants([row], offset)
+
+
+def _shift_instants(rows: list[dict], offset: int) -> None:
+    if not offset:
+        return
+    for row in rows:
         for col in INSTANT_COLUMNS:
             value = row.get(col)
             if isinstance(value, int) and _is_int(value):
@@ -1826,6 +1832,21 @@ class LiveReader:
         self._statuses: dict[int, dict[str, Any]] = {}
         self._inflight: dict[int, dict[str, Any]] = {}
         self._inflight_mtime: dict[int, int] = {}
+        self._clock: dict[int, int] = {}  # node -> offset to node 0 (node<K>/clock.json)
+
+    def _clock_offsets(self, nodes: list[int]) -> dict[int, int]:
+        """Each node's clock offset once its clock.json holds one (read until then)."""
+        for n in nodes:
+            if n == 0 or n in self._clock:
+                continue
+            record = read_json(node_dir(self.run, n) / CLOCK)
+            if isinstance(record, dict) and ("offset_ns" in record or "error" in record):
+                offset = record.get("offset_ns")
+                if isinstance(offset, int) and _is_int(offset):
+                    self._clock[n] = offset if abs(offset) <= MAX_CLOCK_OFFSET_NS else 0
+                else:
+                    self._clock[n] = 0
+        return {n: o for n, o in self._clock.items() if o}
 
     def _tail(self, kind: str, table: str, index: int) -> TableTail:
         key = (kind, table, index)
@@ -1853,13 +1874,23 @@ class LiveReader:
                 statuses.append(run_status(extra, p))
         status = _worst_status(statuses) if statuses else None
         ranks = list_ranks(self.run)
+        for r in ranks:
+            self._read_docs(r)
         rank_rows = {
             t: {r: self._tail("rank", t, r).read() for r in ranks} for t in LIVE_RANK_TABLES
         }
         nodes = list_nodes(self.run)
         node_rows = {t: {n: self._tail("node", t, n).read() for n in nodes} for t in NODE_TABLES}
-        for r in ranks:
-            self._read_docs(r)
+        offsets = self._clock_offsets(nodes)
+        if offsets:  # a multi-node run: every node's rows on node 0's clock
+            for table in rank_rows.values():
+                for r, rows in table.items():
+                    node = self._rank_info.get(r, {}).get("node_rank")
+                    if isinstance(node, int):
+                        _shift_instants(rows, offsets.get(node, 0))
+            for table in node_rows.values():
+                for n, rows in table.items():
+                    _shift_instants(rows, offsets.get(n, 0))
         return LiveBatch(
             t_ns=time.time_ns(),
             status=status,

@@ -157,6 +157,10 @@ def test_per_node_directories_are_merged_by_analyze(tmp_path: Path) -> None:
     ends = merged.steps.groupby("step")["end_ns"].agg(lambda x: x.max() - x.min())
     assert ends.max() < 1_000_000_000, ends  # the last step ends together on one clock
     assert merged.ranks == [0, 1, 2, 3]
+    # the live reader (gpudiag watch) applies the same offset
+    live = rundir.LiveReader(nodes[1]).poll().rank_rows[rundir.STEPS][2]
+    loaded_ends = merged.steps[merged.steps["rank"] == 2]["end_ns"].tolist()
+    assert [r["end_ns"] for r in live] == loaded_ends
     assert merged.rank_nodes == {0: 0, 1: 0, 2: 1, 3: 1}
     assert merged.manifest["status"] == "ok" and set(merged.manifest["nodes"]) == {1}
     assert sorted(merged.host_samples["node"].unique()) == [0, 1]
