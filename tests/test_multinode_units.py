@@ -1,0 +1,95 @@
+"""Multi-node pieces without a job: the clock exchange over a real TCPStore on
+127.0.0.1, and which directories the reader merges into one run."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudiag import rundir
+from gpudiag.capture import clock
+
+
+def test_clock_exchange_over_a_tcpstore_finds_no_offset_on_one_host() -> None:
+    torch_dist = pytest.importorskip("torch.distributed")
+    server = torch_dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=30))
+    records: dict[int, list[dict[str, Any]]] = {0: [], 1: []}
+    threads = [clock.start(server, node, 2, records[node].append, timeout_s=30) for node in (0, 1)]
+    for t in threads:
+        t.join(timeout=60)
+    node0, node1 = records[0][-1], records[1][-1]
+    assert "error" not in node0 and "error" not in node1, (node0, node1)
+    assert node0["offset_ns"] == 0 and node0["answered"] == clock.ROUNDS
+    assert node1["job_id"] == node0["job_id"] and node1["rounds"] == clock.ROUNDS
+    # one clock: the true offset is 0, and the estimate is within its own bound
+    assert abs(node1["offset_ns"]) <= max(node1["uncertainty_ns"], 1_000_000), node1
+
+
+def test_clock_exchange_failure_is_recorded_not_raised() -> None:
+    got: list[dict[str, Any]] = []
+    clock.exchange(object(), 1, 2, got.append, timeout_s=1)
+    assert got and got[-1]["offset_ns"] is None and "not a TCPStore" in got[-1]["error"]
+
+
+def _node_dir(path: Path, node: int, job_id: str, start_ns: int, offset_ns: int = 0) -> Path:
+    path.mkdir(parents=True)
+    manifest = {
+        "format_version": 1,
+        "node_rank": node,
+        "nnodes": "2",
+        "status": "ok",
+        "start_ns": start_ns,
+        "end_ns": start_ns + 10**9,
+        "world_size": 2,
+        "hosts": [{"hostname": f"h{node}", "node_rank": node}],
+        "clock": {"job_id": job_id, "offset_ns": offset_ns, "method": clock.METHOD},
+    }
+    name = rundir.MANIFEST if node == 0 else f"manifest.node{node}.json"
+    (path / name).write_text(json.dumps(manifest))
+    rank = node  # one rank per node
+    rdir = rundir.rank_dir(path, rank)
+    rdir.mkdir()
+    (rdir / rundir.RANK_INFO).write_text(json.dumps({"rank": rank, "node_rank": node}))
+    step = {"step": 0, "start_ns": start_ns, "end_ns": start_ns + 5, "source": "api"}
+    rundir.table_path(rdir, rundir.STEPS).write_text(json.dumps(step) + "\n")
+    return path
+
+
+def test_per_node_directories_of_one_job_merge_with_the_clock_applied(tmp_path: Path) -> None:
+    t = time.time_ns()
+    _node_dir(tmp_path / "a", 0, "job1", t)
+    _node_dir(tmp_path / "b", 1, "job1", t + 7_000, offset_ns=-7_000)
+    assert rundir.node_parts(tmp_path) == [tmp_path / "a", tmp_path / "b"]
+    run = rundir.load_run(tmp_path)
+    assert run.ranks == [0, 1] and run.rank_nodes == {0: 0, 1: 1}
+    assert run.clock_offsets == {1: -7_000}
+    assert run.steps.sort_values("rank")["start_ns"].tolist() == [t, t]
+    assert [h["hostname"] for h in run.manifest["hosts"]] == ["h0", "h1"]
+    assert set(run.manifest["nodes"]) == {1}
+
+
+def test_other_jobs_are_not_merged(tmp_path: Path) -> None:
+    t = time.time_ns()
+    _node_dir(tmp_path / "x" / "a", 0, "job1", t)
+    _node_dir(tmp_path / "x" / "b", 1, "job2", t)  # another job id
+    _node_dir(tmp_path / "y" / "a", 0, "job1", t)
+    _node_dir(tmp_path / "y" / "b", 1, "job1", t + 5 * 10**9)  # did not run at the same time
+    _node_dir(tmp_path / "z" / "a", 0, "job1", t)
+    _node_dir(tmp_path / "z" / "b", 0, "job1", t)  # the same node twice
+    for parent in ("x", "y", "z"):
+        assert rundir.node_parts(tmp_path / parent) == []
+        assert len(rundir.group_node_dirs(sorted((tmp_path / parent).iterdir()))) == 2
+
+
+def test_an_implausible_clock_offset_is_refused(tmp_path: Path) -> None:
+    t = time.time_ns()
+    _node_dir(tmp_path / "a", 0, "job1", t)
+    _node_dir(tmp_path / "b", 1, "job1", t, offset_ns=30 * 24 * 3600 * 10**9)
+    run = rundir.load_run(tmp_path)
+    assert run.clock_offsets == {}
+    assert any("implausible" in w for w in run.warnings)
