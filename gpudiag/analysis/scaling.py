@@ -456,7 +456,7 @@ def project_scale(
         )
     if nodes > 1:
         assumptions.append(
-            f"across {nodes} nodes the ring's slowest link sets the bus bandwidth: {link}"
+            f"across {nodes} nodes the slowest link sets the bus bandwidth: {link}"
             + ("; latency per hop as measured" if crosses else "")
         )
     if run.cpu_run:
