@@ -51,6 +51,10 @@ def is_gpu_trace(events: pd.DataFrame) -> bool:
 def gpu_without_kernels(rank_trace: RankTrace) -> bool:
     """The trace lists GPUs (deviceProperties) or calls the CUDA runtime, yet holds no
     GPU event: profiled without CUDA activities (CUPTI off). It is analysed as a CPU run."""
+    return rank_trace.cached("gpu_without_kernels", lambda: _gpu_without_kernels(rank_trace))
+
+
+def _gpu_without_kernels(rank_trace: RankTrace) -> bool:
     ev = rank_trace.events
     if ev.empty or ev["is_gpu"].to_numpy().any():
         return False

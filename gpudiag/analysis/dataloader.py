@@ -7,7 +7,7 @@ only) and the run directory's steps table ``data_ns`` (every step of the run).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -145,7 +145,12 @@ _GPU_WORK = ["compute", "comm", "memcpy", "memset"]
 
 
 def trace_dataloader(trace: Any) -> TraceDataWait:
-    """Per-rank DataLoader wait and GPU idle during it, from one RankTrace."""
+    """Per-rank DataLoader wait and GPU idle during it, from one RankTrace (cached on it)."""
+    wait = trace.cached("dataloader", lambda: _trace_dataloader(trace))
+    return replace(wait, rank=int(trace.meta.rank))
+
+
+def _trace_dataloader(trace: Any) -> TraceDataWait:
     ev = trace.events
     steps = trace.steps
     n_steps = int(len(steps)) if steps is not None else 0
@@ -204,7 +209,13 @@ def _gpu_idle_caused(ev: pd.DataFrame, sync: pd.DataFrame) -> tuple[np.ndarray, 
 def trace_host_sync(trace: Any) -> HostSync:
     """Host syncs inside the steps. ``host_blocking_ms_per_step`` is how long the host
     waits in them; ``ms_per_step`` (the cost) is the GPU idle time they cause (see
-    :func:`_gpu_idle_caused`): zero on a CPU-only trace, where a sync costs nothing."""
+    :func:`_gpu_idle_caused`): zero on a CPU-only trace, where a sync costs nothing.
+    Cached on the trace."""
+    sync = trace.cached("host_sync", lambda: _trace_host_sync(trace))
+    return replace(sync, rank=int(trace.meta.rank))
+
+
+def _trace_host_sync(trace: Any) -> HostSync:
     ev = trace.events
     steps = trace.steps
     n_steps = int(len(steps)) if steps is not None and len(steps) else 0

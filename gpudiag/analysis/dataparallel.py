@@ -118,7 +118,15 @@ def _input_copies(ev: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
 
 
 def trace_dataparallel(trace: Any) -> DataParallelResult | None:
-    """Per-rank DP stage costs (ms/step), or None when the trace has no DataParallel."""
+    """Per-rank DP stage costs (ms/step), or None when the trace has no DataParallel
+    (cached on the trace)."""
+    result: DataParallelResult | None = trace.cached(
+        "dataparallel", lambda: _trace_dataparallel(trace)
+    )
+    return result
+
+
+def _trace_dataparallel(trace: Any) -> DataParallelResult | None:
     ev = trace.events
     windows = _dp_windows(ev)
     if windows.empty:

@@ -4,7 +4,7 @@ memory headroom, throttle reasons with their time share, and GPU0 imbalance."""
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -110,7 +110,13 @@ class GpuResult:
 
 def kernel_busy(trace: Any) -> KernelBusy | None:
     """Fraction of the profiled steps during which some GPU kernel/copy runs; a trace
-    without ProfilerStep marks is one step over all its events (as in the breakdown)."""
+    without ProfilerStep marks is one step over all its events (as in the breakdown).
+    Cached on the trace."""
+    busy = trace.cached("kernel_busy", lambda: _kernel_busy(trace))
+    return None if busy is None else replace(busy, rank=int(trace.meta.rank))
+
+
+def _kernel_busy(trace: Any) -> KernelBusy | None:
     ev = trace.events
     gpu = ev[ev["is_gpu"].astype(bool) & ev["kind"].isin(GPU_KINDS)]
     if gpu.empty:
@@ -367,6 +373,12 @@ def _is_fp32(names: pd.Series) -> pd.Series:
 
 
 def gemm_precision(trace: Any) -> dict[str, Any] | None:
+    """GEMM time per step and its fp32 share (cached on the trace)."""
+    row = trace.cached("gemm_precision", lambda: _gemm_precision(trace))
+    return None if row is None else {**row, "rank": int(trace.meta.rank)}
+
+
+def _gemm_precision(trace: Any) -> dict[str, Any] | None:
     ev = trace.events
     kern = ev[ev["is_gpu"].astype(bool) & (ev["kind"] == "compute")]
     if kern.empty:

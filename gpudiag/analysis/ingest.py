@@ -111,16 +111,48 @@ class RankTrace:
 
     def cached(self, key: str, compute: Callable[[], T]) -> T:
         """``compute()`` once per trace; kept in ``cache`` (which travels with the trace
-        from an ingest worker, so per-rank analyses can run there in parallel)."""
+        from an ingest worker, so per-rank analyses can run there in parallel). A failure
+        is kept too and raised again on every later call, so an analysis that failed on
+        a worker reports the same error where the events are no longer at hand."""
         if key not in self.cache:
-            self.cache[key] = compute()
-        return self.cache[key]
+            try:
+                self.cache[key] = compute()
+            except Exception as exc:
+                self.cache[key] = _Failed(exc)
+                raise
+        value = self.cache[key]
+        if isinstance(value, _Failed):
+            raise value.exc
+        return value
 
     @property
     def time_range(self) -> tuple[int, int]:
+        return self.cached("time_range", self._time_range)
+
+    def _time_range(self) -> tuple[int, int]:
         if self.events.empty:
             return (0, 0)
         return int(self.events["start_ns"].min()), int(self.events["end_ns"].max())
+
+    @property
+    def events_dropped(self) -> bool:
+        """True once :func:`drop_events` has run: only the cached per-rank results are left."""
+        return bool(self.cache.get("events_dropped"))
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A per-rank analysis that raised (kept in ``RankTrace.cache``)."""
+
+    exc: Exception
+
+
+def drop_events(trace: RankTrace) -> None:
+    """Keep only the per-rank results (``cache``), the steps and the metadata: what a
+    remote worker sends back (a few kB to a few hundred kB instead of the event table)."""
+    trace.time_range  # noqa: B018 - cached before the events go
+    trace.events = trace.events.iloc[0:0]
+    trace.cache["events_dropped"] = True
 
 
 # --------------------------------------------------------------------------- finding files
@@ -1042,22 +1074,32 @@ def _fill_group_defaults(fields: dict[str, np.ndarray], comm: np.ndarray, meta: 
 
 
 Prepare = Callable[[RankTrace], None]
+# One load job: (path, size limit, prepare, keep the events).
+LoadJob = tuple[str, int, "Prepare | None", bool]
+LoadResult = tuple["RankTrace | None", list[str]]
+# Runs ``task`` on every job, possibly elsewhere (gpudiag.analysis.cluster), and returns
+# the results in the order of the jobs.
+RunTasks = Callable[[Callable[[LoadJob], LoadResult], list[LoadJob]], list[LoadResult]]
 
 
 def _load_and_prepare(
-    path: str | os.PathLike[str], limit: int, prepare: Prepare | None
-) -> tuple[RankTrace | None, list[str]]:
+    path: str | os.PathLike[str], limit: int, prepare: Prepare | None, keep_events: bool = True
+) -> LoadResult:
     trace, warnings = load_trace(path, max_bytes=limit)
     if trace is not None and prepare is not None:
         try:
             prepare(trace)
         except Exception:  # noqa: BLE001 - the analysis recomputes it and reports the error
             trace.cache.clear()
+    if trace is not None and not keep_events:
+        drop_events(trace)
     return trace, warnings
 
 
-def _load_for_pool(args: tuple[str, int, Prepare | None]) -> tuple[RankTrace | None, list[str]]:
-    return _load_and_prepare(*args)
+def load_task(job: LoadJob) -> LoadResult:
+    """The per-rank task: load one trace and run ``prepare`` on it. The local process
+    pool and a Dask cluster (gpudiag.analysis.cluster) both run exactly this."""
+    return _load_and_prepare(*job)
 
 
 def load_traces(
@@ -1067,16 +1109,24 @@ def load_traces(
     warnings: list[str],
     max_bytes: int | None = None,
     prepare: Prepare | None = None,
+    run_tasks: RunTasks | None = None,
 ) -> list[RankTrace]:
     """Load every file (in parallel processes when there are several files and cores),
     assign ranks, and drop duplicates / files from another run with a warning each.
 
     ``prepare(trace)``, a module-level function, runs on each trace where it was loaded
     (so in the worker) to fill ``trace.cache`` with per-rank results; it must not depend
-    on the rank number, which is only final once every trace is loaded."""
+    on the rank number, which is only final once every trace is loaded.
+
+    ``run_tasks``, when given, runs the per-rank tasks instead of the local pool (a Dask
+    cluster); each trace then comes back without its events (:func:`drop_events`), so
+    ``prepare`` must compute every per-rank result the analyses read."""
     files = [Path(p) for p in paths]
     limit = max_bytes or max_trace_bytes()
-    results = _run_loads(files, workers, limit, prepare)
+    if run_tasks is not None:
+        results = run_tasks(load_task, [(str(p), limit, prepare, False) for p in files])
+    else:
+        results = _run_loads(files, workers, limit, prepare)
     traces: list[RankTrace] = []
     for trace, notes in results:
         warnings.extend(notes)
@@ -1144,10 +1194,10 @@ def _run_loads(
     n = min(len(paths), workers if workers is not None else cores, _workers_for_memory(paths))
     if n <= 1:
         return [_load_and_prepare(p, limit, prepare) for p in paths]
-    jobs = [(str(p), limit, prepare) for p in paths]
+    jobs: list[LoadJob] = [(str(p), limit, prepare, True) for p in paths]
     try:
         with ProcessPoolExecutor(max_workers=n) as pool:
-            return list(pool.map(_load_for_pool, jobs))
+            return list(pool.map(load_task, jobs))
     except (OSError, RuntimeError):  # no process support (sandbox): fall back to serial
         return [_load_and_prepare(p, limit, prepare) for p in paths]
 

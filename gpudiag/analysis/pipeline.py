@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -28,6 +28,9 @@ from gpudiag.analysis.result import (
     AnalysisResult,
     RunInfo,
 )
+
+if TYPE_CHECKING:
+    from gpudiag.analysis.ingest import RunTasks
 
 
 def _guard(
@@ -170,7 +173,7 @@ def _run_info(path: Path, run: Any, traces: list[Any], breakdown: pd.DataFrame) 
         ranks_present=ranks_seen,
         traced_ranks=sorted(m.rank for m in metas),
         steps_analysed=int(breakdown["step"].nunique()) if len(breakdown) else 0,
-        has_gpu_trace=any(bool(t.events["is_gpu"].any()) for t in traces if len(t.events)),
+        has_gpu_trace=any(_has_gpu_events(t) for t in traces),
         status=manifest.get("status"),
         exit_code=manifest.get("exit_code"),
         script=manifest.get("script") or manifest.get("argv"),
@@ -260,13 +263,20 @@ def _arrivals(coll: pd.DataFrame, run: Any, comms: Any, warnings: list[str]) -> 
 def _uses_ddp(traces: list[Any], run: Any) -> bool:
     if run is not None and len(getattr(run, "ddp_stats", [])):
         return True
-    return any(
-        cls.name_mask(
-            t.events["name"], lambda names: names.str.contains("DistributedDataParallel.forward")
-        ).any()
-        for t in traces
-        if len(t.events)
-    )
+    return any(_trace_uses_ddp(t) for t in traces)
+
+
+def _trace_uses_ddp(trace: Any) -> bool:
+    def compute() -> bool:
+        names = trace.events["name"]
+        mask = cls.name_mask(names, lambda n: n.str.contains("DistributedDataParallel.forward"))
+        return bool(mask.any())
+
+    return bool(trace.cached("uses_ddp", compute))
+
+
+def _has_gpu_events(trace: Any) -> bool:
+    return bool(trace.cached("has_gpu_events", lambda: bool(trace.events["is_gpu"].any())))
 
 
 def _mean_step_ms(ranks: pd.DataFrame, run: Any) -> float:
@@ -288,24 +298,59 @@ def shift_trace(trace: Any, offset_ns: int) -> None:
     trace.cache["clock_offset_ns"] = offset_ns
 
 
-def prepare_rank(trace: Any, clock_offsets: dict[str, int] | None = None) -> None:
-    """The per-rank analyses, run by each ingest worker on the trace it loaded so they
-    run in parallel; their results are cached on the trace for the analyses below.
-    ``clock_offsets``: trace path -> its node's clock offset, applied first."""
+def _per_rank_analyses() -> list[Any]:
+    """Every analysis that reads one rank's events. Each caches its result on the trace
+    (``RankTrace.cached``, a failure included), so the cross-rank analyses in
+    :func:`analyze` never need the events again."""
     from gpudiag.analysis import breakdown as bd
     from gpudiag.analysis import comms
+    from gpudiag.analysis import timeline as tl
 
-    if clock_offsets:
-        shift_trace(trace, clock_offsets.get(str(trace.meta.path), 0))
+    return [
+        bd.step_breakdown,
+        bd.comm_comp_overlap,
+        bd.gpu_without_kernels,
+        bd.activity_sets,  # allreduce_stall's compute intervals
+        comms.trace_rows,
+        dataloader.trace_dataloader,
+        dataloader.trace_host_sync,
+        dataparallel.trace_dataparallel,
+        gpu.kernel_busy,
+        gpu.gemm_precision,
+        _trace_uses_ddp,
+        _has_gpu_events,
+        tl.rank_timeline,
+    ]
 
-    bd.step_breakdown(trace)
-    bd.comm_comp_overlap(trace)
-    comms.trace_rows(trace)
+
+def prepare_rank(trace: Any, clock_offsets: dict[str, int] | None = None) -> None:
+    """The per-rank analyses: the per-rank task (ingest.load_task) runs them where it
+    loaded the trace (a local pool process or a Dask worker), so they run in parallel;
+    their results are cached on the trace for the cross-rank analyses below. One
+    failing is kept in the cache and reported by the analysis that reads it.
+    ``clock_offsets``: trace path -> its node's clock offset, applied first."""
+    if clock_offsets:  # absolute: a Dask worker gets the file's absolute path
+        absolute = {str(Path(p).absolute()): ns for p, ns in clock_offsets.items()}
+        shift_trace(trace, absolute.get(str(Path(trace.meta.path).absolute()), 0))
+    for analysis in _per_rank_analyses():
+        try:
+            analysis(trace)
+        except Exception:  # noqa: BLE001, S112 - cached; _guard reports it on the client
+            continue
 
 
-def analyze(path: str | Path | list[Path], *, workers: int | None = None) -> AnalysisResult:
+def analyze(
+    path: str | Path | list[Path],
+    *,
+    workers: int | None = None,
+    run_tasks: RunTasks | None = None,
+) -> AnalysisResult:
     """Analyse a gpudiag run directory or any directory / file of profiler traces; a
-    list: the per-node directories of one multi-node job (rundir.group_node_dirs)."""
+    list: the per-node directories of one multi-node job (rundir.group_node_dirs).
+
+    ``run_tasks`` (gpudiag.analysis.cluster.DaskTasks, from ``cluster.connect``) runs
+    ingest and the per-rank analyses on a Dask cluster instead of the local process
+    pool; only per-rank results come back, the cross-rank analyses run here."""
     from gpudiag.analysis import breakdown as bd
     from gpudiag.analysis import ingest
 
@@ -328,7 +373,9 @@ def analyze(path: str | Path | list[Path], *, workers: int | None = None) -> Ana
     offsets = _trace_offsets(run)
     prepare = functools.partial(prepare_rank, clock_offsets=offsets) if offsets else prepare_rank
     traces = (
-        ingest.load_traces(files, workers=workers, warnings=warnings, prepare=prepare)
+        ingest.load_traces(
+            files, workers=workers, warnings=warnings, prepare=prepare, run_tasks=run_tasks
+        )
         if files
         else []
     )

@@ -17,7 +17,7 @@ LANES = ("compute", "communication", "data_loading", "other", "idle")
 def timeline(traces: list[Any], rank: int | None = None, max_intervals: int = 5000) -> pd.DataFrame:
     """Merged intervals per rank and lane (ms since the earliest event), for plotting."""
     traces = [t for t in traces if rank is None or t.meta.rank == rank]
-    frames = [_trace_timeline(t) for t in traces]
+    frames = [rank_timeline(t) for t in traces]
     frames = [f for f in frames if not f.empty]
     if not frames:
         return pd.DataFrame(columns=list(TIMELINE_COLUMNS))
@@ -29,9 +29,19 @@ def timeline(traces: list[Any], rank: int | None = None, max_intervals: int = 50
     return out[list(TIMELINE_COLUMNS)].reset_index(drop=True)
 
 
-def _trace_timeline(trace: Any) -> pd.DataFrame:
+def rank_timeline(trace: Any) -> pd.DataFrame:
     """One rank's lanes, from breakdown.timeline_lanes (the intervals the per-rank table
-    sums), with each collective as its own named interval on the communication lane."""
+    sums), with each collective as its own named interval on the communication lane.
+    Cached on the trace (without the rank, which is final only once all are loaded)."""
+    out = trace.cached("timeline", lambda: _lanes_frame(trace))
+    if out.empty:
+        return out
+    out = out.copy()
+    out.insert(0, "rank", int(trace.meta.rank))
+    return out
+
+
+def _lanes_frame(trace: Any) -> pd.DataFrame:
     from gpudiag.analysis import breakdown as bd
 
     ev = trace.events
@@ -59,9 +69,7 @@ def _trace_timeline(trace: Any) -> pd.DataFrame:
         )
     if not parts:
         return pd.DataFrame()
-    out = pd.concat(parts, ignore_index=True)
-    out.insert(0, "rank", int(trace.meta.rank))
-    return out
+    return pd.concat(parts, ignore_index=True)
 
 
 def _collective_rows(comm: pd.DataFrame) -> pd.DataFrame:

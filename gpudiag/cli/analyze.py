@@ -37,6 +37,13 @@ def _analyze_parser() -> argparse.ArgumentParser:
         help="exit 1 when a finding of this severity or worse exists",
     )
     p.add_argument("--workers", type=int, default=None, help="processes for trace loading")
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="run ingest and the per-rank analyses on a Dask cluster: the scheduler's "
+        "tcp://host:port, or local:N for a local cluster of N workers; workers must see "
+        "the traces at the same paths (needs pip install 'gpudiag[cluster]'; docs/cluster.md)",
+    )
     p.add_argument("--rank", type=int, default=None, help="only this rank in the per-rank table")
     p.add_argument(
         "--summaries-only",
@@ -68,6 +75,25 @@ def main(argv: list[str] | None = None) -> int:
         for p in paths:
             print(f"  {p.relative_to(root)}", file=sys.stderr)
 
+    if args.scheduler and args.workers is not None:
+        return _error("--workers sizes the local pool; with --scheduler the cluster's workers run")
+    if args.scheduler and not args.summaries_only:
+        from gpudiag.analysis.cluster import ClusterError, connect
+
+        try:
+            tasks = connect(args.scheduler)
+        except ClusterError as exc:
+            return _error(str(exc))
+        try:
+            return _analyze_paths(paths, args, tasks)
+        except ClusterError as exc:
+            return _error(str(exc))
+        finally:
+            tasks.close()
+    return _analyze_paths(paths, args, None)
+
+
+def _analyze_paths(paths: list[Path], args: argparse.Namespace, run_tasks: Any) -> int:
     from gpudiag.analysis import analyze
     from gpudiag.analysis.result import AnalysisInputError
     from gpudiag.analysis.summaries import analyze_summaries
@@ -90,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             elif args.summaries_only:
                 res = analyze_summaries(path)
             else:
-                res = analyze(path, workers=args.workers)
+                res = analyze(path, workers=args.workers, run_tasks=run_tasks)
         except AnalysisInputError as exc:
             for w in exc.warnings:
                 print(f"gpudiag: warning: {w}", file=sys.stderr)

@@ -1,0 +1,176 @@
+"""Run the per-rank tasks on a Dask distributed cluster (``gpudiag analyze --scheduler``).
+
+The task is :func:`gpudiag.analysis.ingest.load_task`, the one the local process pool
+runs: load one trace and run every per-rank analysis on it (pipeline.prepare_rank).
+On the cluster the task then drops the trace's events, so only the per-rank results
+travel back; the cross-rank analyses (stragglers, findings) run on the client.
+
+Workers read the traces at the paths the client lists: the run directory must be on a
+filesystem every worker sees at the same path (docs/cluster.md). ``distributed`` is an
+optional dependency (``pip install 'gpudiag[cluster]'``), imported only here and only
+when a scheduler is asked for.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from gpudiag.analysis.ingest import LoadJob, LoadResult
+
+INSTALL_HINT = "pip install 'gpudiag[cluster]'"
+# How long to wait for the scheduler to answer, and for a first worker to join it.
+CONNECT_TIMEOUT_S = 10.0
+LOCAL_PREFIX = "local:"
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot run the analysis (one-line message naming what and where)."""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def _import_distributed() -> Any:
+    try:
+        import distributed
+    except ImportError:
+        raise ClusterError(
+            f"--scheduler needs Dask's distributed package, which is not installed: {INSTALL_HINT}"
+        ) from None
+    return distributed
+
+
+def local_workers(spec: str) -> int | None:
+    """N for ``local:N`` (a LocalCluster of N worker processes); None for an address."""
+    if not spec.startswith(LOCAL_PREFIX):
+        return None
+    raw = spec[len(LOCAL_PREFIX) :]
+    if not raw.isdigit() or int(raw) < 1:
+        raise ClusterError(f"--scheduler {spec}: expected local:N with N >= 1 workers")
+    return int(raw)
+
+
+def scheduler_address(spec: str) -> str:
+    """``host:port`` gets Dask's default protocol (tcp://)."""
+    return spec if "://" in spec else f"tcp://{spec}"
+
+
+def _on_worker(
+    job: LoadJob, task: Callable[[LoadJob], LoadResult]
+) -> tuple[LoadResult, str | None]:
+    """Runs on a Dask worker: the per-rank task, unless the worker cannot read the file
+    (then a one-line reason naming the worker and the path, and no result)."""
+    path = job[0]
+    if not os.access(path, os.R_OK):
+        try:
+            from distributed import get_worker
+
+            where = f"Dask worker {get_worker().address}"
+        except Exception:  # noqa: BLE001 - the name is a courtesy
+            where = "a Dask worker"
+        why = "no such file" if not os.path.exists(path) else "permission denied"
+        return (None, []), (
+            f"{where} cannot read {path} ({why}); workers read the traces at the paths "
+            "the client sees: put the run on a filesystem shared by every worker"
+        )
+    return task(job), None
+
+
+class DaskTasks:
+    """Runs per-rank tasks on a Dask cluster; ``ingest.load_traces(run_tasks=...)``.
+
+    Use as a context manager: it closes the client (and the LocalCluster it started)."""
+
+    def __init__(self, client: Any, cluster: Any = None, label: str = "") -> None:
+        self.client = client
+        self.cluster = cluster
+        self.label = label
+
+    def __call__(
+        self, task: Callable[[LoadJob], LoadResult], jobs: list[LoadJob]
+    ) -> list[LoadResult]:
+        if not jobs:
+            return []
+        futures = self.client.map(_on_worker, jobs, task=task, pure=False)
+        try:
+            outcomes = self.client.gather(futures)
+        except Exception as exc:  # noqa: BLE001 - a worker-side failure is one line
+            raise ClusterError(
+                f"the analysis failed on the Dask cluster {self.label} "
+                f"({type(exc).__name__}: {_first_line(exc)})"
+            ) from None
+        finally:
+            del futures
+        problems = [p for _, p in outcomes if p]
+        if problems:
+            more = f" (and {len(problems) - 1} more file(s))" if len(problems) > 1 else ""
+            raise ClusterError(problems[0] + more)
+        return [result for result, _ in outcomes]
+
+    @property
+    def workers(self) -> int:
+        return len(self.client.scheduler_info().get("workers", {}))
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        finally:
+            if self.cluster is not None:
+                self.cluster.close()
+
+    def __enter__(self) -> DaskTasks:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def connect(spec: str, timeout_s: float = CONNECT_TIMEOUT_S) -> DaskTasks:
+    """A client of the scheduler at ``spec`` (``tcp://host:port`` or ``host:port``), or of
+    a new ``distributed.LocalCluster`` for ``local:N`` (N single-threaded worker
+    processes). Waits up to ``timeout_s`` for the scheduler and for a first worker."""
+    n_local = local_workers(spec)
+    distributed = _import_distributed()
+    if n_local is not None:
+        try:
+            cluster = distributed.LocalCluster(
+                n_workers=n_local,
+                threads_per_worker=1,  # parsing holds the GIL: one process per core
+                processes=True,
+                dashboard_address=None,
+            )
+        except Exception as exc:  # noqa: BLE001 - e.g. no process support
+            raise ClusterError(
+                f"could not start a local Dask cluster of {n_local} workers "
+                f"({type(exc).__name__}: {_first_line(exc)})"
+            ) from None
+        return DaskTasks(distributed.Client(cluster), cluster, label=spec)
+    address = scheduler_address(spec)
+    try:
+        client = distributed.Client(address, timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - OSError, TimeoutError, a bad address...
+        raise ClusterError(
+            f"cannot reach the Dask scheduler at {address} within {timeout_s:.0f} s "
+            f"({type(exc).__name__}: {_first_line(exc)}); start one with `dask scheduler` "
+            "and `dask worker ADDRESS`"
+        ) from None
+    tasks = DaskTasks(client, label=address)
+    try:
+        client.wait_for_workers(1, timeout=timeout_s)
+    except Exception:  # noqa: BLE001 - TimeoutError
+        tasks.close()
+        raise ClusterError(
+            f"the Dask scheduler at {address} has no workers (none joined within "
+            f"{timeout_s:.0f} s); start some with `dask worker {address}`"
+        ) from None
+    return tasks
