@@ -1,18 +1,31 @@
-"""Scale check: analyse a SYNTHETIC 1024-rank run made only of per-rank summary.json
-files (clearly synthetic: the manifest says so; nothing here was recorded).
+"""Scale checks.
 
-Builds the run in a temporary directory, then analyses it in a fresh subprocess
-(`gpudiag.analysis.analyze`, which takes the summaries-only path above 256 ranks) and
-prints wall time and peak RSS side by side with the targets (30 s, 4 GB).
+1. (default) Analyse a SYNTHETIC 1024-rank run made only of per-rank summary.json
+   files (clearly synthetic: the manifest says so; nothing here was recorded). Builds
+   the run in a temporary directory, then analyses it in a fresh subprocess
+   (`gpudiag.analysis.analyze`, which takes the summaries-only path above 256 ranks)
+   and prints wall time and peak RSS side by side with the targets (30 s, 4 GB).
+
+2. (--traces) A SYNTHETIC 256-rank trace directory built from REAL per-rank traces:
+   rank r is a copy of recorded trace r % K of --source (default the 4 ranks of
+   sample_runs/ddp4_straggler) with only distributedInfo.rank / world_size rewritten.
+   Analysed in fresh subprocesses, alternated, --reps times each: the local process
+   pool (--workers processes) and a Dask LocalCluster of --workers workers
+   (`--scheduler local:N`). Prints wall time and the client's peak RSS (median and
+   spread), checks that both give the same JSON, and that the cluster client stays
+   under 1 GB (only per-rank results travel back to it).
 
     python bench/scale.py [--ranks 1024] [--slow-rank 617]
+    python bench/scale.py --traces [--trace-ranks 256] [--reps 3] [--workers 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -21,6 +34,9 @@ from pathlib import Path
 
 TARGET_S = 30.0
 TARGET_GB = 4.0
+CLIENT_TARGET_GB = 1.0
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_SOURCE = REPO / "sample_runs" / "ddp4_straggler" / "traces"
 
 CHILD = r"""
 import json, resource, sys, time
@@ -98,11 +114,126 @@ def write_synthetic_run(root: Path, ranks: int, slow_rank: int, seed: int = 0) -
         path.write_text(json.dumps(summary))
 
 
+def write_rank_copies(sources: list[Path], out: Path, ranks: int) -> list[Path]:
+    """SYNTHETIC ranks from REAL traces: rank r's file is recorded trace
+    ``sources[r % len(sources)]`` with only ``distributedInfo.rank`` and ``world_size``
+    rewritten (every event as recorded). Returns the files written."""
+    import orjson
+
+    out.mkdir(parents=True, exist_ok=True)
+    docs = []
+    for src in sources:
+        raw = src.read_bytes()
+        docs.append(orjson.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw))
+    files = []
+    for r in range(ranks):
+        doc = docs[r % len(docs)]
+        info = doc.get("distributedInfo")
+        doc["distributedInfo"] = {**(info if isinstance(info, dict) else {}), "rank": r}
+        doc["distributedInfo"]["world_size"] = ranks
+        path = out / f"rank{r}.pt.trace.json.gz"
+        path.write_bytes(gzip.compress(orjson.dumps(doc), compresslevel=1))
+        files.append(path)
+    return files
+
+
+TRACES_CHILD = r"""
+import hashlib, json, resource, sys, time
+mode, path, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+t0 = time.perf_counter()
+from gpudiag.analysis import analyze
+from gpudiag.report.jsonout import dumps
+def run():
+    if mode == "pool":
+        return analyze(path, workers=workers), 0.0
+    from gpudiag.analysis.cluster import connect
+    s0 = time.perf_counter()
+    with connect(f"local:{workers}") as tasks:
+        started = time.perf_counter() - s0
+        return analyze(path, run_tasks=tasks), started
+if __name__ == "__main__":
+    res, startup = run()
+    payload = dumps(res.to_json())
+    elapsed = time.perf_counter() - t0
+    print(json.dumps({"seconds": elapsed, "startup_s": startup,
+                      "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+                      "ranks": len(res.ranks), "sha": hashlib.sha256(payload.encode()).hexdigest(),
+                      "findings": [(f.kind, f.ranks[:4]) for f in res.findings]}))
+"""
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):8.2f}  [{min(values):.2f}-{max(values):.2f}]"
+
+
+def bench_traces(args: argparse.Namespace) -> int:
+    sources = sorted(p for p in Path(args.source).iterdir() if ".json" in p.name)
+    if not sources:
+        print(f"no traces in {args.source}", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory(prefix="gpudiag-scale-traces-") as tmp:
+        run = Path(tmp) / "synthetic_traces"
+        t0 = time.perf_counter()
+        files = write_rank_copies(sources, run, args.trace_ranks)
+        size_mb = sum(f.stat().st_size for f in files) / 2**20
+        print(
+            f"SYNTHETIC {args.trace_ranks}-rank run built from {len(sources)} REAL recorded "
+            f"traces ({args.source}): rank r = copy of trace r % {len(sources)} with "
+            f"distributedInfo.rank/world_size rewritten; {size_mb:.0f} MiB gzip "
+            f"(built in {time.perf_counter() - t0:.0f} s)",
+            flush=True,
+        )
+        runs: dict[str, list[dict]] = {"pool": [], "cluster": []}
+        for rep in range(args.reps):
+            order = ("pool", "cluster") if rep % 2 == 0 else ("cluster", "pool")
+            for mode in order:
+                out = subprocess.run(
+                    [sys.executable, "-c", TRACES_CHILD, mode, str(run), str(args.workers)],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                if out.returncode != 0:
+                    print(out.stderr[-3000:], file=sys.stderr)
+                    return 1
+                m = json.loads(out.stdout.strip().splitlines()[-1])
+                runs[mode].append(m)
+                print(
+                    f"  rep {rep + 1} {mode:<8}{m['seconds']:8.1f} s  client peak "
+                    f"{m['peak_gb']:.3f} GB  ranks {m['ranks']}",
+                    flush=True,
+                )
+    shas = {m["sha"] for ms in runs.values() for m in ms}
+    label = {
+        "pool": f"local pool, {args.workers} processes",
+        "cluster": f"LocalCluster, {args.workers} workers",
+    }
+    print(f"{'':<32}{'wall s median [min-max]':>26}{'client peak GB':>28}")
+    for mode, ms in runs.items():
+        print(
+            f"{label[mode]:<32}{_spread([m['seconds'] for m in ms]):>26}"
+            f"{_spread([m['peak_gb'] for m in ms]):>28}"
+        )
+    startup = [m["startup_s"] for m in runs["cluster"]]
+    print(f"(cluster wall time includes starting the LocalCluster: {_spread(startup)} s)")
+    print(f"same JSON in every run: {len(shas) == 1}; findings: {runs['pool'][0]['findings']}")
+    client_gb = max(m["peak_gb"] for m in runs["cluster"])
+    print(f"cluster client peak {client_gb:.3f} GB (target < {CLIENT_TARGET_GB} GB)")
+    return 0 if len(shas) == 1 and client_gb < CLIENT_TARGET_GB else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=1024)
     ap.add_argument("--slow-rank", type=int, default=617)
+    ap.add_argument("--traces", action="store_true", help="the trace-based pool vs cluster run")
+    ap.add_argument("--trace-ranks", type=int, default=256)
+    ap.add_argument("--source", default=str(DEFAULT_SOURCE), help="directory of real traces")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
+    if args.traces:
+        return bench_traces(args)
     with tempfile.TemporaryDirectory(prefix="gpudiag-scale-") as tmp:
         run = Path(tmp) / "synthetic_run"
         t0 = time.perf_counter()

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from gpudiag.analysis.ingest import LoadJob, LoadResult
 
 INSTALL_HINT = "pip install 'gpudiag[cluster]'"
-# How long to wait for the scheduler to answer, and for a first worker to join it.
+# How long to wait for the scheduler to answer, and for a first worker to join it
+# (GPUDIAG_SCHEDULER_TIMEOUT overrides it, in seconds).
 CONNECT_TIMEOUT_S = 10.0
 LOCAL_PREFIX = "local:"
 
@@ -81,6 +83,16 @@ def _on_worker(
     return task(job), None
 
 
+def _as_given(result: LoadResult, absolute: str, given: str) -> LoadResult:
+    trace, warnings = result
+    if absolute == given:
+        return result
+    if trace is not None:
+        trace.meta.path = Path(given)
+    # keeps each warning's type (rundir.BadInput marks unusable input)
+    return trace, [type(w)(w.replace(absolute, given)) for w in warnings]
+
+
 class DaskTasks:
     """Runs per-rank tasks on a Dask cluster; ``ingest.load_traces(run_tasks=...)``.
 
@@ -96,7 +108,12 @@ class DaskTasks:
     ) -> list[LoadResult]:
         if not jobs:
             return []
-        futures = self.client.map(_on_worker, jobs, task=task, pure=False)
+        # Workers have their own working directory: they get absolute paths, and the
+        # results name the files as the client does (as the local pool's would).
+        given = [job[0] for job in jobs]
+        absolute = [str(Path(p).absolute()) for p in given]
+        remote = [(a, *job[1:]) for a, job in zip(absolute, jobs, strict=True)]
+        futures = self.client.map(_on_worker, remote, task=task, pure=False)
         try:
             outcomes = self.client.gather(futures)
         except Exception as exc:  # noqa: BLE001 - a worker-side failure is one line
@@ -110,7 +127,10 @@ class DaskTasks:
         if problems:
             more = f" (and {len(problems) - 1} more file(s))" if len(problems) > 1 else ""
             raise ClusterError(problems[0] + more)
-        return [result for result, _ in outcomes]
+        return [
+            _as_given(result, a, g)
+            for (result, _), a, g in zip(outcomes, absolute, given, strict=True)
+        ]
 
     @property
     def workers(self) -> int:
@@ -135,10 +155,19 @@ class DaskTasks:
         self.close()
 
 
-def connect(spec: str, timeout_s: float = CONNECT_TIMEOUT_S) -> DaskTasks:
+def connect_timeout() -> float:
+    raw = os.environ.get("GPUDIAG_SCHEDULER_TIMEOUT")
+    try:
+        return float(raw) if raw else CONNECT_TIMEOUT_S
+    except ValueError:
+        return CONNECT_TIMEOUT_S
+
+
+def connect(spec: str, timeout_s: float | None = None) -> DaskTasks:
     """A client of the scheduler at ``spec`` (``tcp://host:port`` or ``host:port``), or of
     a new ``distributed.LocalCluster`` for ``local:N`` (N single-threaded worker
     processes). Waits up to ``timeout_s`` for the scheduler and for a first worker."""
+    timeout_s = connect_timeout() if timeout_s is None else timeout_s
     n_local = local_workers(spec)
     distributed = _import_distributed()
     if n_local is not None:

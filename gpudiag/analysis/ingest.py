@@ -151,7 +151,11 @@ def drop_events(trace: RankTrace) -> None:
     """Keep only the per-rank results (``cache``), the steps and the metadata: what a
     remote worker sends back (a few kB to a few hundred kB instead of the event table)."""
     trace.time_range  # noqa: B018 - cached before the events go
-    trace.events = trace.events.iloc[0:0]
+    empty = trace.events.iloc[0:0].copy()
+    for col in empty.columns:  # no category lists either (every kernel name...)
+        if isinstance(empty[col].dtype, pd.CategoricalDtype):
+            empty[col] = empty[col].cat.remove_unused_categories()
+    trace.events = empty
     trace.cache["events_dropped"] = True
 
 
