@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -200,7 +201,8 @@ def bench_traces(args: argparse.Namespace) -> int:
                 runs[mode].append(m)
                 print(
                     f"  rep {rep + 1} {mode:<8}{m['seconds']:8.1f} s  client peak "
-                    f"{m['peak_gb']:.3f} GB  ranks {m['ranks']}",
+                    f"{m['peak_gb']:.3f} GB  ranks {m['ranks']}  (1-min load average "
+                    f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)",
                     flush=True,
                 )
     shas = {m["sha"] for ms in runs.values() for m in ms}
