@@ -112,7 +112,7 @@ def _analyze_paths(paths: list[Path], args: argparse.Namespace, run_tasks: Any) 
         path = group[0]
         try:
             if len(group) > 1:
-                res = analyze(group, workers=args.workers)
+                res = analyze(group, workers=args.workers, run_tasks=run_tasks)
             elif args.summaries_only:
                 res = analyze_summaries(path)
             else:
