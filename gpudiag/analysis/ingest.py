@@ -118,7 +118,7 @@ class RankTrace:
             try:
                 self.cache[key] = compute()
             except Exception as exc:
-                self.cache[key] = _Failed(exc)
+                self.cache[key] = _Failed(_portable(exc))
                 raise
         value = self.cache[key]
         if isinstance(value, _Failed):
@@ -145,6 +145,18 @@ class _Failed:
     """A per-rank analysis that raised (kept in ``RankTrace.cache``)."""
 
     exc: Exception
+
+
+def _portable(exc: Exception) -> Exception:
+    """``exc`` if it survives pickling (it travels back from a worker with the trace),
+    else a RuntimeError that says the same."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001 - any exception type can refuse
+        return RuntimeError(f"{type(exc).__name__}: {_first_line(exc)}")
 
 
 def drop_events(trace: RankTrace) -> None:
