@@ -144,19 +144,32 @@ mode, path, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 t0 = time.perf_counter()
 from gpudiag.analysis import analyze
 from gpudiag.report.jsonout import dumps
+analysis_s = 0.0
 def run():
+    global analysis_s
+    a0 = time.perf_counter()
     if mode == "pool":
-        return analyze(path, workers=workers), 0.0
+        res = analyze(path, workers=workers)
+        analysis_s = time.perf_counter() - a0
+        return res, 0.0, 0.0
+    from distributed import get_task_stream
     from gpudiag.analysis.cluster import connect
     s0 = time.perf_counter()
     with connect(f"local:{workers}") as tasks:
         started = time.perf_counter() - s0
-        return analyze(path, run_tasks=tasks), started
+        a0 = time.perf_counter()
+        with get_task_stream(tasks.client) as stream:
+            res = analyze(path, run_tasks=tasks)
+        analysis_s = time.perf_counter() - a0
+        busy = sum(s["stop"] - s["start"] for t in stream.data for s in t["startstops"]
+                   if s["action"] == "compute")
+        return res, started, busy
 if __name__ == "__main__":
-    res, startup = run()
+    res, startup, task_s = run()
     payload = dumps(res.to_json())
     elapsed = time.perf_counter() - t0
-    print(json.dumps({"seconds": elapsed, "startup_s": startup,
+    print(json.dumps({"seconds": elapsed, "startup_s": startup, "task_s": task_s,
+                      "analysis_s": analysis_s,
                       "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
                       "ranks": len(res.ranks), "sha": hashlib.sha256(payload.encode()).hexdigest(),
                       "findings": [(f.kind, f.ranks[:4]) for f in res.findings]}))
@@ -218,6 +231,13 @@ def bench_traces(args: argparse.Namespace) -> int:
         )
     startup = [m["startup_s"] for m in runs["cluster"]]
     print(f"(cluster wall time includes starting the LocalCluster: {_spread(startup)} s)")
+    for mode, ms in runs.items():
+        analysis = [m.get("analysis_s", 0.0) for m in ms]
+        print(
+            f"({label[mode]}: analyze() alone, without imports, start-up, shutdown: {_spread(analysis)} s)"
+        )
+    task_s = [m.get("task_s", 0.0) for m in runs["cluster"]]
+    print(f"(cluster: per-rank tasks' compute time summed over workers: {_spread(task_s)} s)")
     print(f"same JSON in every run: {len(shas) == 1}; findings: {runs['pool'][0]['findings']}")
     client_gb = max(m["peak_gb"] for m in runs["cluster"])
     print(f"cluster client peak {client_gb:.3f} GB (target < {CLIENT_TARGET_GB} GB)")
