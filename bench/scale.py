@@ -167,6 +167,8 @@ def run():
 if __name__ == "__main__":
     res, startup, task_s = run()
     payload = dumps(res.to_json())
+    if len(sys.argv) > 4:  # --keep-json: where to leave this run's JSON
+        open(sys.argv[4], "w").write(payload)
     elapsed = time.perf_counter() - t0
     print(json.dumps({"seconds": elapsed, "startup_s": startup, "task_s": task_s,
                       "analysis_s": analysis_s,
@@ -201,8 +203,9 @@ def bench_traces(args: argparse.Namespace) -> int:
         for rep in range(args.reps):
             order = ("pool", "cluster") if rep % 2 == 0 else ("cluster", "pool")
             for mode in order:
+                keep = [f"{args.keep_json}/{mode}-{rep + 1}.json"] if args.keep_json else []
                 out = subprocess.run(
-                    [sys.executable, "-c", TRACES_CHILD, mode, str(run), str(args.workers)],
+                    [sys.executable, "-c", TRACES_CHILD, mode, str(run), str(args.workers), *keep],
                     capture_output=True,
                     text=True,
                     check=False,
@@ -238,7 +241,11 @@ def bench_traces(args: argparse.Namespace) -> int:
         )
     task_s = [m.get("task_s", 0.0) for m in runs["cluster"]]
     print(f"(cluster: per-rank tasks' compute time summed over workers: {_spread(task_s)} s)")
-    print(f"same JSON in every run: {len(shas) == 1}; findings: {runs['pool'][0]['findings']}")
+    by_mode = {mode: len({m["sha"] for m in ms}) for mode, ms in runs.items()}
+    print(
+        f"same JSON in every run: {len(shas) == 1} (distinct: {len(shas)} overall, "
+        f"{by_mode} per mode); findings: {runs['pool'][0]['findings']}"
+    )
     client_gb = max(m["peak_gb"] for m in runs["cluster"])
     print(f"cluster client peak {client_gb:.3f} GB (target < {CLIENT_TARGET_GB} GB)")
     return 0 if len(shas) == 1 and client_gb < CLIENT_TARGET_GB else 1
@@ -253,6 +260,7 @@ def main() -> int:
     ap.add_argument("--source", default=str(DEFAULT_SOURCE), help="directory of real traces")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--keep-json", metavar="DIR", help="leave each run's JSON in DIR")
     args = ap.parse_args()
     if args.traces:
         return bench_traces(args)
