@@ -780,10 +780,14 @@ def _str_categorical(codes: np.ndarray, uniques: list, order: np.ndarray) -> pd.
     return pd.Categorical.from_codes(codes[order], categories=categories)
 
 
-def _thread_pair_codes(pid: pd.Categorical, tid: pd.Categorical) -> np.ndarray:
-    """Each event's thread as one int: ``pid_code * (n_tids + 1) + tid_code``."""
+def _thread_pair_codes(
+    pid: pd.Categorical, tid: pd.Categorical, rows: np.ndarray | None = None
+) -> np.ndarray:
+    """Each event's (or each of ``rows``') thread as one int:
+    ``pid_code * (n_tids + 1) + tid_code``."""
     width = len(tid.categories) + 1
-    return pid.codes.astype(np.int64) * width + tid.codes.astype(np.int64)
+    pids, tids = (pid.codes, tid.codes) if rows is None else (pid.codes[rows], tid.codes[rows])
+    return pids.astype(np.int64) * width + tids.astype(np.int64)
 
 
 def _thread_ids(pid: pd.Categorical, tid: pd.Categorical) -> tuple[np.ndarray, np.ndarray]:
@@ -951,41 +955,54 @@ _COMM_STORED = ("_row", *_COMM_FIELDS, _DTYPE_GUESS)  # the collector's comm arr
 
 
 def _enrich_comms(events: pd.DataFrame, stored: dict[str, np.ndarray], meta: TraceMeta) -> None:
-    """Adds the comm columns (op, bytes, dtype, group, group size, seq, nelems); built on
-    numpy arrays and assigned once, since pandas' per-column .loc writes are slow.
+    """Adds the comm columns (op, bytes, dtype, group, group size, seq); worked out on
+    arrays over the comm rows only and assigned once (pandas' per-column .loc writes are
+    slow, and full-length work arrays would cost ~70 bytes per event at the peak).
     ``stored``: the collector's fields of the rows with telling args (``_row``: their
     original positions, ascending); other comm rows get what their name says."""
     n = len(events)
-    fields: dict[str, np.ndarray] = {
-        name: np.full(n, None, dtype=object) if name in _OBJECT_FIELDS else np.full(n, np.nan)
-        for name in (*_COMM_FIELDS, _DTYPE_GUESS)
-    }
-    comm = np.isin(events["kind"].cat.codes, _codes_of(events["kind"].array, ["comm", "comm_cpu"]))
-    comm_rows = np.flatnonzero(comm)
+    kind = events["kind"].array
+    comm_rows = np.flatnonzero(np.isin(kind.codes, _codes_of(kind, ["comm", "comm_cpu"])))
+    fields = _empty_fields(len(comm_rows))
     if len(comm_rows):
         rows = events["_row"].to_numpy()[comm_rows]
         known = stored["_row"]
         at = np.minimum(np.searchsorted(known, rows), max(len(known) - 1, 0))
         found = known[at] == rows if len(known) else np.zeros(len(rows), dtype=bool)
         for name in (*_COMM_FIELDS, _DTYPE_GUESS):
-            fields[name][comm_rows[found]] = stored[name][at[found]]
-        _fill_from_names(events, fields, comm_rows[~found])
-        _fill_kernels_from_cpu(events, fields)
+            fields[name][found] = stored[name][at[found]]
+        _fill_from_names(events, fields, comm_rows, np.flatnonzero(~found))
+        _fill_kernels_from_cpu(events, fields, comm_rows)
         dtype, guess = fields["comm_dtype"], fields[_DTYPE_GUESS]
         fields["comm_dtype"] = np.where(pd.notna(dtype), dtype, guess)
         _bytes_from_nelems(fields)
-        _fill_group_defaults(fields, comm, meta)
+        _fill_group_defaults(fields, meta)
     del events["_row"]
     for name in _COMM_FIELDS[:-1]:  # comm_nelems only served the bytes (8 B per event)
-        kind: Any = object if name == "pg_name" else None  # group names may be ints in traces
-        events[name] = pd.Series(fields.pop(name), index=events.index, dtype=kind, copy=False)
+        full = _empty_fields(n, (name,))[name]
+        full[comm_rows] = fields.pop(name)
+        kind_of: Any = object if name == "pg_name" else None  # group names may be ints
+        events[name] = pd.Series(full, index=events.index, dtype=kind_of, copy=False)
 
 
 _OBJECT_FIELDS = frozenset({"comm_op", "comm_dtype", "pg_name", _DTYPE_GUESS})
 
 
-def _fill_from_names(events: pd.DataFrame, fields: dict[str, np.ndarray], rows: np.ndarray) -> None:
-    """Comm rows without telling args: the fields their name (and kernel-ness) give."""
+def _empty_fields(
+    n: int, names: Sequence[str] = (*_COMM_FIELDS, _DTYPE_GUESS)
+) -> dict[str, np.ndarray]:
+    return {
+        name: np.full(n, None, dtype=object) if name in _OBJECT_FIELDS else np.full(n, np.nan)
+        for name in names
+    }
+
+
+def _fill_from_names(
+    events: pd.DataFrame, fields: dict[str, np.ndarray], comm_rows: np.ndarray, pos: np.ndarray
+) -> None:
+    """Comm rows (at ``pos`` in ``fields``) without telling args: the fields their name
+    (and kernel-ness) give."""
+    rows = comm_rows[pos]
     name = events["name"].array
     cat = events["cat"].array
     is_kernel = cat.codes[rows] == (_codes_of(cat, ["kernel"]) or [-2])[0]
@@ -993,45 +1010,51 @@ def _fill_from_names(events: pd.DataFrame, fields: dict[str, np.ndarray], rows: 
     distinct, first = np.unique(key, return_index=True)
     for k, i in zip(distinct, first, strict=True):
         r = _comm_row(str(name.categories[int(k) // 2]), bool(is_kernel[i]), _NO_ARGS)
-        where = rows[key == k]
+        where = pos[key == k]
         for column, value in zip((*_COMM_FIELDS, _DTYPE_GUESS), r, strict=True):
             fields[column][where] = value
 
 
-def _fill_kernels_from_cpu(events: pd.DataFrame, fields: dict[str, np.ndarray]) -> None:
+def _fill_kernels_from_cpu(
+    events: pd.DataFrame, fields: dict[str, np.ndarray], comm_rows: np.ndarray
+) -> None:
     """GPU comm kernels get what only the CPU-side op knows (RCCL's ``Generic`` type,
     ``all_to_all`` run as SendRecv, sizes, group): kernel -> its launch (correlation) ->
     the innermost enclosing c10d/nccl/record_param_comms op, on the launching thread,
-    that has the value."""
-    kind = events["kind"].to_numpy()
+    that has the value. ``fields`` are over ``comm_rows``."""
+    kind = events["kind"].array
+    comm_kind = kind.codes[comm_rows]
     gpu = events["is_gpu"].to_numpy()
     corr = events["correlation"].to_numpy()
-    kernel_rows = np.flatnonzero((kind == "comm") & gpu & (corr >= 0))
-    cpu_rows = np.flatnonzero(kind == "comm_cpu")
-    if len(kernel_rows) == 0 or len(cpu_rows) == 0:
+    is_comm = comm_kind == (_codes_of(kind, ["comm"]) or [-2])[0]
+    kernel_pos = np.flatnonzero(is_comm & gpu[comm_rows] & (corr[comm_rows] >= 0))
+    cpu_pos = np.flatnonzero(comm_kind == (_codes_of(kind, ["comm_cpu"]) or [-2])[0])
+    if len(kernel_pos) == 0 or len(cpu_pos) == 0:
         return
+    kernel_rows, cpu_rows = comm_rows[kernel_pos], comm_rows[cpu_pos]
     launch_rows = np.flatnonzero(~gpu & np.isin(corr, corr[kernel_rows]))
     launch_of = pd.Series(launch_rows, index=corr[launch_rows])
     launch_of = launch_of[~launch_of.index.duplicated()]
     launch = launch_of.reindex(corr[kernel_rows]).to_numpy()
     found = ~np.isnan(launch)
-    kernel_rows, launch = kernel_rows[found], launch[found].astype(np.int64)
-    if len(kernel_rows) == 0:
+    kernel_pos, launch = kernel_pos[found], launch[found].astype(np.int64)
+    if len(kernel_pos) == 0:
         return
     start = events["start_ns"].to_numpy()
     end = events["end_ns"].to_numpy()
-    thread = _thread_pair_codes(events["pid"].array, events["tid"].array)
-    k_thread, k_time = thread[launch], start[launch]
-    c_thread, c_start, c_end = thread[cpu_rows], start[cpu_rows], end[cpu_rows]
+    pid, tid = events["pid"].array, events["tid"].array
+    k_thread, k_time = _thread_pair_codes(pid, tid, launch), start[launch]
+    c_thread = _thread_pair_codes(pid, tid, cpu_rows)
+    c_start, c_end = start[cpu_rows], end[cpu_rows]
     block = max(1, 4_000_000 // len(cpu_rows))  # bounded kernels x cpu-ops matrices
-    for lo in range(0, len(kernel_rows), block):
+    for lo in range(0, len(kernel_pos), block):
         sl = slice(lo, lo + block)
         inside = (
             (k_thread[sl, None] == c_thread[None, :])
             & (c_start[None, :] <= k_time[sl, None])
             & (c_end[None, :] >= k_time[sl, None])
         )
-        _fill_from_enclosing(fields, kernel_rows[sl], cpu_rows, inside, c_start)
+        _fill_from_enclosing(fields, kernel_pos[sl], cpu_pos, inside, c_start)
 
 
 def _fill_from_enclosing(
@@ -1073,11 +1096,11 @@ def _bytes_from_nelems(fields: dict[str, np.ndarray]) -> None:
     nbytes[missing] = nelems[missing] * np.asarray(sizes, dtype=np.float64)
 
 
-def _fill_group_defaults(fields: dict[str, np.ndarray], comm: np.ndarray, meta: TraceMeta) -> None:
-    pg, pg_size = fields["pg_name"], fields["pg_size"]
+def _fill_group_defaults(fields: dict[str, np.ndarray], meta: TraceMeta) -> None:
+    pg, pg_size = fields["pg_name"], fields["pg_size"]  # over the comm rows
     # without a recorded group, everything ran on the default group "0"
-    pg[comm & pd.isna(pg)] = "0"
-    need = np.flatnonzero(comm & np.isnan(pg_size))
+    pg[pd.isna(pg)] = "0"
+    need = np.flatnonzero(np.isnan(pg_size))
     if len(need) == 0:
         return
     sizes = {str(p.get("pg_name")): _num(p.get("pg_size")) for p in meta.pg_config}
