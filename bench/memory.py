@@ -10,8 +10,9 @@ is not a recording: it only measures how memory scales with the number of events
         [--set ../shared/traces/astrasim_megatron_tp8] [--repeat 3]
 
 Each case runs `python -m gpudiag analyze PATH --json` in a subprocess (imports
-included, like a user sees it); a sampler sums the RSS of the process and its workers
-every 20 ms (RSS counts shared pages once per process: an upper bound). --code runs
+included, like a user sees it); the peak is the sum of the peak RSS of the process and of
+each of its workers (the kernel's VmHWM, read every 20 ms, and wait4's maxrss for the main
+process; shared pages count once per process, so an upper bound). --code runs
 another checkout's gpudiag (for before/after). Cases under 5M events run --repeat times
 (median and range printed); larger ones once. Goal (issue 16 item 10): peak <= 3x the
 uncompressed trace, and <= 2 GB for 10 million events.
@@ -76,23 +77,50 @@ def make_replicated_trace(events: int, out: Path) -> Path:
     return path
 
 
+def _hwm(pid: int) -> int:
+    """The process's own peak RSS so far (VmHWM), in bytes; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def peak_of(cmd: list[str], env: dict[str, str]) -> dict:
-    """Run ``cmd``; the peak of the summed RSS of it and its children, and its time."""
+    """Run ``cmd``; the sum of the peak RSS of it and of each of its workers, and its time.
+
+    Each process's own high-water mark (the kernel's VmHWM, read every 20 ms while it
+    lives; wait4's ru_maxrss for the main process), so short spikes are not missed; the
+    sum is an upper bound of the simultaneous total (and counts shared pages per process)."""
     t0 = time.perf_counter()
-    proc = psutil.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak = 0
-    while proc.poll() is None:
-        total = 0
+    proc = psutil.Popen(
+        cmd,
+        env=env,
+        cwd=env["PYTHONPATH"],  # `python -m` puts the working directory first on sys.path
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    peaks: dict[int, int] = {}
+    while True:
+        done, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if done:
+            break
         try:
-            for p in [proc, *proc.children(recursive=True)]:
-                total += p.memory_info().rss
+            children = proc.children(recursive=True)
         except psutil.Error:
-            pass
-        peak = max(peak, total)
+            children = []
+        for pid in [proc.pid, *(c.pid for c in children)]:
+            peaks[pid] = max(peaks.get(pid, 0), _hwm(pid))
         time.sleep(0.02)
     wall = time.perf_counter() - t0
+    peaks[proc.pid] = max(peaks.get(proc.pid, 0), usage.ru_maxrss * 1024)
+    proc.returncode = os.waitstatus_to_exitcode(status)
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    return {"peak_mib": peak / 2**20, "wall_s": wall, "rc": proc.returncode, "stderr": err}
+    total = sum(peaks.values())
+    return {"peak_mib": total / 2**20, "wall_s": wall, "rc": proc.returncode, "stderr": err}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     args.scratch.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(args.code), GPUDIAG_MAX_TRACE_BYTES=str(8 << 30))
     extra = ["--workers", args.workers] if args.workers else []
-    print(f"code: {args.code}; peak = summed RSS of analyze and its workers (20 ms samples)")
+    print(f"code: {args.code}; peak = sum of the peak RSS (VmHWM) of analyze and its workers")
+    print(
+        "SYNTHETIC = the events of a recorded per-rank trace "
+        f"({SOURCE.parent.name}/{SOURCE.name}) replicated to N events: not a recording"
+    )
     print(f"{'input':<58} {'JSON MB':>8} {'peak MiB (range)':>20} {'x JSON':>7} {'time s':>7}")
     cases: list[tuple[str, Path, int, int]] = []
     for n in args.events:

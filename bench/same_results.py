@@ -47,6 +47,7 @@ def analyze(code: Path, path: Path) -> tuple[int, bytes, bytes]:
     done = subprocess.run(
         [sys.executable, "-m", "gpudiag", "analyze", str(path), "--json"],
         env=env,
+        cwd=code,  # `python -m` puts the working directory first on sys.path
         capture_output=True,
         timeout=3600,
         check=False,
