@@ -299,7 +299,12 @@ def test_ddp_traces_are_kineto_json_with_matching_steps(ddp_ok: Traced) -> None:
         for name, event in marks.items():
             step = int(name.split("#")[1])
             start_ns = base + event["ts"] * 1000
-            assert abs(start_ns - steps.loc[step, "start_ns"]) < 3e6  # same clock, same step
+            # Same clock, same step: the mark starts inside the step the table records
+            # (3 ms for the trace's microsecond rounding and the boundary fix-up). Not
+            # at its very start: the first profiled step starts the profiler before its
+            # mark opens, which took ~10 ms on a loaded machine.
+            row = steps.loc[step]
+            assert row["start_ns"] - 3e6 <= start_ns <= row["end_ns"], (name, row.to_dict())
         assert any(e["name"] == "c10d::allreduce_" for e in events)
         assert run.summaries[rank]["profiled_steps"] == [3, 4, 5]
 
