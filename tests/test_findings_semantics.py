@@ -159,3 +159,17 @@ def test_findings_are_returned_failures_first_then_by_cost(analysed: dict) -> No
     for result in analysed.values():
         costs = [f.cost_ms_per_step for f in result.findings]
         assert costs == sorted(costs, reverse=True)
+
+
+def test_straggler_of_a_run_that_failed_or_hung_is_at_most_low(analysed) -> None:
+    """The labelled suite's only false medium finding (quiet machine, 2026-11-30): a
+    straggler (0.9 ms/step, rank 0) in a run whose rank 1 raised at step 8. The failure
+    is the finding; the few steps before it say little about a rank's pace."""
+    from gpudiag.analysis import findings as fnd
+
+    res = analysed["ddp4_straggler"]
+    (healthy_run,) = fnd.straggler_findings(res.stragglers, res.step_ms)
+    assert healthy_run.severity == "high"
+    (ended_early,) = fnd.straggler_findings(res.stragglers, res.step_ms, ended_early=True)
+    assert ended_early.severity == "low" and ended_early.ranks == healthy_run.ranks
+    assert ended_early.cost_ms_per_step == healthy_run.cost_ms_per_step

@@ -239,13 +239,16 @@ def straggler_findings(
     step_ms: float,
     contention: dict[str, Any] | None = None,
     rank_nodes: dict[int, int] | None = None,
+    ended_early: bool = False,
 ) -> list[Finding]:
     """Ranks flagged by stragglers.py, costed net of the mutual waiting: what the others
     wait for a rank minus the most any other rank makes them wait (two ranks that take
     turns arriving last are jitter, not a straggler). Capped at low severity when fewer
-    than stragglers.MIN_STEPS steps were matched, or when other processes kept the host's
+    than stragglers.MIN_STEPS steps were matched, when other processes kept the host's
     CPUs saturated (``contention`` from host.host_contention): the rank may then be late
-    because it got less CPU, not because of anything it does."""
+    because it got less CPU, not because of anything it does; or when the run failed or
+    hung (``ended_early``): its failure is the finding, and the few steps before it say
+    little about a rank's pace."""
     if stragglers is None or len(stragglers) == 0 or "is_straggler" not in stragglers:
         return []
     # The median over steps resists a few steps where one rank was descheduled (shared
@@ -273,6 +276,8 @@ def straggler_findings(
         severity = "low"
     contended = bool(contention and contention.get("contended"))
     if contended:  # other processes held the CPUs: the scheduler may be the cause
+        severity = "low"
+    if ended_early:
         severity = "low"
     consistency = {}
     if "last_share" in named:

@@ -466,7 +466,8 @@ def analyze(
     found: list[Finding] = []
     found += failures.failure_findings(run)
     contention = _guard(warnings, "host CPU", host.host_contention, run) if run else None
-    straggler = fnd.straggler_findings(slow, step_ms, contention, rank_nodes)
+    ended_early = run is not None and (run.manifest or {}).get("status") in ("failed", "hang")
+    straggler = fnd.straggler_findings(slow, step_ms, contention, rank_nodes, ended_early)
     waited = sum(fnd.waiting_share(ranks, f.ranks, f.cost_ms_per_step) for f in straggler)
     found += straggler
     largest = fnd.largest_collective_bytes(coll)
