@@ -34,6 +34,7 @@ import pandas as pd
 
 from gpudiag.analysis.comms import busbw_factor, transfer_ms
 from gpudiag.analysis.result import RunInfo
+from gpudiag.analysis.whatif import step_range
 
 ALGORITHMS = ("ring", "tree")
 
@@ -341,17 +342,6 @@ def _mean(ranks: pd.DataFrame, col: str) -> float:
     return float(v.mean()) if v.notna().any() else 0.0
 
 
-def _step_range(breakdown: pd.DataFrame, step_ms: float) -> tuple[float, float]:
-    if breakdown is None or breakdown.empty:
-        return step_ms, step_ms
-    per_step = breakdown.groupby("step")["step_ms"].mean().to_numpy(dtype=float)
-    per_step = per_step[np.isfinite(per_step)]
-    if not len(per_step):
-        return step_ms, step_ms
-    low, high = np.percentile(per_step, [10, 90])
-    return float(low), float(high)
-
-
 def project_scale(
     ranks: pd.DataFrame,
     breakdown: pd.DataFrame,
@@ -408,7 +398,7 @@ def project_scale(
     busy_n = busy * over
     exposed_n = exposed * comm_ratio
     projected = idle + busy_n + exposed_n
-    low, high = _step_range(breakdown, step_ms)
+    low, high = step_range(breakdown, step_ms)
     scale = projected / step_ms
 
     if nodes <= 1:

@@ -129,7 +129,7 @@ def mean_step_ms(ranks: pd.DataFrame) -> float:
     return float(ranks["step_ms_mean"].astype(float).mean())
 
 
-def _step_range(breakdown: pd.DataFrame, step_ms: float) -> tuple[float, float]:
+def step_range(breakdown: pd.DataFrame, step_ms: float) -> tuple[float, float]:
     """10th and 90th percentile of the analysed steps, each the mean over ranks (the same
     averaging as the mean step time)."""
     b = breakdown
@@ -185,7 +185,7 @@ def project(
     step_ms = mean_step_ms(ranks)
     if not (step_ms > 0):
         return []
-    low, high = _step_range(breakdown, step_ms)
+    low, high = step_range(breakdown, step_ms)
     projections = []
     for scenario in SCENARIOS:
         finding = _costliest(findings, scenario.finding_kind)

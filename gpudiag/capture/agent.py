@@ -106,7 +106,8 @@ def failure_rows(failures: dict) -> dict[str, dict]:
     return rows
 
 
-def write_failures(failures: dict) -> None:
+def _write_agent_file(document: dict) -> None:
+    """node<N>/agent_failures.json of this node, when the launcher named a run directory."""
     run_dir = os.environ.get(ENV_RUN_DIR)
     if not run_dir:
         return
@@ -116,9 +117,13 @@ def write_failures(failures: dict) -> None:
     path = rundir.node_dir(run_dir, node) / AGENT_FAILURES
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        rundir.write_json_atomic(path, {"t_ns": time.time_ns(), "failures": failure_rows(failures)})
+        rundir.write_json_atomic(path, {"t_ns": time.time_ns(), **document})
     except (OSError, TypeError, ValueError):
         pass
+
+
+def write_failures(failures: dict) -> None:
+    _write_agent_file({"failures": failure_rows(failures)})
 
 
 def rendezvous_failure(exc: BaseException, argv: list[str]) -> str:
@@ -138,20 +143,7 @@ def rendezvous_failure(exc: BaseException, argv: list[str]) -> str:
 
 
 def write_rendezvous_error(text: str) -> None:
-    run_dir = os.environ.get(ENV_RUN_DIR)
-    if not run_dir:
-        return
-    from gpudiag import rundir
-
-    node = int(os.environ.get(ENV_NODE_RANK, "0") or 0)
-    path = rundir.node_dir(run_dir, node) / AGENT_FAILURES
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        rundir.write_json_atomic(
-            path, {"t_ns": time.time_ns(), "failures": {}, "rendezvous_error": text}
-        )
-    except (OSError, TypeError, ValueError):
-        pass
+    _write_agent_file({"failures": {}, "rendezvous_error": text})
 
 
 def _hang_reported() -> bool:
