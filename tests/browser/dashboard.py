@@ -8,6 +8,7 @@ skeleton, so pages are driven and the plotly SVG is awaited.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -133,9 +134,13 @@ def wait_idle(page: Any, timeout_ms: int = 60_000) -> None:
 
 
 def open_view(page: Any, view: str, timeout_ms: int = 60_000) -> None:
-    """Click a view in the sidebar and wait for its header."""
-    page.locator('[data-testid="stSidebar"] label').filter(has_text=view).first.click()
-    page.wait_for_selector(f'h2:has-text("{view}")', timeout=timeout_ms)
+    """Click a view in the sidebar and wait for its own header. The header must start
+    with the view's name (case-sensitive): `:has-text` matches any substring in any
+    case, and a run named like "`code`" already matched "Code" in the Overview header."""
+    exact = re.compile(rf"^{re.escape(view)}$")
+    page.locator('[data-testid="stSidebar"] label').filter(has_text=exact).first.click()
+    own_header = re.compile(rf"^{re.escape(view)}( ·|$)")
+    page.locator("h2").filter(has_text=own_header).first.wait_for(timeout=timeout_ms)
     wait_idle(page, timeout_ms)
 
 
