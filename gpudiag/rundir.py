@@ -9,7 +9,7 @@ Layout (format version 1)::
     <run>/manifest.json                    launcher (node 0); atomically replaced
     <run>/manifest.node<N>.json            launchers of nodes N > 0
     <run>/lint.json                        lint result for the traced script
-    <run>/hang_report.json                 only when the hang watchdog fired
+    <run>/hang_report.json                 only when the hang watchdog fired (node K: .node<K>.json)
     <run>/bench.json                       only for runs made by `gpudiag bench`
     <run>/traces/rank<R>.pt.trace.json.gz  Kineto trace of the profiled window
     <run>/rank<R>/steps.jsonl              one row per training step
@@ -161,6 +161,31 @@ def manifest_path(run: str | os.PathLike[str], node: int = 0) -> Path:
     if node == 0:
         return Path(run) / MANIFEST
     return Path(run) / f"manifest.node{node}.json"
+
+
+def hang_report_path(run: str | os.PathLike[str], node: int = 0) -> Path:
+    """Each node's hang watchdog writes its own report (node 0: hang_report.json)."""
+    if node == 0:
+        return Path(run) / HANG_REPORT
+    return Path(run) / f"hang_report.node{node}.json"
+
+
+_NODE_HANG_REPORT_RE = re.compile(r"hang_report\.node([1-9]\d{0,5})\.json")
+
+
+def hang_report_paths(run: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """(node, path) of every hang report in a run directory, node 0 first."""
+    run = Path(run)
+    found = [(0, run / HANG_REPORT)] if (run / HANG_REPORT).is_file() else []
+    try:
+        names = sorted(os.listdir(run))
+    except OSError:
+        return found
+    for name in names:
+        match = _NODE_HANG_REPORT_RE.fullmatch(name)
+        if match and (run / name).is_file():
+            found.append((int(match.group(1)), run / name))
+    return sorted(found)
 
 
 def reserve_path(run: str | os.PathLike[str], node: int = 0) -> Path:
@@ -656,6 +681,54 @@ def check_hang_report(report: dict, path: Path, warnings: list[str] | None) -> d
     return report
 
 
+def read_hang_reports(run: Path, warnings: list[str] | None) -> dict[str, Any] | None:
+    """Every node's hang report of a run directory, merged (None when there is none)."""
+    reports = []
+    for node, path in hang_report_paths(run):
+        report = read_object(path, HANG_REPORT, warnings)
+        if report is not None:
+            reports.append((node, report))
+    return merge_hang_reports(reports)
+
+
+def merge_hang_reports(reports: list[tuple[int, dict[str, Any]]]) -> dict[str, Any] | None:
+    """One report for the job from each node's (a node's watchdog sees only its own ranks,
+    so only the report of the node whose rank never arrived can name it). The verdict
+    is the one that names a rank outside the collective, or a desync, else node 0's;
+    ``node_verdicts`` keeps each node's."""
+    if len(reports) <= 1:
+        return reports[0][1] if reports else None
+    reports = sorted(reports, key=lambda item: item[0])
+    merged: dict[str, Any] = {"ranks": {}, "nodes": [node for node, _ in reports]}
+    for _, report in reports:
+        if isinstance(report.get("ranks"), dict):
+            merged["ranks"].update(report["ranks"])
+    for key in ("stuck_ranks", "ranks_not_in_collective", "working_ranks"):
+        merged[key] = sorted(
+            {r for _, rep in reports for r in (rep.get(key) or []) if isinstance(r, int)}
+        )
+    for key in ("detected_after_s", "t_ns"):
+        values = [rep[key] for _, rep in reports if isinstance(rep.get(key), (int, float))]
+        if values:
+            merged[key] = min(values)
+    merged["hang"] = any(rep.get("hang") is True for _, rep in reports)
+    merged["desync"] = next(
+        (rep["desync"] for _, rep in reports if isinstance(rep.get("desync"), dict)), None
+    )
+    telling = [
+        rep
+        for _, rep in reports
+        if rep.get("ranks_not_in_collective") or isinstance(rep.get("desync"), dict)
+    ]
+    chosen = telling[0] if telling else reports[0][1]
+    if isinstance(chosen.get("verdict"), str):
+        merged["verdict"] = chosen["verdict"]
+    merged["node_verdicts"] = {
+        str(node): rep["verdict"] for node, rep in reports if isinstance(rep.get("verdict"), str)
+    }
+    return merged
+
+
 def read_object(
     path: str | os.PathLike[str], schema: str, warnings: list[str] | None = None
 ) -> dict[str, Any] | None:
@@ -932,7 +1005,7 @@ def _trace_files_in(directory: Path) -> list[Path]:
         and is_trace_name(p.name)
         and not p.name.startswith(".")
         and p.name not in RUN_FILES
-        and not p.name.startswith("manifest.")
+        and not p.name.startswith(("manifest.", "hang_report."))
     )
 
 
@@ -964,7 +1037,9 @@ def find_traces(path: str | os.PathLike[str]) -> list[Path]:
 def looks_like_trace(path: Path) -> bool:
     """A profiler trace by name (Kineto's, even when damaged) or, for another ``*.json``,
     by its first bytes: how a folder of runs is told apart from folders of other JSON."""
-    if path.name in RUN_FILES or path.name.startswith(".") or not path.is_file():
+    if path.name in RUN_FILES or path.name.startswith((".", "hang_report.")):
+        return False
+    if not path.is_file():
         return False
     if _KINETO_NAME_RE.search(path.name):
         return True
@@ -1275,7 +1350,7 @@ def _load_one(run: Path) -> Run:
         gpu_samples=_frame(node_rows[GPU_SAMPLES], GPU_COLUMNS),
         host_samples=_frame(node_rows[HOST_SAMPLES], HOST_COLUMNS),
         lint=read_lint(run, warnings),
-        hang_report=read_object(run / HANG_REPORT, HANG_REPORT, warnings),
+        hang_report=read_hang_reports(run, warnings),
         warnings=warnings,
         clock_offsets=rank_offsets,
     )
@@ -1533,7 +1608,9 @@ def merge_runs(runs: Sequence[Run], path: Path) -> Run:
         gpu_samples=_concat([r.gpu_samples for r in parts]),
         host_samples=_concat([r.host_samples for r in parts]),
         lint=next((r.lint for r in parts if r.lint is not None), None),
-        hang_report=next((r.hang_report for r in parts if r.hang_report is not None), None),
+        hang_report=merge_hang_reports(
+            [(manifest_node(r.manifest), r.hang_report) for r in parts if r.hang_report]
+        ),
         warnings=[w for r in parts for w in r.warnings],
     )
     for r in parts:
@@ -1896,7 +1973,7 @@ class LiveReader:
             status=status,
             manifest=manifest,
             node_manifests=node_manifests,
-            hang_report=(self.run / HANG_REPORT).is_file(),
+            hang_report=bool(hang_report_paths(self.run)),
             rank_rows=rank_rows,
             node_rows=node_rows,
             rank_info=dict(self._rank_info),

@@ -279,3 +279,62 @@ def test_a_node_killed_mid_run_is_blamed_not_its_peers(tmp_path: Path) -> None:
     assert loaded.manifest["nodes"][1]["status"] == "launcher_lost"
     found = [f for f in analyze(run).findings if f.kind == "rank_failed"]
     assert found and "node 1" in found[0].title, [f.title for f in found]
+
+
+HANG = SCRIPTS / "findings_hang.py"
+
+
+def _hang_nodes(outs: tuple[Path, Path]) -> list[str]:
+    """Rank 3 (node 1) sleeps instead of entering all_reduce at step 3: ranks 0-2 wait."""
+    port = free_port()
+    flags = ["--hang-timeout", "10"]
+    procs = []
+    for node, out in enumerate(outs):
+        cmd = [sys.executable, "-m", "gpudiag", "trace", "--no-lint", "--out", str(out)]
+        cmd += [*flags, *static_flags(node, port), str(HANG), "--culprit", str(SLOW_RANK)]
+        procs.append(
+            subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        )
+    logs = finish(procs, timeout_s=240)
+    for p, log in zip(procs, logs, strict=True):
+        assert p.returncode != 0 and "hang" in log, log[-3000:]
+    return logs
+
+
+def _hang_finding(path: Path | list[Path]) -> dict:
+    findings = analyze(path).to_json()["findings"]
+    assert findings and findings[0]["kind"] == "hang", [f["title"] for f in findings]
+    return findings[0]
+
+
+def test_a_rank_of_another_node_that_never_arrives_is_named(tmp_path: Path) -> None:
+    """Each node's watchdog sees only its own ranks: node 0's sees ranks 0 and 1 waiting,
+    node 1's sees rank 3 outside the collective. Both reports are kept and merged, so the
+    rank that never arrived is named, not the ranks that waited for it."""
+    run = tmp_path / "run"
+    _hang_nodes((run, run))
+    assert rundir.hang_report_paths(run) == [
+        (0, run / "hang_report.json"),
+        (1, run / "hang_report.node1.json"),
+    ]
+    finding = _hang_finding(run)
+    assert finding["ranks"] == [SLOW_RANK], finding
+    assert f"rank {SLOW_RANK} never entered all_reduce" in finding["title"]
+    assert finding["evidence"]["waiting_ranks"] == [0, 1, 2]
+    # node 1 wrote no report (its watchdog did not fire): its ranks are the suspects
+    (run / "hang_report.node1.json").unlink()
+    finding = _hang_finding(run)
+    assert finding["ranks"] == [2, 3] and "(node 1)" in finding["title"], finding
+    assert finding["evidence"]["waiting_ranks"] == [0, 1]
+
+
+def test_per_node_directories_of_a_hang_name_the_rank_that_never_arrived(
+    tmp_path: Path,
+) -> None:
+    nodes = (tmp_path / "node0", tmp_path / "node1")
+    _hang_nodes(nodes)
+    assert (nodes[1] / "hang_report.node1.json").is_file()
+    assert _hang_finding(list(nodes))["ranks"] == [SLOW_RANK]
+    # node 0's directory alone: its waiting ranks are not blamed; the ranks it never saw are
+    alone = _hang_finding(nodes[0])
+    assert alone["ranks"] == [2, 3] and alone["evidence"]["waiting_ranks"] == [0, 1], alone

@@ -143,6 +143,25 @@ def _rank_states(report: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return out
 
 
+def _unobserved_ranks(run: Any, states: dict[int, dict[str, Any]]) -> list[int]:
+    """The job's ranks that no node's hang report covers (a node whose watchdog did not
+    fire, wrote no report, or whose directory was not given)."""
+    ranks = getattr(run, "ranks", None)
+    if not states or not isinstance(ranks, list):
+        return []
+    world_size = getattr(run, "world_size", None)
+    world = (
+        set(range(world_size)) if isinstance(world_size, int) and world_size < 1 << 20 else set()
+    )
+    return sorted((world | set(ranks)) - set(states))
+
+
+def _nodes_of(run: Any, ranks: list[int]) -> str:
+    nodes = getattr(run, "rank_nodes", None) or {}
+    named = sorted({nodes[r] for r in ranks if r in nodes})
+    return f" (node {', '.join(map(str, named))})" if named else ""
+
+
 def _first_inflight(states: dict[int, dict[str, Any]], ranks: list[int]) -> dict[str, Any]:
     calls = [
         c for r in ranks for c in (states.get(r, {}).get("inflight") or []) if isinstance(c, dict)
@@ -161,6 +180,7 @@ def hang_findings(run: Any) -> list[Finding]:
     states = _rank_states(report)
     waiting = _as_int_list(report.get("stuck_ranks"))
     absent = _as_int_list(report.get("ranks_not_in_collective"))
+    unobserved = _unobserved_ranks(run, states)
     desync = report.get("desync") if isinstance(report.get("desync"), dict) else None
     call = _first_inflight(states, waiting)
     stacks = getattr(run, "stacks", None) or {}
@@ -181,6 +201,14 @@ def hang_findings(run: Any) -> list[Finding]:
         "last_steps": {str(r): s.get("last_step") for r, s in sorted(states.items())},
     }
     verdict = str(report.get("verdict") or "the job stopped making progress")
+    if unobserved and not absent:
+        # every rank a watchdog saw waits: the cause is among the ranks no watchdog
+        # reported on (another node's), not the waiting ones
+        evidence["ranks_not_observed"] = unobserved
+        verdict += (
+            f"; rank(s) {', '.join(map(str, unobserved))}{_nodes_of(run, unobserved)} were "
+            "not seen by a hang watchdog that fired: the likely cause"
+        )
     if desync is not None:
         calls = desync.get("calls") if isinstance(desync.get("calls"), dict) else {}
         described = {
@@ -213,7 +241,7 @@ def hang_findings(run: Any) -> list[Finding]:
             kind="hang",
             severity="high",
             cost_ms_per_step=0.0,
-            ranks=absent or waiting,
+            ranks=absent or unobserved or waiting,
             title=f"Hang: {verdict}",
             evidence=evidence,
             fix=HANG_FIX,

@@ -26,7 +26,6 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
 AGENT_FAILURES = "agent_failures.json"
 ENV_RUN_DIR = "GPUDIAG_RUN_DIR"
@@ -154,7 +153,7 @@ def _hang_reported() -> bool:
         return False
     from gpudiag import rundir
 
-    return (Path(run_dir) / rundir.HANG_REPORT).exists()
+    return bool(rundir.hang_report_paths(run_dir))
 
 
 def hook_rendezvous() -> bool:

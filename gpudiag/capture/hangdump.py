@@ -49,10 +49,11 @@ def finish_request_path(run_dir: Path, rank: int) -> Path:
 
 
 def hang_decided(run_dir: Path, rank: int) -> str | None:
-    """The watchdog's verdict when it has decided that the job hangs (it writes
-    hang_report.json, then a finish request per rank), else None. A rank whose collective
+    """The watchdog's verdict when it has decided that the job hangs (a node's watchdog
+    writes its hang report, then a finish request per rank), else None. A rank whose collective
     fails right then failed because the watchdog ended its peer: it hangs, it did not fail."""
-    for path in (finish_request_path(run_dir, rank), Path(run_dir) / rundir.HANG_REPORT):
+    reports = [path for _, path in rundir.hang_report_paths(run_dir)]
+    for path in (finish_request_path(run_dir, rank), *reports):
         decided = rundir.read_json(path)
         if isinstance(decided, dict):
             decided = decided.get("verdict")

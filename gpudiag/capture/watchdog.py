@@ -256,9 +256,9 @@ class HangWatchdog:
         self.fired = True
         self.report = report
         try:  # a full disk must not stop the hang from being handled
-            rundir.write_json_atomic(self.run_dir / rundir.HANG_REPORT, report)
+            rundir.write_json_atomic(rundir.hang_report_path(self.run_dir, self.node or 0), report)
         except OSError as exc:
-            rundir.note_write_problem(self.run_dir / rundir.HANG_REPORT, exc)
+            rundir.note_write_problem(rundir.hang_report_path(self.run_dir, self.node or 0), exc)
         if self.finish_ranks:
             for rank in _local_ranks(self.run_dir, self.node):
                 request_finish(self.run_dir, rank, report["verdict"])
