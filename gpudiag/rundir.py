@@ -902,9 +902,14 @@ def worst_status(statuses: Iterable[Any]) -> str | None:
 
 def node_run_statuses(run: str | os.PathLike[str]) -> dict[int, str | None]:
     """:func:`run_status` of each node's manifest in ``run`` (manifest.json and every
-    manifest.node<K>.json), by node rank; {} without a manifest."""
+    manifest.node<K>.json, or those of each per-node directory when ``run`` is their
+    parent, see :func:`node_parts`), by node rank; {} without a manifest."""
     run = Path(run)
     found: dict[int, str | None] = {}
+    for part in node_parts(run):
+        found.update(node_run_statuses(part))
+    if found:
+        return found
     paths = [run / MANIFEST] + sorted(run.glob("manifest.node*.json"))
     for path in paths:
         manifest = read_json(path)
@@ -1061,8 +1066,12 @@ def holds_traces(directory: Path) -> bool:
 
 
 def is_analysable(directory: Path) -> bool:
-    """A gpudiag run directory, or a directory holding profiler traces itself."""
-    return directory.is_dir() and (is_run_dir(directory) or holds_traces(directory))
+    """A gpudiag run directory, a directory holding profiler traces itself, or the
+    parent of one multi-node job's per-node directories (:func:`node_parts`: read as
+    one run)."""
+    return directory.is_dir() and (
+        is_run_dir(directory) or holds_traces(directory) or bool(node_parts(directory))
+    )
 
 
 def find_runs(root: str | os.PathLike[str], max_depth: int = 2) -> list[Path]:
@@ -1554,11 +1563,23 @@ def same_job(directories: Sequence[Path]) -> bool:
         return False
     if len({manifest_node(m) for m in ms}) != len(ms):
         return False
-    starts = [t for m in ms if isinstance(t := m.get("start_ns"), int)]
-    ends = [t for m in ms if isinstance(t := m.get("end_ns") or time.time_ns(), int)]
+    # on node 0's clock (a node's manifest stamps are its own); a running node ends now
+    starts = [t + _manifest_offset(m) for m in ms if isinstance(t := m.get("start_ns"), int)]
+    ends = [
+        t + _manifest_offset(m) if m.get("end_ns") else time.time_ns()
+        for m in ms
+        if isinstance(t := m.get("end_ns") or 0, int)
+    ]
     if len(starts) != len(ms) or len(ends) != len(ms):
         return False
     return max(starts) <= min(ends)
+
+
+def _manifest_offset(manifest: Mapping[str, Any]) -> int:
+    """The node's clock offset to node 0 its manifest records (0 when none)."""
+    clock = manifest.get("clock")
+    offset = clock.get("offset_ns") if isinstance(clock, dict) else None
+    return offset if _is_int(offset) and abs(offset) <= MAX_CLOCK_OFFSET_NS else 0
 
 
 def node_parts(directory: str | os.PathLike[str]) -> list[Path]:
@@ -1911,12 +1932,18 @@ class LiveReader:
         self._inflight_mtime: dict[int, int] = {}
         self._clock: dict[int, int] = {}  # node -> offset to node 0 (node<K>/clock.json)
 
-    def _clock_offsets(self, nodes: list[int]) -> dict[int, int]:
-        """Each node's clock offset once its clock.json holds one (read until then)."""
-        for n in nodes:
+    def _clock_offsets(
+        self, nodes: list[int], manifests: Mapping[int, Mapping[str, Any]]
+    ) -> dict[int, int]:
+        """Each node's clock offset, as the loader takes it (:func:`clock_offsets`): its
+        manifest's ``clock``, else its ``node<K>/clock.json``; read again each poll until
+        one holds a measurement (the launcher writes them after the rendezvous)."""
+        for n in sorted(set(nodes) | set(manifests)):
             if n == 0 or n in self._clock:
                 continue
-            record = read_json(node_dir(self.run, n) / CLOCK)
+            record = manifests.get(n, {}).get("clock")
+            if not isinstance(record, dict) or "offset_ns" not in record:
+                record = read_json(node_dir(self.run, n) / CLOCK)
             if isinstance(record, dict) and ("offset_ns" in record or "error" in record):
                 offset = record.get("offset_ns")
                 if isinstance(offset, int) and _is_int(offset):
@@ -1950,6 +1977,9 @@ class LiveReader:
                 node_manifests[int(m.group(1))] = extra
                 statuses.append(run_status(extra, p))
         status = _worst_status(statuses) if statuses else None
+        by_node = dict(node_manifests)
+        if manifest:
+            by_node.setdefault(manifest_node(manifest), manifest)
         ranks = list_ranks(self.run)
         for r in ranks:
             self._read_docs(r)
@@ -1958,13 +1988,16 @@ class LiveReader:
         }
         nodes = list_nodes(self.run)
         node_rows = {t: {n: self._tail("node", t, n).read() for n in nodes} for t in NODE_TABLES}
-        offsets = self._clock_offsets(nodes)
+        offsets = self._clock_offsets(nodes, by_node)
+        rank_offsets: dict[int, int] = {}
         if offsets:  # a multi-node run: every node's rows on node 0's clock
+            for r, info in self._rank_info.items():
+                node = info.get("node_rank")
+                if isinstance(node, int) and offsets.get(node):
+                    rank_offsets[r] = offsets[node]
             for table in rank_rows.values():
                 for r, rows in table.items():
-                    node = self._rank_info.get(r, {}).get("node_rank")
-                    if isinstance(node, int):
-                        _shift_instants(rows, offsets.get(node, 0))
+                    _shift_instants(rows, rank_offsets.get(r, 0))
             for table in node_rows.values():
                 for n, rows in table.items():
                     _shift_instants(rows, offsets.get(n, 0))
@@ -1976,9 +2009,9 @@ class LiveReader:
             hang_report=bool(hang_report_paths(self.run)),
             rank_rows=rank_rows,
             node_rows=node_rows,
-            rank_info=dict(self._rank_info),
-            statuses=dict(self._statuses),
-            inflight=dict(self._inflight),
+            rank_info=_shifted_docs(self._rank_info, rank_offsets),
+            statuses=_shifted_docs(self._statuses, rank_offsets),
+            inflight=_shifted_docs(self._inflight, rank_offsets),
             warnings=warnings,
             writing="running" in statuses,
         )
@@ -2005,3 +2038,150 @@ class LiveReader:
             if live is not None:
                 self._inflight[rank] = live
                 self._inflight_mtime[rank] = mtime
+
+
+# Instants of the live documents (inflight_live.json's entries) beside the tables' own.
+_LIVE_INSTANTS = INSTANT_COLUMNS | {"enter_ns"}
+
+
+def _shifted_docs(
+    docs: Mapping[int, dict[str, Any]], offsets: Mapping[int, int]
+) -> dict[int, dict[str, Any]]:
+    """rank -> document, the instants of a rank on another node's clock (top level and
+    in lists of entries) put on node 0's, in copies: the kept documents stay as read."""
+    out = dict(docs)
+    for rank, offset in offsets.items():
+        doc = docs.get(rank)
+        if doc is None or not offset:
+            continue
+        copy = {k: _shift_value(k, v, offset) for k, v in doc.items()}
+        for key, value in doc.items():
+            if isinstance(value, list):
+                copy[key] = [
+                    {k: _shift_value(k, v, offset) for k, v in e.items()}
+                    if isinstance(e, dict)
+                    else e
+                    for e in value
+                ]
+        out[rank] = copy
+    return out
+
+
+def _shift_value(key: str, value: Any, offset: int) -> Any:
+    return value + offset if key in _LIVE_INSTANTS and _is_int(value) else value
+
+
+class JobLiveReader:
+    """Reads the per-node run directories of one multi-node job while it runs (each
+    launcher its own ``--out``), as one run: one :class:`LiveReader` per directory, so
+    every table keeps its own remembered offset, and each poll's batches merged the way
+    :func:`load_run` merges the directories (:func:`merge_manifests`, the worst node's
+    status; ranks and nodes are disjoint, each node wrote its own, every node's rows
+    already on node 0's clock).
+
+    Given the parent of the directories, new node directories of the job are picked up
+    as they appear (:func:`node_parts`)."""
+
+    def __init__(
+        self,
+        parts: Sequence[str | os.PathLike[str]],
+        parent: str | os.PathLike[str] | None = None,
+        tail_bytes: dict[str, int] | None = None,
+    ) -> None:
+        self.parent = Path(parent) if parent is not None else None
+        self.tail_bytes = tail_bytes
+        self.readers: dict[Path, LiveReader] = {}
+        for part in parts:
+            self._add(Path(part))
+        if not self.readers:
+            raise RunFormatError(f"{parent}: no node directories")
+        self.run = self.parent or Path(os.path.commonpath([str(p) for p in self.readers]))
+
+    def _add(self, part: Path) -> None:
+        if part not in self.readers:
+            self.readers[part] = LiveReader(part, self.tail_bytes)
+
+    @property
+    def parts(self) -> list[Path]:
+        return list(self.readers)
+
+    def malformed_rows(self) -> int:
+        return sum(r.malformed_rows() for r in self.readers.values())
+
+    def poll(self) -> LiveBatch:
+        if self.parent is not None:
+            for part in node_parts(self.parent):
+                self._add(part)
+        return merge_live_batches([r.poll() for r in self.readers.values()])
+
+
+def merge_live_batches(batches: Sequence[LiveBatch]) -> LiveBatch:
+    """One job's :class:`LiveBatch` from its nodes' directories' batches."""
+    manifests: dict[int, dict[str, Any]] = {}
+    for b in batches:
+        if b.manifest:
+            manifests.setdefault(manifest_node(b.manifest), b.manifest)
+        for n, m in b.node_manifests.items():
+            manifests.setdefault(n, m)
+    merged = merge_manifests(sorted(manifests.items())) if manifests else {}
+    first = min(manifests) if manifests else 0
+    statuses = [b.status for b in batches if b.status is not None]
+
+    def union(
+        attr: str,
+    ) -> dict[str, dict[int, list[dict[str, Any]]]]:
+        out: dict[str, dict[int, list[dict[str, Any]]]] = {}
+        for b in batches:
+            for table, rows in getattr(b, attr).items():
+                out.setdefault(table, {}).update(rows)
+        return out
+
+    def docs(attr: str) -> dict[int, dict[str, Any]]:
+        out: dict[int, dict[str, Any]] = {}
+        for b in batches:
+            out.update(getattr(b, attr))
+        return out
+
+    return LiveBatch(
+        t_ns=max(b.t_ns for b in batches),
+        status=_worst_status(statuses) if statuses else None,
+        manifest=merged,
+        node_manifests={n: m for n, m in manifests.items() if n != first},
+        hang_report=any(b.hang_report for b in batches),
+        rank_rows=union("rank_rows"),
+        node_rows=union("node_rows"),
+        rank_info=docs("rank_info"),
+        statuses=docs("statuses"),
+        inflight=docs("inflight"),
+        warnings=[w for b in batches for w in b.warnings],
+        writing=any(b.writing for b in batches),
+    )
+
+
+def open_live(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    tail_bytes: dict[str, int] | None = None,
+) -> LiveReader | JobLiveReader:
+    """The live reader of a run as :func:`load_run` would read it: a run directory, the
+    per-node directories of one job (a list of them, or a parent holding them, found
+    and grouped as `gpudiag analyze` does: :func:`node_parts`, :func:`group_node_dirs`).
+    Raises :class:`RunFormatError` (one line) for anything else."""
+    if not isinstance(path, (str, os.PathLike)):
+        paths = [Path(p) for p in path]
+        if len(paths) == 1:
+            return open_live(paths[0], tail_bytes)
+        for p in paths:
+            if not is_run_dir(p):
+                raise RunFormatError(f"{p}: not a gpudiag run directory")
+        groups = group_node_dirs(paths)
+        if len(groups) != 1:
+            raise RunFormatError(
+                f"{' '.join(map(str, paths))}: not the per-node directories of one job "
+                "(one node each, the same job, at the same time)"
+            )
+        return JobLiveReader(groups[0], tail_bytes=tail_bytes)
+    run = Path(path)
+    parts = node_parts(run)
+    if parts:
+        return JobLiveReader(parts, parent=run, tail_bytes=tail_bytes)
+    return LiveReader(run, tail_bytes)

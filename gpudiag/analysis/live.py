@@ -21,6 +21,7 @@ import statistics
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -535,6 +536,8 @@ class LiveUpdate:
 class LiveMonitor:
     """A run followed live: its incremental reader, the bounded window and the lagging
     result, kept between refreshes so each costs only the rows appended since the last.
+    ``run`` is what `gpudiag analyze` takes: a run directory, or the per-node
+    directories of one multi-node job (a list, or their parent), followed as one job.
 
     Thread-safe, so several viewers (`gpudiag watch`, dashboard sessions) can share one:
     a refresh within ``min_interval_s`` of the previous one returns that one's update
@@ -542,7 +545,7 @@ class LiveMonitor:
 
     def __init__(
         self,
-        run: str | os.PathLike[str],
+        run: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         window: int = DEFAULT_WINDOW_STEPS,
         stuck_after_s: float = DEFAULT_STUCK_AFTER_S,
         min_interval_s: float = 0.0,
@@ -552,7 +555,7 @@ class LiveMonitor:
         self.stuck_after_s = stuck_after_s
         self.min_interval_s = min_interval_s
         self.polls = 0  # how many times the run directory was read (tests, benchmarks)
-        self._reader = rundir.LiveReader(run)
+        self.reader = rundir.open_live(run)  # one directory, or one job's node dirs
         self._window = LiveWindow(window)
         self._lagging = Lagging()
         self._lock = threading.Lock()
@@ -564,7 +567,7 @@ class LiveMonitor:
             now = time.monotonic()
             if self._last is not None and now - self._last_at < self.min_interval_s:
                 return self._last
-            batch = self._reader.poll()
+            batch = self.reader.poll()
             self._window.add(batch)
             snap = snapshot(
                 self._window, batch, self.window_steps, self.stuck_after_s, self._lagging

@@ -1,4 +1,6 @@
 """`gpudiag watch RUN`: a running job, live (rich), or one snapshot (`--once --json`).
+RUN is what `gpudiag analyze` takes: one run directory, or the per-node directories of a
+multi-node job (``watch node0_dir node1_dir`` or ``watch PARENT``), watched as one job.
 
 Reads only the run directory's append-only tables, incrementally
 (:class:`gpudiag.rundir.LiveReader`); the live state is :mod:`gpudiag.analysis.live`.
@@ -22,7 +24,12 @@ def _parser() -> argparse.ArgumentParser:
         description="Watch a running gpudiag run: per-rank progress, lagging ranks, "
         "stuck collectives (docs/live.md).",
     )
-    p.add_argument("run", help="run directory written by `gpudiag trace`")
+    p.add_argument(
+        "run",
+        nargs="+",
+        help="run directory written by `gpudiag trace`; or the per-node directories of "
+        "one multi-node job (several, or their parent), watched as one job",
+    )
     p.add_argument("--once", action="store_true", help="one snapshot, then exit")
     p.add_argument("--json", action="store_true", help="print the snapshot as JSON")
     p.add_argument(
@@ -57,12 +64,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from gpudiag import rundir
 
-    if not rundir.is_run_dir(ns.run):
-        print(f"gpudiag watch: {ns.run}: not a gpudiag run directory", file=sys.stderr)
+    paths: list[str] = ns.run
+    if len(paths) == 1 and not (rundir.is_run_dir(paths[0]) or rundir.node_parts(paths[0])):
+        print(f"gpudiag watch: {paths[0]}: not a gpudiag run directory", file=sys.stderr)
         return 2
     from gpudiag.analysis import live
 
-    monitor = live.LiveMonitor(ns.run, ns.window, ns.stuck_after)
+    try:
+        monitor = live.LiveMonitor(paths, ns.window, ns.stuck_after)
+    except (rundir.RunFormatError, OSError) as exc:
+        print(f"gpudiag watch: {exc}", file=sys.stderr)
+        return 2
+    parts = getattr(monitor.reader, "parts", None)
+    title = " + ".join(map(str, parts)) if parts else paths[0]
+    if parts and not (ns.once and ns.json):
+        print(f"gpudiag watch: one job from {len(parts)} node directories", file=sys.stderr)
 
     def refresh() -> live.LiveSnapshot:
         return monitor.refresh().snapshot
@@ -76,11 +92,11 @@ def main(argv: list[str] | None = None) -> int:
 
             from gpudiag.report.live import render_live
 
-            Console().print(render_live(snap, str(ns.run)))
+            Console().print(render_live(snap, title))
         return 0
     if ns.json:  # a JSON line per refresh, for scripts that follow the run
         return _follow_json(refresh, ns.interval)
-    return _follow_rich(refresh, ns.interval, str(ns.run))
+    return _follow_rich(refresh, ns.interval, title)
 
 
 def _follow_json(refresh: Any, interval: float) -> int:

@@ -8,7 +8,8 @@
          DDP's C++ bucket all-reduce (no Python call the recorder wraps)
 
 Both ranks stop together at the step after STOP_FILE appears (or after MAX_STEPS,
-default 3000).
+default 3000). An optional 4th argument names the rank that is slow / stuck / fails
+instead of rank 1 (a multi-node job's rank on node 1).
 """
 
 import os
@@ -22,6 +23,7 @@ import torch.distributed as dist
 def main() -> None:
     mode, stop_file = sys.argv[1], sys.argv[2]
     max_steps = int(sys.argv[3]) if len(sys.argv) > 3 else 3000
+    target = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     model = torch.nn.Linear(64, 64)
@@ -36,15 +38,15 @@ def main() -> None:
         dist.all_reduce(stop, op=dist.ReduceOp.MAX)
         if stop.item():
             break
-        if rank == 1 and mode == "ddp" and step == 5:
+        if rank == target and mode == "ddp" and step == 5:
             time.sleep(600)
         opt.zero_grad()
         model(x).sum().backward()
-        if rank == 1 and mode == "slow":
+        if rank == target and mode == "slow":
             time.sleep(0.04)
-        if rank == 1 and mode == "stuck" and step == 5:
+        if rank == target and mode == "stuck" and step == 5:
             time.sleep(600)
-        if rank == 1 and mode == "fail" and step == 3:
+        if rank == target and mode == "fail" and step == 3:
             raise RuntimeError("live test: rank 1 fails at step 3")
         for p in model.parameters() if mode != "ddp" else ():
             dist.all_reduce(p.grad)
