@@ -210,6 +210,44 @@ def test_multi_node_run_is_live_while_a_node_writes(
     assert _metric(at, "Status").startswith("failed")
 
 
+def test_per_node_directories_of_one_job_are_one_live_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A root holding the per-node directories of one running job (each launcher its own
+    --out; node 1's clock 5 s behind): one run in the list, live, ranks of both nodes
+    with their node, node 1 on node 0's clock; the merged post-mortem when it ends."""
+    from tests.live_nodes_split import set_status, split_job
+
+    root = tmp_path / "live_root"
+    dirs = split_job(root / "job", 5_000_000_000)
+    at = _app(monkeypatch, [root])
+    assert at.sidebar.selectbox(key="run").options == ["● live_root/job (live)"]
+    assert at.header[0].value == f"Live · {md('live_root/job')}"
+    assert _metric(at, "State") == "running"
+    assert _metric(at, "Ranks") == "4"
+    assert _metric(at, "Lagging ranks") == "2"  # analyze's straggler, across the nodes
+    ranks = at.table[0].value
+    assert list(ranks["node"]) == ["0", "0", "1", "1"]
+    since = [float(x.replace("\\", "").replace(",", "")) for x in ranks["since last step s"]]
+    assert max(since) - min(since) < 1.0  # not 5 s apart: one clock
+    assert list(at.table[1].value["node"]) == ["0", "1"]  # each node's host
+
+    # Node 1 failed while node 0 still writes: the job is failed, still live.
+    node1 = dirs[1] / "manifest.node1.json"
+    manifest = json.loads(node1.read_text())
+    node1.write_text(json.dumps(dict(manifest, status="failed", exit_code=1, failed_ranks=[3])))
+    time.sleep(dash_live.MIN_POLL_S + 0.1)
+    at.run()
+    assert at.header[0].value.startswith("Live")
+    assert _metric(at, "State") == md("failed (rank 3)")
+
+    set_status(dirs, "ok")
+    at.run()
+    assert not at.exception
+    assert at.header[0].value == f"Overview · {md('live_root/job')}"
+    assert _metric(at, "Status") == "ok"
+
+
 # --------------------------------------------------------------------------- real jobs
 
 
