@@ -1579,7 +1579,9 @@ def _manifest_offset(manifest: Mapping[str, Any]) -> int:
     """The node's clock offset to node 0 its manifest records (0 when none)."""
     clock = manifest.get("clock")
     offset = clock.get("offset_ns") if isinstance(clock, dict) else None
-    return offset if _is_int(offset) and abs(offset) <= MAX_CLOCK_OFFSET_NS else 0
+    if isinstance(offset, int) and _is_int(offset) and abs(offset) <= MAX_CLOCK_OFFSET_NS:
+        return offset
+    return 0
 
 
 def node_parts(directory: str | os.PathLike[str]) -> list[Path]:
