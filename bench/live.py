@@ -20,7 +20,14 @@ process's RSS (psutil):
   to every rank (--append-steps steps and their collectives); --refreshes of them.
   Flat means CPU per refresh and RSS do not grow with the refresh count.
 
+With --nodes N (N > 1) the run is laid out as the per-node directories of an N-node job
+(each launcher its own --out: node<K>/ under one parent, RANKS/N ranks each, node 0's
+manifest.json and the others' manifest.node<K>.json, one job id) and watched through
+their parent, as `gpudiag watch PARENT` does (rundir.open_live: one JobLiveReader, a
+LiveReader per directory).
+
     python bench/live.py [--reps 3] [--refreshes 30] [--append-steps 20] [--coll-steps 2000]
+                         [--nodes 1]
 """
 
 from __future__ import annotations
@@ -102,29 +109,50 @@ class Source:
         return "\n".join(out) + "\n" if out else ""
 
 
-def synthesise(root: Path, src: Source, steps_per_rank: int, coll_steps: int) -> Path:
+def node_of(rank: int, nodes: int) -> int:
+    return rank // (RANKS // nodes)
+
+
+def rank_path(run: Path, rank: int, nodes: int) -> Path:
+    """The rank's directory: in the run, or in its node's directory under the parent."""
+    base = run if nodes == 1 else run / f"node{node_of(rank, nodes)}"
+    return rundir.rank_dir(base, rank)
+
+
+def synthesise(
+    root: Path, src: Source, steps_per_rank: int, coll_steps: int, nodes: int = 1
+) -> Path:
     run = root / f"run-{steps_per_rank * RANKS}"
     run.mkdir(parents=True)
     manifest = json.loads((SOURCE / rundir.MANIFEST).read_text())
     manifest.update(status="running", world_size=RANKS, launcher=None)
-    (run / rundir.MANIFEST).write_text(json.dumps(manifest))
+    if nodes == 1:
+        (run / rundir.MANIFEST).write_text(json.dumps(manifest))
+    for k in range(nodes if nodes > 1 else 0):  # one directory per node, one job
+        part = run / f"node{k}"
+        part.mkdir()
+        mine = dict(manifest, node_rank=k, nnodes=str(nodes), clock={"job_id": run.name})
+        name = rundir.MANIFEST if k == 0 else f"manifest.node{k}.json"
+        (part / name).write_text(json.dumps(mine))
     for r in range(RANKS):
-        d = rundir.rank_dir(run, r)
+        d = rank_path(run, r, nodes)
         d.mkdir()
         info = json.loads(
             (rundir.rank_dir(SOURCE, src.source_rank(r)) / rundir.RANK_INFO).read_text()
         )
-        (d / rundir.RANK_INFO).write_text(json.dumps(dict(info, rank=r, world_size=RANKS)))
+        info.update(rank=r, world_size=RANKS, node_rank=node_of(r, nodes))
+        (d / rundir.RANK_INFO).write_text(json.dumps(info))
         rundir.table_path(d, "steps").write_text(src.step_lines(r, 1, steps_per_rank))
         start = max(1, steps_per_rank - coll_steps + 1)
         rundir.table_path(d, "collectives").write_text(
             src.coll_lines(r, start, steps_per_rank - start + 1)
         )
-    node = rundir.node_dir(run, 0)
-    node.mkdir()
-    rundir.table_path(node, "host_samples").write_text(
-        "".join(json.dumps(h) + "\n" for h in src.host)
-    )
+    for k in range(nodes):
+        node = rundir.node_dir(run if nodes == 1 else run / f"node{k}", k)
+        node.mkdir()
+        rundir.table_path(node, "host_samples").write_text(
+            "".join(json.dumps(h) + "\n" for h in src.host)
+        )
     return run
 
 
@@ -136,7 +164,7 @@ def _rss() -> int:
 
 class Watcher:
     def __init__(self, run: Path) -> None:
-        self.reader = rundir.LiveReader(run)
+        self.reader = rundir.open_live(run)  # the run, or the parent of its node dirs
         self.window = live.LiveWindow()
         self.lagging = live.Lagging()
 
@@ -162,7 +190,10 @@ def main() -> int:
     p.add_argument("--refreshes", type=int, default=30)
     p.add_argument("--append-steps", type=int, default=20)
     p.add_argument("--coll-steps", type=int, default=2000)
+    p.add_argument("--nodes", type=int, default=1, help="per-node directories (divides 64)")
     ns = p.parse_args()
+    if ns.nodes < 1 or RANKS % ns.nodes:
+        p.error(f"--nodes {ns.nodes}: expected a divisor of {RANKS}")
     print(
         "SYNTHESISED run directories: rows of the real sample_runs/ddp4_straggler "
         f"replicated to {RANKS} ranks (rank 2 copies the slow rank 2, the others ranks 0, 1, 3)."
@@ -172,14 +203,16 @@ def main() -> int:
     try:
         t0 = time.perf_counter()
         long_steps = STEP_ROWS // RANKS
-        long_run = synthesise(root, src, long_steps, ns.coll_steps)
-        short_run = synthesise(root, src, long_steps // 10, ns.coll_steps)
+        long_run = synthesise(root, src, long_steps, ns.coll_steps, ns.nodes)
+        short_run = synthesise(root, src, long_steps // 10, ns.coll_steps, ns.nodes)
         size = sum(f.stat().st_size for f in long_run.rglob("*.jsonl"))
         print(
             f"long run: {long_steps * RANKS:,} step rows ({long_steps:,} per rank), "
             f"{size / 2**20:.0f} MiB of tables; short run: {long_steps // 10 * RANKS:,} "
             f"step rows; written in {time.perf_counter() - t0:.0f} s"
         )
+        if ns.nodes > 1:
+            print(f"laid out as {ns.nodes} per-node directories, watched through their parent")
         first: dict[str, list[float]] = {"long": [], "short": []}
         first_wall: dict[str, list[float]] = {"long": [], "short": []}
         for rep in range(ns.reps):
@@ -201,7 +234,7 @@ def main() -> int:
         cpu_ms, wall_ms, rss = [], [], []
         for _ in range(ns.refreshes):
             for r in range(RANKS):
-                d = rundir.rank_dir(long_run, r)
+                d = rank_path(long_run, r, ns.nodes)
                 with open(rundir.table_path(d, "steps"), "a") as fh:
                     fh.write(src.step_lines(r, next_step, ns.append_steps))
                 with open(rundir.table_path(d, "collectives"), "a") as fh:

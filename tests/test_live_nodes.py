@@ -1,9 +1,10 @@
 """`gpudiag watch` over a multi-node job written as one directory per node, while it
 runs: two `gpudiag trace` launchers on 127.0.0.1 act as two nodes of 2 gloo ranks each
 (as in test_multinode.py), each with its own --out. The watch of both directories (or
-of their parent) is one view of the job: the slow rank on node 1 is lagging, and a rank
-on node 1 that stops calling collectives is missing from the stuck collective that
-ranks of both nodes entered, before the hang watchdog ends the job.
+of their parent; and the dashboard's live page of that parent) is one view of the job:
+the slow rank on node 1 is lagging, and a rank on node 1 that stops calling collectives
+is missing from the stuck collective that ranks of both nodes entered, before the hang
+watchdog ends the job.
 
 Node 1's clock runs 5 s behind (the test-only shift): read as written, its ranks would
 seem 5 s late to every collective and 5 s idle since their last step; the watch puts
@@ -26,10 +27,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
 pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).parent / "scripts" / "live_job.py"
+APP = Path(__file__).resolve().parents[1] / "dashboards" / "app.py"
 DEADLINE_S = 300  # 4 ranks and 2 launchers start slowly on 2 shared cores
 TARGET = 3  # local rank 1 of node 1
 SHIFT_NS = -5_000_000_000  # node 1's clock 5 s behind node 0's
@@ -133,9 +136,27 @@ def _output(procs: list[subprocess.Popen[str]]) -> str:
     return "\n---\n".join(outs)
 
 
-def test_watch_per_node_dirs_names_the_slow_rank_and_its_node(tmp_path: Path) -> None:
+def _dashboard_until(at: AppTest, procs: list[subprocess.Popen[str]], what: str) -> None:
+    """Rerun the app until its live page names ``what`` lagging (the panel's text)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline and all(p.poll() is None for p in procs):
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        if any(w.value.startswith(what) for w in at.warning):
+            return
+        time.sleep(1.0)
+    _end(procs)
+    pytest.fail(f"the dashboard never showed {what!r}; output {_output(procs)}")
+
+
+def test_watch_per_node_dirs_names_the_slow_rank_and_its_node(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`gpudiag watch` of both directories and of their parent, and the dashboard's live
+    page of the parent, while the job runs; the merged post-mortem once it ended."""
     job, stop = tmp_path / "job", tmp_path / "stop"
     procs = _start_job(job, "slow", stop)
+    at = None
     try:
         snap = _watch_until(job, procs, lambda s: bool(s["lagging"]) and len(s["ranks"]) == 4)
         assert snap["state"] == "running"
@@ -154,6 +175,17 @@ def test_watch_per_node_dirs_names_the_slow_rank_and_its_node(tmp_path: Path) ->
         parent = _watch([job])
         assert {r["rank"]: r["node"] for r in parent["ranks"]} == {0: 0, 1: 0, 2: 1, 3: 1}
         assert parent["state"] == "running"
+
+        # the dashboard, its root holding the job's parent: one live run
+        monkeypatch.setattr(sys, "argv", ["app.py", str(tmp_path)])
+        at = AppTest.from_file(str(APP), default_timeout=180)
+        _dashboard_until(at, procs, f"Lagging: rank {TARGET} over")
+        assert at.sidebar.selectbox(key="run").value == f"{tmp_path.name}/job"
+        assert at.header[0].value.startswith("Live")
+        assert next(m.value for m in at.metric if m.label == "State") == "running"
+        table = at.table[0].value
+        assert list(table["node"]) == ["0", "0", "1", "1"]
+        assert list(table["lagging"]) == ["", "", "", "lagging"]
     finally:
         stop.write_text("stop")
         for p in procs:
@@ -165,6 +197,11 @@ def test_watch_per_node_dirs_names_the_slow_rank_and_its_node(tmp_path: Path) ->
     done = _watch(_dirs(job))
     assert done["state"] == "ok" and done["failed_ranks"] == []
     assert {r["status"] for r in done["ranks"]} == {"ok"}
+    assert at is not None
+    at.run()  # the job ended: the merged run's analysis
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.header[0].value.startswith("Overview")
+    assert next(m.value for m in at.metric if m.label == "Status") == "ok"
 
 
 def test_watch_per_node_dirs_shows_the_stuck_collective_across_nodes(tmp_path: Path) -> None:
