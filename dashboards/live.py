@@ -103,7 +103,7 @@ def render_snapshot(snap: LiveSnapshot) -> None:
             md(
                 f"Stuck: {s.op} (process group {s.pg}, seq {s.seq}) waiting {s.waiting_s:.1f} s;"
                 f" arrived: {', '.join(map(str, s.arrived)) or 'none'};"
-                f" never arrived: rank {', '.join(map(str, s.missing)) or 'none'}"
+                f" never arrived: rank {tables.live_rank_names(snap, s.missing) or 'none'}"
             )
         )
     st.subheader("Per rank")
@@ -127,7 +127,7 @@ def _lagging(snap: LiveSnapshot) -> None:
     span = snap.lagging_window
     steps = f"steps {span[0]}–{span[1]}" if span else "the steps seen so far"
     if snap.lagging:
-        ranks = ", ".join(map(str, snap.lagging))
+        ranks = tables.live_rank_names(snap, snap.lagging)
         plural = "s" if len(snap.lagging) > 1 else ""
         st.warning(
             f"Lagging: rank{plural} {ranks} over {steps} (the straggler finding "

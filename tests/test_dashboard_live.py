@@ -226,6 +226,7 @@ def test_per_node_directories_of_one_job_are_one_live_run(
     assert _metric(at, "State") == "running"
     assert _metric(at, "Ranks") == "4"
     assert _metric(at, "Lagging ranks") == "2"  # analyze's straggler, across the nodes
+    assert any(w.startswith("Lagging: rank 2 (node 1) over") for w in _texts(at.warning))
     ranks = at.table[0].value
     assert list(ranks["node"]) == ["0", "0", "1", "1"]
     since = [float(x.replace("\\", "").replace(",", "")) for x in ranks["since last step s"]]

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudiag.analysis.live import LiveSnapshot
+from gpudiag.report.tables import live_rank_names
 
 STATE_STYLE = {
     "running": "bold green",
@@ -46,7 +47,7 @@ def render_live(snap: LiveSnapshot, run: str) -> RenderableType:
     parts.append(head)
     lag = Text("lagging: ")
     if snap.lagging:
-        lag.append(f"rank {_ranks(snap.lagging)}", style="bold yellow")
+        lag.append(f"rank {live_rank_names(snap, snap.lagging)}", style="bold yellow")
     else:
         lag.append("none")
     if snap.lagging_window:
@@ -58,7 +59,7 @@ def render_live(snap: LiveSnapshot, run: str) -> RenderableType:
             f"{s.op} pg {s.pg} seq {s.seq}: waiting {s.waiting_s:.1f} s; "
             f"arrived {_ranks(s.arrived)}; never arrived: "
         )
-        line.append(_ranks(s.missing), style="bold red")
+        line.append(live_rank_names(snap, s.missing) or "-", style="bold red")
         parts.append(line)
     table = Table(box=None, pad_edge=False)
     for name in ("rank", "node", "step", "steps/s", "last ms", "median ms", "since last s",

@@ -44,6 +44,17 @@ def _ranks(ranks: list[int]) -> str:
     return ", ".join(str(r) for r in ranks)
 
 
+def live_rank_names(snap: LiveSnapshot, ranks: list[int]) -> str:
+    """``3, 5`` -- or, when the job's ranks are on several nodes, ``3 (node 1), 5 (node
+    1)``, as the straggler finding names them."""
+    nodes = {r.rank: r.node for r in snap.ranks}
+    if len({n for n in nodes.values() if n is not None}) < 2:
+        return _ranks(ranks)
+    return ", ".join(
+        f"{r} (node {nodes[r]})" if nodes.get(r) is not None else str(r) for r in ranks
+    )
+
+
 def live_state_text(snap: LiveSnapshot) -> str:
     """The run's state as a reader says it: ``failed (rank 1)``, ``hung``, ``running``."""
     word = LIVE_STATE_WORDS.get(snap.state, snap.state)
