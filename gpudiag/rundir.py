@@ -2082,7 +2082,9 @@ class JobLiveReader:
     already on node 0's clock).
 
     Given the parent of the directories, new node directories of the job are picked up
-    as they appear (:func:`node_parts`)."""
+    as they appear (:func:`node_parts`, looked at every ``REDISCOVER_S``)."""
+
+    REDISCOVER_S = 5.0
 
     def __init__(
         self,
@@ -2093,6 +2095,7 @@ class JobLiveReader:
         self.parent = Path(parent) if parent is not None else None
         self.tail_bytes = tail_bytes
         self.readers: dict[Path, LiveReader] = {}
+        self._found_at = time.monotonic()  # the parts were just found
         for part in parts:
             self._add(Path(part))
         if not self.readers:
@@ -2111,7 +2114,9 @@ class JobLiveReader:
         return sum(r.malformed_rows() for r in self.readers.values())
 
     def poll(self) -> LiveBatch:
-        if self.parent is not None:
+        now = time.monotonic()
+        if self.parent is not None and now - self._found_at >= self.REDISCOVER_S:
+            self._found_at = now
             for part in node_parts(self.parent):
                 self._add(part)
         return merge_live_batches([r.poll() for r in self.readers.values()])

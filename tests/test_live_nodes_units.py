@@ -108,7 +108,8 @@ def test_a_failed_or_hung_node_makes_the_job_failed_or_hung(job: Path) -> None:
     snap = monitor.refresh().snapshot
     assert snap.state == "failed" and snap.failed_ranks == [3]
     path.write_text(json.dumps(manifest))
-    (job / "node1" / "hang_report.json").write_text(json.dumps({"stuck": []}))
+    # node 1's watchdog fired: its own report, in its own directory
+    rundir.hang_report_path(job / "node1", 1).write_text(json.dumps({"stuck": []}))
     assert live.LiveMonitor(job).refresh().snapshot.state == "hang"
 
 
