@@ -86,10 +86,11 @@ def _set(events: pd.DataFrame, mask: np.ndarray) -> iv.Intervals:
     return iv.union(events["start_ns"].to_numpy()[mask], events["end_ns"].to_numpy()[mask])
 
 
-def activity_sets(rank_trace: RankTrace) -> dict[str, iv.Intervals]:
+def activity_sets(rank_trace: RankTrace) -> iv.PackedSets:
     """The four raw activity sets: compute, comm, data_loading, host (training thread busy).
-    Computed once per trace (cached on it)."""
-    return rank_trace.cached("activity_sets", lambda: _activity_sets(rank_trace))
+    Computed once per trace and cached on it packed (they travel back from a Dask worker:
+    the client's all-reduce stall reads ``compute``)."""
+    return rank_trace.cached("activity_sets", lambda: iv.PackedSets(_activity_sets(rank_trace)))
 
 
 def _activity_sets(rank_trace: RankTrace) -> dict[str, iv.Intervals]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from gpudiag.analysis.ingest import LoadJob, LoadResult
+from gpudiag.analysis.ingest import LoadJob, LoadResult, share_empty_events
 
 INSTALL_HINT = "pip install 'gpudiag[cluster]'"
 # How long to wait for the scheduler to answer, and for a first worker to join it
@@ -85,6 +85,8 @@ def _on_worker(
 
 def _as_given(result: LoadResult, absolute: str, given: str) -> LoadResult:
     trace, warnings = result
+    if trace is not None:
+        share_empty_events(trace)
     if absolute == given:
         return result
     if trace is not None:
@@ -114,8 +116,21 @@ class DaskTasks:
         absolute = [str(Path(p).absolute()) for p in given]
         remote = [(a, *job[1:]) for a, job in zip(absolute, jobs, strict=True)]
         futures = self.client.map(_on_worker, remote, task=task, pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        outcomes: list[Any] = [None] * len(futures)
         try:
-            outcomes = self.client.gather(futures)
+            # Take each result as it arrives and release its future, so neither the
+            # cluster nor this client holds more than the per-rank results themselves.
+            distributed = _import_distributed()
+            for future, outcome in distributed.as_completed(futures, with_results=True):
+                i = index[future.key]
+                result, problem = outcome
+                outcomes[i] = (
+                    (_as_given(result, absolute[i], given[i]), None)
+                    if problem is None
+                    else (result, problem)
+                )
+                future.release()
         except Exception as exc:  # noqa: BLE001 - a worker-side failure is one line
             raise ClusterError(
                 f"the analysis failed on the Dask cluster {self.label} "
@@ -127,10 +142,7 @@ class DaskTasks:
         if problems:
             more = f" (and {len(problems) - 1} more file(s))" if len(problems) > 1 else ""
             raise ClusterError(problems[0] + more)
-        return [
-            _as_given(result, a, g)
-            for (result, _), a, g in zip(outcomes, absolute, given, strict=True)
-        ]
+        return [result for result, _ in outcomes]
 
     @property
     def workers(self) -> int:

@@ -171,6 +171,20 @@ def drop_events(trace: RankTrace) -> None:
     trace.cache["events_dropped"] = True
 
 
+# One empty event table per column layout, shared by every trace that came back without
+# its events (an empty DataFrame still costs ~20 kB; per rank, on the client).
+_EMPTY_EVENTS: dict[tuple[tuple[str, str], ...], pd.DataFrame] = {}
+
+
+def share_empty_events(trace: RankTrace) -> None:
+    """After :func:`drop_events` (on the client, as a result arrives): use the shared
+    empty event table of this layout instead of the trace's own copy."""
+    if not trace.events_dropped or len(trace.events):
+        return
+    layout = tuple((str(c), str(d)) for c, d in trace.events.dtypes.items())
+    trace.events = _EMPTY_EVENTS.setdefault(layout, trace.events)
+
+
 # --------------------------------------------------------------------------- finding files
 
 

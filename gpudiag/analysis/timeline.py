@@ -5,10 +5,13 @@ per-rank table sums (breakdown.timeline_lanes), downsampled to a drawable count.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from gpudiag.analysis import intervals as iv
 
 TIMELINE_COLUMNS = ("rank", "lane", "start_ms", "end_ms", "name")
 LANES = ("compute", "communication", "data_loading", "other", "idle")
@@ -29,16 +32,100 @@ def timeline(traces: list[Any], rank: int | None = None, max_intervals: int = 50
     return out[list(TIMELINE_COLUMNS)].reset_index(drop=True)
 
 
+# Intervals kept per rank (all lanes together): what a chart can draw. Above it, each
+# lane's neighbours are merged (rank_lanes); the per-rank result stays a few kB.
+RANK_BUDGET = 2000
+
+
+@dataclass
+class RankLanes:
+    """One rank's timeline, compact: a lane and a name code per interval, and the start
+    and end times (ns) packed (intervals.pack_ints). What travels back from a worker."""
+
+    lanes: tuple[str, ...]
+    names: tuple[str, ...]
+    blob: bytes  # lane codes, name codes, starts, ends
+    merged: bool = False  # neighbours were merged to fit RANK_BUDGET
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame, merged: bool = False) -> RankLanes:
+        lanes, lane_codes = _codes(frame["lane"])
+        names, name_codes = _codes(frame["name"])
+        blob = iv.pack_ints(
+            lane_codes, name_codes, frame["start_ns"].to_numpy(), frame["end_ns"].to_numpy()
+        )
+        return cls(lanes, names, blob, merged)
+
+    def frame(self) -> pd.DataFrame:
+        """(lane, start_ns, end_ns, name), one row per interval."""
+        lane_codes, name_codes, start, end = iv.unpack_ints(self.blob)
+        return pd.DataFrame(
+            {
+                "lane": np.array(self.lanes, dtype=object)[lane_codes],
+                "start_ns": start,
+                "end_ns": end,
+                "name": np.array(self.names, dtype=object)[name_codes],
+            }
+        )
+
+
+def _codes(values: pd.Series) -> tuple[tuple[str, ...], np.ndarray]:
+    codes, uniques = pd.factorize(values.astype(str), sort=False)
+    return tuple(str(u) for u in uniques), codes.astype(np.int64)
+
+
 def rank_timeline(trace: Any) -> pd.DataFrame:
     """One rank's lanes, from breakdown.timeline_lanes (the intervals the per-rank table
     sums), with each collective as its own named interval on the communication lane.
-    Cached on the trace (without the rank, which is final only once all are loaded)."""
-    out = trace.cached("timeline", lambda: _lanes_frame(trace))
-    if out.empty:
-        return out
-    out = out.copy()
+    Cached on the trace compact and bounded (:class:`RankLanes`, at most RANK_BUDGET
+    intervals besides the steps), without the rank, which is final only once all traces
+    are loaded."""
+    lanes = trace.cached("timeline", lambda: rank_lanes(_lanes_frame(trace)))
+    if lanes is None:
+        return pd.DataFrame()
+    out = lanes.frame()
     out.insert(0, "rank", int(trace.meta.rank))
     return out
+
+
+def rank_lanes(frame: pd.DataFrame, budget: int = RANK_BUDGET) -> RankLanes | None:
+    """The lanes, merged until at most ``budget`` intervals remain (steps not counted).
+    Merging joins a lane's neighbours closer than a growing tolerance into one interval
+    that starts where the first starts and lasts as long as the union of the joined
+    ones, so each lane's busy (and idle) total stays exact to the nanosecond."""
+    if frame.empty:
+        return None
+    steps = frame[frame["lane"] == "step"]
+    rest = frame[frame["lane"] != "step"]
+    if len(rest) <= budget:
+        return RankLanes.of(frame)
+    tol = 1000  # ns
+    while True:
+        merged = [_merge_lane(lane, g, tol) for lane, g in rest.groupby("lane", sort=False)]
+        out = pd.concat(merged, ignore_index=True)
+        if len(out) <= budget or tol > 10**15:
+            return RankLanes.of(pd.concat([out, steps], ignore_index=True), merged=True)
+        tol *= 2
+
+
+def _merge_lane(lane: str, g: pd.DataFrame, tol: int) -> pd.DataFrame:
+    """One lane's intervals joined where closer than ``tol`` ns (see rank_lanes); an
+    interval left alone keeps its name."""
+    s, e = iv.union(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+    new = np.concatenate([[True], s[1:] > e[:-1] + tol])
+    first = np.flatnonzero(new)
+    busy = np.add.reduceat(e - s, first)
+    alone = np.diff(np.append(first, len(s))) == 1
+    names = np.full(len(first), lane, dtype=object)
+    if alone.any():  # a lone union interval that is exactly one original keeps its name
+        key = pd.DataFrame({"s": g["start_ns"].to_numpy(), "e": g["end_ns"].to_numpy()})
+        key["name"] = g["name"].to_numpy()
+        key = key.drop_duplicates(["s", "e"]).set_index(["s", "e"])["name"]
+        idx = pd.MultiIndex.from_arrays([s[first][alone], e[first][alone]])
+        names[alone] = key.reindex(idx).fillna(lane).to_numpy()
+    return pd.DataFrame(
+        {"lane": lane, "start_ns": s[first], "end_ns": s[first] + busy, "name": names}
+    )
 
 
 def _lanes_frame(trace: Any) -> pd.DataFrame:
