@@ -199,9 +199,10 @@ def bench_traces(args: argparse.Namespace) -> int:
             f"(built in {time.perf_counter() - t0:.0f} s)",
             flush=True,
         )
-        runs: dict[str, list[dict]] = {"pool": [], "cluster": []}
+        modes = [m for m in ("pool", "cluster") if m in args.modes.split(",")]
+        runs: dict[str, list[dict]] = {m: [] for m in modes}
         for rep in range(args.reps):
-            order = ("pool", "cluster") if rep % 2 == 0 else ("cluster", "pool")
+            order = modes if rep % 2 == 0 else modes[::-1]
             for mode in order:
                 keep = [f"{args.keep_json}/{mode}-{rep + 1}.json"] if args.keep_json else []
                 out = subprocess.run(
@@ -232,22 +233,27 @@ def bench_traces(args: argparse.Namespace) -> int:
             f"{label[mode]:<32}{_spread([m['seconds'] for m in ms]):>26}"
             f"{_spread([m['peak_gb'] for m in ms]):>28}"
         )
-    startup = [m["startup_s"] for m in runs["cluster"]]
-    print(f"(cluster wall time includes starting the LocalCluster: {_spread(startup)} s)")
+    cluster = runs.get("cluster", [])
+    if cluster:
+        startup = [m["startup_s"] for m in cluster]
+        print(f"(cluster wall time includes starting the LocalCluster: {_spread(startup)} s)")
     for mode, ms in runs.items():
         analysis = [m.get("analysis_s", 0.0) for m in ms]
         print(
             f"({label[mode]}: analyze() alone, without imports, start-up, shutdown: {_spread(analysis)} s)"
         )
-    task_s = [m.get("task_s", 0.0) for m in runs["cluster"]]
-    print(f"(cluster: per-rank tasks' compute time summed over workers: {_spread(task_s)} s)")
+    if cluster:
+        task_s = [m.get("task_s", 0.0) for m in cluster]
+        print(f"(cluster: per-rank tasks' compute time summed over workers: {_spread(task_s)} s)")
     by_mode = {mode: len({m["sha"] for m in ms}) for mode, ms in runs.items()}
+    first = next(iter(runs.values()))[0]
     print(
         f"same JSON in every run: {len(shas) == 1} (distinct: {len(shas)} overall, "
-        f"{by_mode} per mode); findings: {runs['pool'][0]['findings']}"
+        f"{by_mode} per mode); findings: {first['findings']}"
     )
-    client_gb = max(m["peak_gb"] for m in runs["cluster"])
-    print(f"cluster client peak {client_gb:.3f} GB (target < {CLIENT_TARGET_GB} GB)")
+    client_gb = max(m["peak_gb"] for m in cluster) if cluster else 0.0
+    if cluster:
+        print(f"cluster client peak {client_gb:.3f} GB (target < {CLIENT_TARGET_GB} GB)")
     return 0 if len(shas) == 1 and client_gb < CLIENT_TARGET_GB else 1
 
 
@@ -261,6 +267,11 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--keep-json", metavar="DIR", help="leave each run's JSON in DIR")
+    ap.add_argument(
+        "--modes",
+        default="pool,cluster",
+        help="which of pool,cluster to run (e.g. cluster alone at 1024+ ranks)",
+    )
     args = ap.parse_args()
     if args.traces:
         return bench_traces(args)
