@@ -124,7 +124,7 @@ class RankTrace:
         if isinstance(value, _Failed):
             raise value.exc
         if isinstance(value, FrameColumns):
-            return value.frame()  # type: ignore[return-value]
+            return value.frame()
         return value
 
     @property
