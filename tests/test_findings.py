@@ -309,3 +309,34 @@ def test_a_finding_of_an_unknown_kind_cannot_be_built():
         Finding("slow_vibes", "high", 1.0, [0], "t", {}, "f")
     with pytest.raises(ValueError, match="unknown severity"):
         Finding("straggler", "critical", 1.0, [0], "t", {}, "f")
+
+
+def test_desync_with_a_tie_names_every_rank_whatever_the_hash_seed(tmp_path):
+    """Two ranks, two different calls: no odd one out. The finding used to name rank 0 or
+    rank 1 depending on the process's string hash seed (a set's order); the same run
+    must give the same JSON in every process."""
+    import os
+    import subprocess
+    import sys
+
+    run = _write_run(tmp_path / "run")
+    for r, size in ((0, 256), (1, 512)):
+        with rundir.open_rank_table(run, r, rundir.COLLECTIVES) as w:
+            w.write({"pg_name": "0", "seq": 1, "op": "all_reduce", "in_bytes": 256})
+            w.write({"pg_name": "0", "seq": 2, "op": "all_reduce", "in_bytes": size})
+    code = (
+        "import sys; from gpudiag.analysis import analyze; "
+        "print([f.ranks for f in analyze(sys.argv[1]).findings if f.kind == 'desync'])"
+    )
+    seen = set()
+    for seed in ("0", "2", "4", "5"):  # seeds that gave [0], [1], [1], [0] before
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(run)],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=300,
+        )
+        seen.add(out.stdout.strip())
+    assert seen == {"[[0, 1]]"}

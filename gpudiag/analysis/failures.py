@@ -7,6 +7,7 @@ op and sizes every rank called). All three kinds are high severity.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pandas as pd
@@ -291,9 +292,15 @@ def desync_findings(run: Any) -> list[Finding]:
     ops = first["ops"]
     sizes = first["in_bytes"]
     # The odd one out: ranks whose (op, size) differs from the most common one.
-    pairs = {r: (ops.get(r), sizes.get(r)) for r in first["ranks"]}
-    common = max(set(pairs.values()), key=list(pairs.values()).count)
-    odd = sorted(r for r, p in pairs.items() if p != common) or first["ranks"]
+    # With a tie for the most common (2 ranks, 2 calls) there is no odd one out: every
+    # rank is named (choosing one by set order named rank 0 or 1 depending on the
+    # process's string hash seed).
+    pairs = {r: (ops.get(r), sizes.get(r)) for r in sorted(first["ranks"])}
+    counts = Counter(pairs.values())
+    top = max(counts.values())
+    leaders = [p for p, n in counts.items() if n == top]
+    common = leaders[0] if len(leaders) == 1 else None
+    odd = sorted(r for r, p in pairs.items() if p != common) or list(first["ranks"])
     return [
         Finding(
             kind="desync",
