@@ -51,6 +51,7 @@ def test_hta_a100_rank_result_pickles_small(shared_traces: Path) -> None:
     assert len(tl.rank_timeline(trace)) <= tl.RANK_BUDGET + len(trace.steps)
 
 
+@pytest.mark.slow  # reads every trace set (~25 s)
 def test_every_rank_result_of_every_trace_set_is_small(shared_traces: Path) -> None:
     sets = [p for p in sorted(shared_traces.iterdir()) if p.is_dir()]
     files = [f for s in sets for f in rundir.find_traces(s)]
