@@ -401,3 +401,63 @@ def test_browser_live_page_updates_without_reload(tmp_path: Path) -> None:
         _end(job)
         if server is not None:
             server.close()
+
+
+def _append_step(run_dirs: list[Path]) -> int:
+    """One more step on every rank of the per-node job (each rank's own clock); the new
+    step number."""
+    newest = 0
+    for steps in sorted(p for d in run_dirs for p in d.glob("rank*/steps.jsonl")):
+        last = json.loads(steps.read_text().splitlines()[-1])
+        took = last["end_ns"] - last["start_ns"]
+        row = dict(last, step=last["step"] + 1)
+        row.update(start_ns=last["end_ns"], end_ns=last["end_ns"] + took)
+        with steps.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        newest = row["step"]
+    return newest
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_browser_per_node_job_is_one_live_page(tmp_path: Path) -> None:
+    """The per-node directories of one running job (a recorded run split into two node
+    directories, tests/live_nodes_split.py) in the real `gpudiag dashboard` in headless
+    Chromium: one live page for the job; a step appended on both nodes shows without a
+    reload, and when both launchers end the page becomes the merged run's Overview."""
+    from tests.browser import dashboard as browser
+    from tests.live_nodes_split import set_status, split_job
+
+    root = tmp_path / "live_root"
+    dirs = split_job(root / "job", 5_000_000_000)
+    server = browser.Dashboard([root])
+    try:
+        server.wait_ready(timeout_s=DEADLINE_S)
+        with browser.browser() as page:
+            loads: list[str] = []
+            page.on("load", lambda p: loads.append(p.url))
+            page.goto(browser.view_url(server.url, "live_root/job", "Overview"))
+            page.wait_for_selector('h2:has-text("Live")', timeout=LOADED_MS)
+            lagging = page.get_by_text("Lagging: rank 2 (node 1) over", exact=False)
+            lagging.first.wait_for(timeout=LOADED_MS)  # the panel draws after the header
+            step = page.locator('[data-testid="stMetric"]').filter(has_text="Newest step")
+            value = step.locator('[data-testid="stMetricValue"]')
+            assert value.inner_text(timeout=LOADED_MS).strip() == "14"
+            page.evaluate("window.__gpudiagMarker = 'same page'")
+            loads_before = len(loads)
+            newest = _append_step(dirs)
+            deadline = time.monotonic() + DEADLINE_S
+            while value.inner_text(timeout=LOADED_MS).strip() != str(newest):
+                assert time.monotonic() < deadline, "the new step never showed"
+                time.sleep(0.5)
+            assert page.evaluate("window.__gpudiagMarker") == "same page"
+            assert len(loads) == loads_before
+
+            set_status(dirs, "ok")
+            page.wait_for_selector('h2:has-text("Overview")', timeout=LOADED_MS)
+            assert page.evaluate("window.__gpudiagMarker") == "same page"
+            assert "ended while it was watched live" in page.inner_text("body")
+            assert page.locator(browser.EXCEPTION).count() == 0
+            page.screenshot(path=str(tmp_path / "live_nodes.png"), full_page=True)
+    finally:
+        server.close()
