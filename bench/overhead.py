@@ -49,7 +49,8 @@ def run_job(
     """Median wall and CPU step time (ms) over both ranks, warm-up steps dropped."""
     times = workdir / f"{mode}-{index}.jsonl"
     script = [str(SCRIPT), "--steps", str(args.steps), "--width", str(args.width),
-              "--depth", str(args.depth), "--batch", str(args.batch), "--times", str(times)]  # fmt: skip
+              "--depth", str(args.depth), "--batch", str(args.batch), "--times", str(times),
+              "--thread-cpu", str(WARMUP_STEPS)]  # fmt: skip
     torchrun = ["--nproc-per-node", "2", "--standalone"]
     source = args.baseline_tree if mode == "baseline" else REPO
     if mode in ("gpudiag", "baseline"):
@@ -59,7 +60,7 @@ def run_job(
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", *torchrun, *script]
     log = workdir / f"{mode}-{index}.log"
-    env = dict(os.environ, PYTHONPATH=str(source))
+    env = dict(os.environ, PYTHONPATH=str(source), OVERHEAD_BENCH_PID=str(os.getpid()))
     with open(log, "w") as fh:
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=workdir, stdout=fh, stderr=subprocess.STDOUT, env=env)
@@ -75,7 +76,63 @@ def run_job(
     # the launcher's own CPU (gpudiag's extra process; torchrun's agent when bare) as a
     # share of one core over the run: what it takes from the ranks, barely load-dependent
     result["top_cpu_share"] = cpu_s / wall_s if wall_s > 0 else float("nan")
+    result.update(thread_pieces(rows, args.steps - WARMUP_STEPS))
     return result
+
+
+def _role(cmdline: str, is_rank: bool) -> str:
+    if is_rank:
+        return "rank"
+    if "gpudiag.capture.agent" in cmdline or "torch.distributed.run" in cmdline:
+        return "agent"
+    return "launcher" if "gpudiag" in cmdline else "other"
+
+
+def thread_pieces(rows: list[dict], steps: int) -> dict[str, float]:
+    """CPU µs per step (both ranks together) and context switches per step of each
+    thread kind of each process, from the script's /proc snapshots at the end of the
+    warm-up and at the end of its loop (``cpu:<process>/<thread>``, ``csw:...``)."""
+    out: dict[str, float] = {}
+    for row in rows:
+        snaps = row.get("threads") or []
+        if len(snaps) != 2 or steps <= 0:
+            continue
+        before = {(t[0], t[1]): t for t in snaps[0]["tasks"]}
+        own = str(row["pid"])
+        for pid, tid, comm, cpu_ns, switches in snaps[1]["tasks"]:
+            role = _role(snaps[1]["procs"].get(str(pid), ""), str(pid) == own)
+            if role == "other":
+                continue
+            thread = "main" if pid == tid else comm
+            old = before.get((pid, tid))
+            d_cpu = cpu_ns - (old[3] if old else 0)
+            d_csw = switches - (old[4] if old else 0)
+            key = f"{role}/{thread}"
+            out[f"cpu:{key}"] = out.get(f"cpu:{key}", 0.0) + d_cpu / 1e3 / steps
+            out[f"csw:{key}"] = out.get(f"csw:{key}", 0.0) + d_csw / steps
+    return out
+
+
+def piece_table(results: dict[str, list[dict[str, float]]], modes: list[str]) -> list[str]:
+    """Median over the runs of each mode of every thread's CPU µs and context switches
+    per step, and its share of the bare median step (one core)."""
+    keys = sorted({k[4:] for m in modes for r in results[m] for k in r if k.startswith("cpu:")})
+    step_us = statistics.median(r["ms"] for r in results["bare"]) * 1e3
+    shown = [m for m in modes if m != "bare2"]
+    head = "".join(f" | {m} µs/step | {m} % of step | {m} wakeups/step" for m in shown)
+    lines = [f"| process/thread{head} |", "|---" * (1 + 3 * len(shown)) + "|"]
+    totals = {m: 0.0 for m in shown}
+    for key in keys:
+        cells = ""
+        for m in shown:
+            cpu = statistics.median(r.get(f"cpu:{key}", 0.0) for r in results[m])
+            csw = statistics.median(r.get(f"csw:{key}", 0.0) for r in results[m])
+            totals[m] += cpu
+            cells += f" | {cpu:.1f} | {100 * cpu / step_us:.2f} | {csw:.2f}"
+        lines.append(f"| {key}{cells} |")
+    cells = "".join(f" | {totals[m]:.1f} | {100 * totals[m] / step_us:.2f} | " for m in shown)
+    lines.append(f"| sum of medians{cells} |")
+    return lines
 
 
 def _top_process_cpu(proc: subprocess.Popen) -> float:
@@ -162,13 +219,24 @@ def main() -> int:
     print(summary("wall: gpudiag/bare", results["bare"], results["gpudiag"], "ms"))
     if args.control:
         print(summary("wall: bare/bare (noise)", results["bare"], results["bare2"], "ms"))
+        both = [{"ms": (x["ms"] + y["ms"]) / 2} for x, y in zip(results["bare"], results["bare2"], strict=True)]  # fmt: skip
+        print(summary("wall: gpudiag/mean(bares)", both, results["gpudiag"], "ms"))
     if args.baseline_tree:
         print(summary("wall: baseline/bare", results["bare"], results["baseline"], "ms"))
     print(summary("cpu:  gpudiag/bare", results["bare"], results["gpudiag"], "cpu_ms"))
+    if args.control:
+        print(summary("cpu:  bare/bare (noise)", results["bare"], results["bare2"], "cpu_ms"))
     for mode in modes:
         shares = [r["top_cpu_share"] * 100 for r in results[mode]]
         print(f"CPU of the started process ({mode}): median {statistics.median(shares):.2f} % "
               f"of a core ({spread(shares)})")  # fmt: skip
+    print()
+    print(
+        "CPU per step of every thread (median over runs; both ranks summed; from /proc "
+        "schedstat between the end of the warm-up and the end of the loop):"
+    )
+    for line in piece_table(results, modes):
+        print(line)
     print("target: wall-clock gpudiag/bare <= 1.02")
     return 0
 

@@ -24,8 +24,9 @@ import ctypes.util
 import os
 import signal
 import sys
-import threading
 import time
+
+from gpudiag.capture import threads
 
 AGENT_FAILURES = "agent_failures.json"
 ENV_RUN_DIR = "GPUDIAG_RUN_DIR"
@@ -33,7 +34,7 @@ ENV_NODE_RANK = "GPUDIAG_NODE_RANK"
 ENV_NODE_RANK_FD = "GPUDIAG_NODE_RANK_FD"  # pipe to the launcher (see tell_launcher)
 PR_SET_PDEATHSIG = 1
 ENV_LAUNCHER_PID = "GPUDIAG_LAUNCHER_PID"
-LIVENESS_POLL_S = 0.5
+LIVENESS_POLL_S = 1.0  # a fallback: the parent-death signal comes first
 
 
 def die_with_parent(signum: int = signal.SIGTERM) -> bool:
@@ -81,7 +82,7 @@ def watch_launcher(
                 return
             time.sleep(poll_s)
 
-    threading.Thread(target=run, name="gpudiag-launcher-watch", daemon=True).start()
+    threads.start(run, "gpudiag-lwatch")
     return True
 
 

@@ -33,6 +33,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from gpudiag.capture import threads
+
 ENV_TEST_SHIFT = "GPUDIAG_TEST_CLOCK_SHIFT_NS"
 ROUNDS = 16
 TIMEOUT_S = 60.0  # how long node 0 answers, and node K waits for node 0's job id
@@ -187,11 +189,6 @@ def start(
     timeout_s: float = TIMEOUT_S,
 ) -> threading.Thread:
     """Run :func:`exchange` in a daemon thread (the workers do not wait for it)."""
-    thread = threading.Thread(
-        target=exchange,
-        args=(rdzv_store, node, nnodes, on_record, timeout_s),
-        name="gpudiag-clock",
-        daemon=True,
+    return threads.start(
+        exchange, "gpudiag-clock", args=(rdzv_store, node, nnodes, on_record, timeout_s)
     )
-    thread.start()
-    return thread

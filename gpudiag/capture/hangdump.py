@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpudiag import rundir
+from gpudiag.capture import threads
 
 FINISH_REQUEST = "finish_request"  # "flush and end this rank": the job hangs
-POLL_S = 0.25
+POLL_S = 0.5  # requests come from the watchdog, which waits up to 30 s for answers
 LIVE_EVERY_S = 1.0
 # A rank without a step end for this long dumps its Flight Recorder once (per step) from
 # the poll thread, so collectives the recorder's wrappers cannot see in flight (DDP's
@@ -94,10 +95,7 @@ def install_hang_dump(run_dir: Path, rank: int) -> None:
         faulthandler.register(signal.SIGUSR1, file=_STACKS_FILE, all_threads=True, chain=False)
         # A C++ abort (e.g. gloo's size-mismatch check) then leaves the stacks too.
         faulthandler.enable(file=_STACKS_FILE, all_threads=True)
-    thread = threading.Thread(
-        target=_poll_requests, args=(Path(run_dir), rank), name="gpudiag-hangdump", daemon=True
-    )
-    thread.start()
+    threads.start(_poll_requests, "gpudiag-hangdump", args=(Path(run_dir), rank))
 
 
 def _poll_requests(run_dir: Path, rank: int) -> None:

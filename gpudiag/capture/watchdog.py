@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import rundir
+from gpudiag.capture import threads
 from gpudiag.capture.hangdump import finish_request_path, request_path
 
 POLL_S = 0.5
@@ -135,7 +136,7 @@ class HangWatchdog:
         run_dir: Path,
         timeout_s: float,
         on_hang: Callable[[dict[str, Any]], None] | None = None,
-        poll_s: float = POLL_S,
+        poll_s: float | None = None,
         on_notice: Callable[[str], None] | None = None,
         dump_wait_s: float = DUMP_WAIT_S,
         finish_ranks: bool = True,
@@ -147,7 +148,7 @@ class HangWatchdog:
         self.timeout_s = float(timeout_s)
         self.on_hang = on_hang
         self.on_notice = on_notice
-        self.poll_s = poll_s
+        self.poll_s = poll_s if poll_s is not None else poll_interval(self.timeout_s)
         self.dump_wait_s = dump_wait_s
         self.finish_ranks = finish_ranks
         self.expected_local_ranks = expected_local_ranks
@@ -165,8 +166,7 @@ class HangWatchdog:
 
     def start(self) -> None:
         self._last_progress = time.monotonic()
-        self._thread = threading.Thread(target=self._run, name="gpudiag-watchdog", daemon=True)
-        self._thread.start()
+        self._thread = threads.start(self._run, "gpudiag-watchdog")
 
     def stop(self) -> None:
         self._stop.set()
@@ -176,19 +176,27 @@ class HangWatchdog:
     def _run(self) -> None:
         last_check = time.monotonic()
         noticed = False
+        baseline_due = False
         while not self._stop.wait(self.poll_s):
             signature = progress_signature(self.run_dir)
             now = time.monotonic()
             if signature != self._last_signature:
+                # Progress. The ranks' usage is read at the first quiet poll after it, not
+                # at every poll of a healthy job (rank_info and psutil per rank, twice a
+                # second, on the ranks' cores).
                 self._last_signature = signature
                 self._last_progress = last_check = now
+                self._stacks = {}  # stacks compare within one quiet period only
+                noticed = False
+                baseline_due = True
+                continue
+            if baseline_due:
+                baseline_due = False
                 self._pids = _local_ranks(self.run_dir, self.node)
                 self._baseline = _usage(self._pids)
                 self._samples = [(now, self._baseline)]
-                self._stacks = {}  # stacks compare within one quiet period only
-                noticed = False
-                continue
-            self._sample(now)
+            else:
+                self._sample(now)
             if now - last_check < self.timeout_s:
                 continue
             try:
@@ -268,6 +276,12 @@ class HangWatchdog:
 
 def _usage(ranks: dict[int, int]) -> dict[int, Usage]:
     return {r: sample_usage(pid) for r, pid in ranks.items()}
+
+
+def poll_interval(timeout_s: float) -> float:
+    """POLL_S for short timeouts, up to 1 s for long ones (a twentieth of the timeout):
+    each poll reads the ranks' tables' sizes, and the default timeout is 300 s."""
+    return min(max(POLL_S, timeout_s / 20), 1.0)
 
 
 def progress_signature(run_dir: Path) -> tuple:
