@@ -14,10 +14,19 @@ ranks on a machine whose cores they use and depends little on other load. Target
 wall-clock ratio <= 1.02.
 
 With --control, a second bare run takes a third slot in every pair: bare/bare shows
-the noise floor of the machine at that moment (it should be 1.00).
+the noise floor of the machine at that moment (it should be 1.00), and gpudiag is also
+compared with the mean of the two bare runs around it.
+
+Where the CPU goes, robust to other load: rank 0 reads /proc/<pid>/task/*/schedstat
+(CPU ns of each thread) and the context switches of every thread of each rank, of the
+agent and of gpudiag's launcher at the end of the warm-up and at the end of its loop
+(tests/scripts/capture_ddp_mlp.py --thread-cpu). gpudiag's threads carry their names in
+the kernel (gpudiag-sampler, gpudiag-watchdog, gpudiag-hangdump, gpudiag-lwatch,
+gpudiag-clock), so the table printed at the end charges each one's CPU µs per step
+(both ranks summed), its share of the bare median step, and its wakeups per step.
 
     python bench/overhead.py [--pairs 7] [--steps 200] [--width 512] [--depth 4] [--control]
-                             [--baseline-tree DIR]
+                             [--baseline-tree DIR] [--save FILE.json]
 
 The bare median step time is printed with each pair (aim for ~20 ms). On a shared
 machine prefer more pairs (--pairs 15) and read the spread: a pair is only comparable
@@ -187,6 +196,7 @@ def main() -> int:
         help="also gpudiag from this source tree (e.g. `git archive <commit>` unpacked): "
         "before/after a change, in the same pairs",
     )
+    p.add_argument("--save", type=Path, help="also write every run's figures to this JSON file")
     args = p.parse_args()
     if args.pairs < MIN_PAIRS:
         p.error(f"--pairs must be at least {MIN_PAIRS}")
@@ -210,6 +220,9 @@ def main() -> int:
             line = "   ".join(f"{m} {results[m][-1]['ms']:7.2f} ms" for m in modes)
             ratio = results["gpudiag"][-1]["ms"] / results["bare"][-1]["ms"]
             print(f"pair {i + 1} ({' then '.join(order)}): {line}   ratio {ratio:.3f}", flush=True)
+    if args.save:
+        args.save.write_text(json.dumps({"args": vars(args) | {"save": None, "baseline_tree": None},
+                                         "loads": loads, "results": results}))  # fmt: skip
     print()
     print(f"load average (1 min) while measuring: median {statistics.median(loads):.1f}, "
           f"min {min(loads):.1f}, max {max(loads):.1f}")  # fmt: skip
