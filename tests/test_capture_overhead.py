@@ -90,8 +90,9 @@ def test_sampler_proc_reads_agree_with_psutil() -> None:
     assert row["mem_total"] == vm.total
     assert abs(row["mem_used"] - (vm.total - vm.available)) < 0.2 * vm.total
     assert 0.0 <= row["cpu_percent"] <= 100.0
-    assert row["proc_cpu_percent"] == pytest.approx(reference, abs=30)
-    assert row["proc_cpu_percent"] > 0
+    # the same busy stretch seen by both (their windows differ by a few calls)
+    assert row["proc_cpu_percent"] > 0 and reference > 0
+    assert row["proc_cpu_percent"] == pytest.approx(reference, rel=0.5)
     assert row["proc_rss"] == pytest.approx(me.memory_info().rss, rel=0.2)
     assert reader._procs == {}  # closed
 
@@ -101,6 +102,9 @@ def test_launcher_wait_blocks_on_the_job_and_ticks() -> None:
         [sys.executable, "-c", "import time,sys;time.sleep(1.0);sys.exit(3)"], dict(os.environ)
     )
     ticks: list[float] = []
+    t0 = time.monotonic()
     assert job.wait(on_tick=lambda: ticks.append(time.monotonic())) == 3
-    assert 2 <= len(ticks) <= 8  # one per TICK_S (0.2 s), not waitpid polling
+    elapsed = time.monotonic() - t0
+    # one per TICK_S (0.2 s), not waitpid polling (a loaded machine may skip some)
+    assert 2 <= len(ticks) <= elapsed / launcher.TICK_S + 1
     assert job.wait() == 3  # a second wait returns at once
