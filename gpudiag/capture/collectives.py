@@ -615,7 +615,7 @@ class CollectiveRecorder:
         if self.fr_enabled:
             self.dump()
         self._flush_times()
-        if self._last_step is not None and self._last_step % ddp.STATS_EVERY:
+        if self._last_step is not None and not ddp.stats_due(self._last_step):
             ddp.record_step(self, self._last_step, time.time_ns(), force=True)
         ddp.close(self)
         for writer in (self._coll_writer, self._times_writer):

@@ -9,7 +9,8 @@ own Python allreduce_hook, +18 % for the timed one, on a 4 ms step), while outsi
 profiler window capture must be nearly free; inside the window the trace has every
 bucket's transfer anyway (``gloo:all_reduce``). A user's own hook is wrapped at
 registration to be timed the same way. Every ``GPUDIAG_DDP_STATS_EVERY`` steps (default
-10), and at the end while the model lives, the numeric fields of
+10; past step 100 every 100th, when DDP refreshes them), and at the end while the model
+lives, the numeric fields of
 ``_get_ddp_logging_data()`` go to ``ddp_stats.jsonl``: fetching them costs ~0.1-0.3 ms (a
 dict of ~40 fields built in C++), too much for every step. DDP's runtime logging keeps
 torch's own sampling (iterations 1-10, then every 100th), so the ``avg_*`` fields average
@@ -52,6 +53,18 @@ class CollectiveRecorder(Protocol):
 
 ENV_STATS_EVERY = "GPUDIAG_DDP_STATS_EVERY"
 STATS_EVERY = max(1, int(os.environ.get(ENV_STATS_EVERY, "10") or 10))
+# DDP refreshes its runtime stats at iterations 1-10 and then every 100th (torch's own
+# sampling, kept): past step 100 a row every STATS_EVERY steps would repeat the last one.
+TORCH_SAMPLE_EVERY = 100
+
+
+def stats_due(step: int) -> bool:
+    """A ddp_stats row at this step: every STATS_EVERY steps up to step 100, then every
+    100th (unless GPUDIAG_DDP_STATS_EVERY asks for a coarser interval)."""
+    if step % STATS_EVERY:
+        return False
+    return step < TORCH_SAMPLE_EVERY or step % max(STATS_EVERY, TORCH_SAMPLE_EVERY) == 0
+
 
 # Fields of _get_ddp_logging_data() worth a row each step (others are constant strings).
 DDP_STAT_FIELDS = (
@@ -260,9 +273,9 @@ def _stats_row(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def record_step(recorder: CollectiveRecorder, step: int, t_ns: int, force: bool = False) -> None:
-    """One ddp_stats row per live DDP model, every STATS_EVERY steps (and when forced,
-    at the end of the run)."""
-    if not recorder._ddp_models or (step % STATS_EVERY and not force):
+    """One ddp_stats row per live DDP model at the steps :func:`stats_due` names (and
+    when forced, at the end of the run)."""
+    if not recorder._ddp_models or (not force and not stats_due(step)):
         return
     if recorder._ddp_writer is None:
         recorder._ddp_writer = rundir.open_rank_table(
