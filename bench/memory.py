@@ -77,6 +77,103 @@ def make_replicated_trace(events: int, out: Path) -> Path:
     return path
 
 
+_SMALL_ARGS = {  # the args each category keeps in the small shape (the rest are dropped)
+    "kernel": ("stream", "correlation"),
+    "gpu_memcpy": ("stream", "correlation"),
+    "gpu_memset": ("stream", "correlation"),
+}
+_LAUNCHES = (
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cudaMemcpyAsync",
+    "cudaMemsetAsync",
+    "cuLaunchKernel",
+)  # the runtime calls that keep their correlation id
+_COMM_ARGS = ("Input type", "Input Dims")  # kept on the collective's CPU events
+
+
+def _short_name(name: str, cat: object) -> str:
+    """A short name of the same kind: a kernel's template and argument lists cut off, then
+    at most 16 characters, except that NCCL kernels keep their op and dtype and GEMM
+    kernels the word "gemm" (what gpudiag reads from kernel names)."""
+    if cat == "kernel":  # cut the signature off
+        name = name.removeprefix("void ").split("<", 1)[0].rsplit("::", 1)[-1]
+        name = name.split("(", 1)[0] or "kernel"
+    if "nccl" in name:
+        return name
+    if "gemm" in name:
+        return name[: name.index("gemm") + 4]
+    return name[:16]
+
+
+def _small_event(e: dict, lo: float) -> dict | None:
+    """One complete event of SOURCE in the small shape; None for the others."""
+    if e.get("ph") != "X" or not isinstance(e.get("ts"), (int, float)):
+        return None
+    cat, name = e.get("cat"), str(e.get("name"))
+    small = {"ph": "X", "cat": cat, "name": _short_name(name, cat)}
+    small["pid"] = 1 if e.get("pid") not in (0, "0") else 0  # 1 = host, 0 = GPU
+    tid = e.get("tid")
+    small["tid"] = tid if small["pid"] == 0 else (1 if tid == e.get("pid") else 2)
+    small["ts"] = e["ts"] - lo
+    small["dur"] = e.get("dur", 0)
+    args = e.get("args") if isinstance(e.get("args"), dict) else {}
+    keep = _SMALL_ARGS.get(str(cat), ())
+    if name in _LAUNCHES:
+        keep = ("correlation",)
+    if "comm" in name or "nccl" in name or "c10d" in name:
+        keep = keep + _COMM_ARGS
+    kept = {k: args[k] for k in keep if k in args}
+    if kept:
+        small["args"] = kept
+    return small
+
+
+def make_small_trace(events: int, out: Path) -> Path:
+    """SYNTHETIC trace of ``events`` small events (~80 bytes each): SOURCE's complete
+    events (cpu_op, cuda_runtime, kernel, ProfilerStep...) in a compact shape (short names,
+    host pid/tid 1, relative timestamps, only the args gpudiag reads), replicated like
+    make_replicated_trace. Every event is a complete event, so every one is a table row
+    (the costliest case per byte of JSON). Not a recording."""
+    path = out / f"small_{events}.pt.trace.json"
+    if path.is_file():
+        return path
+    doc = orjson.loads(gzip.decompress(SOURCE.read_bytes()))
+    timed = [e for e in doc.pop("traceEvents") if isinstance(e.get("ts"), (int, float))]
+    lo = min(e["ts"] for e in timed)
+    hi = max(e["ts"] + (e.get("dur") or 0) for e in timed)
+    span = hi - lo + 1000
+    source = [s for s in (_small_event(e, lo) for e in timed) if s is not None]
+    source = [e for e in source if e["cat"] != "Trace"]  # the profiler's own span
+    source.sort(key=lambda e: e["ts"])
+    doc.pop("deviceProperties", None)
+    doc["baseTimeNanoseconds"] = int(lo) * 1000
+    doc["traceName"] = f"SYNTHETIC: {SOURCE.name} small events replicated to {events} events"
+    tmp = path.with_suffix(".tmp")
+    written = 0
+    with open(tmp, "wb") as fh:
+        fh.write(orjson.dumps(doc)[:-1] + b',"traceEvents":[')
+        copy = 0
+        while written < events:
+            batch = []
+            for e in source[: events - written]:
+                e = dict(e)
+                e["ts"] = e["ts"] + copy * span
+                if e["name"] == "ProfilerStep#3":
+                    e["name"] = f"ProfilerStep#{3 + copy}"
+                if "args" in e and "correlation" in e["args"]:
+                    e["args"] = dict(e["args"], correlation=e["args"]["correlation"] + copy * 10**5)
+                batch.append(e)
+            if written:
+                fh.write(b",")
+            fh.write(orjson.dumps(batch)[1:-1])
+            written += len(batch)
+            copy += 1
+        fh.write(b"]}")
+    tmp.rename(path)
+    return path
+
+
 def _hwm(pid: int) -> int:
     """The process's own peak RSS so far (VmHWM), in bytes; 0 once it is gone."""
     try:
@@ -129,6 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()) / "gpudiag-bench")
     ap.add_argument("--code", type=Path, default=REPO, help="checkout whose gpudiag runs")
     ap.add_argument("--set", type=Path, nargs="*", default=[SHARED / "astrasim_megatron_tp8"])
+    ap.add_argument(
+        "--shape",
+        choices=("large", "small", "both"),
+        default="both",
+        help="SYNTHETIC event shape: large = the recorded events as they are (~208 B each), "
+        "small = make_small_trace's compact complete events (~100 B each)",
+    )
     ap.add_argument("--workers", default=None, help="pass --workers N to analyze")
     ap.add_argument("--repeat", type=int, default=3, help="runs per case under 5M events")
     args = ap.parse_args(argv)
@@ -142,10 +246,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"{'input':<58} {'JSON MB':>8} {'peak MiB (range)':>20} {'x JSON':>7} {'time s':>7}")
     cases: list[tuple[str, Path, int, int]] = []
-    for n in args.events:
-        path = make_replicated_trace(n, args.scratch)
-        label = f"SYNTHETIC {n:,} events (replicated real trace)"
-        cases.append((label, path, path.stat().st_size, args.repeat if n < 5_000_000 else 1))
+    makers = {"large": make_replicated_trace, "small": make_small_trace}
+    shapes = ("large", "small") if args.shape == "both" else (args.shape,)
+    for shape in shapes:
+        for n in args.events:
+            path = makers[shape](n, args.scratch)
+            label = f"SYNTHETIC {n:,} {shape} events (replicated real trace)"
+            cases.append((label, path, path.stat().st_size, args.repeat if n < 5_000_000 else 1))
     for d in args.set:
         size = sum(len(gzip.decompress(p.read_bytes())) for p in d.glob("*.json.gz"))
         size += sum(p.stat().st_size for p in d.glob("*.json"))
