@@ -771,8 +771,18 @@ def _build_rank_trace(
 
 
 def _to_ns(ts: np.ndarray, base: int) -> np.ndarray:
+    """``base`` + ``ts`` (µs) in whole ns. Consumes ``ts`` (its buffer holds the fraction):
+    in place, so 3 full-length arrays live at once rather than 5."""
     whole = np.floor(ts)
-    return base + whole.astype(np.int64) * 1000 + np.rint((ts - whole) * 1000).astype(np.int64)
+    np.subtract(ts, whole, out=ts)
+    ts *= 1000
+    np.rint(ts, out=ts)
+    ns = whole.astype(np.int64)
+    del whole
+    ns *= 1000
+    ns += base
+    ns += ts.astype(np.int64)
+    return ns
 
 
 def _event_frame(cols: dict[str, Any], base: int) -> pd.DataFrame:
@@ -782,7 +792,10 @@ def _event_frame(cols: dict[str, Any], base: int) -> pd.DataFrame:
     start = _to_ns(cols.pop("ts"), base)
     order = np.argsort(start, kind="stable")  # by start time; "_row" keeps the original index
     start = start[order]
-    dur_ns = np.rint(cols.pop("dur")[order] * 1000).astype(np.int64)
+    dur = cols.pop("dur")[order]
+    dur *= 1000
+    dur_ns = np.rint(dur, out=dur).astype(np.int64)
+    del dur
     pid = _str_categorical(cols.pop("pid"), cols["pid_values"], order)
     tid = _str_categorical(cols.pop("tid"), cols["tid_values"], order)
     name = _categorical(cols.pop("name"), cols["name_values"], order)
@@ -863,13 +876,27 @@ def _thread_pair_codes(
     ``pid_code * (n_tids + 1) + tid_code``."""
     width = len(tid.categories) + 1
     pids, tids = (pid.codes, tid.codes) if rows is None else (pid.codes[rows], tid.codes[rows])
-    return pids.astype(np.int64) * width + tids.astype(np.int64)
+    pairs = pids.astype(np.int64)
+    pairs *= width
+    pairs += tids
+    return pairs
 
 
 def _thread_ids(pid: pd.Categorical, tid: pd.Categorical) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct threads as pair codes (sorted), and each event's index into them."""
-    thread_ids, thread_of = np.unique(_thread_pair_codes(pid, tid), return_inverse=True)
-    return thread_ids, thread_of.ravel()
+    """Distinct threads as pair codes (sorted), and each event's index into them (what
+    np.unique(return_inverse=True) gives, through a lookup table over the few possible
+    pairs instead of a sort of the whole column)."""
+    pairs = _thread_pair_codes(pid, tid)
+    size = len(pid.categories) * (len(tid.categories) + 1)
+    if not len(pairs) or pairs.min() < 0 or size > 1 << 22:
+        thread_ids, thread_of = np.unique(pairs, return_inverse=True)
+        return thread_ids, thread_of.ravel()
+    present = np.zeros(size, dtype=bool)
+    present[pairs] = True
+    thread_ids = np.flatnonzero(present).astype(pairs.dtype)
+    index = np.zeros(size, dtype=np.intp)
+    index[thread_ids] = np.arange(len(thread_ids))
+    return thread_ids, index[pairs]
 
 
 def _thread_names(
@@ -897,7 +924,7 @@ def _main_thread_mask(
 ) -> np.ndarray:
     """The training thread: the one running ProfilerStep, else the most cpu_op time."""
     cpu = ~is_gpu
-    pool = cpu & (np.asarray(kind) == "step")
+    pool = cpu & np.asarray(kind == "step")  # no object array of the kinds
     if not pool.any():
         pool = cpu & np.isin(cat.codes, _codes_of(cat, ["cpu_op"]))
     if not pool.any():
