@@ -11,6 +11,7 @@ import gzip
 import tracemalloc
 from pathlib import Path
 
+import orjson
 import pandas as pd
 import pytest
 
@@ -19,13 +20,14 @@ from gpudiag.analysis import ingest
 MEGATRON = ("astrasim_megatron_tp8", "megatron_kineto_0.json.gz")  # record_param_comms args
 NCCL = ("hta_nccl_a100", "nccl_data.json.gz")  # NCCL kernels with comm args
 
-# Measured (this commit): 113.6-118.3 bytes per event on the four sets' first traces (was
-# 121.6-126.3 with comm_nelems kept). Every column is a fixed-width array or codes, so the
-# figure is exact: one more 8-byte column per event breaks the bound.
-TABLE_BYTES_PER_EVENT = 120
-# Measured: 71.4 bytes per event retained after the parse of MEGATRON (columns + interned
-# strings); 101.6 when the comm events' args dicts were kept per row.
-PARSED_BYTES_PER_EVENT = 85
+# Measured (this commit): 97.6-102.3 bytes per event on the six sets' first traces (was
+# 113.6-118.3 with stream, correlation, external_id and step as int64; 121.6-126.3 with
+# comm_nelems kept). Every column is a fixed-width array or codes, so the figure is exact:
+# one more 8-byte column per event breaks the bound.
+TABLE_BYTES_PER_EVENT = 105
+# Measured: 59.4 bytes per event retained after the parse of MEGATRON (columns + interned
+# strings; 71.4 with int64 ids; 101.6 when the comm events' args dicts were kept per row).
+PARSED_BYTES_PER_EVENT = 70
 
 
 def _trace(shared_traces: Path, which: tuple[str, str]) -> Path:
@@ -44,6 +46,31 @@ def test_event_table_bytes_per_event(shared_traces: Path, which: tuple[str, str]
         values = ev[column].to_numpy()
         if values.dtype == object:
             assert len({id(v) for v in values}) <= 1000, column  # interned, not per row
+
+
+def test_ids_beyond_int32_keep_their_values(shared_traces: Path, tmp_path: Path) -> None:
+    """The narrow id columns are checked: a correlation id past int32 (here written into a
+    copy of a recorded trace) makes that column int64, every value kept."""
+    plain = tmp_path / "nccl_data.json"
+    data = gzip.decompress(_trace(shared_traces, NCCL).read_bytes())
+    plain.write_bytes(data)
+    narrow, _ = ingest.load_trace(plain)
+    assert narrow is not None
+    for column in ("stream", "correlation", "external_id", "step"):
+        assert narrow.events[column].dtype == "int32", column
+    doc = orjson.loads(data)
+    kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    kernel["args"]["correlation"] = 2**40
+    wide_path = tmp_path / "wide.json"
+    wide_path.write_bytes(orjson.dumps(doc))
+    wide, _ = ingest.load_trace(wide_path)
+    assert wide is not None
+    assert wide.events["correlation"].dtype == "int64"
+    assert (wide.events["correlation"] == 2**40).sum() == 1
+    assert wide.events["external_id"].dtype == "int32"
+    pd.testing.assert_series_equal(
+        wide.events["start_ns"], narrow.events["start_ns"], check_names=False
+    )
 
 
 def test_parse_keeps_no_python_object_per_event(shared_traces: Path) -> None:

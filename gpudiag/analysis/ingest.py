@@ -839,8 +839,9 @@ _INT32 = np.iinfo(np.int32)
 
 
 def _narrow(column: np.ndarray) -> np.ndarray:
-    """``column`` as int32 when all its values fit (checked), else unchanged."""
-    if len(column) and _INT32.min <= column.min() and column.max() <= _INT32.max:
+    """``column`` as int32 when all its values fit (checked; an empty one too, so that
+    chunks concatenate to int32), else unchanged."""
+    if not len(column) or (_INT32.min <= column.min() and column.max() <= _INT32.max):
         return column.astype(np.int32)
     return column
 
