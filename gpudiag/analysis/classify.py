@@ -284,13 +284,20 @@ def classify(names: pd.Series, cats: pd.Series) -> pd.Categorical:
         return pd.Categorical([], categories=KINDS)
     names = names.astype("category")
     cats = cats.astype("category")
-    n_codes = names.cat.codes.to_numpy().astype(np.int64)
-    c_codes = cats.cat.codes.to_numpy().astype(np.int64)
-    pair = n_codes * (len(cats.cat.categories) + 1) + c_codes
-    uniq, inverse = np.unique(pair, return_inverse=True)
     name_cats = names.cat.categories
     cat_cats = cats.cat.categories
     width = len(cat_cats) + 1
+    pair = names.cat.codes.to_numpy().astype(np.int64)  # in place: no more full-length
+    pair *= width  # temporaries than needed (10M events: 80 MB each)
+    pair += cats.cat.codes.to_numpy()
+    size = len(name_cats) * width
+    table = pair.min() >= 0 and size <= 1 << 22  # the few possible pairs, no sort
+    if table:
+        present = np.zeros(size, dtype=bool)
+        present[pair] = True
+        uniq = np.flatnonzero(present)
+    else:  # a missing name or category, or too many pairs
+        uniq, inverse = np.unique(pair, return_inverse=True)
     kind_codes = np.array(
         [
             KINDS.index(classify_one(str(name_cats[p // width]), str(cat_cats[p % width])))
@@ -298,8 +305,14 @@ def classify(names: pd.Series, cats: pd.Series) -> pd.Categorical:
         ],
         dtype=np.int8,
     )
+    if table:
+        by_pair = np.zeros(size, dtype=np.int8)
+        by_pair[uniq] = kind_codes
+        codes = by_pair[pair]
+    else:
+        codes = kind_codes[inverse.ravel()]
     categories = pd.Index(KINDS, dtype=object)
-    return pd.Categorical.from_codes(kind_codes[inverse.ravel()], categories=categories)
+    return pd.Categorical.from_codes(codes, categories=categories)
 
 
 def name_mask(names: pd.Series, test: Callable[[pd.Series], pd.Series]) -> np.ndarray:

@@ -11,6 +11,8 @@ Times are integer epoch nanoseconds: ``baseTimeNanoseconds + ts * 1000`` (traces
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import gc
 import gzip
 import math
@@ -739,6 +741,7 @@ def _build_rank_trace(
         warnings.append(BadInput(f"{path}: implausible baseTimeNanoseconds {base}; using 0"))
         base = 0
     cols = collected.columns(warnings, path)
+    release_free_memory()  # the per-chunk arrays just concatenated (~44 B per event)
     del collected
     devices = doc.get("deviceProperties")
     meta = TraceMeta(
@@ -768,6 +771,24 @@ def _build_rank_trace(
     del cols
     steps.insert(0, "rank", meta.rank)
     return RankTrace(meta=meta, events=frame, steps=steps)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to do
+        return None
+
+
+def release_free_memory() -> None:
+    """Give the C heap's free pages back to the OS (glibc's ``malloc_trim``). The parse's
+    per-chunk column arrays are small enough to come from the heap, where what is freed
+    between live blocks is kept by the process: at 10M events ~420 MiB of RSS that no
+    array uses while the table is built. Changes no value."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _to_ns(ts: np.ndarray, base: int) -> np.ndarray:
