@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from gpudiag.analysis import classify as cls
 from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.ingest import RankTrace
 
@@ -44,8 +45,8 @@ _CPU_COMPUTE_KINDS = ("cpu_op", "sync")
 
 def is_gpu_trace(events: pd.DataFrame) -> bool:
     gpu = events["is_gpu"].to_numpy()
-    kind = events["kind"].to_numpy()
-    return bool((gpu & np.isin(kind, ["compute", "comm", "memcpy", "memset"])).any())
+    kind = cls.kinds(events)
+    return bool((gpu & cls.kind_in(kind, ["compute", "comm", "memcpy", "memset"])).any())
 
 
 def gpu_without_kernels(rank_trace: RankTrace) -> bool:
@@ -95,16 +96,16 @@ def activity_sets(rank_trace: RankTrace) -> iv.PackedSets:
 
 def _activity_sets(rank_trace: RankTrace) -> dict[str, iv.Intervals]:
     ev = rank_trace.events
-    kind = ev["kind"].to_numpy()
+    kind = cls.kinds(ev)
     gpu = ev["is_gpu"].to_numpy()
     main = ev["main_thread"].to_numpy()
     loading = _set(ev, main & (kind == "dataloader"))
-    host = _set(ev, main & ~np.isin(kind, _HOST_SKIP_KINDS))
+    host = _set(ev, main & ~cls.kind_in(kind, _HOST_SKIP_KINDS))
     comm = _set(ev, comm_event_mask(ev))
     if is_gpu_trace(ev):
-        compute = _set(ev, gpu & np.isin(kind, _GPU_COMPUTE_KINDS))
+        compute = _set(ev, gpu & cls.kind_in(kind, _GPU_COMPUTE_KINDS))
     else:
-        ops = _set(ev, main & np.isin(kind, _CPU_COMPUTE_KINDS))
+        ops = _set(ev, main & cls.kind_in(kind, _CPU_COMPUTE_KINDS))
         collective_calls = _set(ev, main & (kind == "comm_cpu"))
         compute = iv.subtract(iv.subtract(ops, loading), collective_calls)
     return {"compute": compute, "comm": comm, "data_loading": loading, "host": host}
@@ -113,7 +114,7 @@ def _activity_sets(rank_trace: RankTrace) -> dict[str, iv.Intervals]:
 def comm_event_mask(ev: pd.DataFrame) -> np.ndarray:
     """The events that make up communication: GPU traces, the comm kernels; CPU traces,
     gloo's transfers and the training thread's collective calls (``c10d::*``)."""
-    kind = ev["kind"].to_numpy()
+    kind = cls.kinds(ev)
     gpu = ev["is_gpu"].to_numpy()
     if is_gpu_trace(ev):
         return gpu & (kind == "comm")
@@ -225,7 +226,7 @@ def comm_comp_overlap(rank_trace: RankTrace) -> float:
 def _comm_comp_overlap(rank_trace: RankTrace) -> float:
     ev = rank_trace.events
     if is_gpu_trace(ev):
-        kind = ev["kind"].to_numpy()
+        kind = cls.kinds(ev)
         gpu = ev["is_gpu"].to_numpy() & hta_launched(ev)
         compute = _set(ev, gpu & (kind == "compute"))
         comm = _set(ev, gpu & (kind == "comm"))
@@ -250,7 +251,7 @@ def hta_launched(events: pd.DataFrame) -> np.ndarray:
     event with its correlation id starts at or before the end of the last step; with
     fewer steps every GPU event counts. CPU events are always True."""
     gpu = events["is_gpu"].to_numpy()
-    kind = events["kind"].to_numpy()
+    kind = cls.kinds(events)
     cpu = ~gpu
     marks = cpu & (kind == "step")
     if events["name"].to_numpy()[marks].size == 0 or len(set(events["name"][marks])) < 2:

@@ -11,7 +11,7 @@ Classification runs once per distinct (name, cat) pair, not once per event.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -313,6 +313,20 @@ def classify(names: pd.Series, cats: pd.Series) -> pd.Categorical:
         codes = kind_codes[inverse.ravel()]
     categories = pd.Index(KINDS, dtype=object)
     return pd.Categorical.from_codes(codes, categories=categories)
+
+
+def kinds(events: pd.DataFrame) -> pd.Categorical | np.ndarray:
+    """The ``kind`` column for ``==`` / :func:`kind_in` masks: the event table's
+    categorical itself (a 10M-event table's kinds as objects would cost 80 MB a copy)."""
+    kind = events["kind"]
+    return kind.array if isinstance(kind.dtype, pd.CategoricalDtype) else kind.to_numpy()
+
+
+def kind_in(kind: pd.Categorical | np.ndarray, values: Sequence[str]) -> np.ndarray:
+    """``np.isin(kind, values)``, on the codes for a categorical."""
+    if isinstance(kind, pd.Categorical):
+        return kind.isin(list(values))
+    return np.isin(kind, values)
 
 
 def name_mask(names: pd.Series, test: Callable[[pd.Series], pd.Series]) -> np.ndarray:

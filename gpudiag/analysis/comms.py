@@ -103,7 +103,7 @@ def link_of(trace: RankTrace | None) -> tuple[str, float]:
 
 
 def _gpu_rows(events: pd.DataFrame) -> pd.DataFrame:
-    rows = events[events["is_gpu"].to_numpy() & (events["kind"].to_numpy() == "comm")]
+    rows = events[events["is_gpu"].to_numpy() & (cls.kinds(events) == "comm")]
     return pd.DataFrame(
         {
             "pg_name": rows["pg_name"].to_numpy(dtype=object),
@@ -122,7 +122,7 @@ def _gpu_rows(events: pd.DataFrame) -> pd.DataFrame:
 
 def _cpu_rows(events: pd.DataFrame) -> pd.DataFrame:
     """gloo: pair the k-th ``c10d::`` enqueue with the k-th ``gloo:`` transfer."""
-    kind = events["kind"].to_numpy()
+    kind = cls.kinds(events)
     c10d = cls.name_mask(events["name"], lambda names: names.str.startswith("c10d::"))
     enq = events[(kind == "comm_cpu") & c10d]
     enq = enq[enq["comm_op"].notna().to_numpy()]
@@ -187,7 +187,7 @@ def trace_rows(trace: RankTrace) -> pd.DataFrame:
 
 def _trace_rows(trace: RankTrace) -> pd.DataFrame:
     ev = trace.events
-    kind = ev["kind"].to_numpy()
+    kind = cls.kinds(ev)
     gpu = ev["is_gpu"].to_numpy()
     if (gpu & (kind == "comm")).any():
         rows = _gpu_rows(ev)

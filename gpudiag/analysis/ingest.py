@@ -769,6 +769,7 @@ def _build_rank_trace(
     frame["step"] = _narrow(_assign_steps(frame, steps))
     _enrich_comms(frame, cols.pop("comm"), meta)
     del cols
+    release_free_memory()  # what building the table freed on the heap
     steps.insert(0, "rank", meta.rank)
     return RankTrace(meta=meta, events=frame, steps=steps)
 

@@ -56,7 +56,7 @@ def combine(sets: list[Intervals], keep: Callable[[np.ndarray], np.ndarray]) -> 
     points = []
     deltas = []
     for i, (s, e) in enumerate(sets):
-        d = np.zeros((len(s) * 2, len(sets)), dtype=np.int64)
+        d = np.zeros((len(s) * 2, len(sets)), dtype=np.int8)  # +1 / -1: 1 byte each
         d[: len(s), i] = 1
         d[len(s) :, i] = -1
         points.append(np.concatenate([s, e]))
@@ -67,7 +67,8 @@ def combine(sets: list[Intervals], keep: Callable[[np.ndarray], np.ndarray]) -> 
     delta = np.concatenate(deltas)
     order = np.argsort(pts, kind="stable")
     pts = pts[order]
-    active = np.cumsum(delta[order], axis=0)[:-1] > 0
+    # counts per set, at most the set's interval count: int32 (not int64) is exact
+    active = np.cumsum(delta[order], axis=0, dtype=np.int32)[:-1] > 0
     seg_start, seg_end = pts[:-1], pts[1:]
     selected = keep(active) & (seg_end > seg_start)
     return union(seg_start[selected], seg_end[selected])

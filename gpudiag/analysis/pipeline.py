@@ -332,11 +332,15 @@ def prepare_rank(trace: Any, clock_offsets: dict[str, int] | None = None) -> Non
     if clock_offsets:  # absolute: a Dask worker gets the file's absolute path
         absolute = {str(Path(p).absolute()): ns for p, ns in clock_offsets.items()}
         shift_trace(trace, absolute.get(str(Path(trace.meta.path).absolute()), 0))
+    from gpudiag.analysis.ingest import release_free_memory
+
     for analysis in _per_rank_analyses():
         try:
             analysis(trace)
         except Exception:  # noqa: BLE001, S112 - cached; _guard reports it on the client
             continue
+        finally:  # the analysis' freed work arrays: not the base of the next one's peak
+            release_free_memory()
 
 
 def analyze(
