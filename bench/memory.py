@@ -6,8 +6,12 @@ replicated end to end (each copy shifted by the trace's span, its ProfilerStep r
 until it holds N events. It is written to a scratch directory, never into the repo, and
 is not a recording: it only measures how memory scales with the number of events.
 
-    python bench/memory.py [--events 1000000 10000000] [--scratch DIR] [--code REPO]
-        [--set ../shared/traces/astrasim_megatron_tp8] [--repeat 3]
+    python bench/memory.py [--events 1000000 10000000] [--shape large|small|both]
+        [--scratch DIR] [--code REPO] [--set ../shared/traces/astrasim_megatron_tp8] [--repeat 3]
+
+--shape small (make_small_trace) writes the same events in a compact form, ~100 bytes each,
+every one a complete event (a table row): the issue's case of a 10M-event trace of ~820 MB,
+where the table's cost per event rather than the JSON's size sets the peak. Also SYNTHETIC.
 
 Each case runs `python -m gpudiag analyze PATH --json` in a subprocess (imports
 included, like a user sees it); the peak is the sum of the peak RSS of the process and of
