@@ -152,6 +152,19 @@ def run():
         res = analyze(path, workers=workers)
         analysis_s = time.perf_counter() - a0
         return res, 0.0, 0.0
+    if mode == "inline":  # the cluster's tasks, one after another in this process
+        from gpudiag.analysis.ingest import share_empty_events
+        def run_tasks(task, jobs):
+            out = []
+            for job in jobs:
+                trace, notes = task(job)
+                if trace is not None:
+                    share_empty_events(trace)
+                out.append((trace, notes))
+            return out
+        res = analyze(path, run_tasks=run_tasks)
+        analysis_s = time.perf_counter() - a0
+        return res, 0.0, 0.0
     from distributed import get_task_stream
     from gpudiag.analysis.cluster import connect
     s0 = time.perf_counter()
@@ -199,7 +212,7 @@ def bench_traces(args: argparse.Namespace) -> int:
             f"(built in {time.perf_counter() - t0:.0f} s)",
             flush=True,
         )
-        modes = [m for m in ("pool", "cluster") if m in args.modes.split(",")]
+        modes = [m for m in ("pool", "cluster", "inline") if m in args.modes.split(",")]
         runs: dict[str, list[dict]] = {m: [] for m in modes}
         for rep in range(args.reps):
             order = modes if rep % 2 == 0 else modes[::-1]
@@ -226,6 +239,7 @@ def bench_traces(args: argparse.Namespace) -> int:
     label = {
         "pool": f"local pool, {args.workers} processes",
         "cluster": f"LocalCluster, {args.workers} workers",
+        "inline": "inline (tasks in the client)",
     }
     print(f"{'':<32}{'wall s median [min-max]':>26}{'client peak GB':>28}")
     for mode, ms in runs.items():
@@ -270,7 +284,9 @@ def main() -> int:
     ap.add_argument(
         "--modes",
         default="pool,cluster",
-        help="which of pool,cluster to run (e.g. cluster alone at 1024+ ranks)",
+        help="which of pool,cluster,inline to run (e.g. cluster alone at 1024+ ranks; inline: "
+        "the cluster's per-rank tasks run one by one in the client process, no scheduler: "
+        "the client's own memory)",
     )
     args = ap.parse_args()
     if args.traces:
