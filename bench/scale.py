@@ -153,11 +153,12 @@ def run():
         analysis_s = time.perf_counter() - a0
         return res, 0.0, 0.0
     if mode == "inline":  # the cluster's tasks, one after another in this process
+        import pickle
         from gpudiag.analysis.ingest import share_empty_events
         def run_tasks(task, jobs):
             out = []
             for job in jobs:
-                trace, notes = task(job)
+                trace, notes = pickle.loads(pickle.dumps(task(job)))  # as sent back
                 if trace is not None:
                     share_empty_events(trace)
                 out.append((trace, notes))

@@ -158,8 +158,10 @@ def unpack_ints(blob: bytes) -> list[np.ndarray]:
 
 
 class PackedSets:
-    """Named interval sets stored packed (:func:`pack_ints`); ``sets[name]`` unpacks one
-    (kept unpacked until pickled, so repeated reads cost nothing)."""
+    """Named interval sets stored packed (:func:`pack_ints`); ``sets[name]`` unpacks one.
+    Where they were computed (the per-rank task, which reads them several times) the
+    arrays are also kept as they are; once pickled (on the client, which reads one set
+    once per rank) only the packed form is kept."""
 
     def __init__(self, sets: dict[str, Intervals]) -> None:
         self.names = tuple(sets)
@@ -167,11 +169,11 @@ class PackedSets:
         self._open: dict[str, Intervals] = dict(sets)
 
     def __getitem__(self, name: str) -> Intervals:
-        if name not in self._open:
-            arrays = unpack_ints(self.blob)
-            i = self.names.index(name)
-            self._open[name] = (arrays[2 * i], arrays[2 * i + 1])
-        return self._open[name]
+        if name in self._open:
+            return self._open[name]
+        arrays = unpack_ints(self.blob)
+        i = self.names.index(name)
+        return (arrays[2 * i], arrays[2 * i + 1])
 
     def __contains__(self, name: object) -> bool:
         return name in self.names
