@@ -234,6 +234,28 @@ BUCKET_FIX_MANY = (
 )
 
 
+# A medium or high straggler must be late in more steps than chance makes a rank late:
+# the probability of being last in at least that many of the matched steps, when each
+# step's last rank were drawn at random among the ranks, must not exceed this.
+MAX_CHANCE_OF_LATENESS = 0.001
+
+
+def _chance_of_lateness(named: Any, n_ranks: int) -> float | None:
+    """The binomial tail P(X >= k), X ~ Bin(steps, 1 / n_ranks), for the named rank least
+    often late (k = its late steps); None without the per-step columns."""
+    if n_ranks < 2 or not {"steps", "last_share"} <= set(getattr(named, "columns", ())):
+        return None
+    worst = None
+    for steps, share in zip(named["steps"], named["last_share"], strict=False):
+        n, k = int(steps), round(float(share) * int(steps))
+        if n <= 0:
+            continue
+        q = 1.0 / n_ranks
+        tail = sum(math.comb(n, i) * q**i * (1 - q) ** (n - i) for i in range(k, n + 1))
+        worst = tail if worst is None else max(worst, tail)
+    return worst
+
+
 def straggler_findings(
     stragglers: Any,
     step_ms: float,
@@ -274,12 +296,15 @@ def straggler_findings(
     severity = severity_for(worst, step_ms) or "low"
     if not consistent:  # too few steps to tell a straggler from a hiccup: say less
         severity = "low"
+    chance = _chance_of_lateness(named, len(stragglers))
+    if chance is not None and chance > MAX_CHANCE_OF_LATENESS:
+        severity = "low"  # late that often by chance alone (e.g. 9 of 11 steps of 2 ranks)
     contended = bool(contention and contention.get("contended"))
     if contended:  # other processes held the CPUs: the scheduler may be the cause
         severity = "low"
     if ended_early:
         severity = "low"
-    consistency = {}
+    consistency: dict[str, Any] = {}
     if "last_share" in named:
         consistency = {
             "steps_matched": int(named["steps"].max()),
@@ -291,6 +316,7 @@ def straggler_findings(
                 str(int(r)): ms(v) for r, v in zip(named["rank"], named["noise_ms"], strict=False)
             },
             "consistent": consistent,
+            **({"chance_p": float(f"{chance:.2g}")} if chance is not None else {}),
         }
     # a multi-node job: say on which node each named rank runs
     nodes = rank_nodes if rank_nodes and len(set(rank_nodes.values())) > 1 else {}
@@ -310,6 +336,13 @@ def straggler_findings(
                     if consistent
                     else f" (only {consistency.get('steps_matched', 0)} step(s) matched: "
                     "not shown to be consistent)"
+                )
+                + (
+                    f" (late in {min(consistency.get('late_share_of_steps', {}).values(), default=0):.0%}"
+                    f" of {consistency.get('steps_matched', 0)} matched steps, which chance alone"
+                    f" gives with p = {chance:.2g}: not shown to be consistent)"
+                    if consistent and chance is not None and chance > MAX_CHANCE_OF_LATENESS
+                    else ""
                 )
                 + (
                     "; other processes kept the host's CPUs saturated, so it may just have "
