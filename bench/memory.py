@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -54,23 +55,31 @@ def make_replicated_trace(events: int, out: Path) -> Path:
     hi = max(e["ts"] + (e.get("dur") or 0) for e in timed)
     span = hi - lo + 1000
     doc["traceName"] = f"SYNTHETIC: {SOURCE.name} replicated to {events} events"
+
+    def shifted(e: dict, copy: int) -> dict:
+        if isinstance(e.get("ts"), (int, float)):
+            e["ts"] = e["ts"] + copy * span
+        if e.get("name") == "ProfilerStep#3":
+            e["name"] = f"ProfilerStep#{3 + copy}"
+        if isinstance(e.get("id"), int):  # flow ids stay unique per copy
+            e["id"] = e["id"] + copy * 10**7
+        return e
+
+    return _write_copies(doc, source, events, path, shifted)
+
+
+def _write_copies(
+    doc: dict, source: list[dict], events: int, path: Path, shifted: Callable[[dict, int], dict]
+) -> Path:
+    """Write ``doc`` with ``events`` trace events: copies of ``source``, each event of copy
+    k passed through ``shifted(event, k)`` (a fresh dict), streamed in batches."""
     tmp = path.with_suffix(".tmp")
     written = 0
     with open(tmp, "wb") as fh:
         fh.write(orjson.dumps(doc)[:-1] + b',"traceEvents":[')
         copy = 0
         while written < events:
-            batch = []
-            for e in source[: events - written]:
-                e = dict(e)
-                if isinstance(e.get("ts"), (int, float)):
-                    e["ts"] = e["ts"] + copy * span
-                if e.get("name") == "ProfilerStep#3":
-                    e["name"] = f"ProfilerStep#{3 + copy}"
-                for key in ("id",):  # flow ids stay unique per copy
-                    if isinstance(e.get(key), int):
-                        e[key] = e[key] + copy * 10**7
-                batch.append(e)
+            batch = [shifted(dict(e), copy) for e in source[: events - written]]
             if written:
                 fh.write(b",")
             fh.write(orjson.dumps(batch)[1:-1])
@@ -153,29 +162,16 @@ def make_small_trace(events: int, out: Path) -> Path:
     doc.pop("deviceProperties", None)
     doc["baseTimeNanoseconds"] = int(lo) * 1000
     doc["traceName"] = f"SYNTHETIC: {SOURCE.name} small events replicated to {events} events"
-    tmp = path.with_suffix(".tmp")
-    written = 0
-    with open(tmp, "wb") as fh:
-        fh.write(orjson.dumps(doc)[:-1] + b',"traceEvents":[')
-        copy = 0
-        while written < events:
-            batch = []
-            for e in source[: events - written]:
-                e = dict(e)
-                e["ts"] = e["ts"] + copy * span
-                if e["name"] == "ProfilerStep#3":
-                    e["name"] = f"ProfilerStep#{3 + copy}"
-                if "args" in e and "correlation" in e["args"]:
-                    e["args"] = dict(e["args"], correlation=e["args"]["correlation"] + copy * 10**5)
-                batch.append(e)
-            if written:
-                fh.write(b",")
-            fh.write(orjson.dumps(batch)[1:-1])
-            written += len(batch)
-            copy += 1
-        fh.write(b"]}")
-    tmp.rename(path)
-    return path
+
+    def shifted(e: dict, copy: int) -> dict:
+        e["ts"] = e["ts"] + copy * span
+        if e["name"] == "ProfilerStep#3":
+            e["name"] = f"ProfilerStep#{3 + copy}"
+        if "args" in e and "correlation" in e["args"]:
+            e["args"] = dict(e["args"], correlation=e["args"]["correlation"] + copy * 10**5)
+        return e
+
+    return _write_copies(doc, source, events, path, shifted)
 
 
 def _hwm(pid: int) -> int:
