@@ -248,7 +248,11 @@ def test_findings_on_the_real_gpu_traces(shared_traces):
     kinds = {f.kind: f for f in dlrm.findings}
     # SOURCES.md: rank 7 has the least NCCL time, i.e. it arrives last; others wait for it
     assert kinds["straggler"].ranks == [7]
-    assert kinds["exposed_communication"].severity == "high"
+    # the ranks' exposed NCCL time (1.6-11 ms) is nearly all waiting for the last rank to
+    # arrive (its arrival skew, matched per collective across the 8 ranks): overlap would
+    # not give it back, so no exposed_communication finding (it was "high" at 4.8 ms
+    # while only the one-step straggler's 1.2 ms were set apart)
+    assert "exposed_communication" not in kinds
     assert all(f.cost_ms_per_step >= 0 for f in dlrm.findings)
     costs = [f.cost_ms_per_step for f in dlrm.findings]
     assert costs == sorted(costs, reverse=True)
@@ -258,7 +262,11 @@ def test_findings_on_the_real_gpu_traces(shared_traces):
 
     megatron = analyze(shared_traces / "astrasim_megatron_tp8")
     exposed = next(f for f in megatron.findings if f.kind == "exposed_communication")
-    assert exposed.severity == "high" and exposed.ranks == list(range(8))
+    # 401 ms of exposed NCCL time per rank, 351 ms of it waiting for late peers (ranks 0
+    # and 6 arrive last): the transfer itself, ~50 ms of the 600 ms step, is the cost
+    assert exposed.ranks == list(range(8))
+    assert exposed.evidence["waiting_for_peers_ms"] > 300
+    assert 30 < exposed.cost_ms_per_step < 80 and exposed.severity == "low"
     assert "no_amp" not in {f.kind for f in megatron.findings}  # fp16 Megatron
 
 

@@ -390,3 +390,96 @@ def comm_per_step(traces: list[RankTrace]) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame(columns=["rank", "step", "comm_ms"])
     return pd.concat(rows, ignore_index=True)
+
+
+PEER_WAIT_COLUMNS = ("rank", "steps", "comm_exposed_ms", "peer_wait_ms", "unmatched_ms")
+
+
+def _wait_spans(collectives: pd.DataFrame, world_size: int | None) -> pd.DataFrame:
+    """Per collective call: (rank, kind, lo, hi). ``wait`` rows span the call's wait for
+    the last peer to arrive ([its arrival, the last rank's arrival], no later than its
+    end); ``unmatched`` rows span a whole call that was not seen on every rank of its
+    group with the same op (its wait for peers is unknown)."""
+    from gpudiag.analysis.stragglers import _match_key
+
+    c = collectives.copy()
+    c["start_ns"] = pd.to_numeric(c["start_ns"], errors="coerce")
+    c["end_ns"] = pd.to_numeric(c["end_ns"], errors="coerce")
+    c = c.dropna(subset=["start_ns"])
+    if c.empty:
+        return pd.DataFrame(columns=["rank", "wait", "lo", "hi"])
+    c["key"] = _match_key(c)
+    c = c.drop_duplicates(["pg_name", "key", "rank"])
+    group = c.groupby(["pg_name", "key"], sort=False)
+    expected = pd.to_numeric(c["pg_size"], errors="coerce")
+    if world_size:  # the default group spans the world
+        expected = expected.where(expected.notna() | (c["pg_name"] != "0"), float(world_size))
+    matched = (
+        (group["rank"].transform("nunique") >= expected.fillna(np.inf))
+        & (group["op"].transform(lambda ops: ops.astype(str).nunique()) == 1)
+    ).to_numpy()
+    start = c["start_ns"].to_numpy(dtype=float)
+    end = c["end_ns"].to_numpy(dtype=float)
+    last = group["start_ns"].transform("max").to_numpy(dtype=float)
+    wait_end = np.where(np.isnan(end), last, np.minimum(last, end))
+    hi = np.where(matched, wait_end, end)
+    keep = ~np.isnan(hi) & (hi > start)
+    return pd.DataFrame(
+        {
+            "rank": c["rank"].to_numpy(dtype=np.int64)[keep],
+            "wait": matched[keep],
+            "lo": start[keep].astype(np.int64),
+            "hi": hi[keep].astype(np.int64),
+        }
+    )
+
+
+def peer_wait(
+    traces: list[RankTrace], collectives: pd.DataFrame, world_size: int | None = None
+) -> pd.DataFrame:
+    """Per traced rank, over its analysed steps (the per-rank table's, means per step):
+    ``comm_exposed_ms`` (the table's number), ``peer_wait_ms``: the part of it spent
+    waiting for the last peer to arrive at a collective (arrival skew: this rank's
+    arrival to the last rank's, each call matched across the ranks of its group as in
+    stragglers.py), and ``unmatched_ms``: the part inside calls not matched on every rank
+    of their group (only some ranks traced, different profiled windows), whose wait for
+    peers is unknown. Overlapping calls (DDP buckets) count once."""
+    from gpudiag.analysis.breakdown import component_intervals, step_windows
+
+    spans = (
+        _wait_spans(collectives, world_size)
+        if collectives is not None and len(collectives)
+        else pd.DataFrame(columns=["rank", "wait", "lo", "hi"])
+    )
+    rows = []
+    for trace in traces:
+        windows = step_windows(trace)
+        if windows.empty:
+            continue
+        lo = windows["start_ns"].to_numpy(dtype=np.int64)
+        hi = windows["end_ns"].to_numpy(dtype=np.int64)
+        exposed = component_intervals(trace)["comm_exposed"]
+        mine = spans[spans["rank"].to_numpy() == trace.meta.rank]
+        waiting = mine["wait"].to_numpy(dtype=bool)
+        wait = iv.union(mine["lo"].to_numpy()[waiting], mine["hi"].to_numpy()[waiting])
+        unknown = iv.subtract(
+            iv.union(mine["lo"].to_numpy()[~waiting], mine["hi"].to_numpy()[~waiting]), wait
+        )
+        rows.append(
+            {
+                "rank": trace.meta.rank,
+                "steps": len(windows),
+                "comm_exposed_ms": float(iv.per_window_length(exposed, lo, hi).mean()) / 1e6,
+                "peer_wait_ms": float(
+                    iv.per_window_length(iv.intersect(exposed, wait), lo, hi).mean()
+                )
+                / 1e6,
+                "unmatched_ms": float(
+                    iv.per_window_length(iv.intersect(exposed, unknown), lo, hi).mean()
+                )
+                / 1e6,
+            }
+        )
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype=float) for c in PEER_WAIT_COLUMNS})
+    return pd.DataFrame(rows)[list(PEER_WAIT_COLUMNS)]

@@ -70,7 +70,9 @@ def rank_failed_findings(
         failure = {}
     if not failed and not rundir.is_failed(manifest.get("status")):
         return []
-    first_rank = failure.get("rank", min(failed) if failed else None)
+    first_rank = failure.get("rank")
+    if first_rank is None:
+        first_rank = _first_failed(failed)
     detail = failed.get(first_rank, failure) if first_rank is not None else failure
     traceback = str(detail.get("traceback") or failure.get("traceback") or "")
     message = str(detail.get("message") or detail.get("error") or failure.get("message") or "")
@@ -79,11 +81,13 @@ def rank_failed_findings(
         message = f"{exc_type}: {message}"
     last_line = message or (traceback.strip().splitlines()[-1] if traceback.strip() else "")
     listed = _as_int_list(manifest.get("failed_ranks"))
-    ranks = sorted(set(failed) | set(listed)) or (
+    not_finished = sorted(set(failed) | set(listed)) or (
         [int(first_rank)] if first_rank is not None else []
     )
-    if first_rank is not None and len(ranks) > 1:
-        title = f"Rank {first_rank} failed first ({len(ranks)} ranks did not finish)"
+    # the finding names the cause; the others' failures followed from it (consequences)
+    ranks = [int(first_rank)] if first_rank is not None else not_finished
+    if first_rank is not None and len(not_finished) > 1:
+        title = f"Rank {first_rank} failed first ({len(not_finished)} ranks did not finish)"
     elif first_rank is not None:
         title = f"Rank {first_rank} failed"
     else:
@@ -101,7 +105,7 @@ def rank_failed_findings(
                 "run_status": manifest.get("status"),
                 "exit_code": manifest.get("exit_code", detail.get("exit_code")),
                 "first_failed_rank": first_rank,
-                "failed_ranks": ranks,
+                "failed_ranks": not_finished,
                 "error": last_line,
                 # the cause and what followed from it (gpudiag/capture/blame.py)
                 "cause_rank": first_rank,
@@ -114,6 +118,21 @@ def rank_failed_findings(
             location=_frame_path(failure.get("location")) or user_frame(traceback),
         )
     ]
+
+
+def _first_failed(failed: dict[int, dict[str, Any]]) -> int | None:
+    """Without the launcher's verdict (manifest ``failure``): the rank that failed first
+    with an error of its own (not a peer's connection error), earliest end first, as
+    gpudiag/capture/blame.py decides; else the earliest failed rank."""
+    if not failed:
+        return None
+
+    def order(rank: int) -> tuple[bool, int, int]:
+        status = failed[rank]
+        end = status.get("end_ns")
+        return (rundir.is_peer_error(status), end if isinstance(end, int) else 0, rank)
+
+    return min(failed, key=order)
 
 
 def _frame_path(value: Any) -> str | None:

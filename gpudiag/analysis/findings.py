@@ -16,6 +16,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from gpudiag.rundir import LintDiagnostic, LintReport
 
 KINDS = (
@@ -402,26 +404,94 @@ def latency_bound(largest_bytes: float | None) -> bool:
     return largest_bytes is not None and largest_bytes < LATENCY_BOUND_BYTES
 
 
+def _by_rank(ranks: Any, table: Any, column: str) -> np.ndarray:
+    """``table[column]`` aligned on the per-rank table's ranks (0 where a rank has none)."""
+    if table is None or len(table) == 0 or column not in table:
+        return np.zeros(len(ranks))
+    values = dict(zip(table["rank"].astype(int), table[column].astype(float), strict=False))
+    return np.array([values.get(int(r), 0.0) for r in ranks["rank"]], dtype=float)
+
+
+@dataclass(frozen=True)
+class ExposedSplit:
+    """The per-rank table's exposed communication (mean over ranks, ms per step) split
+    into the wait for late peers and the transfer (what better overlap gives back).
+    ``unknown_ms``: the part of the transfer inside collectives that could not be matched
+    across ranks, whose wait for peers is unknown (the transfer is then an upper bound)."""
+
+    gross_ms: float
+    waiting_ms: float
+    unknown_ms: float
+
+    @property
+    def transfer_ms(self) -> float:
+        return max(self.gross_ms - self.waiting_ms, 0.0)
+
+    @property
+    def known_transfer_ms(self) -> float:
+        return max(self.transfer_ms - self.unknown_ms, 0.0)
+
+    @property
+    def upper_bound(self) -> bool:
+        """Enough of the transfer is unknown to rate only the known part."""
+        return self.unknown_ms > 0.05 * self.transfer_ms
+
+
+def exposed_split(ranks: Any, peer_wait: Any, straggler_ms: float = 0.0) -> ExposedSplit:
+    """Waiting = the measured exposed wait for the last peer to arrive at each collective
+    (comms.peer_wait: arrival skew, a straggler's lead included), or the straggler's share
+    (:func:`waiting_share`) when that is larger (it covers every step of the run, the
+    measured wait only the traced ones). Overlap does not give it back: a straggler, load
+    imbalance or a descheduled peer is its cause. Without ``peer_wait`` (it could not be
+    measured) all of the transfer is unknown."""
+    if ranks is None or len(ranks) == 0 or "comm_exposed" not in ranks:
+        return ExposedSplit(0.0, 0.0, 0.0)
+    gross = float(ranks["comm_exposed"].astype(float).mean())
+    measured = float(_by_rank(ranks, peer_wait, "peer_wait_ms").mean())
+    waiting = min(max(measured, straggler_ms, 0.0), gross)
+    unknown = (
+        float(_by_rank(ranks, peer_wait, "unmatched_ms").mean()) if peer_wait is not None else gross
+    )
+    return ExposedSplit(gross, waiting, min(max(unknown, 0.0), gross - waiting))
+
+
 def exposed_comm_findings(
     ranks: Any,
     step_ms: float,
     stall: Any = None,
     straggler_ms: float = 0.0,
     largest_bytes: float | None = None,
+    peer_wait: Any = None,
 ) -> list[Finding]:
-    """Exposed communication net of the waiting for a straggler (``straggler_ms`` is the
-    mean over ranks of that wait, see :func:`waiting_share`). When even the largest
-    collective is tiny (``largest_bytes``), the advice is about latency, not bandwidth."""
+    """Exposed communication net of the waiting for peers: the cost is the transfer part,
+    what better overlap gives back. ``peer_wait`` (comms.peer_wait) gives each rank's
+    exposed wait for the last peer to arrive at each collective, and the exposed time in
+    collectives that could not be matched across ranks (their wait is unknown: the cost
+    is then an upper bound, and the severity comes from the part known to be transfer,
+    low at least). ``straggler_ms``: the mean over ranks of the wait for a named straggler
+    (:func:`waiting_share`), set apart at least. When even the largest collective is tiny
+    (``largest_bytes``), the advice is about latency, not bandwidth."""
     if ranks is None or len(ranks) == 0 or "comm_exposed" not in ranks:
         return []
     exposed = ranks["comm_exposed"].astype(float)
-    cost = max(float(exposed.mean()) - straggler_ms, 0.0)
+    split = exposed_split(ranks, peer_wait, straggler_ms)
+    gross, waiting, unknown, cost = (
+        split.gross_ms,
+        split.waiting_ms,
+        split.unknown_ms,
+        split.transfer_ms,
+    )
     severity = severity_for(cost, step_ms)
     if severity is None:
         return []
+    if split.upper_bound:  # say less: rate only what is known to be transfer
+        severity = severity_for(split.known_transfer_ms, step_ms) or "low"
+    per_rank_wait = _by_rank(ranks, peer_wait, "peer_wait_ms")
     steps = ranks["step_ms_mean"].astype(float)
     hit = [
-        int(r) for r, e, s in zip(ranks["rank"], exposed, steps, strict=False) if severity_for(e, s)
+        int(r)
+        for r, e, w, s in zip(ranks["rank"], exposed, per_rank_wait, steps, strict=False)
+        if severity_for(e - w, s)
     ]
     overlapped = float(ranks["comm_overlapped"].astype(float).mean())
     stall_ms = None
@@ -433,10 +503,17 @@ def exposed_comm_findings(
             severity=severity,
             cost_ms_per_step=cost,
             ranks=hit,
-            title=_exposed_title(float(exposed.mean()), straggler_ms, cost, step_ms),
+            title=_exposed_title(split, step_ms, straggler_ms > 0),
             evidence={
-                "comm_exposed_ms": ms(float(exposed.mean())),
+                "comm_exposed_ms": ms(gross),
+                "waiting_for_peers_ms": ms(waiting),
                 "waiting_for_straggler_ms": ms(straggler_ms),
+                "transfer_ms": ms(cost),
+                **(
+                    {"unmatched_ms": ms(unknown), "cost_is_upper_bound": True}
+                    if unknown > 0
+                    else {}
+                ),
                 "comm_overlapped_ms": ms(overlapped),
                 "overlap_fraction": round(overlapped / (overlapped + cost), 3)
                 if overlapped + cost > 0
@@ -445,6 +522,9 @@ def exposed_comm_findings(
                 "allreduce_stall_ms_per_step": stall_ms,
                 "per_rank_exposed_ms": {
                     str(int(r)): ms(e) for r, e in zip(ranks["rank"], exposed, strict=False)
+                },
+                "per_rank_waiting_for_peers_ms": {
+                    str(int(r)): ms(w) for r, w in zip(ranks["rank"], per_rank_wait, strict=False)
                 },
                 **(
                     {"latency_bound": True, "largest_collective_bytes": largest_bytes}
@@ -457,16 +537,29 @@ def exposed_comm_findings(
     ]
 
 
-def _exposed_title(gross: float, waiting: float, cost: float, step_ms: float) -> str:
+def _exposed_title(split: ExposedSplit, step_ms: float, straggler: bool = False) -> str:
     """The per-rank table's number (mean over ranks) first, then what is left of it once
-    the wait for a straggler (costed by ``straggler``) is set apart."""
+    the wait for peers to arrive (a straggler's included, costed by ``straggler``) is set
+    apart; an upper bound when some collectives could not be matched across ranks."""
+    cost = split.transfer_ms
     share = f"{100 * cost / step_ms:.0f}% of the step"
-    if waiting <= 0.05 * gross:
-        return f"{cost:.1f} ms per step of communication is not overlapped with compute ({share})"
+    bound = (
+        f", an upper bound on the transfer: {split.unknown_ms:.1f} ms of it is in collectives "
+        "not matched across ranks (not every rank traced), whose wait for late peers is unknown"
+        if split.upper_bound
+        else ""
+    )
+    if split.waiting_ms <= 0.05 * split.gross_ms:
+        return (
+            f"{cost:.1f} ms per step of communication is not overlapped with compute "
+            f"({share}){bound}"
+        )
+    whom = " (the straggler among them)" if straggler else ""
     return (
-        f"{gross:.1f} ms per step of communication is not overlapped with compute (mean over "
-        f"ranks); {waiting:.1f} ms of it is waiting for the straggler, the other {cost:.1f} ms "
-        f"({share}) is the communication itself"
+        f"{split.gross_ms:.1f} ms per step of communication is not overlapped with compute "
+        f"(mean over ranks); {split.waiting_ms:.1f} ms of it is waiting for late peers to "
+        f"arrive at collectives{whom}, the other {cost:.1f} ms ({share}) is the transfer "
+        f"itself{bound}"
     )
 
 
@@ -474,17 +567,19 @@ def bucket_findings(
     buckets: Any,
     ranks: Any,
     step_ms: float,
-    straggler_ms: float = 0.0,
+    split: ExposedSplit | None = None,
     largest_bytes: float | None = None,
 ) -> list[Finding]:
-    """Fires only when communication is exposed (beyond waiting for a straggler): bucket
+    """Fires only when communication is exposed beyond waiting for peers (``split``,
+    :func:`exposed_split`; rated on the part known to be transfer): bucket
     count/size is then the lever. Not for latency-bound jobs (every collective tiny): a
     model whose gradients fill a few hundred bytes has nothing to re-bucket."""
     if buckets is None or len(buckets) == 0 or ranks is None or len(ranks) == 0:
         return []
     if latency_bound(largest_bytes):
         return []
-    exposed = max(float(ranks["comm_exposed"].astype(float).mean()) - straggler_ms, 0.0)
+    split = split or exposed_split(ranks, None)
+    exposed = split.transfer_ms
     if severity_for(exposed, step_ms) is None:
         return []
     size_col = next((c for c in ("bytes", "size_bytes", "bucket_bytes") if c in buckets), None)
@@ -502,13 +597,14 @@ def bucket_findings(
         return []
     # The part a better bucketing can recover: at most the exposed communication.
     cost = exposed / 2
+    known = split.known_transfer_ms / 2 if split.upper_bound else cost
     return [
         Finding(
             kind="bucket_size",
-            severity=severity_for(cost, step_ms) or "low",
+            severity=severity_for(known, step_ms) or "low",
             cost_ms_per_step=cost,
             ranks=[],
-            title=f"DDP uses {why} gradient buckets ({count:.0f} per step) while {exposed:.1f} ms/step of communication is exposed",
+            title=f"DDP uses {why} gradient buckets ({count:.0f} per step) while {exposed:.1f} ms/step of communication transfer is exposed",
             evidence={
                 "buckets_per_step": round(count, 2),
                 "mean_bucket_mb": None if math.isnan(mean_mb) else round(mean_mb, 3),

@@ -260,6 +260,19 @@ def _arrivals(coll: pd.DataFrame, run: Any, comms: Any, warnings: list[str]) -> 
     return from_run if from_run is not None and len(from_run) else coll
 
 
+def _peer_wait(
+    traces: list[Any], coll: pd.DataFrame, run: Any, comms: Any, warnings: list[str]
+) -> pd.DataFrame | None:
+    """Each traced rank's exposed wait for late peers (comms.peer_wait); None when it
+    could not be measured (exposed_communication then says less)."""
+    if comms is None or not traces:
+        return None
+    world = (run.world_size if run is not None else None) or max(
+        (t.meta.world_size or 0 for t in traces), default=0
+    )
+    return _guard(warnings, "wait for peers", comms.peer_wait, traces, coll, world or None)
+
+
 def _uses_ddp(traces: list[Any], run: Any) -> bool:
     if run is not None and len(getattr(run, "ddp_stats", [])):
         return True
@@ -475,13 +488,13 @@ def analyze(
     waited = sum(fnd.waiting_share(ranks, f.ranks, f.cost_ms_per_step) for f in straggler)
     found += straggler
     largest = fnd.largest_collective_bytes(coll)
+    peer_wait = _peer_wait(traces, coll, run, comms, warnings)
     found += fnd.exposed_comm_findings(
-        ranks, step_ms, stall, straggler_ms=waited, largest_bytes=largest
+        ranks, step_ms, stall, straggler_ms=waited, largest_bytes=largest, peer_wait=peer_wait
     )
     if _uses_ddp(traces, run):
-        found += fnd.bucket_findings(
-            buckets, ranks, step_ms, straggler_ms=waited, largest_bytes=largest
-        )
+        split = fnd.exposed_split(ranks, peer_wait, waited)
+        found += fnd.bucket_findings(buckets, ranks, step_ms, split=split, largest_bytes=largest)
     found += dataloader.dataloader_findings(dl, step_by_rank)
     found += dataloader.host_sync_findings(dl, step_by_rank)
     found += dataparallel.dataparallel_findings(dp, step_ms)
