@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpudiag import rundir
-from gpudiag.analysis import analyze
+from gpudiag.analysis import analyze, comms
+from gpudiag.analysis import findings as fnd
 
 pytestmark = pytest.mark.slow
 
@@ -218,7 +219,13 @@ def test_symmetric_data_sleep_is_a_stall_not_a_straggler(suite_runs):
 def test_failed_run_reports_the_failure_and_only_completed_steps(suite_runs):
     res = suite_runs["fail"]
     assert res.run.status == "failed"
-    assert res.findings[0].kind == "rank_failed" and 1 in res.findings[0].ranks
+    failed = res.findings[0]
+    assert failed.kind == "rank_failed"
+    # the cause only: rank 0's peer error followed from rank 1's (a consequence)
+    assert failed.ranks == [1] and failed.title.startswith("Rank 1 failed")
+    assert failed.evidence["cause_rank"] == 1
+    assert 1 in failed.evidence["failed_ranks"]
+    assert 1 not in [c["rank"] for c in failed.evidence["consequences"]]
     # nothing is costed from the time rank 0 waited for the rank that died
     assert _severe(res, "straggler") == []
     assert all(f.cost_ms_per_step < 1000 for f in res.findings)
@@ -230,3 +237,115 @@ def test_item_on_cpu_costs_nothing(suite_runs):
     assert "host_sync" not in _kinds(res)
     calls = [r for r in res.dataloader.host_sync if r.count_per_step > 0]
     assert calls and all(r.ms_per_step == 0 for r in calls)
+
+
+def test_failed_run_every_view_names_the_cause_only(suite_runs, monkeypatch):
+    """Terminal header line, JSON, HTML and the dashboard all read the finding's ranks:
+    rank 1 (it raised), not rank 0 (it lost its peer)."""
+    import io
+    import json
+
+    from rich.console import Console
+    from streamlit.testing.v1 import AppTest
+
+    from gpudiag.report.html import render_html
+    from gpudiag.report.terminal import print_report
+
+    res = suite_runs["fail"]
+    buf = io.StringIO()
+    print_report(res, console=Console(file=buf, width=200, color_system=None))
+    header = next(line for line in buf.getvalue().splitlines() if "rank_failed" in line)
+    assert "ranks 1 " in header + " " and "ranks 0" not in header, header
+    (finding,) = [
+        f for f in json.loads(json.dumps(res.to_json()))["findings"] if f["kind"] == "rank_failed"
+    ]
+    assert finding["ranks"] == [1]
+    html = render_html([res])
+    assert "<b>rank_failed</b> — 0.00 ms/step — ranks [1]" in html
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.syspath_prepend(str(repo))  # dashboards/ is not an installed package
+    monkeypatch.setattr(sys, "argv", ["app.py", str(res.source.parent)])
+    at = AppTest.from_file(str(repo / "dashboards" / "app.py"), default_timeout=180)
+    at.run()
+    at.sidebar.selectbox(key="run").set_value(f"{res.source.parent.name}/fail").run()
+    assert not at.exception, [e.value for e in at.exception]
+    table = at.table[0].value
+    row = table[table["kind"].str.replace("\\", "") == "rank_failed"]
+    assert list(row["ranks"]) == ["1"]
+
+
+# --------------------------------------------------------------------------- a loaded host
+
+
+def _hog() -> subprocess.Popen:
+    """A CPU-bound neighbour: one process spinning in Python (bench/findings_suite.py)."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+@pytest.fixture(scope="session")
+def hogged_run(tmp_path_factory: pytest.TempPathFactory) -> object:
+    """An unmodified 2-rank job beside a spinning neighbour on this (2-core) machine: the
+    ranks get descheduled in turn, so each waits for the other at some all-reduces while
+    neither is late consistently."""
+    root = tmp_path_factory.mktemp("hogged")
+    neighbour = _hog()
+    try:
+        _trace(
+            root / "healthy",
+            2,
+            ["--profile-steps", "3-10"],
+            SUITE,
+            ["--steps", "14", "--width", "256", "--batch", "256"],
+        )
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+    return analyze(root / "healthy")
+
+
+def test_exposed_communication_on_a_loaded_host_is_net_of_the_wait_for_peers(hogged_run):
+    """Regression: with no consistent straggler, the wait for a descheduled peer was
+    costed as exposed communication (the fix, overlap, does not give it back). Each
+    rank's exposed wait for the last rank's arrival at each all-reduce is set apart."""
+    res = hogged_run
+    assert res.run.status == "ok"
+    assert [f for f in res.findings if f.kind == "straggler" and f.severity != "low"] == []
+    waits = comms.peer_wait(res.traces, res.collectives, res.run.world_size).set_index("rank")
+    assert (waits["unmatched_ms"] == 0).all()  # both ranks traced: every call matched
+    assert waits["peer_wait_ms"].sum() > 0  # someone always arrives first and waits
+    # never more than the arrival skew itself: per rank, the sum over its all-reduces of
+    # (last rank's arrival - its arrival), from the c10d:: calls in the two traces
+    c = res.collectives
+    last = c.groupby(["pg_name", "index"])["start_ns"].transform("max")
+    skew_ms = ((last - c["start_ns"]) / 1e6).groupby(c["rank"]).sum()
+    for rank, row in waits.iterrows():
+        assert row["peer_wait_ms"] * row["steps"] <= skew_ms[rank] + 1e-3
+    split = fnd.exposed_split(res.ranks, waits.reset_index())
+    gross = float(res.ranks["comm_exposed"].mean())
+    assert split.gross_ms == pytest.approx(gross)
+    assert split.waiting_ms == pytest.approx(waits["peer_wait_ms"].mean(), abs=1e-6)
+    assert split.transfer_ms == pytest.approx(gross - split.waiting_ms, abs=1e-6)
+    exposed = _kinds(res).get("exposed_communication")
+    if exposed is None:  # the transfer alone under 2 % of the step: nothing to report
+        assert split.transfer_ms < 0.02 * res.step_ms
+        return
+    assert exposed.cost_ms_per_step == pytest.approx(split.transfer_ms, abs=1e-6)
+    assert exposed.cost_ms_per_step < gross  # before: the whole table's number
+    assert exposed.evidence["waiting_for_peers_ms"] == pytest.approx(split.waiting_ms, abs=1e-3)
+    # the same number in the terminal report, the JSON and the HTML
+    import io
+
+    from rich.console import Console
+
+    from gpudiag.report.html import render_html
+    from gpudiag.report.terminal import print_report
+
+    buf = io.StringIO()
+    print_report(res, console=Console(file=buf, width=200, color_system=None))
+    header = next(line for line in buf.getvalue().splitlines() if "exposed_communication" in line)
+    assert f"{exposed.cost_ms_per_step:.2f} ms/step" in header
+    as_json = next(f for f in res.to_json()["findings"] if f["kind"] == "exposed_communication")
+    assert as_json["cost_ms_per_step"] == pytest.approx(exposed.cost_ms_per_step)
+    assert f"<b>exposed_communication</b> — {exposed.cost_ms_per_step:.2f} ms/step" in render_html(
+        [res]
+    )

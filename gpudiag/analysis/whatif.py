@@ -53,7 +53,8 @@ SCENARIOS: tuple[Scenario, ...] = (
         "communication fully hidden behind compute (the bound)",
         (
             "every collective overlaps computation; better bucketing reaches part of this",
-            "straggler waiting is not included (see straggler_fixed)",
+            "waiting for late peers (arrival skew) is not included: overlap does not give "
+            "it back (a straggler's share: see straggler_fixed)",
         ),
     ),
     Scenario(
