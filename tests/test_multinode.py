@@ -303,11 +303,18 @@ def _hang_nodes(outs: tuple[Path, Path]) -> list[str]:
 
 def _hang_finding(path: Path | list[Path]) -> dict:
     findings = analyze(path).to_json()["findings"]
-    # not necessarily first: a known defect (a desync finding against a waiting rank whose
-    # call is known only from the Flight Recorder) sometimes comes before it
-    hangs = [f for f in findings if f["kind"] == "hang"]
-    assert hangs, [f["title"] for f in findings]
-    return hangs[0]
+    assert findings and findings[0]["kind"] == "hang", [f["title"] for f in findings]
+    assert not [f for f in findings if f["kind"] == "desync"], [f["title"] for f in findings]
+    return findings[0]
+
+
+def _forget_raised_calls(run: Path, ranks: list[int]) -> None:
+    """Drop the ranks' failed-call rows, as when the launcher ended a waiting rank before
+    its collective raised: its call is then known only from the Flight Recorder."""
+    for rank in ranks:
+        path = rundir.table_path(rundir.rank_dir(run, rank), rundir.COLLECTIVE_TIMES)
+        rows = [line for line in path.read_text().splitlines() if '"error"' not in line]
+        path.write_text("".join(f"{line}\n" for line in rows))
 
 
 def test_a_rank_of_another_node_that_never_arrives_is_named(tmp_path: Path) -> None:
@@ -324,6 +331,10 @@ def test_a_rank_of_another_node_that_never_arrives_is_named(tmp_path: Path) -> N
     assert finding["ranks"] == [SLOW_RANK], finding
     assert f"rank {SLOW_RANK} never entered all_reduce" in finding["title"]
     assert finding["evidence"]["waiting_ranks"] == [0, 1, 2]
+    # a waiting rank whose call only the Flight Recorder saw (no user line) is not blamed
+    # for a different line: it was seen in about 1 run of 4 as a false desync finding
+    _forget_raised_calls(run, [1, 2])
+    assert _hang_finding(run)["ranks"] == [SLOW_RANK]
     # node 1 wrote no report (its watchdog did not fire): its ranks are the suspects
     (run / "hang_report.node1.json").unlink()
     finding = _hang_finding(run)

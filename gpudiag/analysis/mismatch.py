@@ -133,9 +133,35 @@ def failed_calls(run: Any) -> tuple[str, int, dict[int, Call]] | None:
     return pg, seq, calls
 
 
+def _lines(calls: dict[int, Call]) -> dict[int, str]:
+    """Each rank's line for the vote. A call seen only in the Flight Recorder has no user
+    line: that is not evidence of a different line. It counts as the common line when its
+    op and size are those of the common call (a waiting rank of a hang, its Python stack
+    not recorded), as a different line when its op or size differ (DDP's bucket all-reduce
+    met by a rank that skipped a collective), and not at all when a size is unknown."""
+    with_line = {r: c.line for r, c in calls.items() if c.line}
+    if not with_line:
+        return {r: f"<{c.op} without a user line>" for r, c in calls.items()}
+    common = Counter(with_line.values()).most_common(1)[0][0]
+    ref = next(calls[r] for r, line in sorted(with_line.items()) if line == common)
+    lines: dict[int, str] = {}
+    for r, c in calls.items():
+        if c.line:
+            lines[r] = c.line
+        elif c.how != "flight_recorder" or (c.op and ref.op and c.op != ref.op):
+            lines[r] = f"<{c.op} without a user line>"
+        elif c.bytes is None or ref.bytes is None:
+            continue
+        elif c.bytes == ref.bytes:
+            lines[r] = common
+        else:
+            lines[r] = f"<{c.op} without a user line>"
+    return lines
+
+
 def _odd_ones(calls: dict[int, Call]) -> tuple[list[int], str] | None:
     """The ranks whose call differs from the most common one, and how."""
-    by_line = {r: (c.line or f"<{c.op} without a user line>") for r, c in calls.items()}
+    by_line = _lines(calls)
     common_line, n = Counter(by_line.values()).most_common(1)[0]
     odd = sorted(r for r, line in by_line.items() if line != common_line)
     if odd and n > len(odd):

@@ -195,6 +195,8 @@ def died_failure(end: RankEnd, consequences: list[RankEnd]) -> dict[str, Any]:
     step = (
         f"during step {end.last_step + 1} (after step {end.last_step} was recorded)"
         if end.last_step is not None
+        else "with no step of it recorded here"
+        if end.lost
         else "before its first step"
     )
     hint = SIGNAL_HINTS.get(end.signal or "")

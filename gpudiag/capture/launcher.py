@@ -354,11 +354,17 @@ def decide_outcome(
         gone_ns,
         returncode if single_process else None,
     )
-    if own is not None and any(
-        e.failed and rundir.is_peer_error(e.status or {}) for r, e in ends.items() if r in own
+    if (
+        own is not None
+        and not hang
+        and any(
+            e.failed and rundir.is_peer_error(e.status or {}) for r, e in ends.items() if r in own
+        )
     ):
         # this node's ranks lost their connection: another node's ranks that left no
-        # status are the likely cause (that node was killed, crashed or lost its network)
+        # status are the likely cause (that node was killed, crashed or lost its network).
+        # Not after a hang: the other node's watchdog ended its ranks, and the hang report
+        # already names whom no watchdog saw.
         for r, e in ends.items():
             if r not in own and e.status is None and not e.died_without_status:
                 e.lost = _node_lost(run_dir, infos.get(r))
