@@ -21,7 +21,7 @@ import pandas as pd
 from gpudiag.analysis import classify as cls
 from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.breakdown import activity_sets
-from gpudiag.analysis.ingest import RankTrace
+from gpudiag.analysis.ingest import RankTrace, with_comm
 
 TABLE_COLUMNS = (
     "rank",
@@ -102,8 +102,9 @@ def link_of(trace: RankTrace | None) -> tuple[str, float]:
 # --------------------------------------------------------------------------- per-rank rows
 
 
-def _gpu_rows(events: pd.DataFrame) -> pd.DataFrame:
-    rows = events[events["is_gpu"].to_numpy() & (cls.kinds(events) == "comm")]
+def _gpu_rows(events: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
+    """``comm``: the trace's ``RankTrace.comm`` (the collectives' fields)."""
+    rows = with_comm(events[events["is_gpu"].to_numpy() & (cls.kinds(events) == "comm")], comm)
     return pd.DataFrame(
         {
             "pg_name": rows["pg_name"].to_numpy(dtype=object),
@@ -120,16 +121,16 @@ def _gpu_rows(events: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _cpu_rows(events: pd.DataFrame) -> pd.DataFrame:
+def _cpu_rows(events: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
     """gloo: pair the k-th ``c10d::`` enqueue with the k-th ``gloo:`` transfer."""
     kind = cls.kinds(events)
     c10d = cls.name_mask(events["name"], lambda names: names.str.startswith("c10d::"))
-    enq = events[(kind == "comm_cpu") & c10d]
+    enq = with_comm(events[(kind == "comm_cpu") & c10d], comm)
     enq = enq[enq["comm_op"].notna().to_numpy()]
     enq = _outermost(enq)
-    xfer = events[(kind == "comm") & ~events["is_gpu"].to_numpy()]
+    xfer = with_comm(events[(kind == "comm") & ~events["is_gpu"].to_numpy()], comm)
     if enq.empty and xfer.empty:
-        return _gpu_rows(events.iloc[0:0])
+        return _gpu_rows(events.iloc[0:0], comm)
     if len(enq) == len(xfer) or xfer.empty or enq.empty:
         base = enq if len(enq) else xfer
         ends = xfer["end_ns"].to_numpy() if len(xfer) == len(base) else base["end_ns"].to_numpy()
@@ -190,11 +191,11 @@ def _trace_rows(trace: RankTrace) -> pd.DataFrame:
     kind = cls.kinds(ev)
     gpu = ev["is_gpu"].to_numpy()
     if (gpu & (kind == "comm")).any():
-        rows = _gpu_rows(ev)
+        rows = _gpu_rows(ev, trace.comm)
     elif (~gpu & (kind == "comm")).any() or not _host_calls_only(trace):
-        rows = _cpu_rows(ev)
+        rows = _cpu_rows(ev, trace.comm)
     else:  # c10d:: calls that moved no data: their durations are no collective's
-        rows = _gpu_rows(ev.iloc[0:0])
+        rows = _gpu_rows(ev.iloc[0:0], trace.comm)
     link, peak = link_of(trace)
     rows["link"] = link
     rows["peak_gbs"] = peak

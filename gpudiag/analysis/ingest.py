@@ -69,16 +69,13 @@ EVENT_COLUMNS = (
     "stream",
     "is_gpu",
     "main_thread",
-    "comm_op",
-    "comm_bytes",
-    "comm_dtype",
-    "pg_name",
-    "pg_size",
-    "seq",
     "correlation",
     "external_id",
     "step",
 )
+# The collectives' fields: in ``RankTrace.comm``, one row per comm event (a few % of the
+# events), indexed by the event's row label; :func:`with_comm` joins them to events.
+COMM_COLUMNS = ("comm_op", "comm_bytes", "comm_dtype", "pg_name", "pg_size", "seq")
 STEP_COLUMNS = ("rank", "step", "start_ns", "end_ns")
 
 
@@ -104,6 +101,8 @@ class RankTrace:
     meta: TraceMeta
     events: pd.DataFrame
     steps: pd.DataFrame
+    # the comm events' fields (COMM_COLUMNS), indexed by their row label in ``events``
+    comm: pd.DataFrame = field(default_factory=lambda: no_comm())
     # derived values that several analyses share (e.g. breakdown's activity sets)
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -213,6 +212,7 @@ def drop_events(trace: RankTrace) -> None:
         if isinstance(empty[col].dtype, pd.CategoricalDtype):
             empty[col] = empty[col].cat.remove_unused_categories()
     trace.events = empty
+    trace.comm = trace.comm.iloc[0:0]
     for key, value in trace.cache.items():  # small frames as plain columns
         if isinstance(value, pd.DataFrame) and not isinstance(value.columns, pd.MultiIndex):
             compact = FrameColumns.of(value)
@@ -233,6 +233,30 @@ def share_empty_events(trace: RankTrace) -> None:
         return
     layout = tuple((str(c), str(d)) for c, d in trace.events.dtypes.items())
     trace.events = _EMPTY_EVENTS.setdefault(layout, trace.events)
+    if not len(trace.comm):
+        layout = tuple((str(c), str(d)) for c, d in trace.comm.dtypes.items())
+        trace.comm = _EMPTY_EVENTS.setdefault(layout, trace.comm)
+
+
+def no_comm() -> pd.DataFrame:
+    """An empty ``RankTrace.comm`` (a trace without collectives)."""
+    return _comm_table(np.empty(0, dtype=np.int64), _empty_fields(0))
+
+
+def with_comm(rows: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` (a selection of one trace's ``events``, e.g. ``events[mask]``) with the
+    collectives' fields (COMM_COLUMNS) from that trace's ``comm`` as columns: each row's
+    values, None (text) or NaN (numbers) on rows that are no collective."""
+    fields = comm.reindex(rows.index)
+    out = rows.copy()
+    for name in COMM_COLUMNS:
+        column = fields[name]
+        if column.dtype == object:  # reindex fills NaN; a non-comm row's text is None
+            values = column.to_numpy(copy=True)
+            values[pd.isna(values)] = None
+            column = pd.Series(values, index=rows.index, dtype=object, copy=False)
+        out[name] = column
+    return out
 
 
 # --------------------------------------------------------------------------- finding files
@@ -767,11 +791,11 @@ def _build_rank_trace(
     frame = _event_frame(cols, base)
     steps = _steps(frame, path, warnings)
     frame["step"] = _narrow(_assign_steps(frame, steps))
-    _enrich_comms(frame, cols.pop("comm"), meta)
+    comm = _enrich_comms(frame, cols.pop("comm"), meta)
     del cols
     release_free_memory()  # what building the table freed on the heap
     steps.insert(0, "rank", meta.rank)
-    return RankTrace(meta=meta, events=frame, steps=steps)
+    return RankTrace(meta=meta, events=frame, steps=steps, comm=comm)
 
 
 @functools.cache
@@ -1080,13 +1104,14 @@ _DTYPE_GUESS = "_dtype_guess"  # the kernel name's dtype, the last resort
 _COMM_STORED = ("_row", *_COMM_FIELDS, _DTYPE_GUESS)  # the collector's comm arrays
 
 
-def _enrich_comms(events: pd.DataFrame, stored: dict[str, np.ndarray], meta: TraceMeta) -> None:
-    """Adds the comm columns (op, bytes, dtype, group, group size, seq); worked out on
-    arrays over the comm rows only and assigned once (pandas' per-column .loc writes are
-    slow, and full-length work arrays would cost ~70 bytes per event at the peak).
+def _enrich_comms(
+    events: pd.DataFrame, stored: dict[str, np.ndarray], meta: TraceMeta
+) -> pd.DataFrame:
+    """The comm rows' fields (op, bytes, dtype, group, group size, seq): the table
+    ``RankTrace.comm``, over the comm rows only (as full-length columns they cost ~48
+    bytes per event, though a few % of the events are collectives). Removes ``_row``.
     ``stored``: the collector's fields of the rows with telling args (``_row``: their
     original positions, ascending); other comm rows get what their name says."""
-    n = len(events)
     kind = events["kind"].array
     comm_rows = np.flatnonzero(np.isin(kind.codes, _codes_of(kind, ["comm", "comm_cpu"])))
     fields = _empty_fields(len(comm_rows))
@@ -1104,11 +1129,20 @@ def _enrich_comms(events: pd.DataFrame, stored: dict[str, np.ndarray], meta: Tra
         _bytes_from_nelems(fields)
         _fill_group_defaults(fields, meta)
     del events["_row"]
-    for name in _COMM_FIELDS[:-1]:  # comm_nelems only served the bytes (8 B per event)
-        full = _empty_fields(n, (name,))[name]
-        full[comm_rows] = fields.pop(name)
+    return _comm_table(comm_rows, fields)
+
+
+def _comm_table(rows: np.ndarray, fields: dict[str, np.ndarray]) -> pd.DataFrame:
+    """``RankTrace.comm`` from the fields over ``rows`` (event row labels). Each column's
+    dtype is the one pandas infers for the values (text as ``str``, or object where all
+    are None), as it would for a full-length column that is None off the comm rows;
+    comm_nelems only served the bytes."""
+    index = pd.Index(rows, dtype=np.int64)
+    columns = {}
+    for name in COMM_COLUMNS:
         kind_of: Any = object if name == "pg_name" else None  # group names may be ints
-        events[name] = pd.Series(full, index=events.index, dtype=kind_of, copy=False)
+        columns[name] = pd.Series(fields[name], index=index, dtype=kind_of, copy=False)
+    return pd.DataFrame(columns, index=index)
 
 
 _OBJECT_FIELDS = frozenset({"comm_op", "comm_dtype", "pg_name", _DTYPE_GUESS})

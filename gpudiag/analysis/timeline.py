@@ -130,6 +130,7 @@ def _merge_lane(lane: str, g: pd.DataFrame, tol: int) -> pd.DataFrame:
 
 def _lanes_frame(trace: Any) -> pd.DataFrame:
     from gpudiag.analysis import breakdown as bd
+    from gpudiag.analysis.ingest import with_comm
 
     ev = trace.events
     if ev is None or ev.empty:
@@ -137,7 +138,7 @@ def _lanes_frame(trace: Any) -> pd.DataFrame:
     parts = []
     for lane, (s, e) in bd.timeline_lanes(trace).items():
         if lane == "communication":
-            comm = ev[bd.comm_event_mask(ev)]
+            comm = with_comm(ev[bd.comm_event_mask(ev)], trace.comm)
             if len(comm):
                 parts.append(_collective_rows(comm))
         elif len(s):
