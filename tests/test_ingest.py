@@ -13,12 +13,14 @@ import pytest
 
 from gpudiag.analysis import classify as cls
 from gpudiag.analysis.ingest import (
+    COMM_COLUMNS,
     EVENT_COLUMNS,
     RankTrace,
     find_traces,
     load_trace,
     load_traces,
     rank_from_name,
+    with_comm,
 )
 
 SETS = {
@@ -42,7 +44,7 @@ def loaded(shared_traces: Path) -> dict[str, tuple[list[RankTrace], list[str]]]:
 
 def _comm_kernels(trace: RankTrace) -> pd.DataFrame:
     ev = trace.events
-    return ev[ev["is_gpu"] & (ev["kind"] == "comm")]
+    return with_comm(ev[ev["is_gpu"] & (ev["kind"] == "comm")], trace.comm)
 
 
 def test_every_set_loads_with_schema(loaded) -> None:
@@ -51,6 +53,7 @@ def test_every_set_loads_with_schema(loaded) -> None:
         assert len(traces) == count, name
         for t in traces:
             assert set(EVENT_COLUMNS) <= set(t.events.columns)
+            assert list(t.comm.columns) == list(COMM_COLUMNS)
             ev = t.events
             assert (ev["end_ns"] >= ev["start_ns"]).all()
             assert (ev["dur_ns"] == ev["end_ns"] - ev["start_ns"]).all()

@@ -19,7 +19,7 @@ import pytest
 
 from gpudiag.analysis import comms, stragglers
 from gpudiag.analysis.breakdown import COMPONENTS, comm_comp_overlap, run_breakdown
-from gpudiag.analysis.ingest import RankTrace, find_traces, load_traces
+from gpudiag.analysis.ingest import RankTrace, find_traces, load_traces, with_comm
 
 # Launches training processes (gloo jobs or CLI runs): CI runs it, `pytest -q` skips it.
 pytestmark = pytest.mark.slow
@@ -127,12 +127,12 @@ def test_ingest_gloo_threads_and_kinds(slowed_run: list[RankTrace]) -> None:
         assert t.meta.backend == "gloo" and t.meta.world_size == 2
         assert len(t.steps) == STEPS  # the stub step opened by the last prof.step() is dropped
         ev = t.events
-        transfers = ev[ev["kind"] == "comm"]
+        transfers = with_comm(ev[ev["kind"] == "comm"], t.comm)
         assert len(transfers) >= STEPS
         assert transfers["name"].astype(str).str.startswith("gloo:").all()
         assert transfers["thread_name"].astype(str).str.contains("pt_gloo_runloop").all()
         assert not transfers["main_thread"].any()
-        enqueues = ev[(ev["kind"] == "comm_cpu") & ev["main_thread"]]
+        enqueues = with_comm(ev[(ev["kind"] == "comm_cpu") & ev["main_thread"]], t.comm)
         assert (enqueues["comm_op"] == "all_reduce").all() and len(enqueues) == len(transfers)
         assert (transfers["comm_bytes"] > 0).all()  # from Input Dims x float
         assert (ev.loc[ev["main_thread"], "kind"] == "step").sum() == STEPS + 1

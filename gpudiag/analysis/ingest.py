@@ -1365,6 +1365,19 @@ def plan_workers(sizes: Sequence[int], available: int) -> int:
     return max(1, n)
 
 
+# Each loading process costs its imports (~110 MiB: pandas, pyarrow, numpy) besides the
+# trace it loads: below this much input per worker, a worker costs more memory than the
+# trace it takes off the parent (issue 16 item 10: peak <= 3x the input). Without
+# --workers, one worker per this many (uncompressed) bytes at most.
+_MIN_BYTES_PER_WORKER = 64 << 20
+
+
+def workers_for_input(sizes: Sequence[int]) -> int:
+    """At most one worker per ``_MIN_BYTES_PER_WORKER`` of input (at least 1): a small
+    set of traces loads in the parent alone."""
+    return max(1, sum(sizes) // _MIN_BYTES_PER_WORKER)
+
+
 def _workers_for_memory(paths: Sequence[Path]) -> int:
     """As many parallel loads as the available memory holds (see plan_workers)."""
     try:
@@ -1395,7 +1408,9 @@ def _run_loads(
     paths: Sequence[Path], workers: int | None, limit: int, prepare: Prepare | None
 ) -> list:
     cores = os.cpu_count() or 1
-    n = min(len(paths), workers if workers is not None else cores, _workers_for_memory(paths))
+    if workers is None:
+        workers = min(cores, workers_for_input([_uncompressed_size_hint(p) for p in paths]))
+    n = min(len(paths), workers, _workers_for_memory(paths))
     if n <= 1:
         return [_load_and_prepare(p, limit, prepare) for p in paths]
     jobs: list[LoadJob] = [(str(p), limit, prepare, True) for p in paths]
