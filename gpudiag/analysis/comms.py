@@ -394,13 +394,17 @@ def comm_per_step(traces: list[RankTrace]) -> pd.DataFrame:
 
 
 PEER_WAIT_COLUMNS = ("rank", "steps", "comm_exposed_ms", "peer_wait_ms", "unmatched_ms")
+# How far a matched call may seem to end before the last rank arrived (clock differences):
+# on every complete recorded set here (gloo, the NCCL sets) the margin is >= 6 µs.
+MATCH_TOLERANCE_NS = 100_000
 
 
 def _wait_spans(collectives: pd.DataFrame, world_size: int | None) -> pd.DataFrame:
-    """Per collective call: (rank, kind, lo, hi). ``wait`` rows span the call's wait for
+    """Per collective call: (rank, wait, lo, hi). ``wait`` rows span the call's wait for
     the last peer to arrive ([its arrival, the last rank's arrival], no later than its
     end); ``unmatched`` rows span a whole call that was not seen on every rank of its
-    group with the same op (its wait for peers is unknown)."""
+    group with the same op, or whose calls do not overlap in time (not one collective):
+    its wait for peers is unknown."""
     from gpudiag.analysis.stragglers import _match_key
 
     c = collectives.copy()
@@ -415,13 +419,17 @@ def _wait_spans(collectives: pd.DataFrame, world_size: int | None) -> pd.DataFra
     expected = pd.to_numeric(c["pg_size"], errors="coerce")
     if world_size:  # the default group spans the world
         expected = expected.where(expected.notna() | (c["pg_name"] != "0"), float(world_size))
+    last = group["start_ns"].transform("max").to_numpy(dtype=float)
+    # one collective: no rank's call ends before the last rank arrives (a tolerance for
+    # clocks of different GPUs or nodes); else the k-th calls are not the same collective
+    first_end = group["end_ns"].transform("min").to_numpy(dtype=float)
+    overlapping = ~(first_end < last - MATCH_TOLERANCE_NS)
     matched = (
         (group["rank"].transform("nunique") >= expected.fillna(np.inf))
         & (group["op"].transform(lambda ops: ops.astype(str).nunique()) == 1)
-    ).to_numpy()
+    ).to_numpy() & overlapping
     start = c["start_ns"].to_numpy(dtype=float)
     end = c["end_ns"].to_numpy(dtype=float)
-    last = group["start_ns"].transform("max").to_numpy(dtype=float)
     wait_end = np.where(np.isnan(end), last, np.minimum(last, end))
     hi = np.where(matched, wait_end, end)
     keep = ~np.isnan(hi) & (hi > start)
