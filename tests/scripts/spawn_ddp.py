@@ -1,6 +1,6 @@
 """The tutorial shape of a DDP script that starts its own workers with
 torch.multiprocessing.spawn (no torchrun, no gpudiag code). Traced by
-tests/test_reliability_gloo.py as `gpudiag trace spawn_ddp.py [STEPS] [SLOW_RANK]`."""
+tests/test_reliability_gloo.py as `gpudiag trace spawn_ddp.py [STEPS] [SLOW_RANK] [SLEEP_S]`."""
 
 import os
 import sys
@@ -35,7 +35,7 @@ class ToyModel(nn.Module):
         return self.net2(self.relu(self.net1(x)))
 
 
-def demo_basic(rank, world_size, steps, slow_rank):
+def demo_basic(rank, world_size, steps, slow_rank, sleep_s):
     setup(rank, world_size)
     model = DDP(ToyModel())
     loss_fn = nn.MSELoss()
@@ -44,7 +44,7 @@ def demo_basic(rank, world_size, steps, slow_rank):
         optimizer.zero_grad()
         outputs = model(torch.randn(20, 10))
         if rank == slow_rank:
-            time.sleep(0.05)
+            time.sleep(sleep_s)
         loss_fn(outputs, torch.randn(20, 5)).backward()
         optimizer.step()
     cleanup()
@@ -53,5 +53,6 @@ def demo_basic(rank, world_size, steps, slow_rank):
 if __name__ == "__main__":
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 12
     slow_rank = int(sys.argv[2]) if len(sys.argv) > 2 else -1
+    sleep_s = float(sys.argv[3]) if len(sys.argv) > 3 else 0.05
     world_size = 2
-    mp.spawn(demo_basic, args=(world_size, steps, slow_rank), nprocs=world_size, join=True)
+    mp.spawn(demo_basic, args=(world_size, steps, slow_rank, sleep_s), nprocs=world_size, join=True)
