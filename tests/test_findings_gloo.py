@@ -285,8 +285,8 @@ def _hog() -> subprocess.Popen:
 @pytest.fixture(scope="session")
 def hogged_run(tmp_path_factory: pytest.TempPathFactory) -> object:
     """An unmodified 2-rank job beside a spinning neighbour on this (2-core) machine: the
-    ranks get descheduled in turn, so each waits for the other at some all-reduces while
-    neither is late consistently."""
+    ranks get descheduled, so one waits for the other at the all-reduces, and no rank is
+    shown to be a consistent straggler (one may be named, at low severity)."""
     root = tmp_path_factory.mktemp("hogged")
     neighbour = _hog()
     try:
@@ -320,10 +320,17 @@ def test_exposed_communication_on_a_loaded_host_is_net_of_the_wait_for_peers(hog
     skew_ms = ((last - c["start_ns"]) / 1e6).groupby(c["rank"]).sum()
     for rank, row in waits.iterrows():
         assert row["peer_wait_ms"] * row["steps"] <= skew_ms[rank] + 1e-3
-    split = fnd.exposed_split(res.ranks, waits.reset_index())
+    # a (low) straggler may be named on a loaded host: its share is set apart if larger
+    straggler_ms = sum(
+        fnd.waiting_share(res.ranks, f.ranks, f.cost_ms_per_step)
+        for f in res.findings
+        if f.kind == "straggler"
+    )
+    measured = float(waits["peer_wait_ms"].mean())
+    split = fnd.exposed_split(res.ranks, waits.reset_index(), straggler_ms)
     gross = float(res.ranks["comm_exposed"].mean())
     assert split.gross_ms == pytest.approx(gross)
-    assert split.waiting_ms == pytest.approx(waits["peer_wait_ms"].mean(), abs=1e-6)
+    assert split.waiting_ms == pytest.approx(min(max(measured, straggler_ms), gross), abs=1e-6)
     assert split.transfer_ms == pytest.approx(gross - split.waiting_ms, abs=1e-6)
     exposed = _kinds(res).get("exposed_communication")
     if exposed is None:  # the transfer alone under 2 % of the step: nothing to report
