@@ -175,7 +175,12 @@ def timeline_lanes(rank_trace: RankTrace) -> dict[str, iv.Intervals]:
 
 def step_windows(rank_trace: RankTrace) -> pd.DataFrame:
     """(step, start_ns, end_ns) per profiled step; a trace without ProfilerStep marks is
-    one window (step -1) spanning its events."""
+    one window (step -1) spanning its events. Cached on the trace: the cross-rank wait for
+    peers (comms.peer_wait) reads it where the events are no longer at hand."""
+    return rank_trace.cached("step_windows", lambda: _step_windows(rank_trace)).copy()
+
+
+def _step_windows(rank_trace: RankTrace) -> pd.DataFrame:
     steps = rank_trace.steps
     if len(steps):
         return steps[["step", "start_ns", "end_ns"]].reset_index(drop=True)

@@ -404,12 +404,13 @@ def latency_bound(largest_bytes: float | None) -> bool:
     return largest_bytes is not None and largest_bytes < LATENCY_BOUND_BYTES
 
 
-def _by_rank(ranks: Any, table: Any, column: str) -> np.ndarray:
-    """``table[column]`` aligned on the per-rank table's ranks (0 where a rank has none)."""
+def _by_rank(ranks: Any, table: Any, column: str, missing: float = 0.0) -> np.ndarray:
+    """``table[column]`` aligned on the per-rank table's ranks (``missing`` where a rank
+    has none)."""
     if table is None or len(table) == 0 or column not in table:
-        return np.zeros(len(ranks))
+        return np.full(len(ranks), missing, dtype=float)
     values = dict(zip(table["rank"].astype(int), table[column].astype(float), strict=False))
-    return np.array([values.get(int(r), 0.0) for r in ranks["rank"]], dtype=float)
+    return np.array([values.get(int(r), missing) for r in ranks["rank"]], dtype=float)
 
 
 @dataclass(frozen=True)
@@ -442,16 +443,18 @@ def exposed_split(ranks: Any, peer_wait: Any, straggler_ms: float = 0.0) -> Expo
     (comms.peer_wait: arrival skew, a straggler's lead included), or the straggler's share
     (:func:`waiting_share`) when that is larger (it covers every step of the run, the
     measured wait only the traced ones). Overlap does not give it back: a straggler, load
-    imbalance or a descheduled peer is its cause. Without ``peer_wait`` (it could not be
-    measured) all of the transfer is unknown."""
+    imbalance or a descheduled peer is its cause. A rank ``peer_wait`` does not cover (it
+    could not be measured) counts as unknown: all of its exposed time."""
     if ranks is None or len(ranks) == 0 or "comm_exposed" not in ranks:
         return ExposedSplit(0.0, 0.0, 0.0)
-    gross = float(ranks["comm_exposed"].astype(float).mean())
+    exposed = ranks["comm_exposed"].astype(float).to_numpy()
+    gross = float(exposed.mean())
     measured = float(_by_rank(ranks, peer_wait, "peer_wait_ms").mean())
     waiting = min(max(measured, straggler_ms, 0.0), gross)
-    unknown = (
-        float(_by_rank(ranks, peer_wait, "unmatched_ms").mean()) if peer_wait is not None else gross
-    )
+    # a rank without a measured wait (no trace of it, or the analysis failed): unknown
+    seen = _by_rank(ranks, peer_wait, "comm_exposed_ms", missing=np.nan)
+    unmatched = np.where(np.isnan(seen), exposed, _by_rank(ranks, peer_wait, "unmatched_ms"))
+    unknown = float(unmatched.mean())
     return ExposedSplit(gross, waiting, min(max(unknown, 0.0), gross - waiting))
 
 

@@ -321,6 +321,7 @@ def _per_rank_analyses() -> list[Any]:
 
     return [
         bd.step_breakdown,
+        bd.step_windows,  # comms.peer_wait's analysed steps
         bd.comm_comp_overlap,
         bd.gpu_without_kernels,
         bd.activity_sets,  # allreduce_stall's compute intervals
