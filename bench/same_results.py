@@ -5,6 +5,11 @@ Used before/after a change to ingest or the analyses that must not move any numb
 a subprocess; stdout (the JSON report), stderr and the exit code must be identical.
 
     python bench/same_results.py --before /tmp/base [--after .] [--extra PATH ...]
+    python bench/same_results.py --before . --scheduler local:2   # local pool vs Dask
+
+``--scheduler SPEC``: the --after checkout analyses through a Dask cluster
+(`gpudiag analyze --scheduler SPEC`, e.g. local:2 for a LocalCluster of 2 workers); its
+JSON must still equal the --before checkout's local-pool JSON.
 
 Inputs: every set in ../shared/traces (recorded traces, read in place), each of its files
 alone, every run of sample_runs/ (bench_cpu's runs too), and any --extra path (e.g. the
@@ -42,10 +47,11 @@ def inputs(extra: list[Path]) -> list[Path]:
     return found + extra
 
 
-def analyze(code: Path, path: Path) -> tuple[int, bytes, bytes]:
+def analyze(code: Path, path: Path, scheduler: str | None = None) -> tuple[int, bytes, bytes]:
     env = dict(os.environ, PYTHONPATH=str(code), GPUDIAG_MAX_TRACE_BYTES=str(8 << 30))
+    more = ["--scheduler", scheduler] if scheduler else []
     done = subprocess.run(
-        [sys.executable, "-m", "gpudiag", "analyze", str(path), "--json"],
+        [sys.executable, "-m", "gpudiag", "analyze", str(path), "--json", *more],
         env=env,
         cwd=code,  # `python -m` puts the working directory first on sys.path
         capture_output=True,
@@ -60,11 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", type=Path, required=True, help="checkout to compare against")
     ap.add_argument("--after", type=Path, default=REPO)
     ap.add_argument("--extra", type=Path, nargs="*", default=[])
+    ap.add_argument("--scheduler", help="analyse with --after through this Dask scheduler")
     args = ap.parse_args(argv)
     differ = 0
     for path in inputs(args.extra):
         before = analyze(args.before.resolve(), path)
-        after = analyze(args.after.resolve(), path)
+        after = analyze(args.after.resolve(), path, args.scheduler)
         same = before == after
         differ += not same
         what = "identical" if same else "DIFFERENT"

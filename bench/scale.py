@@ -156,13 +156,11 @@ def run():
         import pickle
         from gpudiag.analysis.ingest import share_empty_events
         def run_tasks(task, jobs):
-            out = []
-            for job in jobs:
+            for i, job in enumerate(jobs):
                 trace, notes = pickle.loads(pickle.dumps(task(job)))  # as sent back
                 if trace is not None:
                     share_empty_events(trace)
-                out.append((trace, notes))
-            return out
+                yield i, (trace, notes)
         res = analyze(path, run_tasks=run_tasks)
         analysis_s = time.perf_counter() - a0
         return res, 0.0, 0.0

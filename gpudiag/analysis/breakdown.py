@@ -268,8 +268,9 @@ def hta_launched(events: pd.DataFrame) -> np.ndarray:
 
 
 def run_breakdown(traces: list[RankTrace]) -> pd.DataFrame:
-    frames = [step_breakdown(t) for t in traces]
-    frames = [f for f in frames if len(f)]
+    from gpudiag.analysis.fold import rank_rows
+
+    frames = rank_rows(traces, "step_breakdown", step_breakdown)
     if not frames:
         return pd.DataFrame(columns=list(BREAKDOWN_COLUMNS))
     return pd.concat(frames, ignore_index=True)

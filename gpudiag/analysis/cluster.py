@@ -14,7 +14,7 @@ when a scheduler is asked for.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -107,9 +107,11 @@ class DaskTasks:
 
     def __call__(
         self, task: Callable[[LoadJob], LoadResult], jobs: list[LoadJob]
-    ) -> list[LoadResult]:
+    ) -> Iterator[tuple[int, LoadResult]]:
+        """Each job's result with its index, as it arrives (ingest.RunTasks); a file no
+        worker can read: ClusterError once the others are in."""
         if not jobs:
-            return []
+            return
         # Workers have their own working directory: they get absolute paths, and the
         # results name the files as the client does (as the local pool's would).
         given = [job[0] for job in jobs]
@@ -117,32 +119,40 @@ class DaskTasks:
         remote = [(a, *job[1:]) for a, job in zip(absolute, jobs, strict=True)]
         futures = self.client.map(_on_worker, remote, task=task, pure=False)
         index = {f.key: i for i, f in enumerate(futures)}
-        outcomes: list[Any] = [None] * len(futures)
+        problems: list[str] = []
+        arrived = iter(())
         try:
-            # Take each result as it arrives and release its future, so neither the
-            # cluster nor this client holds more than the per-rank results themselves.
             distributed = _import_distributed()
-            for future, outcome in distributed.as_completed(futures, with_results=True):
-                i = index[future.key]
-                result, problem = outcome
-                outcomes[i] = (
-                    (_as_given(result, absolute[i], given[i]), None)
-                    if problem is None
-                    else (result, problem)
-                )
-                future.release()
+            arrived = distributed.as_completed(futures, with_results=True)
         except Exception as exc:  # noqa: BLE001 - a worker-side failure is one line
-            raise ClusterError(
-                f"the analysis failed on the Dask cluster {self.label} "
-                f"({type(exc).__name__}: {_first_line(exc)})"
-            ) from None
-        finally:
-            del futures
-        problems = [p for _, p in outcomes if p]
+            raise self._failed(exc) from None
+        # Hand each result on as it arrives and release its future, so neither the
+        # cluster nor this client holds more than the folded per-rank results.
+        while True:
+            try:
+                future, outcome = next(arrived)
+            except StopIteration:
+                break
+            except Exception as exc:  # noqa: BLE001 - a worker-side failure is one line
+                raise self._failed(exc) from None
+            i = index[future.key]
+            future.release()
+            del future
+            result, problem = outcome
+            if problem is not None:
+                problems.append(problem)
+                continue
+            yield i, _as_given(result, absolute[i], given[i])
+        del futures
         if problems:
             more = f" (and {len(problems) - 1} more file(s))" if len(problems) > 1 else ""
             raise ClusterError(problems[0] + more)
-        return [result for result, _ in outcomes]
+
+    def _failed(self, exc: BaseException) -> ClusterError:
+        return ClusterError(
+            f"the analysis failed on the Dask cluster {self.label} "
+            f"({type(exc).__name__}: {_first_line(exc)})"
+        )
 
     @property
     def workers(self) -> int:

@@ -21,6 +21,7 @@ import pandas as pd
 from gpudiag.analysis import classify as cls
 from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.breakdown import activity_sets
+from gpudiag.analysis.fold import rank_rows
 from gpudiag.analysis.ingest import RankTrace, with_comm
 
 TABLE_COLUMNS = (
@@ -264,7 +265,7 @@ def collective_table(traces: list[RankTrace], run: Any = None) -> pd.DataFrame:
         if len(from_run) and (from_run["end_ns"].notna().any() or not traces):
             frames.append(from_run)
     if not frames:
-        frames = [trace_rows(t) for t in traces]
+        frames = rank_rows(traces, "collective_rows", trace_rows)
     frames = [f for f in frames if len(f)]
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in TABLE_COLUMNS})

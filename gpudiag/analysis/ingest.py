@@ -19,7 +19,7 @@ import math
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,8 +124,8 @@ class RankTrace:
         value = self.cache[key]
         if isinstance(value, _Failed):
             raise value.exc
-        if isinstance(value, FrameColumns):
-            return value.frame()
+        if isinstance(value, FramePart):
+            return value.frame()  # type: ignore[return-value]
         return value
 
     @property
@@ -143,8 +143,18 @@ class RankTrace:
         return bool(self.cache.get("events_dropped"))
 
 
+class FramePart:
+    """A small DataFrame kept in another form in ``RankTrace.cache``; ``cached`` gives
+    back :meth:`frame` (FrameColumns; fold.StoredRows)."""
+
+    __slots__ = ()
+
+    def frame(self) -> pd.DataFrame:
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
-class FrameColumns:
+class FrameColumns(FramePart):
     """A small DataFrame kept as plain columns: what a per-rank result holds once its
     events are dropped (a DataFrame of a few rows costs 5-15 kB, its columns a tenth).
     :meth:`frame` gives back an equal DataFrame (same dtypes, same index)."""
@@ -1281,9 +1291,12 @@ Prepare = Callable[[RankTrace], None]
 # One load job: (path, size limit, prepare, keep the events).
 LoadJob = tuple[str, int, "Prepare | None", bool]
 LoadResult = tuple["RankTrace | None", list[str]]
-# Runs ``task`` on every job, possibly elsewhere (gpudiag.analysis.cluster), and returns
-# the results in the order of the jobs.
-RunTasks = Callable[[Callable[[LoadJob], LoadResult], list[LoadJob]], list[LoadResult]]
+Arrivals = Iterator[tuple[int, LoadResult]]  # (job index, its result), as each arrives
+# Runs ``task`` on every job, possibly elsewhere (gpudiag.analysis.cluster), and yields
+# each result with its job's index as it arrives (in any order).
+RunTasks = Callable[
+    [Callable[[LoadJob], LoadResult], list[LoadJob]], Iterable[tuple[int, LoadResult]]
+]
 
 
 def _load_and_prepare(
@@ -1314,6 +1327,7 @@ def load_traces(
     max_bytes: int | None = None,
     prepare: Prepare | None = None,
     run_tasks: RunTasks | None = None,
+    on_arrival: Callable[[RankTrace], None] | None = None,
 ) -> list[RankTrace]:
     """Load every file (in parallel processes when there are several files and cores),
     assign ranks, and drop duplicates / files from another run with a warning each.
@@ -1324,13 +1338,25 @@ def load_traces(
 
     ``run_tasks``, when given, runs the per-rank tasks instead of the local pool (a Dask
     cluster); each trace then comes back without its events (:func:`drop_events`), so
-    ``prepare`` must compute every per-rank result the analyses read."""
+    ``prepare`` must compute every per-rank result the analyses read.
+
+    ``on_arrival(trace)`` runs on each loaded trace here as it arrives, before the next
+    one is taken (fold.RankFold.add: keep only what the cross-rank analyses read)."""
     files = [Path(p) for p in paths]
     limit = max_bytes or max_trace_bytes()
+    arrivals: Iterable[tuple[int, LoadResult]]
     if run_tasks is not None:
-        results = run_tasks(load_task, [(str(p), limit, prepare, False) for p in files])
+        arrivals = run_tasks(load_task, [(str(p), limit, prepare, False) for p in files])
     else:
-        results = _run_loads(files, workers, limit, prepare)
+        arrivals = _run_loads(files, workers, limit, prepare)
+    results: list[LoadResult] = [(None, []) for _ in files]
+    for i, result in arrivals:
+        if result[0] is not None and on_arrival is not None:
+            try:
+                on_arrival(result[0])
+            except Exception:  # noqa: BLE001, S110 - unfolded, the analyses read it as it is
+                pass
+        results[i] = result
     traces: list[RankTrace] = []
     for trace, notes in results:
         warnings.extend(notes)
@@ -1406,19 +1432,26 @@ def _uncompressed_size_hint(path: Path) -> int:
 
 def _run_loads(
     paths: Sequence[Path], workers: int | None, limit: int, prepare: Prepare | None
-) -> list:
+) -> Arrivals:
+    """The local pool (or, with one worker, this process): each result with its file's
+    index, as it arrives."""
     cores = os.cpu_count() or 1
     if workers is None:
         workers = min(cores, workers_for_input([_uncompressed_size_hint(p) for p in paths]))
     n = min(len(paths), workers, _workers_for_memory(paths))
-    if n <= 1:
-        return [_load_and_prepare(p, limit, prepare) for p in paths]
-    jobs: list[LoadJob] = [(str(p), limit, prepare, True) for p in paths]
-    try:
-        with ProcessPoolExecutor(max_workers=n) as pool:
-            return list(pool.map(load_task, jobs))
-    except (OSError, RuntimeError):  # no process support (sandbox): fall back to serial
-        return [_load_and_prepare(p, limit, prepare) for p in paths]
+    done: set[int] = set()
+    if n > 1:
+        jobs: list[LoadJob] = [(str(p), limit, prepare, True) for p in paths]
+        try:
+            with ProcessPoolExecutor(max_workers=n) as pool:
+                for i, result in enumerate(pool.map(load_task, jobs)):
+                    done.add(i)
+                    yield i, result
+        except (OSError, RuntimeError):  # no process support (sandbox): the rest serially
+            pass
+    for i, p in enumerate(paths):
+        if i not in done:
+            yield i, _load_and_prepare(p, limit, prepare)
 
 
 def _drop_other_runs(traces: list[RankTrace], warnings: list[str]) -> list[RankTrace]:

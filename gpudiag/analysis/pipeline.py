@@ -45,6 +45,10 @@ def _guard(
         return default
 
 
+def _raise(exc: Exception) -> None:
+    raise exc
+
+
 SUMMARY_ONLY_RANKS = 256
 
 
@@ -370,7 +374,7 @@ def analyze(
     ingest and the per-rank analyses on a Dask cluster instead of the local process
     pool; only per-rank results come back, the cross-rank analyses run here."""
     from gpudiag.analysis import breakdown as bd
-    from gpudiag.analysis import ingest
+    from gpudiag.analysis import fold, ingest
 
     comms = _optional("comms")
     strag = _optional("stragglers")
@@ -390,9 +394,15 @@ def analyze(
     run, files, warnings = _resolve_inputs(path, node_dirs)
     offsets = _trace_offsets(run)
     prepare = functools.partial(prepare_rank, clock_offsets=offsets) if offsets else prepare_rank
+    folded = fold.RankFold()
     traces = (
         ingest.load_traces(
-            files, workers=workers, warnings=warnings, prepare=prepare, run_tasks=run_tasks
+            files,
+            workers=workers,
+            warnings=warnings,
+            prepare=prepare,
+            run_tasks=run_tasks,
+            on_arrival=folded.add,
         )
         if files
         else []
@@ -412,11 +422,14 @@ def analyze(
     if blind:
         warnings.append(blind)
     if traces:
-        parts = [
-            _guard(warnings, f"breakdown of rank {t.meta.rank}", bd.step_breakdown, t)
-            for t in traces
-        ]
-        parts = [p for p in parts if p is not None and len(p)]
+        parts = fold.rank_rows(
+            traces,
+            "step_breakdown",
+            bd.step_breakdown,
+            on_error=lambda t, exc: _guard(
+                warnings, f"breakdown of rank {t.meta.rank}", _raise, exc
+            ),
+        )
         breakdown = pd.concat(parts, ignore_index=True) if parts else _empty(BREAKDOWN_COLUMNS)
     else:
         breakdown = _breakdown_from_steps(run)

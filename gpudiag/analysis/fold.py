@@ -1,0 +1,243 @@
+"""Fold each rank's result into the cross-rank inputs as it arrives.
+
+The per-rank task (ingest.load_task, in a local pool process or on a Dask worker) sends
+back one rank's results, cached on its trace. :class:`RankFold` takes each result as it
+arrives on the client (``ingest.load_traces(on_arrival=...)``; the local pool and the
+Dask path both call it) and keeps only what the cross-rank analyses read, in a form
+whose cost does not grow with anything but the rows themselves:
+
+* the per-rank tables read across ranks (``step_breakdown``: the step breakdown;
+  ``collective_rows``: the rank's collectives, matched across ranks for stragglers,
+  desync and the all-reduce stall) move into one :class:`TableStore` per table: numpy
+  columns per column layout, shared by every rank, strings interned. The trace's cache
+  keeps a 2-slot handle (:class:`StoredRows`), so every per-rank reader still works, and
+  :func:`rank_rows` gives the cross-rank stage all ranks' rows at once, without a
+  DataFrame per rank;
+* without events (the Dask path), the activity sets shrink to the one set the client
+  reads (``compute``, for the all-reduce stall);
+* the trace's metadata shares equal device lists and process-group configs across ranks
+  (every rank of a job lists the same ones; a real job's pg_config lists every rank of
+  every group, so it would otherwise grow with ranks x ranks).
+
+What stays per rank (the report's per-rank views need it): the step table, the bounded
+timeline (timeline.RANK_BUDGET intervals at most), a few scalars and small per-rank
+records (data-loader wait, host syncs, kernel busy); docs/cluster.md gives the bytes.
+
+Rank numbers are final only once every trace is in (ingest._assign_ranks): the stores
+keep rows without the rank; :func:`rank_rows` adds it, in the traces' final order.
+Folding changes no number: ``rank_rows`` equals ``pd.concat`` of the per-rank frames,
+which tests/test_fold.py checks on the recorded traces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpudiag.analysis import intervals as iv
+from gpudiag.analysis.ingest import FrameColumns, FramePart, RankTrace
+
+# The per-rank tables the cross-rank stage reads from every rank (RankTrace.cache keys).
+FOLDED_TABLES = ("step_breakdown", "collective_rows")
+# Consolidate a layout's column chunks after this many appended parts.
+_CHUNK_PARTS = 64
+
+Layout = tuple[tuple[Any, ...], tuple[Any, ...]]  # (column names, dtypes)
+
+
+@dataclass
+class _Columns:
+    """The rows of every part of one column layout."""
+
+    names: tuple[Any, ...]
+    dtypes: tuple[Any, ...]
+    chunks: list[list[np.ndarray]] = field(default_factory=list)  # per column
+    pending: int = 0
+    rows: int = 0
+
+    def append(self, values: tuple[np.ndarray, ...]) -> int:
+        if not self.chunks:
+            self.chunks = [[] for _ in self.names]
+        start = self.rows
+        for chunks, v in zip(self.chunks, values, strict=True):
+            chunks.append(v)
+        self.rows += len(values[0]) if values else 0
+        self.pending += 1
+        if self.pending >= _CHUNK_PARTS:
+            self._consolidate()
+        return start
+
+    def _consolidate(self) -> None:
+        self.chunks = [[np.concatenate(c)] if len(c) > 1 else c for c in self.chunks]
+        self.pending = 0
+
+    def column(self, i: int) -> np.ndarray:
+        self._consolidate()
+        return self.chunks[i][0]
+
+
+class TableStore:
+    """One per-rank table of every rank, appended part by part as results arrive: numpy
+    columns per column layout (names and dtypes), object values interned."""
+
+    def __init__(self) -> None:
+        self._layouts: dict[Layout, _Columns] = {}
+        self._parts: list[tuple[_Columns, int, int]] = []  # (layout, first row, rows)
+        self._strings: dict[str, str] = {}
+
+    def add(self, part: FrameColumns) -> StoredRows | None:
+        """Store one rank's table (None when it cannot be: a non-default index)."""
+        if part.index is not None or len({str(n) for n in part.names}) != len(part.names):
+            return None
+        key = (part.names, part.dtypes)
+        cols = self._layouts.get(key)
+        if cols is None:
+            cols = self._layouts[key] = _Columns(part.names, part.dtypes)
+        values = tuple(self._intern(v) for v in part.values)
+        start = cols.append(values)
+        self._parts.append((cols, start, len(values[0]) if values else 0))
+        return StoredRows(self, len(self._parts) - 1)
+
+    def _intern(self, values: np.ndarray) -> np.ndarray:
+        if values.dtype != object:
+            return values
+        out = values.copy()
+        for i, v in enumerate(out):
+            if type(v) is str:
+                out[i] = self._strings.setdefault(v, v)
+        return out
+
+    def rows(self, part: int) -> int:
+        return self._parts[part][2]
+
+    def frame(self, parts: list[int]) -> pd.DataFrame:
+        """``pd.concat([part frames], ignore_index=True)`` of these parts, in this order."""
+        layouts = {id(self._parts[p][0]) for p in parts}
+        if len(layouts) != 1:  # several layouts: let pandas reconcile the dtypes
+            return pd.concat([self.frame([p]) for p in parts], ignore_index=True)
+        cols = self._parts[parts[0]][0]
+        take = np.concatenate(
+            [np.arange(start, start + n) for c, start, n in (self._parts[p] for p in parts)]
+        )
+        columns = {
+            name: pd.Series(cols.column(i)[take], dtype=dtype, copy=False)
+            for i, (name, dtype) in enumerate(zip(cols.names, cols.dtypes, strict=True))
+        }
+        return pd.DataFrame(columns, columns=list(cols.names))
+
+
+class StoredRows(FramePart):
+    """A rank's table kept in a :class:`TableStore` (what its trace's cache holds)."""
+
+    __slots__ = ("part", "store")
+
+    def __init__(self, store: TableStore, part: int) -> None:
+        self.store = store
+        self.part = part
+
+    def frame(self) -> pd.DataFrame:
+        return self.store.frame([self.part])
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled alone: as plain columns
+        return (_as_columns, (self.frame(),))
+
+
+def _as_columns(frame: pd.DataFrame) -> FrameColumns:
+    return FrameColumns.of(frame)
+
+
+class RankFold:
+    """The cross-rank inputs, folded from each rank's result as it arrives."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, TableStore] = {key: TableStore() for key in FOLDED_TABLES}
+        self._shared: dict[str, Any] = {}
+
+    def add(self, trace: RankTrace) -> None:
+        """Fold one arriving result (the trace keeps handles to what moved)."""
+        for key, store in self.tables.items():
+            value = trace.cache.get(key)
+            if isinstance(value, pd.DataFrame) and not isinstance(value.columns, pd.MultiIndex):
+                compact = FrameColumns.of(value)
+                value = compact if compact.round_trips(value) else None
+            if isinstance(value, FrameColumns):
+                stored = store.add(value)
+                if stored is not None:
+                    trace.cache[key] = stored
+        if trace.events_dropped:
+            _keep_compute_only(trace)
+        self._share_meta(trace)
+
+    def _share_meta(self, trace: RankTrace) -> None:
+        meta = trace.meta
+        meta.device_properties = self._share(meta.device_properties)
+        meta.pg_config = self._share(meta.pg_config)
+
+    def _share(self, value: Any) -> Any:
+        if not value:
+            return value
+        return self._shared.setdefault(repr(value), value)
+
+
+def _keep_compute_only(trace: RankTrace) -> None:
+    """Without events, the client reads only the ``compute`` activity set (comms'
+    all-reduce stall); the other three are dropped."""
+    sets = trace.cache.get("activity_sets")
+    if isinstance(sets, iv.PackedSets) and "compute" in sets and len(sets.keys()) > 1:
+        trace.cache["activity_sets"] = iv.PackedSets({"compute": sets["compute"]})
+
+
+def rank_rows(
+    traces: list[RankTrace],
+    key: str,
+    per_rank: Callable[[RankTrace], pd.DataFrame],
+    on_error: Callable[[RankTrace, Exception], None] | None = None,
+) -> list[pd.DataFrame]:
+    """Every rank's non-empty ``per_rank(trace)`` frame (with its ``rank`` column), in
+    the traces' order, for one ``pd.concat``: ranks whose table is in a store come out
+    as one frame per run of consecutive ranks instead of one each. ``on_error``: called
+    for a rank whose table failed (else the error is raised)."""
+    out: list[pd.DataFrame] = []
+    run: list[tuple[StoredRows, int]] = []
+
+    def flush() -> None:
+        if run:
+            out.append(_with_ranks(run))
+            run.clear()
+
+    for trace in traces:
+        value = trace.cache.get(key)
+        if isinstance(value, StoredRows) and (not run or value.store is run[0][0].store):
+            if value.store.rows(value.part):
+                run.append((value, int(trace.meta.rank)))
+            continue
+        flush()
+        try:
+            frame = per_rank(trace)
+        except Exception as exc:
+            if on_error is None:
+                raise
+            on_error(trace, exc)
+            continue
+        if frame is not None and len(frame):
+            out.append(frame)
+    flush()
+    return out
+
+
+def _with_ranks(run: list[tuple[StoredRows, int]]) -> pd.DataFrame:
+    store = run[0][0].store
+    parts = [stored.part for stored, _ in run]
+    frame = store.frame(parts)
+    ranks = np.repeat(
+        np.array([rank for _, rank in run], dtype=np.int64), [store.rows(p) for p in parts]
+    )
+    if "rank" in frame.columns:
+        frame["rank"] = ranks
+    else:
+        frame.insert(0, "rank", ranks)
+    return frame
