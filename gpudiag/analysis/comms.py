@@ -359,19 +359,23 @@ def allreduce_stall(traces: list[RankTrace], table: pd.DataFrame) -> pd.DataFram
             "last_bucket_bytes": g["bytes"].last(),
         }
     ).reset_index()
+    # per is in rank order (groupby): each rank's windows are one run of rows, and only
+    # its compute intervals are unpacked, one rank at a time (no frame per rank)
     by_rank = {t.meta.rank: t for t in traces}
-    out = []
-    for rank, rows in per.groupby("rank"):
-        trace = by_rank.get(int(rank))
-        if trace is None:
-            continue
-        lo = rows["issue_ns"].to_numpy(dtype=np.int64)
-        hi = np.maximum(rows["done_ns"].to_numpy(dtype=np.int64), lo)
-        busy = iv.per_window_length(activity_sets(trace)["compute"], lo, hi)
-        out.append(rows.assign(stall_ms=(hi - lo - busy) / 1e6))
-    if not out:
+    rank = per["rank"].to_numpy()
+    keep = np.array([int(r) in by_rank for r in rank], dtype=bool)
+    if not keep.any():
         return pd.DataFrame(columns=cols)
-    return pd.concat(out, ignore_index=True)[cols]
+    per = per[keep].reset_index(drop=True)
+    rank = rank[keep]
+    lo = per["issue_ns"].to_numpy(dtype=np.int64)
+    hi = np.maximum(per["done_ns"].to_numpy(dtype=np.int64), lo)
+    busy = np.zeros(len(per), dtype=np.int64)
+    bounds = np.flatnonzero(np.diff(rank)) + 1
+    for a, b in zip(np.r_[0, bounds], np.r_[bounds, len(per)], strict=True):
+        compute = activity_sets(by_rank[int(rank[a])])["compute"]
+        busy[a:b] = iv.per_window_length(compute, lo[a:b], hi[a:b])
+    return per.assign(stall_ms=(hi - lo - busy) / 1e6)[cols]
 
 
 def comm_per_step(traces: list[RankTrace]) -> pd.DataFrame:

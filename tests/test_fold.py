@@ -1,0 +1,129 @@
+"""Folding per-rank results as they arrive (gpudiag/analysis/fold.py) changes no number:
+the cross-rank inputs it gives (every rank's step breakdown and collectives) equal the
+per-rank frames concatenated, and a whole analysis through the folding path, as the
+Dask path runs it (each rank's task result pickled and sent back without its events),
+gives the same JSON as the local pool's.
+
+Real recorded traces from ../shared/traces and the sample runs, read in place.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpudiag import rundir
+from gpudiag.analysis import analyze, comms, fold, ingest, pipeline
+from gpudiag.analysis import breakdown as bd
+from gpudiag.paths import sample_runs_dir
+from gpudiag.report.jsonout import dumps
+
+FAST_SETS = ("param_dlrm_ddp8", "astrasim_megatron_tp8", "hta_sampled_2of128")
+
+
+def _sent_back(
+    task: Callable[[ingest.LoadJob], ingest.LoadResult], jobs: list[ingest.LoadJob]
+) -> Iterator[tuple[int, ingest.LoadResult]]:
+    """The Dask path's per-rank tasks, run here: each result pickled as a worker sends
+    it back, handed on as it arrives (ingest.RunTasks)."""
+    for i, job in enumerate(jobs):
+        trace, notes = pickle.loads(pickle.dumps(task(job)))
+        if trace is not None:
+            ingest.share_empty_events(trace)
+        yield i, (trace, notes)
+
+
+def _load(files: list[Path], folded: fold.RankFold | None) -> list[ingest.RankTrace]:
+    return ingest.load_traces(
+        files,
+        warnings=[],
+        prepare=pipeline.prepare_rank,
+        run_tasks=_sent_back,
+        on_arrival=folded.add if folded is not None else None,
+    )
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    return pd.concat(frames, ignore_index=True)
+
+
+@pytest.mark.parametrize("name", FAST_SETS)
+def test_folded_tables_equal_the_per_rank_frames(shared_traces: Path, name: str) -> None:
+    files = rundir.find_traces(shared_traces / name)
+    plain = _load(files, None)
+    folded = fold.RankFold()
+    traces = _load(files, folded)
+    assert [t.meta.rank for t in traces] == [t.meta.rank for t in plain]
+    # every table moved into the stores; nothing per rank but a handle
+    for key in fold.FOLDED_TABLES:
+        assert all(isinstance(t.cache[key], fold.StoredRows) for t in traces), key
+    pairs = (("step_breakdown", bd.step_breakdown), ("collective_rows", comms.trace_rows))
+    for key, per_rank in pairs:
+        want = _concat([f for t in plain if len(f := per_rank(t))])
+        got = _concat(fold.rank_rows(traces, key, per_rank))
+        pd.testing.assert_frame_equal(got, want, check_exact=True)
+        # one rank alone reads back as before too (RankTrace.cached)
+        pd.testing.assert_frame_equal(per_rank(traces[-1]), per_rank(plain[-1]), check_exact=True)
+    pd.testing.assert_frame_equal(
+        comms.collective_table(traces), comms.collective_table(plain), check_exact=True
+    )
+    # the client's only activity set, exactly as computed on the worker
+    for a, b in zip(traces, plain, strict=True):
+        assert bd.activity_sets(a).keys() == ("compute",)
+        for x, y in zip(bd.activity_sets(a)["compute"], bd.activity_sets(b)["compute"], strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
+def _json(path: Path, **kw: object) -> str:
+    return dumps(analyze(path, **kw).to_json())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "where", ["param_dlrm_ddp8", "astrasim_megatron_tp8", "sample:ddp4_straggler"]
+)
+def test_analysis_through_the_folding_path_equals_the_local_one(
+    shared_traces: Path, where: str
+) -> None:
+    path = (
+        sample_runs_dir() / where.split(":", 1)[1]
+        if where.startswith("sample:")
+        else shared_traces / where
+    )
+    local = _json(path, workers=1)
+    remote = analyze(path, run_tasks=_sent_back)
+    assert all(t.events_dropped for t in remote.traces)
+    assert dumps(remote.to_json()) == local
+
+
+def test_store_with_several_layouts_equals_pandas_concat() -> None:
+    parts = [
+        pd.DataFrame({"a": np.arange(3, dtype=np.int64), "s": ["x", "y", None]}),
+        pd.DataFrame({"a": np.arange(2, dtype=np.int32), "s": ["y", "z"]}),
+        pd.DataFrame({"a": [1.5], "s": pd.Categorical(["x"])}),
+        pd.DataFrame({"a": np.arange(4, dtype=np.int64), "s": ["q", "x", "x", "y"]}),
+    ]
+    store = fold.TableStore()
+    stored = [store.add(ingest.FrameColumns.of(p)) for p in parts]
+    assert all(s is not None for s in stored)
+    ids = [s.part for s in stored if s is not None]
+    pd.testing.assert_frame_equal(
+        store.frame(ids), pd.concat(parts, ignore_index=True), check_exact=True
+    )
+    same = [ids[0], ids[3], ids[0]]  # one layout, any order, repeated
+    pd.testing.assert_frame_equal(
+        store.frame(same),
+        pd.concat([parts[0], parts[3], parts[0]], ignore_index=True),
+        check_exact=True,
+    )
+    for part, s in zip(parts, stored, strict=True):
+        assert s is not None
+        pd.testing.assert_frame_equal(s.frame(), part, check_exact=True)
+        # pickled alone (a result saved or sent on), it is plain columns again
+        again = pickle.loads(pickle.dumps(s))
+        assert isinstance(again, ingest.FrameColumns)
+        pd.testing.assert_frame_equal(again.frame(), part, check_exact=True)
