@@ -13,15 +13,16 @@ whose cost does not grow with anything but the rows themselves:
   keeps a 2-slot handle (:class:`StoredRows`), so every per-rank reader still works, and
   :func:`rank_rows` gives the cross-rank stage all ranks' rows at once, without a
   DataFrame per rank;
-* without events (the Dask path), the activity sets shrink to the one set the client
-  reads (``compute``, for the all-reduce stall);
 * the trace's metadata shares equal device lists and process-group configs across ranks
   (every rank of a job lists the same ones; a real job's pg_config lists every rank of
   every group, so it would otherwise grow with ranks x ranks).
 
-What stays per rank (the report's per-rank views need it): the step table, the bounded
-timeline (timeline.RANK_BUDGET intervals at most), a few scalars and small per-rank
-records (data-loader wait, host syncs, kernel busy); docs/cluster.md gives the bytes.
+What stays per rank: the step table, the rank's activity sets, packed (the all-reduce
+stall and the exposed communication's wait for peers, comms.peer_wait, read them against
+windows known only once every rank is in), the bounded timeline (timeline.RANK_BUDGET
+intervals at most, for the report's and dashboard's Timeline), a few scalars and small
+per-rank records (data-loader wait, host syncs, kernel busy) that the JSON lists per
+rank; docs/cluster.md gives the bytes.
 
 Rank numbers are final only once every trace is in (ingest._assign_ranks): the stores
 keep rows without the rank; :func:`rank_rows` adds it, in the traces' final order.
@@ -38,7 +39,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.ingest import FrameColumns, FramePart, RankTrace
 
 # The per-rank tables the cross-rank stage reads from every rank (RankTrace.cache keys).
@@ -168,8 +168,6 @@ class RankFold:
                 stored = store.add(value)
                 if stored is not None:
                     trace.cache[key] = stored
-        if trace.events_dropped:
-            _keep_compute_only(trace)
         self._share_meta(trace)
 
     def _share_meta(self, trace: RankTrace) -> None:
@@ -181,14 +179,6 @@ class RankFold:
         if not value:
             return value
         return self._shared.setdefault(repr(value), value)
-
-
-def _keep_compute_only(trace: RankTrace) -> None:
-    """Without events, the client reads only the ``compute`` activity set (comms'
-    all-reduce stall); the other three are dropped."""
-    sets = trace.cache.get("activity_sets")
-    if isinstance(sets, iv.PackedSets) and "compute" in sets and len(sets.keys()) > 1:
-        trace.cache["activity_sets"] = iv.PackedSets({"compute": sets["compute"]})
 
 
 def rank_rows(
