@@ -9,7 +9,8 @@ a subprocess; stdout (the JSON report), stderr and the exit code must be identic
 
 ``--scheduler SPEC``: the --after checkout analyses through a Dask cluster
 (`gpudiag analyze --scheduler SPEC`, e.g. local:2 for a LocalCluster of 2 workers); its
-JSON must still equal the --before checkout's local-pool JSON.
+JSON must still equal the --before checkout's local-pool JSON (Dask's own log lines on
+stderr are left out of the comparison).
 
 Inputs: every set in ../shared/traces (recorded traces, read in place), each of its files
 alone, every run of sample_runs/ (bench_cpu's runs too), and any --extra path (e.g. the
@@ -21,11 +22,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# "2026-11-30 23:10:45,123 - distributed.core - INFO - ...": Dask's logging, not gpudiag's
+DASK_LOG = re.compile(rb"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - (distributed|tornado|asyncio)\b")
 SHARED = REPO.parent / "shared" / "traces"
 
 
@@ -58,7 +62,10 @@ def analyze(code: Path, path: Path, scheduler: str | None = None) -> tuple[int, 
         timeout=3600,
         check=False,
     )
-    return done.returncode, done.stdout, done.stderr.replace(str(code).encode(), b"<code>")
+    err = done.stderr.replace(str(code).encode(), b"<code>")
+    if scheduler:  # Dask's own log lines (e.g. "Event loop was unresponsive" under load)
+        err = b"".join(line for line in err.splitlines(True) if not DASK_LOG.match(line))
+    return done.returncode, done.stdout, err
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         ]
         detail = "" if same else f" ({', '.join(parts)} differ)"
         print(f"{what:>9}  rc={after[0]}  {len(after[1]):>8} B  {path}{detail}", flush=True)
+        if before[2] != after[2]:
+            print(
+                f"    stderr before: {before[2][-300:]!r}\n    stderr after:  {after[2][-300:]!r}"
+            )
     print(f"{differ} input(s) differ" if differ else "all outputs identical")
     return 1 if differ else 0
 

@@ -125,7 +125,7 @@ class RankTrace:
         if isinstance(value, _Failed):
             raise value.exc
         if isinstance(value, FramePart):
-            return value.frame()  # type: ignore[return-value]
+            return value.frame()
         return value
 
     @property
