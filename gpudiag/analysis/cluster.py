@@ -198,7 +198,8 @@ def connect(spec: str, timeout_s: float | None = None) -> DaskTasks:
                 n_workers=n_local,
                 threads_per_worker=1,  # parsing holds the GIL: one process per core
                 processes=True,
-                dashboard_address=None,
+                dashboard_address=":0",  # any free port: None still tries 8787 and
+                # warns on stderr when another cluster holds it
             )
         except Exception as exc:  # noqa: BLE001 - e.g. no process support
             raise ClusterError(
