@@ -198,8 +198,10 @@ def connect(spec: str, timeout_s: float | None = None) -> DaskTasks:
                 n_workers=n_local,
                 threads_per_worker=1,  # parsing holds the GIL: one process per core
                 processes=True,
-                dashboard_address=":0",  # any free port: None still tries 8787 and
-                # warns on stderr when another cluster holds it
+                # no dashboard; the scheduler's HTTP endpoint on any free port (None
+                # still tries 8787 and warns on stderr when another cluster holds it)
+                dashboard_address=":0",
+                scheduler_kwargs={"dashboard": False},
             )
         except Exception as exc:  # noqa: BLE001 - e.g. no process support
             raise ClusterError(
