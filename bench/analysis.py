@@ -157,7 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace_dir", nargs="?", type=Path, default=DEFAULT)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--workers", default="auto", help="ingest processes (default: cores)")
+    ap.add_argument(
+        "--workers",
+        default="auto",
+        help="ingest processes (default: gpudiag's own plan: the cores, at most one per "
+        "64 MiB of input, within the available memory)",
+    )
     ap.add_argument("--no-hta", action="store_true")
     args = ap.parse_args(argv)
     results = {
