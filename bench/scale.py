@@ -17,6 +17,8 @@
 
     python bench/scale.py [--ranks 1024] [--slow-rank 617]
     python bench/scale.py --traces [--trace-ranks 256] [--reps 3] [--workers 2]
+    python bench/scale.py --traces --trace-ranks 256,1024 --modes cluster --reps 1
+        (each size, then the client's peak growth per rank between them: the slope)
 """
 
 from __future__ import annotations
@@ -194,7 +196,28 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):8.2f}  [{min(values):.2f}-{max(values):.2f}]"
 
 
-def bench_traces(args: argparse.Namespace) -> int:
+def bench_sizes(args: argparse.Namespace) -> int:
+    """--traces at each size of --trace-ranks (e.g. 256,1024), then the client's growth
+    per rank between the smallest and the largest size, per mode."""
+    sizes = sorted({int(n) for n in str(args.trace_ranks).split(",") if n.strip()})
+    peaks: dict[int, dict[str, float]] = {}
+    status = 0
+    for n in sizes:
+        status |= bench_traces(args, n, peaks.setdefault(n, {}))
+    if len(sizes) > 1:
+        lo, hi = sizes[0], sizes[-1]
+        for mode in peaks[lo]:
+            if mode in peaks[hi]:
+                grow = (peaks[hi][mode] - peaks[lo][mode]) * 2**30 / (hi - lo) / 1024
+                print(
+                    f"client peak growth per rank, {mode}, {lo} -> {hi} ranks: {grow:.1f} kB "
+                    f"(median peaks {peaks[lo][mode]:.3f} -> {peaks[hi][mode]:.3f} GiB)"
+                )
+    return status
+
+
+def bench_traces(args: argparse.Namespace, ranks: int, peaks: dict[str, float]) -> int:
+    """One size; ``peaks``: filled with each mode's median client peak (GiB)."""
     sources = sorted(p for p in Path(args.source).iterdir() if ".json" in p.name)
     if not sources:
         print(f"no traces in {args.source}", file=sys.stderr)
@@ -202,10 +225,10 @@ def bench_traces(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="gpudiag-scale-traces-") as tmp:
         run = Path(tmp) / "synthetic_traces"
         t0 = time.perf_counter()
-        files = write_rank_copies(sources, run, args.trace_ranks)
+        files = write_rank_copies(sources, run, ranks)
         size_mb = sum(f.stat().st_size for f in files) / 2**20
         print(
-            f"SYNTHETIC {args.trace_ranks}-rank run built from {len(sources)} REAL recorded "
+            f"SYNTHETIC {ranks}-rank run built from {len(sources)} REAL recorded "
             f"traces ({args.source}): rank r = copy of trace r % {len(sources)} with "
             f"distributedInfo.rank/world_size rewritten; {size_mb:.0f} MiB gzip "
             f"(built in {time.perf_counter() - t0:.0f} s)",
@@ -216,7 +239,7 @@ def bench_traces(args: argparse.Namespace) -> int:
         for rep in range(args.reps):
             order = modes if rep % 2 == 0 else modes[::-1]
             for mode in order:
-                keep = [f"{args.keep_json}/{mode}-{rep + 1}.json"] if args.keep_json else []
+                keep = [f"{args.keep_json}/{mode}-{ranks}-{rep + 1}.json"] if args.keep_json else []
                 out = subprocess.run(
                     [sys.executable, "-c", TRACES_CHILD, mode, str(run), str(args.workers), *keep],
                     capture_output=True,
@@ -267,6 +290,8 @@ def bench_traces(args: argparse.Namespace) -> int:
     client_gb = max(m["peak_gb"] for m in cluster) if cluster else 0.0
     if cluster:
         print(f"cluster client peak {client_gb:.3f} GB (target < {CLIENT_TARGET_GB} GB)")
+    for mode, ms in runs.items():
+        peaks[mode] = statistics.median(m["peak_gb"] for m in ms)
     return 0 if len(shas) == 1 and client_gb < CLIENT_TARGET_GB else 1
 
 
@@ -275,7 +300,11 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=1024)
     ap.add_argument("--slow-rank", type=int, default=617)
     ap.add_argument("--traces", action="store_true", help="the trace-based pool vs cluster run")
-    ap.add_argument("--trace-ranks", type=int, default=256)
+    ap.add_argument(
+        "--trace-ranks",
+        default="256",
+        help="ranks of the synthetic run; several (256,1024): each, then the growth per rank",
+    )
     ap.add_argument("--source", default=str(DEFAULT_SOURCE), help="directory of real traces")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
@@ -289,7 +318,7 @@ def main() -> int:
     )
     args = ap.parse_args()
     if args.traces:
-        return bench_traces(args)
+        return bench_sizes(args)
     with tempfile.TemporaryDirectory(prefix="gpudiag-scale-") as tmp:
         run = Path(tmp) / "synthetic_run"
         t0 = time.perf_counter()
