@@ -13,6 +13,7 @@ RECORDING_FIXTURES records a gloo job, so it is slow wherever it lives.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,14 @@ def shared_traces() -> Path:
 
 # Fixtures that record a training job (gloo ranks under `gpudiag trace` or torchrun).
 RECORDING_FIXTURES = frozenset({"runs_root", "analyzed"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A shell's background job (`pytest ... &`, nohup) starts with SIGINT ignored, and an
+    # ignored signal stays ignored across exec: every process a test starts would then be
+    # deaf to the Ctrl-C the tests send it. Handling it here resets it in the children.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
