@@ -72,6 +72,8 @@ def test_folded_tables_equal_the_per_rank_frames(shared_traces: Path, name: str)
     pd.testing.assert_frame_equal(
         comms.collective_table(traces), comms.collective_table(plain), check_exact=True
     )
+    for a, b in zip(traces, plain, strict=True):  # read rank by rank
+        pd.testing.assert_frame_equal(bd.step_windows(a), bd.step_windows(b), check_exact=True)
 
 
 def _json(path: Path, **kw: object) -> str:

@@ -8,7 +8,8 @@ whose cost does not grow with anything but the rows themselves:
 
 * the per-rank tables read across ranks (``step_breakdown``: the step breakdown;
   ``collective_rows``: the rank's collectives, matched across ranks for stragglers,
-  desync and the all-reduce stall) move into one :class:`TableStore` per table: numpy
+  desync and the all-reduce stall; ``step_windows``: the profiled steps' windows, for the
+  wait for peers) move into one :class:`TableStore` per table: numpy
   columns per column layout, shared by every rank, strings interned. The trace's cache
   keeps a 2-slot handle (:class:`StoredRows`), so every per-rank reader still works, and
   :func:`rank_rows` gives the cross-rank stage all ranks' rows at once, without a
@@ -41,8 +42,9 @@ import pandas as pd
 
 from gpudiag.analysis.ingest import FrameColumns, FramePart, RankTrace
 
-# The per-rank tables the cross-rank stage reads from every rank (RankTrace.cache keys).
-FOLDED_TABLES = ("step_breakdown", "collective_rows")
+# The per-rank tables the cross-rank stage reads from every rank (RankTrace.cache keys);
+# step_windows: read rank by rank (comms.peer_wait), kept in a store for its size only.
+FOLDED_TABLES = ("step_breakdown", "collective_rows", "step_windows")
 # Consolidate a layout's column chunks after this many appended parts.
 _CHUNK_PARTS = 64
 
