@@ -40,13 +40,13 @@ def _guard(
     try:
         return fn(*args, **kw)
     except Exception as exc:  # noqa: BLE001 - one broken analysis must not hide the others
-        first = str(exc).splitlines()[0][:200] if str(exc) else ""
-        warnings.append(f"{label} skipped: {type(exc).__name__}: {first}")
+        _skipped(warnings, label, exc)
         return default
 
 
-def _raise(exc: Exception) -> None:
-    raise exc
+def _skipped(warnings: list[str], label: str, exc: Exception) -> None:
+    first = str(exc).splitlines()[0][:200] if str(exc) else ""
+    warnings.append(f"{label} skipped: {type(exc).__name__}: {first}")
 
 
 SUMMARY_ONLY_RANKS = 256
@@ -426,9 +426,7 @@ def analyze(
             traces,
             "step_breakdown",
             bd.step_breakdown,
-            on_error=lambda t, exc: _guard(
-                warnings, f"breakdown of rank {t.meta.rank}", _raise, exc
-            ),
+            on_error=lambda t, exc: _skipped(warnings, f"breakdown of rank {t.meta.rank}", exc),
         )
         breakdown = pd.concat(parts, ignore_index=True) if parts else _empty(BREAKDOWN_COLUMNS)
     else:
