@@ -19,6 +19,13 @@
     python bench/scale.py --traces [--trace-ranks 256] [--reps 3] [--workers 2]
     python bench/scale.py --traces --trace-ranks 256,1024 --modes cluster --reps 1
         (each size, then the client's peak growth per rank between them: the slope)
+    python bench/scale.py --traces --trace-ranks 256,1024 --modes remote --reps 1
+        (the client of a `dask scheduler` and `dask worker`s started in their own
+        processes, as on a real cluster: local:N runs the scheduler in the client's)
+    python bench/scale.py --traces --trace-ranks 1024,16384 --modes replay --reps 1
+        (the client alone at many ranks: each source trace's task runs once, every rank
+        gets a copy of its source's result with the rank rewritten, as a worker would
+        send it; same JSON as the pool's)
 """
 
 from __future__ import annotations
@@ -142,11 +149,18 @@ def write_rank_copies(sources: list[Path], out: Path, ranks: int) -> list[Path]:
 
 TRACES_CHILD = r"""
 import hashlib, json, resource, sys, time
-mode, path, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+mode, path, workers, sources = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 t0 = time.perf_counter()
 from gpudiag.analysis import analyze
-from gpudiag.report.jsonout import dumps
+from gpudiag.report.jsonout import write
 analysis_s = 0.0
+class HashingOut:  # the JSON's SHA-256, and the text to --keep-json's file, as written
+    def __init__(self, path):
+        self.sha, self.out = hashlib.sha256(), open(path, "w") if path else None
+    def write(self, text):
+        self.sha.update(text.encode())
+        if self.out:
+            self.out.write(text)
 def run():
     global analysis_s
     a0 = time.perf_counter()
@@ -166,28 +180,75 @@ def run():
         res = analyze(path, run_tasks=run_tasks)
         analysis_s = time.perf_counter() - a0
         return res, 0.0, 0.0
-    from distributed import get_task_stream
+    if mode == "replay":  # each source trace's task once; rank r gets source r % K's result
+        import dataclasses, pickle, re
+        from gpudiag.analysis.ingest import share_empty_events
+        done = {}
+        def run_tasks(task, jobs):
+            for i, job in enumerate(jobs):
+                rank = int(re.search(r"rank(\d+)", job[0].rsplit("/", 1)[-1]).group(1))
+                if rank % sources not in done:
+                    done[rank % sources] = pickle.dumps(task(job))
+                trace, notes = pickle.loads(done[rank % sources])
+                info = {**(trace.meta.distributed_info or {}), "rank": rank}
+                trace.meta = dataclasses.replace(
+                    trace.meta, rank=rank, path=type(trace.meta.path)(job[0]), distributed_info=info
+                )
+                share_empty_events(trace)
+                yield i, (trace, notes)
+        res = analyze(path, run_tasks=run_tasks)
+        analysis_s = time.perf_counter() - a0
+        return res, 0.0, 0.0
     from gpudiag.analysis.cluster import connect
     s0 = time.perf_counter()
-    with connect(f"local:{workers}") as tasks:
-        started = time.perf_counter() - s0
-        a0 = time.perf_counter()
-        with get_task_stream(tasks.client) as stream:
+    spec, procs = f"local:{workers}", []
+    if mode == "remote":  # `dask scheduler` and `dask worker` in their own processes
+        import os, subprocess, tempfile
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        where = os.path.join(tempfile.mkdtemp(prefix="gpudiag-scale-dask-"), "scheduler.json")
+        procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler",
+            "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file", where],
+            **quiet))
+        procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker",
+            "--scheduler-file", where, "--nworkers", str(workers), "--nthreads", "1",
+            "--no-dashboard", "--host", "127.0.0.1"], **quiet))
+        while True:
+            try:
+                spec = json.load(open(where))["address"]
+                break
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.2)
+    try:
+        with connect(spec) as tasks:
+            tasks.client.wait_for_workers(workers, timeout=120)
+            started = time.perf_counter() - s0
+            a0 = time.perf_counter()
             res = analyze(path, run_tasks=tasks)
-        analysis_s = time.perf_counter() - a0
-        busy = sum(s["stop"] - s["start"] for t in stream.data for s in t["startstops"]
-                   if s["action"] == "compute")
-        return res, started, busy
+            analysis_s = time.perf_counter() - a0
+            # the tasks' compute time, summed by the scheduler (a task stream would keep
+            # a record per task in the scheduler, which local:N runs in this process)
+            busy = tasks.client.run_on_scheduler(
+                lambda dask_scheduler: sum(
+                    p.all_durations.get("compute", 0.0)
+                    for p in dask_scheduler.task_prefixes.values()
+                )
+            )
+            return res, started, busy
+    finally:
+        for proc in procs[::-1]:
+            proc.terminate()
+            proc.wait()
 if __name__ == "__main__":
     res, startup, task_s = run()
-    payload = dumps(res.to_json())
-    if len(sys.argv) > 4:  # --keep-json: where to leave this run's JSON
-        open(sys.argv[4], "w").write(payload)
+    out = HashingOut(sys.argv[5] if len(sys.argv) > 5 else None)  # --keep-json's file
+    write(res.to_json(), out)
+    if out.out:
+        out.out.close()
     elapsed = time.perf_counter() - t0
     print(json.dumps({"seconds": elapsed, "startup_s": startup, "task_s": task_s,
                       "analysis_s": analysis_s,
                       "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-                      "ranks": len(res.ranks), "sha": hashlib.sha256(payload.encode()).hexdigest(),
+                      "ranks": len(res.ranks), "sha": out.sha.hexdigest(),
                       "findings": [(f.kind, f.ranks[:4]) for f in res.findings]}))
 """
 
@@ -234,14 +295,16 @@ def bench_traces(args: argparse.Namespace, ranks: int, peaks: dict[str, float]) 
             f"(built in {time.perf_counter() - t0:.0f} s)",
             flush=True,
         )
-        modes = [m for m in ("pool", "cluster", "inline") if m in args.modes.split(",")]
+        wanted = args.modes.split(",")
+        modes = [m for m in ("pool", "cluster", "remote", "inline", "replay") if m in wanted]
         runs: dict[str, list[dict]] = {m: [] for m in modes}
         for rep in range(args.reps):
             order = modes if rep % 2 == 0 else modes[::-1]
             for mode in order:
                 keep = [f"{args.keep_json}/{mode}-{ranks}-{rep + 1}.json"] if args.keep_json else []
                 out = subprocess.run(
-                    [sys.executable, "-c", TRACES_CHILD, mode, str(run), str(args.workers), *keep],
+                    [sys.executable, "-c", TRACES_CHILD, mode, str(run), str(args.workers)]
+                    + [str(len(sources)), *keep],
                     capture_output=True,
                     text=True,
                     check=False,
@@ -261,7 +324,9 @@ def bench_traces(args: argparse.Namespace, ranks: int, peaks: dict[str, float]) 
     label = {
         "pool": f"local pool, {args.workers} processes",
         "cluster": f"LocalCluster, {args.workers} workers",
+        "remote": f"dask scheduler + {args.workers} workers",
         "inline": "inline (tasks in the client)",
+        "replay": f"replay ({len(sources)} tasks, copied)",
     }
     print(f"{'':<32}{'wall s median [min-max]':>26}{'client peak GB':>28}")
     for mode, ms in runs.items():
@@ -287,8 +352,9 @@ def bench_traces(args: argparse.Namespace, ranks: int, peaks: dict[str, float]) 
         f"same JSON in every run: {len(shas) == 1} (distinct: {len(shas)} overall, "
         f"{by_mode} per mode); findings: {first['findings']}"
     )
-    client_gb = max(m["peak_gb"] for m in cluster) if cluster else 0.0
-    if cluster:
+    clients = [m["peak_gb"] for mode in ("cluster", "remote") for m in runs.get(mode, [])]
+    client_gb = max(clients, default=0.0)
+    if clients:
         print(f"cluster client peak {client_gb:.3f} GB (target < {CLIENT_TARGET_GB} GB)")
     for mode, ms in runs.items():
         peaks[mode] = statistics.median(m["peak_gb"] for m in ms)
@@ -312,9 +378,12 @@ def main() -> int:
     ap.add_argument(
         "--modes",
         default="pool,cluster",
-        help="which of pool,cluster,inline to run (e.g. cluster alone at 1024+ ranks; inline: "
-        "the cluster's per-rank tasks run one by one in the client process, no scheduler: "
-        "the client's own memory)",
+        help="which of pool,cluster,remote,inline,replay to run (e.g. cluster alone at 1024+ "
+        "ranks; remote: a `dask scheduler` and --workers `dask worker` processes started "
+        "here, the client in its own process as on a real cluster; inline: the cluster's per-rank tasks run one by one in the client process, no "
+        "scheduler: the client's own memory; replay: as inline, but each source trace's "
+        "task runs once and every rank gets a copy of its source's result, rank rewritten: "
+        "the client's memory at 16k+ ranks in minutes)",
     )
     args = ap.parse_args()
     if args.traces:

@@ -312,6 +312,36 @@ def test_worker_killed_mid_analysis_changes_nothing(
     _assert_same_json(analyze(traces).to_json(), remote.to_json(), traces)
 
 
+def test_tasks_in_flight_stay_within_a_window(cluster: Cluster, tmp_path: Path) -> None:
+    """40 ranks on 2 workers: the scheduler never holds more than the window of
+    per-rank tasks (DaskTasks sends one more as each result comes), and the JSON is
+    still the local pool's."""
+    from distributed import Client
+
+    from gpudiag.analysis import cluster as dask_cluster
+
+    traces = tmp_path / "traces"
+    _scale_module().write_rank_copies(
+        sorted((sample_runs_dir() / "ddp4_straggler" / "traces").iterdir()), traces, 40
+    )
+    held: list[int] = []
+    with dask_cluster.connect(cluster.address) as tasks, Client(cluster.address) as watch:
+        window = tasks._window()
+        assert window < 40
+
+        def watched(task: Any, jobs: list[Any]) -> Iterator[tuple[int, Any]]:
+            for arrival in tasks(task, jobs):
+                held.append(
+                    watch.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))
+                )
+                yield arrival
+
+        remote = analyze(traces, run_tasks=watched)
+    assert len(held) == 40
+    assert 1 < max(held) <= window, held
+    _assert_same_json(analyze(traces).to_json(), remote.to_json(), traces)
+
+
 def _address_of(client: Any, name: str) -> str:
     workers = client.scheduler_info()["workers"]
     return next(addr for addr, info in workers.items() if info.get("name") == name)

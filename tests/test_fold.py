@@ -9,6 +9,7 @@ Real recorded traces from ../shared/traces and the sample runs, read in place.
 
 from __future__ import annotations
 
+import io
 import pickle
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from gpudiag import rundir
 from gpudiag.analysis import analyze, comms, fold, ingest, pipeline
 from gpudiag.analysis import breakdown as bd
 from gpudiag.paths import sample_runs_dir
+from gpudiag.report import jsonout
 from gpudiag.report.jsonout import dumps
 
 FAST_SETS = ("param_dlrm_ddp8", "astrasim_megatron_tp8", "hta_sampled_2of128")
@@ -74,6 +76,41 @@ def test_folded_tables_equal_the_per_rank_frames(shared_traces: Path, name: str)
     )
     for a, b in zip(traces, plain, strict=True):  # read rank by rank
         pd.testing.assert_frame_equal(bd.step_windows(a), bd.step_windows(b), check_exact=True)
+    # equal name lists (timeline lanes, activity sets) are one object across ranks
+    for key, attribute in (("timeline", "lanes"), ("activity_sets", "names")):
+        lists = [getattr(t.cache[key], attribute) for t in traces if t.cache.get(key)]
+        assert len({id(x) for x in lists}) == len(set(lists)), (key, attribute)
+    # the step tables: folded (a handle per rank), read back per rank and across ranks
+    assert all(isinstance(t.step_rows, fold.StoredRows) for t in traces if len(t.steps))
+    for a, b in zip(traces, plain, strict=True):
+        pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
+    with_rank = [t.steps.assign(rank=t.meta.rank) for t in plain if len(t.steps)]
+    if with_rank:
+        got = _concat(fold.rank_rows(traces, fold.STEPS, lambda t: t.steps))
+        pd.testing.assert_frame_equal(got, _concat(with_rank), check_exact=True)
+
+
+def test_folded_step_tables_are_changed_like_frames(shared_traces: Path) -> None:
+    """What the client changes in a step table after folding (the final rank, a node's
+    clock offset) reads back as on a plain frame, and touches no other rank's rows."""
+    files = rundir.find_traces(shared_traces / "param_dlrm_ddp8")
+    plain = _load(files, None)
+    traces = _load(files, fold.RankFold())
+    first, second = traces[0], traces[1]
+    before = second.steps
+    first.meta.rank = 17
+    first.set_step_rank()
+    assert isinstance(first.step_rows, fold.StoredRows)  # changed in its store
+    want = plain[0].steps.assign(rank=np.int64(17))
+    pd.testing.assert_frame_equal(first.steps, want, check_exact=True)
+    pd.testing.assert_frame_equal(second.steps, before, check_exact=True)
+    got = fold.rank_rows(traces, fold.STEPS, lambda t: t.steps)[0]
+    assert (got["rank"].iloc[: len(want)] == 17).all()
+    # the clock offset of a node, applied on the client: a folded table is put back
+    second.cache.pop("clock_offset_ns", None)
+    pipeline.shift_trace(second, 1_000)
+    shifted = before.assign(start_ns=before["start_ns"] + 1_000, end_ns=before["end_ns"] + 1_000)
+    pd.testing.assert_frame_equal(second.steps, shifted, check_exact=True)
 
 
 def _json(path: Path, **kw: object) -> str:
@@ -124,3 +161,17 @@ def test_store_with_several_layouts_equals_pandas_concat() -> None:
         again = pickle.loads(pickle.dumps(s))
         assert isinstance(again, ingest.FrameColumns)
         pd.testing.assert_frame_equal(again.frame(), part, check_exact=True)
+
+
+def test_json_written_as_encoded_equals_dumps(
+    shared_traces: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gpudiag analyze --json` writes the text piece by piece (jsonout.write): the same
+    text as dumps, whatever the batch size."""
+    payload = analyze(shared_traces / "param_dlrm_ddp8", workers=1).to_json()
+    want = dumps(payload) + "\n"
+    for batch in (1, 7, 16384):
+        monkeypatch.setattr(jsonout, "_BATCH", batch)
+        out = io.StringIO()
+        jsonout.write(payload, out)
+        assert out.getvalue() == want

@@ -93,3 +93,35 @@ def test_an_implausible_clock_offset_is_refused(tmp_path: Path) -> None:
     run = rundir.load_run(tmp_path)
     assert run.clock_offsets == {}
     assert any("implausible" in w for w in run.warnings)
+
+
+def test_each_trace_task_carries_only_its_own_clock_offset(shared_traces: Path) -> None:
+    """A node's clock offset reaches the per-rank task of each of its traces, and only
+    that offset: every file's offsets in every task grew with ranks x ranks (4096 ranks:
+    ~400 kB in each of 4096 tasks). Recorded traces; offsets as a merged run gives them."""
+    import functools
+
+    from gpudiag.analysis import ingest, pipeline
+
+    files = rundir.find_traces(shared_traces / "param_dlrm_ddp8")
+    offsets = {str(p): 1_000 * (i + 1) for i, p in enumerate(files) if i % 2}
+    jobs: list[ingest.LoadJob] = []
+
+    def recorded(task: Any, given: list[ingest.LoadJob]) -> Any:
+        jobs.extend(given)
+        for i, job in enumerate(given):
+            yield i, task(job)
+
+    traces = ingest.load_traces(
+        files, warnings=[], prepare_for=pipeline._prepare_for(offsets), run_tasks=recorded
+    )
+    assert len(jobs) == len(files) == len(traces)
+    for path, job in zip(files, jobs, strict=True):
+        prepare = job[2]
+        if str(path) in offsets:
+            assert isinstance(prepare, functools.partial)
+            assert prepare.keywords == {"clock_offsets": {str(path.absolute()): offsets[str(path)]}}
+        else:
+            assert prepare is pipeline.prepare_rank
+    shifted = {str(t.meta.path): t.cache.get("clock_offset_ns") for t in traces}
+    assert shifted == {str(p): offsets.get(str(p)) for p in files}

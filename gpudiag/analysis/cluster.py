@@ -13,6 +13,7 @@ when a scheduler is asked for.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +27,10 @@ INSTALL_HINT = "pip install 'gpudiag[cluster]'"
 # (GPUDIAG_SCHEDULER_TIMEOUT overrides it, in seconds).
 CONNECT_TIMEOUT_S = 10.0
 LOCAL_PREFIX = "local:"
+# Per-rank tasks in flight at once (DaskTasks): a few per worker keep each one busy while
+# results travel back; the rest wait on the client as plain job tuples.
+WINDOW_PER_WORKER = 4
+WINDOW_MIN = 16
 
 
 class ClusterError(RuntimeError):
@@ -116,14 +121,29 @@ class DaskTasks:
         # results name the files as the client does (as the local pool's would).
         given = [job[0] for job in jobs]
         absolute = [str(Path(p).absolute()) for p in given]
-        remote = [(a, *job[1:]) for a, job in zip(absolute, jobs, strict=True)]
-        futures = self.client.map(_on_worker, remote, task=task, pure=False)
-        index = {f.key: i for i, f in enumerate(futures)}
+        remote = iter(enumerate(zip(absolute, jobs, strict=True)))
+        index: dict[str, int] = {}
+
+        def submit(count: int) -> list[Any]:
+            """The next ``count`` jobs, sent to the cluster (one graph update)."""
+            batch = list(itertools.islice(remote, count))
+            if not batch:
+                return []
+            futures = self.client.map(
+                _on_worker, [(path, *job[1:]) for _, (path, job) in batch], task=task, pure=False
+            )
+            for (i, _), future in zip(batch, futures, strict=True):
+                index[future.key] = i
+            return futures
+
         problems: list[str] = []
-        arrived = iter(())
         try:
             distributed = _import_distributed()
-            arrived = distributed.as_completed(futures, with_results=True)
+            # A window of jobs in flight, topped up in batches as results come (each
+            # batch is one graph update for the scheduler): neither the scheduler nor
+            # this client holds every task of a many-rank run.
+            window = self._window()
+            arrived = distributed.as_completed(submit(window), with_results=True)
         except Exception as exc:  # noqa: BLE001 - a worker-side failure is one line
             raise self._failed(exc) from None
         # Hand each result on as it arrives and release its future, so neither the
@@ -135,15 +155,17 @@ class DaskTasks:
                 break
             except Exception as exc:  # noqa: BLE001 - a worker-side failure is one line
                 raise self._failed(exc) from None
-            i = index[future.key]
+            i = index.pop(future.key)
             future.release()
             del future
+            if len(index) <= window // 2:
+                for more in submit(window - len(index)):
+                    arrived.add(more)
             result, problem = outcome
             if problem is not None:
                 problems.append(problem)
                 continue
             yield i, _as_given(result, absolute[i], given[i])
-        del futures
         if problems:
             more = f" (and {len(problems) - 1} more file(s))" if len(problems) > 1 else ""
             raise ClusterError(problems[0] + more)
@@ -153,6 +175,10 @@ class DaskTasks:
             f"the analysis failed on the Dask cluster {self.label} "
             f"({type(exc).__name__}: {_first_line(exc)})"
         )
+
+    def _window(self) -> int:
+        """Jobs in flight at once: enough to keep every worker busy."""
+        return max(WINDOW_MIN, WINDOW_PER_WORKER * self.workers)
 
     @property
     def workers(self) -> int:

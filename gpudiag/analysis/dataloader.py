@@ -27,7 +27,7 @@ HOST_SYNC_FIX = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TraceDataWait:
     """One rank's DataLoader wait in its profiled window (trace ``dataloader`` events)."""
 
@@ -56,7 +56,7 @@ class SyncCalls:
     total_ms: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostSync:
     """One rank's host synchronisation points inside the profiled steps."""
 

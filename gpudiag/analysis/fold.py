@@ -9,16 +9,18 @@ whose cost does not grow with anything but the rows themselves:
 * the per-rank tables read across ranks (``step_breakdown``: the step breakdown;
   ``collective_rows``: the rank's collectives, matched across ranks for stragglers,
   desync and the all-reduce stall; ``step_windows``: the profiled steps' windows, for the
-  wait for peers) move into one :class:`TableStore` per table: numpy
-  columns per column layout, shared by every rank, strings interned. The trace's cache
-  keeps a 2-slot handle (:class:`StoredRows`), so every per-rank reader still works, and
+  wait for peers), and the trace's own step table (``RankTrace.step_rows``, read as
+  ``steps``) move into one :class:`TableStore` per table: numpy
+  columns per column layout, shared by every rank, strings interned. The trace keeps a
+  2-slot handle (:class:`StoredRows`), so every per-rank reader still works, and
   :func:`rank_rows` gives the cross-rank stage all ranks' rows at once, without a
   DataFrame per rank;
 * the trace's metadata shares equal device lists and process-group configs across ranks
   (every rank of a job lists the same ones; a real job's pg_config lists every rank of
-  every group, so it would otherwise grow with ranks x ranks).
+  every group, so it would otherwise grow with ranks x ranks), and equal name lists of
+  the timeline's lanes and the activity sets.
 
-What stays per rank: the step table, the rank's activity sets, packed (the all-reduce
+What stays per rank: the rank's activity sets, packed (the all-reduce
 stall and the exposed communication's wait for peers, comms.peer_wait, read them against
 windows known only once every rank is in), the bounded timeline (timeline.RANK_BUDGET
 intervals at most, for the report's and dashboard's Timeline), a few scalars and small
@@ -45,6 +47,11 @@ from gpudiag.analysis.ingest import FrameColumns, FramePart, RankTrace
 # The per-rank tables the cross-rank stage reads from every rank (RankTrace.cache keys);
 # step_windows: read rank by rank (comms.peer_wait), kept in a store for its size only.
 FOLDED_TABLES = ("step_breakdown", "collective_rows", "step_windows")
+# rank_rows' key for the trace's own step table (RankTrace.step_rows), folded too
+STEPS = "steps"
+# Cached results' name lists, the same few strings on every rank (cache key ->
+# attributes): timeline.RankLanes' lanes and interval names, intervals.PackedSets' names.
+_NAME_LISTS = {"timeline": ("lanes", "names"), "activity_sets": ("names",)}
 # Consolidate a layout's column chunks after this many appended parts.
 _CHUNK_PARTS = 64
 
@@ -60,6 +67,8 @@ class _Columns:
     chunks: list[list[np.ndarray]] = field(default_factory=list)  # per column
     pending: int = 0
     rows: int = 0
+    # columns whose one chunk is this store's own copy (fill may write into it)
+    owned: set[int] = field(default_factory=set)
 
     def append(self, values: tuple[np.ndarray, ...]) -> int:
         if not self.chunks:
@@ -80,6 +89,12 @@ class _Columns:
     def column(self, i: int) -> np.ndarray:
         self._consolidate()
         return self.chunks[i][0]
+
+    def fill(self, i: int, start: int, rows: int, value: object) -> None:
+        if len(self.chunks[i]) != 1 or i not in self.owned:
+            self.chunks[i] = [np.concatenate(self.chunks[i])]
+            self.owned.add(i)
+        self.chunks[i][0][start : start + rows] = value
 
 
 class TableStore:
@@ -116,6 +131,23 @@ class TableStore:
     def rows(self, part: int) -> int:
         return self._parts[part][2]
 
+    def fill(self, part: int, column: str, value: object) -> bool:
+        """Set ``column`` to ``value`` in every row of this part, in place, as
+        ``frame[column] = value`` would (False where that would change the column's
+        dtype: the caller rebuilds the part instead)."""
+        cols, start, rows = self._parts[part]
+        if column not in cols.names:
+            return False
+        i = cols.names.index(column)
+        try:
+            same = np.dtype(cols.dtypes[i]) == np.asarray(value).dtype
+        except TypeError:  # an extension dtype
+            same = False
+        if not same:
+            return False
+        cols.fill(i, start, rows, value)
+        return True
+
     def frame(self, parts: list[int]) -> pd.DataFrame:
         """``pd.concat([part frames], ignore_index=True)`` of these parts, in this order."""
         layouts = {id(self._parts[p][0]) for p in parts}
@@ -144,6 +176,11 @@ class StoredRows(FramePart):
     def frame(self) -> pd.DataFrame:
         return self.store.frame([self.part])
 
+    def with_constant(self, column: str, value: object) -> FramePart:
+        if self.store.fill(self.part, column, value):
+            return self
+        return super().with_constant(column, value)
+
     def __reduce__(self) -> tuple[Any, ...]:  # pickled alone: as plain columns
         return (_as_columns, (self.frame(),))
 
@@ -152,30 +189,51 @@ def _as_columns(frame: pd.DataFrame) -> FrameColumns:
     return FrameColumns.of(frame)
 
 
+def _store(store: TableStore, value: object) -> StoredRows | None:
+    """``value`` (a small frame, or one as columns) kept in ``store``; None where it
+    cannot be kept exactly."""
+    if isinstance(value, pd.DataFrame) and not isinstance(value.columns, pd.MultiIndex):
+        compact = FrameColumns.of(value)
+        value = compact if compact.round_trips(value) else None
+    if isinstance(value, FrameColumns):
+        return store.add(value)
+    return None
+
+
+def _held(trace: RankTrace, key: str) -> object:
+    return trace.step_rows if key == STEPS else trace.cache.get(key)
+
+
 class RankFold:
     """The cross-rank inputs, folded from each rank's result as it arrives."""
 
     def __init__(self) -> None:
         self.tables: dict[str, TableStore] = {key: TableStore() for key in FOLDED_TABLES}
+        self.steps = TableStore()
         self._shared: dict[str, Any] = {}
 
     def add(self, trace: RankTrace) -> None:
         """Fold one arriving result (the trace keeps handles to what moved)."""
         for key, store in self.tables.items():
-            value = trace.cache.get(key)
-            if isinstance(value, pd.DataFrame) and not isinstance(value.columns, pd.MultiIndex):
-                compact = FrameColumns.of(value)
-                value = compact if compact.round_trips(value) else None
-            if isinstance(value, FrameColumns):
-                stored = store.add(value)
-                if stored is not None:
-                    trace.cache[key] = stored
+            stored = _store(store, trace.cache.get(key))
+            if stored is not None:
+                trace.cache[key] = stored
+        stored = _store(self.steps, trace.step_rows)
+        if stored is not None:
+            trace.step_rows = stored
         self._share_meta(trace)
 
     def _share_meta(self, trace: RankTrace) -> None:
         meta = trace.meta
         meta.device_properties = self._share(meta.device_properties)
         meta.pg_config = self._share(meta.pg_config)
+        meta.backend = self._share(meta.backend)
+        for key, attributes in _NAME_LISTS.items():
+            value = trace.cache.get(key)
+            for attribute in attributes:
+                names = getattr(value, attribute, None)
+                if isinstance(names, tuple):
+                    setattr(value, attribute, self._share(names))
 
     def _share(self, value: Any) -> Any:
         if not value:
@@ -190,9 +248,10 @@ def rank_rows(
     on_error: Callable[[RankTrace, Exception], None] | None = None,
 ) -> list[pd.DataFrame]:
     """Every rank's non-empty ``per_rank(trace)`` frame (with its ``rank`` column), in
-    the traces' order, for one ``pd.concat``: ranks whose table is in a store come out
-    as one frame per run of consecutive ranks instead of one each. ``on_error``: called
-    for a rank whose table failed (else the error is raised)."""
+    the traces' order, for one ``pd.concat`` (``key``: a cache key of FOLDED_TABLES, or
+    STEPS): ranks whose table is in a store come out as one frame per run of
+    consecutive ranks instead of one each. ``on_error``: called for a rank whose table
+    failed (else the error is raised)."""
     out: list[pd.DataFrame] = []
     run: list[tuple[StoredRows, int]] = []
 
@@ -202,7 +261,7 @@ def rank_rows(
             run.clear()
 
     for trace in traces:
-        value = trace.cache.get(key)
+        value = _held(trace, key)
         if isinstance(value, StoredRows) and (not run or value.store is run[0][0].store):
             if value.store.rows(value.part):
                 run.append((value, int(trace.meta.rank)))

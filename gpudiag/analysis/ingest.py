@@ -83,7 +83,7 @@ class TraceError(ValueError):
     """One trace file that cannot be used; the message names the problem."""
 
 
-@dataclass
+@dataclass(slots=True)
 class TraceMeta:
     rank: int
     world_size: int | None
@@ -96,11 +96,13 @@ class TraceMeta:
     rank_source: str = "distributedInfo"  # | "file name" | "order"
 
 
-@dataclass
+@dataclass(slots=True)
 class RankTrace:
     meta: TraceMeta
     events: pd.DataFrame
-    steps: pd.DataFrame
+    # the profiled steps (STEP_COLUMNS), read as ``steps``; on the client a FramePart once
+    # folded (fold.RankFold: a DataFrame per rank costs ~4 kB of Python objects)
+    step_rows: pd.DataFrame | FramePart
     # the comm events' fields (COMM_COLUMNS), indexed by their row label in ``events``
     comm: pd.DataFrame = field(default_factory=lambda: no_comm())
     # derived values that several analyses share (e.g. breakdown's activity sets)
@@ -109,6 +111,25 @@ class RankTrace:
     @property
     def rank(self) -> int:
         return self.meta.rank
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        """The profiled steps (STEP_COLUMNS); a folded table comes back as a new frame,
+        so change it by assigning ``steps``, not in place."""
+        rows = self.step_rows
+        return rows.frame() if isinstance(rows, FramePart) else rows
+
+    @steps.setter
+    def steps(self, frame: pd.DataFrame) -> None:
+        self.step_rows = frame
+
+    def set_step_rank(self) -> None:
+        """The steps' ``rank`` column := the trace's (final) rank."""
+        rows = self.step_rows
+        if isinstance(rows, FramePart):
+            self.step_rows = rows.with_constant("rank", self.meta.rank)
+        else:
+            rows["rank"] = self.meta.rank
 
     def cached(self, key: str, compute: Callable[[], T]) -> T:
         """``compute()`` once per trace; kept in ``cache`` (which travels with the trace
@@ -151,6 +172,13 @@ class FramePart:
 
     def frame(self) -> pd.DataFrame:
         raise NotImplementedError
+
+    def with_constant(self, column: str, value: object) -> FramePart:
+        """These rows with ``column`` set to ``value`` in every row (an existing column,
+        same dtype)."""
+        frame = self.frame()
+        frame[column] = value
+        return FrameColumns.of(frame)
 
 
 @dataclass(frozen=True)
@@ -808,7 +836,7 @@ def _build_rank_trace(
     del cols
     release_free_memory()  # what building the table freed on the heap
     steps.insert(0, "rank", meta.rank)
-    return RankTrace(meta=meta, events=frame, steps=steps, comm=comm)
+    return RankTrace(meta=meta, events=frame, step_rows=steps, comm=comm)
 
 
 @functools.cache
@@ -1329,6 +1357,7 @@ def load_traces(
     warnings: list[str],
     max_bytes: int | None = None,
     prepare: Prepare | None = None,
+    prepare_for: Callable[[Path], Prepare | None] | None = None,
     run_tasks: RunTasks | None = None,
     on_arrival: Callable[[RankTrace], None] | None = None,
 ) -> list[RankTrace]:
@@ -1339,6 +1368,10 @@ def load_traces(
     (so in the worker) to fill ``trace.cache`` with per-rank results; it must not depend
     on the rank number, which is only final once every trace is loaded.
 
+    ``prepare_for(path)``, when given, is each file's own ``prepare`` instead: a task
+    carries only what its file needs (its node's clock offset, not every file's, which
+    would make the tasks of a many-rank run grow with ranks x ranks).
+
     ``run_tasks``, when given, runs the per-rank tasks instead of the local pool (a Dask
     cluster); each trace then comes back without its events (:func:`drop_events`), so
     ``prepare`` must compute every per-rank result the analyses read.
@@ -1347,11 +1380,13 @@ def load_traces(
     one is taken (fold.RankFold.add: keep only what the cross-rank analyses read)."""
     files = [Path(p) for p in paths]
     limit = max_bytes or max_trace_bytes()
+    prepares = [prepare_for(p) if prepare_for is not None else prepare for p in files]
     arrivals: Iterable[tuple[int, LoadResult]]
     if run_tasks is not None:
-        arrivals = run_tasks(load_task, [(str(p), limit, prepare, False) for p in files])
+        jobs = [(str(p), limit, prep, False) for p, prep in zip(files, prepares, strict=True)]
+        arrivals = run_tasks(load_task, jobs)
     else:
-        arrivals = _run_loads(files, workers, limit, prepare)
+        arrivals = _run_loads(files, workers, limit, prepares)
     results: list[LoadResult] = [(None, []) for _ in files]
     for i, result in arrivals:
         if result[0] is not None and on_arrival is not None:
@@ -1434,17 +1469,19 @@ def _uncompressed_size_hint(path: Path) -> int:
 
 
 def _run_loads(
-    paths: Sequence[Path], workers: int | None, limit: int, prepare: Prepare | None
+    paths: Sequence[Path], workers: int | None, limit: int, prepares: Sequence[Prepare | None]
 ) -> Arrivals:
     """The local pool (or, with one worker, this process): each result with its file's
-    index, as it arrives."""
+    index, as it arrives; ``prepares``: each file's."""
     cores = os.cpu_count() or 1
     if workers is None:
         workers = min(cores, workers_for_input([_uncompressed_size_hint(p) for p in paths]))
     n = min(len(paths), workers, _workers_for_memory(paths))
     done: set[int] = set()
     if n > 1:
-        jobs: list[LoadJob] = [(str(p), limit, prepare, True) for p in paths]
+        jobs: list[LoadJob] = [
+            (str(p), limit, prep, True) for p, prep in zip(paths, prepares, strict=True)
+        ]
         try:
             with ProcessPoolExecutor(max_workers=n) as pool:
                 for i, result in enumerate(pool.map(load_task, jobs)):
@@ -1454,7 +1491,7 @@ def _run_loads(
             pass
     for i, p in enumerate(paths):
         if i not in done:
-            yield i, _load_and_prepare(p, limit, prepare)
+            yield i, _load_and_prepare(p, limit, prepares[i])
 
 
 def _drop_other_runs(traces: list[RankTrace], warnings: list[str]) -> list[RankTrace]:
@@ -1526,7 +1563,7 @@ def _assign_ranks(traces: list[RankTrace], warnings: list[str]) -> list[RankTrac
             f"{t.meta.path}: no rank in distributedInfo or file name; assumed rank {rank}"
         )
     for t in taken.values():
-        t.steps["rank"] = t.meta.rank
+        t.set_step_rank()
     return list(taken.values())
 
 

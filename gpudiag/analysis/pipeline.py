@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -229,7 +230,13 @@ def _steady_state(
     out when the run has 3 steps or more. The steps frame covers exactly the steps the
     collectives come from, so the per-step costs divide by the right count (the run's
     collectives span every step, the trace only the profiled window)."""
-    trace_steps = [t.steps.assign(rank=t.meta.rank) for t in traces if len(t.steps)]
+    from gpudiag.analysis import fold
+
+    trace_steps = (
+        fold.rank_rows(traces, fold.STEPS, lambda t: t.steps.assign(rank=t.meta.rank))
+        if run is None or not len(run.steps)
+        else []
+    )
     if run is not None and len(run.steps):
         steps = run.steps
     elif trace_steps:
@@ -307,12 +314,31 @@ def shift_trace(trace: Any, offset_ns: int) -> None:
     once, before any analysis caches a time."""
     if not offset_ns or trace.cache.get("clock_offset_ns") is not None:
         return
-    for frame in (trace.events, trace.steps):
-        for col in ("start_ns", "end_ns"):
-            if col in frame and len(frame):
-                frame[col] = frame[col] + offset_ns
+    trace.events = _shifted(trace.events, offset_ns)
+    trace.steps = _shifted(trace.steps, offset_ns)  # a folded step table: a copy, put back
     trace.meta.base_time_ns += offset_ns
     trace.cache["clock_offset_ns"] = offset_ns
+
+
+def _prepare_for(offsets: dict[str, int]) -> Callable[[Path], Callable[[Any], None]]:
+    """Each trace file's per-rank task: prepare_rank, with its node's clock offset alone
+    where it has one (every file's offsets in every task would grow with ranks x ranks)."""
+    absolute = {str(Path(p).absolute()): ns for p, ns in offsets.items()}
+
+    def prepare(path: Path) -> Callable[[Any], None]:
+        key = str(Path(path).absolute())
+        if key not in absolute:
+            return prepare_rank
+        return functools.partial(prepare_rank, clock_offsets={key: absolute[key]})
+
+    return prepare
+
+
+def _shifted(frame: pd.DataFrame, offset_ns: int) -> pd.DataFrame:
+    for col in ("start_ns", "end_ns"):
+        if col in frame and len(frame):
+            frame[col] = frame[col] + offset_ns
+    return frame
 
 
 def _per_rank_analyses() -> list[Any]:
@@ -393,14 +419,13 @@ def analyze(
         return result
     run, files, warnings = _resolve_inputs(path, node_dirs)
     offsets = _trace_offsets(run)
-    prepare = functools.partial(prepare_rank, clock_offsets=offsets) if offsets else prepare_rank
     folded = fold.RankFold()
     traces = (
         ingest.load_traces(
             files,
             workers=workers,
             warnings=warnings,
-            prepare=prepare,
+            prepare_for=_prepare_for(offsets),
             run_tasks=run_tasks,
             on_arrival=folded.add,
         )

@@ -37,7 +37,7 @@ def timeline(traces: list[Any], rank: int | None = None, max_intervals: int = 50
 RANK_BUDGET = 2000
 
 
-@dataclass
+@dataclass(slots=True)
 class RankLanes:
     """One rank's timeline, compact: a lane and a name code per interval, and the start
     and end times (ns) packed (intervals.pack_ints). What travels back from a worker."""

@@ -167,10 +167,10 @@ def _render(results: list[Any], args: argparse.Namespace) -> None:
         out = write_html(results, Path(args.html))
         print(f"gpudiag: wrote {out}", file=sys.stderr)
     if args.json:
-        from gpudiag.report.jsonout import dumps
+        from gpudiag.report.jsonout import write
 
         payload = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
-        sys.stdout.write(dumps(payload) + "\n")
+        write(payload, sys.stdout)
         sys.stdout.flush()
     elif not args.html or sys.stdout.isatty():
         from gpudiag.report.terminal import print_report, print_summary
