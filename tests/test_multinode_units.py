@@ -120,7 +120,7 @@ def test_each_trace_task_carries_only_its_own_clock_offset(shared_traces: Path) 
         prepare = job[2]
         if str(path) in offsets:
             assert isinstance(prepare, functools.partial)
-            assert prepare.keywords == {"clock_offsets": {str(path.absolute()): offsets[str(path)]}}
+            assert prepare.keywords == {"clock_offset_ns": offsets[str(path)]}
         else:
             assert prepare is pipeline.prepare_rank
     shifted = {str(t.meta.path): t.cache.get("clock_offset_ns") for t in traces}

@@ -232,17 +232,13 @@ def _steady_state(
     collectives span every step, the trace only the profiled window)."""
     from gpudiag.analysis import fold
 
-    trace_steps = (
-        fold.rank_rows(traces, fold.STEPS, lambda t: t.steps.assign(rank=t.meta.rank))
-        if run is None or not len(run.steps)
-        else []
-    )
     if run is not None and len(run.steps):
         steps = run.steps
-    elif trace_steps:
-        steps = pd.concat(trace_steps, ignore_index=True)
     else:
-        return coll, _empty(("rank", "step", "start_ns", "end_ns"))
+        per_rank = fold.rank_rows(traces, fold.STEPS, lambda t: t.steps.assign(rank=t.meta.rank))
+        if not per_rank:
+            return coll, _empty(("rank", "step", "start_ns", "end_ns"))
+        steps = pd.concat(per_rank, ignore_index=True)
     if "step" not in coll or coll["step"].isna().all():
         return coll, steps
     done = completed_steps(steps)
@@ -326,10 +322,10 @@ def _prepare_for(offsets: dict[str, int]) -> Callable[[Path], Callable[[Any], No
     absolute = {str(Path(p).absolute()): ns for p, ns in offsets.items()}
 
     def prepare(path: Path) -> Callable[[Any], None]:
-        key = str(Path(path).absolute())
-        if key not in absolute:
+        offset = absolute.get(str(Path(path).absolute()))
+        if not offset:
             return prepare_rank
-        return functools.partial(prepare_rank, clock_offsets={key: absolute[key]})
+        return functools.partial(prepare_rank, clock_offset_ns=offset)
 
     return prepare
 
@@ -367,15 +363,13 @@ def _per_rank_analyses() -> list[Any]:
     ]
 
 
-def prepare_rank(trace: Any, clock_offsets: dict[str, int] | None = None) -> None:
+def prepare_rank(trace: Any, clock_offset_ns: int = 0) -> None:
     """The per-rank analyses: the per-rank task (ingest.load_task) runs them where it
     loaded the trace (a local pool process or a Dask worker), so they run in parallel;
     their results are cached on the trace for the cross-rank analyses below. One
     failing is kept in the cache and reported by the analysis that reads it.
-    ``clock_offsets``: trace path -> its node's clock offset, applied first."""
-    if clock_offsets:  # absolute: a Dask worker gets the file's absolute path
-        absolute = {str(Path(p).absolute()): ns for p, ns in clock_offsets.items()}
-        shift_trace(trace, absolute.get(str(Path(trace.meta.path).absolute()), 0))
+    ``clock_offset_ns``: the trace's node's clock offset, applied first."""
+    shift_trace(trace, clock_offset_ns)
     from gpudiag.analysis.ingest import release_free_memory
 
     for analysis in _per_rank_analyses():
