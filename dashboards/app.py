@@ -47,11 +47,7 @@ TIMELINES: cache.LruCache[pd.DataFrame] = cache.LruCache(cache.MAX_TIMELINES)
 
 
 def _timeline(result: AnalysisResult, ranks: tuple[int, ...] | None, budget: int) -> pd.DataFrame:
-    if ranks is None:
-        return result.timeline(None, max_intervals=budget)
-    per_rank = max(1, budget // len(ranks))
-    parts = [result.timeline(r, max_intervals=per_rank) for r in ranks]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    return result.timeline(None, max_intervals=budget, ranks=ranks)
 
 
 def timeline_of(

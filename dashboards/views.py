@@ -273,7 +273,8 @@ def timeline(ctx: ViewContext) -> None:
     if not all_ranks:
         st.info("No per-rank intervals in this run (no traces and no step table).")
         return
-    chosen = st.multiselect("Ranks", all_ranks, default=all_ranks[:8])
+    drawn = ctx.result.timeline_ranks()  # a large run's: named by findings, slowest, fastest
+    chosen = st.multiselect("Ranks", all_ranks, default=(drawn or all_ranks)[:8])
     budget = st.select_slider(
         "Max intervals (merged/downsampled beyond this)",
         options=[1000, 2000, 5000, 10000, 20000],
@@ -287,7 +288,13 @@ def timeline(ctx: ViewContext) -> None:
     if not _has_rows(frame):
         st.info("The analysis produced no timeline intervals for these ranks.")
         return
-    st.caption(f"{len(frame):,} intervals drawn. Drag to zoom, double-click to reset.")
+    shown = ""
+    if subset is None and drawn is not None:
+        shown = (
+            f" {len(drawn)} of {len(all_ranks)} ranks: those named by findings, then the "
+            "slowest and the fastest."
+        )
+    st.caption(f"{len(frame):,} intervals drawn.{shown} Drag to zoom, double-click to reset.")
     _chart(figures.timeline_figure(frame))
 
 

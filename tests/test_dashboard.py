@@ -28,6 +28,7 @@ from dashboards import runs as dash_runs  # noqa: E402
 from dashboards import views  # noqa: E402
 from dashboards.views import md  # noqa: E402
 from gpudiag.cli import dashboard as dashboard_cli  # noqa: E402
+from gpudiag.report import figures  # noqa: E402
 from tests.browser.dashboard import free_port  # noqa: E402
 
 APP = REPO / "dashboards" / "app.py"
@@ -247,6 +248,16 @@ def test_timeline_draws_the_analysis_intervals(
     at.select_slider[0].set_value(1000).run()
     lines = [t for t in _specs(at)[0]["data"] if t["mode"] == "lines"]
     assert sum(sum(1 for x in _values(t["x"]) if x is not None) // 2 for t in lines) <= 1000
+    # Ranks picked keep their places relative to each other: drawn as the analysis
+    # draws them together (one time origin), not each from its own first interval.
+    at.select_slider[0].set_value(5000).run()
+    at.multiselect[0].set_value([1, 3]).run()
+    want = figures.timeline_figure(analyzed["dlrm8"].timeline(max_intervals=5000, ranks=(1, 3)))
+    got = [t for t in _specs(at)[0]["data"] if t["mode"] == "lines"]
+    starts = [t for t in want.data if t.mode == "lines"]
+    assert len(got) == len(starts) > 0
+    for drawn_lane, want_lane in zip(got, starts, strict=True):
+        assert _values(drawn_lane["x"]) == pytest.approx(list(want_lane.x), nan_ok=True)
 
 
 def test_step_breakdown_and_communication_numbers(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,8 +20,9 @@ import pandas as pd
 import pytest
 
 from gpudiag import rundir
-from gpudiag.analysis import analyze, comms, fold, ingest, pipeline
+from gpudiag.analysis import analyze, comms, fold, ingest, pipeline, spill
 from gpudiag.analysis import breakdown as bd
+from gpudiag.analysis import timeline as tl
 from gpudiag.paths import sample_runs_dir
 from gpudiag.report import jsonout
 from gpudiag.report.jsonout import dumps
@@ -111,6 +113,49 @@ def test_folded_step_tables_are_changed_like_frames(shared_traces: Path) -> None
     pipeline.shift_trace(second, 1_000)
     shifted = before.assign(start_ns=before["start_ns"] + 1_000, end_ns=before["end_ns"] + 1_000)
     pd.testing.assert_frame_equal(second.steps, shifted, check_exact=True)
+
+
+def _blobs(traces: list[ingest.RankTrace]) -> list[spill.Blob]:
+    return [getattr(t.cache.get(key), "blob", b"") for t in traces for key in fold._SPILLED]
+
+
+def test_packed_blobs_are_spilled_and_read_back_exactly(
+    shared_traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each rank's packed timeline and activity sets go to the fold's spill file: the
+    timeline, the activity sets and a pickled result read the same bytes back. Where
+    no temporary file can be written (no directory, a full disk) they stay in memory."""
+    files = rundir.find_traces(shared_traces / "astrasim_megatron_tp8")
+    plain = _load(files, None)
+    folded = fold.RankFold()
+    traces = _load(files, folded)
+    kept, spilled = _blobs(plain), _blobs(traces)
+    assert all(isinstance(b, bytes) for b in kept)
+    assert all(isinstance(b, spill.SpilledBytes) for b in spilled)
+    assert [spill.as_bytes(b) for b in spilled] == kept
+    assert folded.spill.size == sum(len(b) for b in kept) > 100_000
+    pd.testing.assert_frame_equal(tl.timeline(traces), tl.timeline(plain), check_exact=True)
+    for a, b in zip(traces, plain, strict=True):
+        sets = a.cache["activity_sets"]
+        for name in sets.names:
+            for got, want in zip(sets[name], b.cache["activity_sets"][name], strict=True):
+                np.testing.assert_array_equal(got, want)
+    again = pickle.loads(pickle.dumps(traces[0].cache["timeline"]))  # saved or sent on
+    assert isinstance(again.blob, bytes)
+    pd.testing.assert_frame_equal(again.frame(), plain[0].cache["timeline"].frame())
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no such directory"))
+    in_memory = fold.RankFold()
+    assert _blobs(_load(files, in_memory)) == kept
+    assert in_memory.spill.size == 0
+
+    def full_disk(**_: object) -> io.BufferedRandom:
+        return open("/dev/full", "r+b")  # noqa: SIM115 - the spill file keeps it open
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", full_disk)
+    full = fold.RankFold()
+    assert _blobs(_load(files, full)) == kept
+    assert full.spill.size == 0
 
 
 def _json(path: Path, **kw: object) -> str:

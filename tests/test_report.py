@@ -4,11 +4,18 @@ terminal (rich), standalone HTML (plotly) and the timeline they plot."""
 from __future__ import annotations
 
 import io
+import pickle
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import pandas as pd
 import pytest
 from rich.console import Console
 
 from gpudiag.analysis import analyze
+from gpudiag.analysis.ingest import LoadJob, LoadResult, RunTasks, share_empty_events
+from gpudiag.analysis.result import MAX_TIMELINE_RANKS
+from gpudiag.paths import sample_runs_dir
 from gpudiag.report.html import render_html
 from gpudiag.report.terminal import print_report
 
@@ -54,3 +61,72 @@ def test_html_escapes_and_inlines(result):
     assert html.count("window.PlotlyConfig") == 1 and "Plotly.newPlot" in html
     assert "Step breakdown" in html and "Timeline" in html
     assert "<script src" not in html
+
+
+def _copied_ranks(sources: list[Path]) -> RunTasks:
+    """Per-rank tasks of a run whose rank r is a link to recorded trace r % K: each
+    source's task runs once, and rank r gets a copy of its result with the rank rewritten
+    (as bench/scale.py --modes replay does)."""
+
+    def run_tasks(
+        task: Callable[[LoadJob], LoadResult], jobs: list[LoadJob]
+    ) -> Iterator[tuple[int, LoadResult]]:
+        done: dict[int, bytes] = {}
+        for i, job in enumerate(jobs):
+            rank = int(Path(job[0]).name.split(".")[0].removeprefix("rank"))
+            source = rank % len(sources)
+            if source not in done:
+                done[source] = pickle.dumps(task(job))
+            trace, notes = pickle.loads(done[source])
+            trace.meta.rank = rank
+            trace.meta.world_size = len(jobs)
+            trace.meta.distributed_info = {"rank": rank, "world_size": len(jobs)}
+            share_empty_events(trace)
+            yield i, (trace, notes)
+
+    return run_tasks
+
+
+def test_timeline_of_a_large_run_draws_a_readable_subset(tmp_path: Path) -> None:
+    """Above MAX_TIMELINE_RANKS ranks the Timeline (report, dashboard) draws the ranks
+    named by findings, then the slowest and the fastest, not every rank's lanes; every
+    view of it shares one time origin, so a rank drawn alone lines up as drawn with the
+    others."""
+    sources = sorted((sample_runs_dir() / "ddp4_straggler" / "traces").glob("rank*.json.gz"))
+    ranks = MAX_TIMELINE_RANKS + 16
+    run = tmp_path / "traces"
+    run.mkdir()
+    for r in range(ranks):
+        (run / f"rank{r}.pt.trace.json.gz").symlink_to(sources[r % len(sources)])
+    result = analyze(run, run_tasks=_copied_ranks(sources))
+    assert len(result.ranks) == ranks
+    drawn = result.timeline_ranks()
+    assert drawn is not None and len(drawn) == MAX_TIMELINE_RANKS
+    named = {r for f in result.findings for r in f.ranks}
+    slowest = int(result.ranks.sort_values("step_ms_mean")["rank"].iloc[-1])
+    fastest = int(result.ranks.sort_values("step_ms_mean")["rank"].iloc[0])
+    assert named and set(drawn) >= {min(named), slowest, fastest}
+    everyone = result.timeline(max_intervals=10**9)
+    assert sorted(everyone["rank"].unique()) == drawn
+    for rank in (drawn[0], slowest):
+        alone = result.timeline(rank, max_intervals=10**9)
+        rows = everyone[everyone["rank"] == rank].reset_index(drop=True)
+        pd.testing.assert_frame_equal(alone, rows, check_exact=True)
+    assert everyone["start_ms"].min() >= 0
+    html = render_html([result])
+    assert f"Timeline: {MAX_TIMELINE_RANKS} of {ranks} ranks" in html
+
+
+def test_a_rank_drawn_alone_keeps_the_run_time_origin() -> None:
+    result = analyze(sample_runs_dir() / "ddp4_straggler", workers=1)
+    assert result.timeline_ranks() is None  # a small run: every rank
+    everyone = result.timeline(max_intervals=10**9)
+    starts = everyone.groupby("rank")["start_ms"].min()
+    assert starts.min() == 0 and starts.max() > 0  # the ranks did not start together
+    for rank in starts.index:
+        alone = result.timeline(int(rank), max_intervals=10**9)
+        rows = everyone[everyone["rank"] == rank].reset_index(drop=True)
+        pd.testing.assert_frame_equal(alone, rows, check_exact=True)
+    pair = result.timeline(ranks=[1, 3], max_intervals=10**9)
+    want = everyone[everyone["rank"].isin([1, 3])].reset_index(drop=True)
+    pd.testing.assert_frame_equal(pair, want, check_exact=True)

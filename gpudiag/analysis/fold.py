@@ -20,12 +20,16 @@ whose cost does not grow with anything but the rows themselves:
   every group, so it would otherwise grow with ranks x ranks), and equal name lists of
   the timeline's lanes and the activity sets.
 
-What stays per rank: the rank's activity sets, packed (the all-reduce
-stall and the exposed communication's wait for peers, comms.peer_wait, read them against
-windows known only once every rank is in), the bounded timeline (timeline.RANK_BUDGET
-intervals at most, for the report's and dashboard's Timeline), a few scalars and small
-per-rank records (data-loader wait, host syncs, kernel busy) that the JSON lists per
-rank; docs/cluster.md gives the bytes.
+* the rank's packed activity sets (the all-reduce stall and the exposed communication's
+  wait for peers, comms.peer_wait, read them against windows known only once every rank
+  is in) and its packed, bounded timeline (timeline.RANK_BUDGET intervals at most, for
+  the report's and dashboard's Timeline) go to the fold's spill file
+  (:class:`~gpudiag.analysis.spill.SpillFile`, a temporary file; in memory where it
+  cannot be written), read back when an analysis or a view reads them.
+
+What stays in memory per rank: a few scalars and small per-rank records (data-loader
+wait, host syncs, kernel busy) that the JSON lists per rank, and the handles;
+docs/cluster.md gives the bytes.
 
 Rank numbers are final only once every trace is in (ingest._assign_ranks): the stores
 keep rows without the rank; :func:`rank_rows` adds it, in the traces' final order.
@@ -43,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from gpudiag.analysis.ingest import FrameColumns, FramePart, RankTrace
+from gpudiag.analysis.spill import SpillFile
 
 # The per-rank tables the cross-rank stage reads from every rank (RankTrace.cache keys);
 # step_windows: read rank by rank (comms.peer_wait), kept in a store for its size only.
@@ -52,6 +57,9 @@ STEPS = "steps"
 # Cached results' name lists, the same few strings on every rank (cache key ->
 # attributes): timeline.RankLanes' lanes and interval names, intervals.PackedSets' names.
 _NAME_LISTS = {"timeline": ("lanes", "names"), "activity_sets": ("names",)}
+# Cached results whose packed bytes go to the spill file: timeline.RankLanes,
+# intervals.PackedSets (their ``blob``).
+_SPILLED = ("timeline", "activity_sets")
 # Consolidate a layout's column chunks after this many appended parts.
 _CHUNK_PARTS = 64
 
@@ -210,6 +218,7 @@ class RankFold:
     def __init__(self) -> None:
         self.tables: dict[str, TableStore] = {key: TableStore() for key in FOLDED_TABLES}
         self.steps = TableStore()
+        self.spill = SpillFile()
         self._shared: dict[str, Any] = {}
 
     def add(self, trace: RankTrace) -> None:
@@ -222,6 +231,14 @@ class RankFold:
         if stored is not None:
             trace.step_rows = stored
         self._share_meta(trace)
+        self._spill(trace)
+
+    def _spill(self, trace: RankTrace) -> None:
+        for key in _SPILLED:
+            value = trace.cache.get(key)
+            blob = getattr(value, "blob", None)
+            if isinstance(blob, bytes):
+                value.blob = self.spill.keep(blob)  # type: ignore[union-attr]
 
     def _share_meta(self, trace: RankTrace) -> None:
         meta = trace.meta

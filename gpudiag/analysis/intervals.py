@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gpudiag.analysis.spill import Blob, as_bytes
+
 Intervals = tuple[np.ndarray, np.ndarray]
 
 EMPTY: Intervals = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
@@ -165,13 +167,13 @@ class PackedSets:
 
     def __init__(self, sets: dict[str, Intervals]) -> None:
         self.names = tuple(sets)
-        self.blob = pack_ints(*(a for name in self.names for a in sets[name]))
+        self.blob: Blob = pack_ints(*(a for name in self.names for a in sets[name]))
         self._open: dict[str, Intervals] = dict(sets)
 
     def __getitem__(self, name: str) -> Intervals:
         if name in self._open:
             return self._open[name]
-        arrays = unpack_ints(self.blob)
+        arrays = unpack_ints(as_bytes(self.blob))
         i = self.names.index(name)
         return (arrays[2 * i], arrays[2 * i + 1])
 
@@ -182,7 +184,7 @@ class PackedSets:
         return self.names
 
     def __getstate__(self) -> dict[str, object]:
-        return {"names": self.names, "blob": self.blob}
+        return {"names": self.names, "blob": as_bytes(self.blob)}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.names = state["names"]  # type: ignore[assignment]

@@ -6,6 +6,7 @@ gathered into one object, with a stable JSON form (docs/json-schema.md).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = [
     "BREAKDOWN_COLUMNS",
     "BREAKDOWN_KEYS",
     "LANES",
+    "MAX_TIMELINE_RANKS",
     "RANK_COLUMNS",
     "SCHEMA_VERSION",
     "TIMELINE_COLUMNS",
@@ -39,6 +41,11 @@ SCHEMA_VERSION = 1
 BREAKDOWN_KEYS = ("compute", "comm_overlapped", "comm_exposed", "data_loading", "idle", "other")
 RANK_COLUMNS = ("rank", "steps", "step_ms_mean", "step_ms_median", "step_ms_p90", *BREAKDOWN_KEYS)
 BREAKDOWN_COLUMNS = ("rank", "step", "step_ms", *BREAKDOWN_KEYS)
+# Ranks the Timeline draws when none are named (the HTML report, the dashboard with every
+# rank chosen): the lanes of thousands of ranks can be neither drawn nor read.
+MAX_TIMELINE_RANKS = 32
+# Ranks taken from each finding for the Timeline (one naming every rank must not fill it).
+_RANKS_PER_FINDING = 4
 
 
 class AnalysisInputError(ValueError):
@@ -131,6 +138,38 @@ class AnalysisResult:
             "warnings": list(self.warnings),
         }
 
-    def timeline(self, rank: int | None = None, max_intervals: int = 5000) -> pd.DataFrame:
-        """Merged intervals per rank and lane (ms since the earliest event), for plotting."""
-        return timeline(self.traces, rank=rank, max_intervals=max_intervals)
+    def timeline(
+        self,
+        rank: int | None = None,
+        max_intervals: int = 5000,
+        ranks: Collection[int] | None = None,
+    ) -> pd.DataFrame:
+        """Merged intervals per rank and lane (ms since the earliest event of any rank),
+        for plotting: of ``rank``, of ``ranks``, or else of :meth:`timeline_ranks`."""
+        if rank is None and ranks is None:
+            ranks = self.timeline_ranks()
+        return timeline(self.traces, rank=rank, max_intervals=max_intervals, ranks=ranks)
+
+    def timeline_ranks(self) -> list[int] | None:
+        """The ranks the Timeline draws when none are named: None (every traced rank) up
+        to MAX_TIMELINE_RANKS ranks; above, the ranks named by findings (a few of each,
+        most severe first), then the slowest and the fastest by mean step time in
+        turn, then ranks evenly spaced."""
+        traced = sorted({int(t.meta.rank) for t in self.traces})
+        if len(traced) <= MAX_TIMELINE_RANKS:
+            return None
+        candidates = [r for f in self.findings for r in list(f.ranks)[:_RANKS_PER_FINDING]]
+        if len(self.ranks):
+            by_speed = self.ranks.sort_values(["step_ms_mean", "rank"])["rank"].astype(int)
+            fast, slow = by_speed.tolist(), by_speed.tolist()[::-1]
+            candidates += [r for pair in zip(slow, fast, strict=True) for r in pair]
+        step = len(traced) / MAX_TIMELINE_RANKS
+        candidates += [traced[int(i * step)] for i in range(MAX_TIMELINE_RANKS)]
+        known = set(traced)
+        chosen: dict[int, None] = {}
+        for r in candidates:
+            if int(r) in known:
+                chosen.setdefault(int(r))
+            if len(chosen) == MAX_TIMELINE_RANKS:
+                break
+        return sorted(chosen)

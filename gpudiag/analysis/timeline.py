@@ -5,6 +5,7 @@ per-rank table sums (breakdown.timeline_lanes), downsampled to a drawable count.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,24 +13,42 @@ import numpy as np
 import pandas as pd
 
 from gpudiag.analysis import intervals as iv
+from gpudiag.analysis.spill import Blob, as_bytes
 
 TIMELINE_COLUMNS = ("rank", "lane", "start_ms", "end_ms", "name")
 LANES = ("compute", "communication", "data_loading", "other", "idle")
 
 
-def timeline(traces: list[Any], rank: int | None = None, max_intervals: int = 5000) -> pd.DataFrame:
-    """Merged intervals per rank and lane (ms since the earliest event), for plotting."""
-    traces = [t for t in traces if rank is None or t.meta.rank == rank]
-    frames = [rank_timeline(t) for t in traces]
+def timeline(
+    traces: list[Any],
+    rank: int | None = None,
+    max_intervals: int = 5000,
+    ranks: Collection[int] | None = None,
+) -> pd.DataFrame:
+    """Merged intervals per rank and lane, for plotting, of ``rank``, of ``ranks``, or
+    of every rank. Times are ms since the earliest interval of any rank, whichever ranks
+    are drawn, so ranks drawn alone or together line up the same."""
+    wanted = {rank} if rank is not None else set(ranks) if ranks is not None else None
+    origin = min((t for t in map(_first_start, traces) if t is not None), default=None)
+    frames = [rank_timeline(t) for t in traces if wanted is None or t.meta.rank in wanted]
     frames = [f for f in frames if not f.empty]
-    if not frames:
+    if not frames or origin is None:
         return pd.DataFrame(columns=list(TIMELINE_COLUMNS))
     out = pd.concat(frames, ignore_index=True)
-    origin = out["start_ns"].min()
     out["start_ms"] = (out["start_ns"] - origin) / 1e6
     out["end_ms"] = (out["end_ns"] - origin) / 1e6
     out = _downsample(out, max_intervals)
     return out[list(TIMELINE_COLUMNS)].reset_index(drop=True)
+
+
+def _first_start(trace: Any) -> int | None:
+    """The rank's earliest interval start (ns), read from its packed lanes alone (None
+    where its timeline failed: drawn, it raises the failure)."""
+    try:
+        lanes = _rank_lanes(trace)
+    except Exception:  # noqa: BLE001 - the rank is left out of the origin only
+        return None
+    return lanes.first_start() if lanes is not None else None
 
 
 # Intervals kept per rank (all lanes together): what a chart can draw. Above it, each
@@ -44,7 +63,7 @@ class RankLanes:
 
     lanes: tuple[str, ...]
     names: tuple[str, ...]
-    blob: bytes  # lane codes, name codes, starts, ends
+    blob: Blob  # lane codes, name codes, starts, ends (fold may spill it to disk)
     merged: bool = False  # neighbours were merged to fit RANK_BUDGET
 
     @classmethod
@@ -56,9 +75,13 @@ class RankLanes:
         )
         return cls(lanes, names, blob, merged)
 
+    def first_start(self) -> int | None:
+        starts = iv.unpack_ints(as_bytes(self.blob))[2]
+        return int(starts.min()) if len(starts) else None
+
     def frame(self) -> pd.DataFrame:
         """(lane, start_ns, end_ns, name), one row per interval."""
-        lane_codes, name_codes, start, end = iv.unpack_ints(self.blob)
+        lane_codes, name_codes, start, end = iv.unpack_ints(as_bytes(self.blob))
         return pd.DataFrame(
             {
                 "lane": np.array(self.lanes, dtype=object)[lane_codes],
@@ -80,12 +103,17 @@ def rank_timeline(trace: Any) -> pd.DataFrame:
     Cached on the trace compact and bounded (:class:`RankLanes`, at most RANK_BUDGET
     intervals besides the steps), without the rank, which is final only once all traces
     are loaded."""
-    lanes = trace.cached("timeline", lambda: rank_lanes(_lanes_frame(trace)))
+    lanes = _rank_lanes(trace)
     if lanes is None:
         return pd.DataFrame()
     out = lanes.frame()
     out.insert(0, "rank", int(trace.meta.rank))
     return out
+
+
+def _rank_lanes(trace: Any) -> RankLanes | None:
+    lanes = trace.cached("timeline", lambda: rank_lanes(_lanes_frame(trace)))
+    return lanes if isinstance(lanes, RankLanes) else None
 
 
 def rank_lanes(frame: pd.DataFrame, budget: int = RANK_BUDGET) -> RankLanes | None:

@@ -66,13 +66,23 @@ def _whatif_html(result: AnalysisResult) -> str:
     )
 
 
+def _timeline_title(result: AnalysisResult) -> str:
+    drawn = result.timeline_ranks()
+    if drawn is None:
+        return "Timeline"
+    return (
+        f"Timeline: {len(drawn)} of {len(result.run.traced_ranks)} ranks (those named by "
+        "findings, then the slowest and the fastest)"
+    )
+
+
 def _result_section(result: AnalysisResult, include_js: bool) -> str:
     from plotly.io import to_html
 
     figs = [figures.rank_breakdown_figure(result.ranks)]
     timeline = result.timeline(max_intervals=TIMELINE_INTERVALS)
     if len(timeline):
-        figs.append(figures.timeline_figure(timeline))
+        figs.append(figures.timeline_figure(timeline, _timeline_title(result)))
     charts = []
     for i, fig in enumerate(figs):
         charts.append(to_html(fig, full_html=False, include_plotlyjs=(include_js and i == 0)))
