@@ -26,6 +26,8 @@
         (the client alone at many ranks: each source trace's task runs once, every rank
         gets a copy of its source's result with the rank rewritten, as a worker would
         send it; same JSON as the pool's)
+    python bench/scale.py --traces --trace-ranks 8192 --modes replay --reps 1 --html
+        (also the HTML report, its Timeline included, after the JSON)
 """
 
 from __future__ import annotations
@@ -148,7 +150,7 @@ def write_rank_copies(sources: list[Path], out: Path, ranks: int) -> list[Path]:
 
 
 TRACES_CHILD = r"""
-import hashlib, json, resource, sys, time
+import hashlib, json, os, resource, sys, time
 mode, path, workers, sources = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 t0 = time.perf_counter()
 from gpudiag.analysis import analyze
@@ -245,11 +247,20 @@ if __name__ == "__main__":
     if out.out:
         out.out.close()
     elapsed = time.perf_counter() - t0
-    print(json.dumps({"seconds": elapsed, "startup_s": startup, "task_s": task_s,
-                      "analysis_s": analysis_s,
-                      "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-                      "ranks": len(res.ranks), "sha": out.sha.hexdigest(),
-                      "findings": [(f.kind, f.ranks[:4]) for f in res.findings]}))
+    measured = {"seconds": elapsed, "startup_s": startup, "task_s": task_s,
+                "analysis_s": analysis_s,
+                "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+                "ranks": len(res.ranks), "sha": out.sha.hexdigest(),
+                "findings": [(f.kind, f.ranks[:4]) for f in res.findings]}
+    if os.environ.get("GPUDIAG_BENCH_HTML"):  # --html: the report too, after the JSON
+        from gpudiag.report.html import render_html
+        h0 = time.perf_counter()
+        html = render_html([res])
+        # an older checkout (run with its own code) has no timeline_ranks: every rank drawn
+        measured.update(html_s=time.perf_counter() - h0, html_mb=len(html) / 2**20,
+                        html_peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+                        timeline_ranks=len(getattr(res, "timeline_ranks", lambda: None)() or res.ranks))
+    print(json.dumps(measured))
 """
 
 
@@ -308,6 +319,7 @@ def bench_traces(args: argparse.Namespace, ranks: int, peaks: dict[str, float]) 
                     capture_output=True,
                     text=True,
                     check=False,
+                    env={**os.environ, **({"GPUDIAG_BENCH_HTML": "1"} if args.html else {})},
                 )
                 if out.returncode != 0:
                     print(out.stderr[-3000:], file=sys.stderr)
@@ -320,6 +332,13 @@ def bench_traces(args: argparse.Namespace, ranks: int, peaks: dict[str, float]) 
                     f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)",
                     flush=True,
                 )
+                if "html_s" in m:
+                    print(
+                        f"      --html: the report in {m['html_s']:.1f} s ({m['html_mb']:.1f} "
+                        f"MiB), client peak with it {m['html_peak_gb']:.3f} GB, its "
+                        f"Timeline draws {m['timeline_ranks']} ranks",
+                        flush=True,
+                    )
     shas = {m["sha"] for ms in runs.values() for m in ms}
     label = {
         "pool": f"local pool, {args.workers} processes",
@@ -375,6 +394,12 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--keep-json", metavar="DIR", help="leave each run's JSON in DIR")
+    ap.add_argument(
+        "--html",
+        action="store_true",
+        help="--traces: also render the HTML report after the JSON; prints its time and the "
+        "client's peak with it",
+    )
     ap.add_argument(
         "--modes",
         default="pool,cluster",
