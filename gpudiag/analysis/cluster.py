@@ -143,7 +143,13 @@ class DaskTasks:
             # batch is one graph update for the scheduler): neither the scheduler nor
             # this client holds every task of a many-rank run.
             window = self._window()
-            arrived = distributed.as_completed(submit(window), with_results=True)
+            # On this client's event loop: as_completed defaults to the default client's
+            # (the newest Client in the process), whose loop never hears of these
+            # futures' completion when it is another client's: a hang (tests/test_cluster.py
+            # watches the scheduler with a second Client).
+            arrived = distributed.as_completed(
+                submit(window), with_results=True, loop=self.client.loop
+            )
         except Exception as exc:  # noqa: BLE001 - a worker-side failure is one line
             raise self._failed(exc) from None
         # Hand each result on as it arrives and release its future, so neither the
