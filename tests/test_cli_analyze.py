@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag.cli import main
+from gpudiag.paths import sample_runs_dir
 
 BREAKDOWN_KEYS = {"compute", "comm_overlapped", "comm_exposed", "data_loading", "idle", "other"}
 FINDING_KEYS = {
@@ -152,3 +154,47 @@ def test_compare_two_trace_sets(shared_traces, gpudiag):
         assert m["delta"] == pytest.approx(m["b"] - m["a"])
     text = gpudiag("compare", str(a), str(b))
     assert text.returncode == 0 and "step_ms_mean" in text.stdout and "B - A" in text.stdout
+
+
+def _arrow_pool_after(argv: list[str], chosen: str | None, arrow_first: bool = False) -> str:
+    """``main(argv)`` in a fresh interpreter (``chosen``: ARROW_DEFAULT_MEMORY_POOL set by
+    the user; ``arrow_first``: pyarrow imported before), then its Arrow pool and what a
+    process it starts reads."""
+    code = (
+        f"import os, sys{', pyarrow' if arrow_first else ''}\n"
+        "from gpudiag.cli import main\n"
+        f"main({argv!r})\n"
+        "import pyarrow\n"
+        "print(pyarrow.default_memory_pool().backend_name,"
+        " os.environ.get('ARROW_DEFAULT_MEMORY_POOL'), file=sys.stderr)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if chosen:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = chosen
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def test_analysing_commands_give_freed_memory_back(tmp_path: Path) -> None:
+    """`gpudiag analyze` (and the other analysing commands) use the C allocator for Arrow,
+    in their own process and in those they start, unless the user chose a pool; a traced
+    job's processes are left as they were."""
+    run = str(sample_runs_dir() / "ddp4_straggler")
+    assert _arrow_pool_after(["analyze", run, "--json"], None) == "system system"
+    # pyarrow imported before: the pool is switched, not only the environment
+    assert _arrow_pool_after(["analyze", run, "--json"], None, arrow_first=True) == (
+        "system system"
+    )
+    assert _arrow_pool_after(["analyze", run, "--json"], "mimalloc") == "mimalloc mimalloc"
+    script = tmp_path / "show_pool.py"
+    script.write_text("import os\nprint('POOL', os.environ.get('ARROW_DEFAULT_MEMORY_POOL'))\n")
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "trace", "--nproc-per-node", "1",
+         "--out", str(tmp_path / "run"), str(script)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert "POOL None" in proc.stdout + proc.stderr, proc.stderr[-2000:]

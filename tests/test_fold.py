@@ -9,9 +9,11 @@ Real recorded traces from ../shared/traces and the sample runs, read in place.
 
 from __future__ import annotations
 
+import gc
 import io
 import pickle
 import tempfile
+import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from gpudiag.analysis import timeline as tl
 from gpudiag.paths import sample_runs_dir
 from gpudiag.report import jsonout
 from gpudiag.report.jsonout import dumps
+from tests.copied_ranks import copied_ranks, link_ranks
 
 FAST_SETS = ("param_dlrm_ddp8", "astrasim_megatron_tp8", "hta_sampled_2of128")
 
@@ -211,12 +214,55 @@ def test_store_with_several_layouts_equals_pandas_concat() -> None:
 def test_json_written_as_encoded_equals_dumps(
     shared_traces: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`gpudiag analyze --json` writes the text piece by piece (jsonout.write): the same
-    text as dumps, whatever the batch size."""
-    payload = analyze(shared_traces / "param_dlrm_ddp8", workers=1).to_json()
+    """`gpudiag analyze --json` writes the text piece by piece, one top-level section
+    built at a time (jsonout.write_results): the same text as dumps of to_json(), for
+    one result and for several (a list), whatever the batch size."""
+    result = analyze(shared_traces / "param_dlrm_ddp8", workers=1)
+    other = analyze(sample_runs_dir() / "ddp4_straggler", workers=1)
+    payload = result.to_json()
     want = dumps(payload) + "\n"
+    want_both = dumps([payload, other.to_json()]) + "\n"
     for batch in (1, 7, 16384):
         monkeypatch.setattr(jsonout, "_BATCH", batch)
-        out = io.StringIO()
-        jsonout.write(payload, out)
-        assert out.getvalue() == want
+        for write, want_text in (
+            (lambda out: jsonout.write(payload, out), want),
+            (lambda out: jsonout.write_results([result], out), want),
+            (lambda out: jsonout.write_results([result, other], out), want_both),
+        ):
+            out = io.StringIO()
+            write(out)
+            assert out.getvalue() == want_text
+
+
+def _held_per_rank(sources: list[Path], run: Path) -> float:
+    """Bytes the client holds per rank once every rank of ``run`` is loaded and folded:
+    its file list, the traces and the fold (tracemalloc; as pipeline.analyze keeps them)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        files = rundir.find_traces(run)
+        folded = fold.RankFold()
+        traces = ingest.load_traces(
+            files,
+            warnings=[],
+            prepare=pipeline.prepare_rank,
+            run_tasks=copied_ranks(sources),
+            on_arrival=folded.add,
+        )
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(traces) == len(files) and len(folded.tables["collective_rows"]._part_rows)
+    return held / len(files)
+
+
+def test_a_rank_is_held_in_a_few_kilobytes(tmp_path: Path) -> None:
+    """The client's memory grows with the ranks by what it keeps of each (docs/cluster.md
+    "Per rank"): 256 ranks linked to the sample run's 4 recorded gloo traces, each rank's
+    result a copy as a worker sends it back."""
+    sources = sorted((sample_runs_dir() / "ddp4_straggler" / "traces").glob("rank*.json.gz"))
+    _held_per_rank(sources, link_ranks(sources, 8, tmp_path / "warm"))  # caches, imports
+    per_rank = _held_per_rank(sources, link_ranks(sources, 256, tmp_path / "traces"))
+    print(f"held per rank: {per_rank:.0f} bytes")
+    assert per_rank < 6000  # measured 4.8 kB

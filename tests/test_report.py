@@ -4,8 +4,6 @@ terminal (rich), standalone HTML (plotly) and the timeline they plot."""
 from __future__ import annotations
 
 import io
-import pickle
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -13,11 +11,11 @@ import pytest
 from rich.console import Console
 
 from gpudiag.analysis import analyze
-from gpudiag.analysis.ingest import LoadJob, LoadResult, RunTasks, share_empty_events
 from gpudiag.analysis.result import MAX_TIMELINE_RANKS
 from gpudiag.paths import sample_runs_dir
 from gpudiag.report.html import render_html
 from gpudiag.report.terminal import print_report
+from tests.copied_ranks import copied_ranks, link_ranks
 
 
 @pytest.fixture(scope="module")
@@ -63,30 +61,6 @@ def test_html_escapes_and_inlines(result):
     assert "<script src" not in html
 
 
-def _copied_ranks(sources: list[Path]) -> RunTasks:
-    """Per-rank tasks of a run whose rank r is a link to recorded trace r % K: each
-    source's task runs once, and rank r gets a copy of its result with the rank rewritten
-    (as bench/scale.py --modes replay does)."""
-
-    def run_tasks(
-        task: Callable[[LoadJob], LoadResult], jobs: list[LoadJob]
-    ) -> Iterator[tuple[int, LoadResult]]:
-        done: dict[int, bytes] = {}
-        for i, job in enumerate(jobs):
-            rank = int(Path(job[0]).name.split(".")[0].removeprefix("rank"))
-            source = rank % len(sources)
-            if source not in done:
-                done[source] = pickle.dumps(task(job))
-            trace, notes = pickle.loads(done[source])
-            trace.meta.rank = rank
-            trace.meta.world_size = len(jobs)
-            trace.meta.distributed_info = {"rank": rank, "world_size": len(jobs)}
-            share_empty_events(trace)
-            yield i, (trace, notes)
-
-    return run_tasks
-
-
 def test_timeline_of_a_large_run_draws_a_readable_subset(tmp_path: Path) -> None:
     """Above MAX_TIMELINE_RANKS ranks the Timeline (report, dashboard) draws the ranks
     named by findings, then the slowest and the fastest, not every rank's lanes; every
@@ -94,11 +68,8 @@ def test_timeline_of_a_large_run_draws_a_readable_subset(tmp_path: Path) -> None
     others."""
     sources = sorted((sample_runs_dir() / "ddp4_straggler" / "traces").glob("rank*.json.gz"))
     ranks = MAX_TIMELINE_RANKS + 16
-    run = tmp_path / "traces"
-    run.mkdir()
-    for r in range(ranks):
-        (run / f"rank{r}.pt.trace.json.gz").symlink_to(sources[r % len(sources)])
-    result = analyze(run, run_tasks=_copied_ranks(sources))
+    run = link_ranks(sources, ranks, tmp_path / "traces")
+    result = analyze(run, run_tasks=copied_ranks(sources))
     assert len(result.ranks) == ranks
     drawn = result.timeline_ranks()
     assert drawn is not None and len(drawn) == MAX_TIMELINE_RANKS

@@ -27,6 +27,8 @@ both come from :func:`component_intervals`: the same instants, the same names.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 import pandas as pd
 
@@ -122,22 +124,26 @@ def comm_event_mask(ev: pd.DataFrame) -> np.ndarray:
     return ~gpu & ((kind == "comm") | (main & (kind == "comm_cpu")))
 
 
-def component_intervals(rank_trace: RankTrace) -> dict[str, iv.Intervals]:
-    """Disjoint interval sets, one per component except ``idle`` (the remainder)."""
+# Each component's instants from the activity sets (columns: compute, comm, data, host);
+# an instant counts once: compute and communication together are overlapped
+# communication, data loading counts where neither is, other host work where none is.
+_COMPONENT_RULES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "comm_overlapped": lambda a: a[:, 0] & a[:, 1],
+    "compute": lambda a: a[:, 0] & ~a[:, 1],
+    "comm_exposed": lambda a: a[:, 1] & ~a[:, 0],
+    "data_loading": lambda a: a[:, 2] & ~a[:, 0] & ~a[:, 1],
+    "other": lambda a: a[:, 3] & ~a[:, 2] & ~a[:, 0] & ~a[:, 1],
+}
+
+
+def component_intervals(
+    rank_trace: RankTrace, components: Sequence[str] = tuple(_COMPONENT_RULES)
+) -> dict[str, iv.Intervals]:
+    """Disjoint interval sets, one per component except ``idle`` (the remainder); only
+    ``components`` are worked out."""
     sets = activity_sets(rank_trace)
     ordered = [sets["compute"], sets["comm"], sets["data_loading"], sets["host"]]
-    c, m, d, h = 0, 1, 2, 3
-
-    def pick(rule):
-        return iv.combine(ordered, rule)
-
-    return {
-        "comm_overlapped": pick(lambda a: a[:, c] & a[:, m]),
-        "compute": pick(lambda a: a[:, c] & ~a[:, m]),
-        "comm_exposed": pick(lambda a: a[:, m] & ~a[:, c]),
-        "data_loading": pick(lambda a: a[:, d] & ~a[:, c] & ~a[:, m]),
-        "other": pick(lambda a: a[:, h] & ~a[:, d] & ~a[:, c] & ~a[:, m]),
-    }
+    return {name: iv.combine(ordered, _COMPONENT_RULES[name]) for name in components}
 
 
 LANE_OF = {

@@ -448,6 +448,20 @@ def _wait_spans(collectives: pd.DataFrame, world_size: int | None) -> pd.DataFra
     )
 
 
+_Spans = tuple[np.ndarray, np.ndarray, np.ndarray]  # (wait, lo, hi) of _wait_spans' rows
+
+
+def _spans_by_rank(spans: pd.DataFrame) -> tuple[dict[Any, _Spans], _Spans]:
+    """Each rank's rows of ``spans`` as arrays, in the table's order (one pass: a filter
+    per rank would make the wait for peers grow with ranks x ranks), and the arrays of a
+    rank without rows."""
+    wait = spans["wait"].to_numpy(dtype=bool)
+    lo, hi = spans["lo"].to_numpy(), spans["hi"].to_numpy()
+    rows_of = spans.groupby("rank", sort=False).indices if len(spans) else {}
+    by_rank = {rank: (wait[rows], lo[rows], hi[rows]) for rank, rows in rows_of.items()}
+    return by_rank, (wait[:0], lo[:0], hi[:0])
+
+
 def peer_wait(
     traces: list[RankTrace], collectives: pd.DataFrame, world_size: int | None = None
 ) -> pd.DataFrame:
@@ -465,6 +479,7 @@ def peer_wait(
         if collectives is not None and len(collectives)
         else pd.DataFrame(columns=["rank", "wait", "lo", "hi"])
     )
+    spans_of, no_spans = _spans_by_rank(spans)
     rows = []
     for trace in traces:
         windows = step_windows(trace)
@@ -472,13 +487,10 @@ def peer_wait(
             continue
         lo = windows["start_ns"].to_numpy(dtype=np.int64)
         hi = windows["end_ns"].to_numpy(dtype=np.int64)
-        exposed = component_intervals(trace)["comm_exposed"]
-        mine = spans[spans["rank"].to_numpy() == trace.meta.rank]
-        waiting = mine["wait"].to_numpy(dtype=bool)
-        wait = iv.union(mine["lo"].to_numpy()[waiting], mine["hi"].to_numpy()[waiting])
-        unknown = iv.subtract(
-            iv.union(mine["lo"].to_numpy()[~waiting], mine["hi"].to_numpy()[~waiting]), wait
-        )
+        exposed = component_intervals(trace, ("comm_exposed",))["comm_exposed"]
+        waiting, span_lo, span_hi = spans_of.get(trace.meta.rank, no_spans)
+        wait = iv.union(span_lo[waiting], span_hi[waiting])
+        unknown = iv.subtract(iv.union(span_lo[~waiting], span_hi[~waiting]), wait)
         rows.append(
             {
                 "rank": trace.meta.rank,

@@ -39,6 +39,7 @@ which tests/test_fold.py checks on the recorded traces.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,7 +112,11 @@ class TableStore:
 
     def __init__(self) -> None:
         self._layouts: dict[Layout, _Columns] = {}
-        self._parts: list[tuple[_Columns, int, int]] = []  # (layout, first row, rows)
+        # per part (a rank's table): its layout, first row and rows; arrays, not a tuple
+        # per part (~100 bytes each, 5 tables per rank)
+        self._part_layouts: list[_Columns] = []
+        self._part_starts = array("q")
+        self._part_rows = array("q")
         self._strings: dict[str, str] = {}
 
     def add(self, part: FrameColumns) -> StoredRows | None:
@@ -124,8 +129,14 @@ class TableStore:
             cols = self._layouts[key] = _Columns(part.names, part.dtypes)
         values = tuple(self._intern(v) for v in part.values)
         start = cols.append(values)
-        self._parts.append((cols, start, len(values[0]) if values else 0))
-        return StoredRows(self, len(self._parts) - 1)
+        self._part_layouts.append(cols)
+        self._part_starts.append(start)
+        self._part_rows.append(len(values[0]) if values else 0)
+        return StoredRows(self, len(self._part_layouts) - 1)
+
+    def _part(self, part: int) -> tuple[_Columns, int, int]:
+        """(layout, first row, rows) of one part."""
+        return self._part_layouts[part], self._part_starts[part], self._part_rows[part]
 
     def _intern(self, values: np.ndarray) -> np.ndarray:
         if values.dtype != object:
@@ -137,13 +148,13 @@ class TableStore:
         return out
 
     def rows(self, part: int) -> int:
-        return self._parts[part][2]
+        return self._part_rows[part]
 
     def fill(self, part: int, column: str, value: object) -> bool:
         """Set ``column`` to ``value`` in every row of this part, in place, as
         ``frame[column] = value`` would (False where that would change the column's
         dtype: the caller rebuilds the part instead)."""
-        cols, start, rows = self._parts[part]
+        cols, start, rows = self._part(part)
         if column not in cols.names:
             return False
         i = cols.names.index(column)
@@ -158,12 +169,12 @@ class TableStore:
 
     def frame(self, parts: list[int]) -> pd.DataFrame:
         """``pd.concat([part frames], ignore_index=True)`` of these parts, in this order."""
-        layouts = {id(self._parts[p][0]) for p in parts}
+        layouts = {id(self._part_layouts[p]) for p in parts}
         if len(layouts) != 1:  # several layouts: let pandas reconcile the dtypes
             return pd.concat([self.frame([p]) for p in parts], ignore_index=True)
-        cols = self._parts[parts[0]][0]
+        cols = self._part_layouts[parts[0]]
         take = np.concatenate(
-            [np.arange(start, start + n) for c, start, n in (self._parts[p] for p in parts)]
+            [np.arange(start, start + n) for _, start, n in map(self._part, parts)]
         )
         columns = {
             name: pd.Series(cols.column(i)[take], dtype=dtype, copy=False)

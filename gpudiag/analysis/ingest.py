@@ -91,7 +91,6 @@ class TraceMeta:
     path: Path
     base_time_ns: int  # 0 when timestamps are absolute epoch µs already
     device_properties: list[dict] = field(default_factory=list)
-    distributed_info: dict | None = None
     pg_config: list[dict] = field(default_factory=list)
     rank_source: str = "distributedInfo"  # | "file name" | "order"
 
@@ -818,7 +817,6 @@ def _build_rank_trace(
         device_properties=[d for d in devices if isinstance(d, dict)]
         if isinstance(devices, list)
         else [],
-        distributed_info={k: v for k, v in dist.items() if k != "pg_config"} if dist else None,
         pg_config=[p for p in dist.get("pg_config", []) or [] if isinstance(p, dict)]
         if dist
         else [],
@@ -1378,7 +1376,7 @@ def load_traces(
 
     ``on_arrival(trace)`` runs on each loaded trace here as it arrives, before the next
     one is taken (fold.RankFold.add: keep only what the cross-rank analyses read)."""
-    files = [Path(p) for p in paths]
+    files = [p if isinstance(p, Path) else Path(p) for p in paths]  # the caller's, not copies
     limit = max_bytes or max_trace_bytes()
     prepares = [prepare_for(p) if prepare_for is not None else prepare for p in files]
     arrivals: Iterable[tuple[int, LoadResult]]
@@ -1389,6 +1387,8 @@ def load_traces(
         arrivals = _run_loads(files, workers, limit, prepares)
     results: list[LoadResult] = [(None, []) for _ in files]
     for i, result in arrivals:
+        if result[0] is not None and result[0].meta.path == files[i]:
+            result[0].meta.path = files[i]  # the file's Path, not the task's copy of it
         if result[0] is not None and on_arrival is not None:
             try:
                 on_arrival(result[0])

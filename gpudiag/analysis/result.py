@@ -6,7 +6,7 @@ gathered into one object, with a stable JSON form (docs/json-schema.md).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,20 +123,27 @@ class AnalysisResult:
     whatif: list[Projection] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "source": str(self.source),
-            "run": plain(self.run.to_json()),
-            "ranks": records(self.ranks),
-            "collectives": records(self.collective_summary),
-            "stragglers": records(self.stragglers),
-            "dataparallel": plain(self.dataparallel.to_json() if self.dataparallel else None),
-            "dataloader": plain(self.dataloader.to_json()),
-            "gpu": plain(self.gpu.to_json()),
-            "findings": [f.to_dict() for f in self.findings],
-            "whatif": [p.to_json() for p in self.whatif],
-            "warnings": list(self.warnings),
-        }
+        return {key: build() for key, build in self.json_sections()}
+
+    def json_sections(self) -> list[tuple[str, Callable[[], Any]]]:
+        """:meth:`to_json`'s keys in order, each with the function that builds its value:
+        a writer that builds and writes one at a time (jsonout.write_results) never holds
+        the whole JSON of a many-rank run, whose per-rank sections are most of it."""
+        dp = self.dataparallel
+        return [
+            ("schema_version", lambda: SCHEMA_VERSION),
+            ("source", lambda: str(self.source)),
+            ("run", lambda: plain(self.run.to_json())),
+            ("ranks", lambda: records(self.ranks)),
+            ("collectives", lambda: records(self.collective_summary)),
+            ("stragglers", lambda: records(self.stragglers)),
+            ("dataparallel", lambda: plain(dp.to_json() if dp else None)),
+            ("dataloader", lambda: plain(self.dataloader.to_json())),
+            ("gpu", lambda: plain(self.gpu.to_json())),
+            ("findings", lambda: [f.to_dict() for f in self.findings]),
+            ("whatif", lambda: [p.to_json() for p in self.whatif]),
+            ("warnings", lambda: list(self.warnings)),
+        ]
 
     def timeline(
         self,

@@ -10,7 +10,6 @@ traceback. Heavy modules (pandas, rich, plotly) load only when needed.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -62,15 +61,7 @@ def _error(msg: str) -> int:
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 
 
-# pandas' text columns live in Arrow buffers. Arrow's default allocator (mimalloc) keeps
-# the pages they freed; the C heap's are handed back (ingest.release_free_memory) and
-# big blocks go back at once: ~45 MiB less peak on a 1M-event trace (bench/memory.py).
-# Read when pyarrow first allocates: set before the analysis (pandas) is imported.
-_ARROW_POOL = ("ARROW_DEFAULT_MEMORY_POOL", "system")
-
-
 def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault(*_ARROW_POOL)
     args = _analyze_parser().parse_args(argv)
     paths = [Path(p) for p in args.paths]
     if args.html and Path(args.html).is_dir():
@@ -167,10 +158,9 @@ def _render(results: list[Any], args: argparse.Namespace) -> None:
         out = write_html(results, Path(args.html))
         print(f"gpudiag: wrote {out}", file=sys.stderr)
     if args.json:
-        from gpudiag.report.jsonout import write
+        from gpudiag.report.jsonout import write_results
 
-        payload = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
-        write(payload, sys.stdout)
+        write_results(results, sys.stdout)
         sys.stdout.flush()
     elif not args.html or sys.stdout.isatty():
         from gpudiag.report.terminal import print_report, print_summary
