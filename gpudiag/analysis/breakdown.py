@@ -34,7 +34,7 @@ import pandas as pd
 
 from gpudiag.analysis import classify as cls
 from gpudiag.analysis import intervals as iv
-from gpudiag.analysis.ingest import RankTrace
+from gpudiag.analysis.ingest import FramePart, RankTrace
 
 COMPONENTS = ("compute", "comm_overlapped", "comm_exposed", "data_loading", "idle", "other")
 BREAKDOWN_COLUMNS = ("rank", "step", "step_ms", *COMPONENTS)
@@ -141,8 +141,7 @@ def component_intervals(
 ) -> dict[str, iv.Intervals]:
     """Disjoint interval sets, one per component except ``idle`` (the remainder); only
     ``components`` are worked out."""
-    sets = activity_sets(rank_trace)
-    ordered = [sets["compute"], sets["comm"], sets["data_loading"], sets["host"]]
+    ordered = activity_sets(rank_trace).several(("compute", "comm", "data_loading", "host"))
     return {name: iv.combine(ordered, _COMPONENT_RULES[name]) for name in components}
 
 
@@ -184,6 +183,17 @@ def step_windows(rank_trace: RankTrace) -> pd.DataFrame:
     one window (step -1) spanning its events. Cached on the trace: the cross-rank wait for
     peers (comms.peer_wait) reads it where the events are no longer at hand."""
     return rank_trace.cached("step_windows", lambda: _step_windows(rank_trace)).copy()
+
+
+def step_window_bounds(rank_trace: RankTrace) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`step_windows`' (start_ns, end_ns) as int64 arrays, read without a DataFrame
+    where the trace holds them folded (the wait for peers reads them for every rank)."""
+    held = rank_trace.cache.get("step_windows")
+    if isinstance(held, FramePart):
+        start, end = held.columns(("start_ns", "end_ns"))
+        return start.astype(np.int64), end.astype(np.int64)
+    windows = step_windows(rank_trace)
+    return windows["start_ns"].to_numpy(dtype=np.int64), windows["end_ns"].to_numpy(dtype=np.int64)
 
 
 def _step_windows(rank_trace: RankTrace) -> pd.DataFrame:

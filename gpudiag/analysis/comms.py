@@ -290,7 +290,9 @@ def collective_summary(table: pd.DataFrame) -> pd.DataFrame:
     collective, median busbw, the link's peak."""
     if table is None or len(table) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in SUMMARY_COLUMNS})
-    t = table.assign(op=table["op"].fillna("unknown"))
+    # only the columns read: a copy of the whole table is the peak of a many-rank run
+    t = table[["op", "pg_name", "rank", "bytes", "dur_ms", "busbw_gbs", "peak_gbs"]]
+    t = t.assign(op=t["op"].fillna("unknown"))
     g = t.groupby(["op", "pg_name"], sort=True)
     ranks = g["rank"].nunique()
     out = pd.DataFrame(
@@ -312,7 +314,8 @@ def ddp_buckets(table: pd.DataFrame) -> pd.DataFrame:
     cols = ["rank", "step", "bucket", "bytes", "start_ns", "end_ns", "start_ms", "dur_ms"]
     if table is None or len(table) == 0:
         return pd.DataFrame(columns=cols)
-    b = table[(table["op"] == "all_reduce") & (table["step"] >= 0)].copy()
+    mask = ((table["op"] == "all_reduce") & (table["step"] >= 0)).to_numpy()
+    b = table.loc[mask, ["rank", "step", "bytes", "start_ns", "end_ns", "dur_ms"]]
     if b.empty:
         return pd.DataFrame(columns=cols)
     b = b.sort_values(["rank", "step", "start_ns"], ignore_index=True)
@@ -347,7 +350,10 @@ def allreduce_stall(traces: list[RankTrace], table: pd.DataFrame) -> pd.DataFram
     cols = ["rank", "step", "stall_ms", "buckets", "last_bucket_bytes"]
     if table is None or len(table) == 0:
         return pd.DataFrame(columns=cols)
-    ar = table[(table["op"] == "all_reduce") & (table["step"] >= 0) & table["end_ns"].notna()]
+    mask = (
+        (table["op"] == "all_reduce") & (table["step"] >= 0) & table["end_ns"].notna()
+    ).to_numpy()
+    ar = table.loc[mask, ["rank", "step", "start_ns", "end_ns", "bytes"]]
     if ar.empty:
         return pd.DataFrame(columns=cols)
     g = ar.sort_values("start_ns").groupby(["rank", "step"])
@@ -412,7 +418,8 @@ def _wait_spans(collectives: pd.DataFrame, world_size: int | None) -> pd.DataFra
     its wait for peers is unknown."""
     from gpudiag.analysis.stragglers import _match_key
 
-    c = collectives.copy()
+    read = ["rank", "pg_name", "pg_size", "seq", "index", "op", "start_ns", "end_ns"]
+    c = collectives[read].copy()  # not every column: a many-rank run's largest table
     c["start_ns"] = pd.to_numeric(c["start_ns"], errors="coerce")
     c["end_ns"] = pd.to_numeric(c["end_ns"], errors="coerce")
     c = c.dropna(subset=["start_ns"])
@@ -472,7 +479,7 @@ def peer_wait(
     stragglers.py), and ``unmatched_ms``: the part inside calls not matched on every rank
     of their group (only some ranks traced, different profiled windows), whose wait for
     peers is unknown. Overlapping calls (DDP buckets) count once."""
-    from gpudiag.analysis.breakdown import component_intervals, step_windows
+    from gpudiag.analysis.breakdown import component_intervals, step_window_bounds
 
     spans = (
         _wait_spans(collectives, world_size)
@@ -482,11 +489,9 @@ def peer_wait(
     spans_of, no_spans = _spans_by_rank(spans)
     rows = []
     for trace in traces:
-        windows = step_windows(trace)
-        if windows.empty:
+        lo, hi = step_window_bounds(trace)
+        if not len(lo):
             continue
-        lo = windows["start_ns"].to_numpy(dtype=np.int64)
-        hi = windows["end_ns"].to_numpy(dtype=np.int64)
         exposed = component_intervals(trace, ("comm_exposed",))["comm_exposed"]
         waiting, span_lo, span_hi = spans_of.get(trace.meta.rank, no_spans)
         wait = iv.union(span_lo[waiting], span_hi[waiting])
@@ -494,7 +499,7 @@ def peer_wait(
         rows.append(
             {
                 "rank": trace.meta.rank,
-                "steps": len(windows),
+                "steps": len(lo),
                 "comm_exposed_ms": float(iv.per_window_length(exposed, lo, hi).mean()) / 1e6,
                 "peer_wait_ms": float(
                     iv.per_window_length(iv.intersect(exposed, wait), lo, hi).mean()

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from gpudiag.analysis.findings import Finding, ms, severity_for
+from gpudiag.analysis.jsonable import rows_of, whole
 
 DATALOADER_FIX = (
     "Load batches in parallel and ahead of the GPU: DataLoader(num_workers=4..8, "
@@ -77,10 +78,14 @@ class DataLoaderResult:
     host_sync: tuple[HostSync, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
+        return whole(self.json_rows())
+
+    def json_rows(self) -> dict[str, Any]:
+        """:meth:`to_json` with its per-rank lists as jsonable.Rows (made as written)."""
         return {
-            "trace": [asdict(t) for t in self.trace],
+            "trace": rows_of(self.trace, asdict),
             "run": {str(rank): asdict(row) for rank, row in self.run.items()},
-            "host_sync": [asdict(h) for h in self.host_sync],
+            "host_sync": rows_of(self.host_sync, asdict),
         }
 
 

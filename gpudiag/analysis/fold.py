@@ -17,19 +17,21 @@ whose cost does not grow with anything but the rows themselves:
   DataFrame per rank;
 * the trace's metadata shares equal device lists and process-group configs across ranks
   (every rank of a job lists the same ones; a real job's pg_config lists every rank of
-  every group, so it would otherwise grow with ranks x ranks), and equal name lists of
-  the timeline's lanes and the activity sets.
-
+  every group, so it would otherwise grow with ranks x ranks);
 * the rank's packed activity sets (the all-reduce stall and the exposed communication's
   wait for peers, comms.peer_wait, read them against windows known only once every rank
   is in) and its packed, bounded timeline (timeline.RANK_BUDGET intervals at most, for
   the report's and dashboard's Timeline) go to the fold's spill file
   (:class:`~gpudiag.analysis.spill.SpillFile`, a temporary file; in memory where it
-  cannot be written), read back when an analysis or a view reads them.
+  cannot be written), read back when an analysis or a view reads them;
+* then the rest of the trace's cache (a dozen small per-rank results: data-loader wait,
+  host syncs, kernel busy, scalars, and the handles above) is pickled into the spill
+  file too (:class:`SpilledCache`): its dict and objects were most of what stayed per
+  rank. Each read unpickles it (the handles come back as references into the stores and
+  the file, not copies); a result written on the client brings that rank's back.
 
-What stays in memory per rank: a few scalars and small per-rank records (data-loader
-wait, host syncs, kernel busy) that the JSON lists per rank, and the handles;
-docs/cluster.md gives the bytes.
+What stays in memory per rank: the trace, its metadata, a handle to its step rows and
+one to its pickled cache (docs/cluster.md gives the bytes).
 
 Rank numbers are final only once every trace is in (ingest._assign_ranks): the stores
 keep rows without the rank; :func:`rank_rows` adds it, in the traces' final order.
@@ -39,8 +41,10 @@ which tests/test_fold.py checks on the recorded traces.
 
 from __future__ import annotations
 
+import io
+import pickle
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,16 +52,13 @@ import numpy as np
 import pandas as pd
 
 from gpudiag.analysis.ingest import FrameColumns, FramePart, RankTrace
-from gpudiag.analysis.spill import SpillFile
+from gpudiag.analysis.spill import Blob, SpilledBytes, SpillFile, as_bytes
 
 # The per-rank tables the cross-rank stage reads from every rank (RankTrace.cache keys);
 # step_windows: read rank by rank (comms.peer_wait), kept in a store for its size only.
 FOLDED_TABLES = ("step_breakdown", "collective_rows", "step_windows")
 # rank_rows' key for the trace's own step table (RankTrace.step_rows), folded too
 STEPS = "steps"
-# Cached results' name lists, the same few strings on every rank (cache key ->
-# attributes): timeline.RankLanes' lanes and interval names, intervals.PackedSets' names.
-_NAME_LISTS = {"timeline": ("lanes", "names"), "activity_sets": ("names",)}
 # Cached results whose packed bytes go to the spill file: timeline.RankLanes,
 # intervals.PackedSets (their ``blob``).
 _SPILLED = ("timeline", "activity_sets")
@@ -73,8 +74,9 @@ class _Columns:
 
     names: tuple[Any, ...]
     dtypes: tuple[Any, ...]
-    chunks: list[list[np.ndarray]] = field(default_factory=list)  # per column
-    pending: int = 0
+    # per column: blocks of _CHUNK_PARTS parts each, then the parts appended since
+    chunks: list[list[np.ndarray]] = field(default_factory=list)
+    pending: int = 0  # parts at the end of each column's chunks not yet in a block
     rows: int = 0
     # columns whose one chunk is this store's own copy (fill may write into it)
     owned: set[int] = field(default_factory=set)
@@ -88,19 +90,33 @@ class _Columns:
         self.rows += len(values[0]) if values else 0
         self.pending += 1
         if self.pending >= _CHUNK_PARTS:
-            self._consolidate()
+            self._block_pending()
         return start
 
-    def _consolidate(self) -> None:
-        self.chunks = [[np.concatenate(c)] if len(c) > 1 else c for c in self.chunks]
+    def _block_pending(self) -> None:
+        """The pending parts of each column as one block. Not the whole column: copying
+        every row again every _CHUNK_PARTS parts cost O(rows^2) and, while it copied,
+        twice the column (the peak of loading a many-rank run)."""
+        if self.pending > 1:
+            for chunks in self.chunks:
+                block = np.concatenate(chunks[-self.pending :])
+                del chunks[-self.pending :]
+                chunks.append(block)
         self.pending = 0
 
+    def _whole(self, i: int) -> None:
+        """Column ``i`` as one chunk."""
+        self._block_pending()
+        if len(self.chunks[i]) > 1:
+            self.chunks[i] = [np.concatenate(self.chunks[i])]
+
     def column(self, i: int) -> np.ndarray:
-        self._consolidate()
+        self._whole(i)
         return self.chunks[i][0]
 
     def fill(self, i: int, start: int, rows: int, value: object) -> None:
         if len(self.chunks[i]) != 1 or i not in self.owned:
+            self._block_pending()
             self.chunks[i] = [np.concatenate(self.chunks[i])]
             self.owned.add(i)
         self.chunks[i][0][start : start + rows] = value
@@ -167,6 +183,15 @@ class TableStore:
         cols.fill(i, start, rows, value)
         return True
 
+    def numbers(self, part: int, names: Sequence[str]) -> list[np.ndarray] | None:
+        """These numeric columns of one part, as the arrays kept (None when one is not a
+        plain numpy number column: read the frame instead)."""
+        cols, start, rows = self._part(part)
+        at = [cols.names.index(n) if n in cols.names else -1 for n in names]
+        if any(i < 0 or not _plain_number(cols.dtypes[i]) for i in at):
+            return None
+        return [cols.column(i)[start : start + rows] for i in at]
+
     def frame(self, parts: list[int]) -> pd.DataFrame:
         """``pd.concat([part frames], ignore_index=True)`` of these parts, in this order."""
         layouts = {id(self._part_layouts[p]) for p in parts}
@@ -195,6 +220,10 @@ class StoredRows(FramePart):
     def frame(self) -> pd.DataFrame:
         return self.store.frame([self.part])
 
+    def columns(self, names: Sequence[str]) -> list[np.ndarray]:
+        kept = self.store.numbers(self.part, names)
+        return kept if kept is not None else super().columns(names)
+
     def with_constant(self, column: str, value: object) -> FramePart:
         if self.store.fill(self.part, column, value):
             return self
@@ -202,6 +231,10 @@ class StoredRows(FramePart):
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickled alone: as plain columns
         return (_as_columns, (self.frame(),))
+
+
+def _plain_number(dtype: Any) -> bool:
+    return isinstance(dtype, np.dtype) and dtype.kind in "iufb"
 
 
 def _as_columns(frame: pd.DataFrame) -> FrameColumns:
@@ -243,6 +276,7 @@ class RankFold:
             trace.step_rows = stored
         self._share_meta(trace)
         self._spill(trace)
+        self._spill_cache(trace)
 
     def _spill(self, trace: RankTrace) -> None:
         for key in _SPILLED:
@@ -251,22 +285,123 @@ class RankFold:
             if isinstance(blob, bytes):
                 value.blob = self.spill.keep(blob)  # type: ignore[union-attr]
 
+    def _spill_cache(self, trace: RankTrace) -> None:
+        """The rest of the trace's cache (a dozen small results and the handles above:
+        its dict and their objects were most of what stayed per rank) pickled into the
+        spill file; the stores and spilled bytes it refers to are pickled as references."""
+        if isinstance(trace.cache, SpilledCache):
+            return
+        buffer = io.BytesIO()
+        _FoldPickler(self, buffer).dump(dict(trace.cache))
+        trace.cache = SpilledCache(self, self.spill.keep(buffer.getvalue()))
+
+    def store_named(self, key: str) -> TableStore:
+        return self.steps if key == STEPS else self.tables[key]
+
+    def store_key(self, store: TableStore) -> str | None:
+        if store is self.steps:
+            return STEPS
+        return next((k for k, s in self.tables.items() if s is store), None)
+
+    def unpickle(self, data: bytes) -> dict[str, Any]:
+        values: dict[str, Any] = _FoldUnpickler(self, io.BytesIO(data)).load()
+        return values
+
     def _share_meta(self, trace: RankTrace) -> None:
         meta = trace.meta
         meta.device_properties = self._share(meta.device_properties)
         meta.pg_config = self._share(meta.pg_config)
         meta.backend = self._share(meta.backend)
-        for key, attributes in _NAME_LISTS.items():
-            value = trace.cache.get(key)
-            for attribute in attributes:
-                names = getattr(value, attribute, None)
-                if isinstance(names, tuple):
-                    setattr(value, attribute, self._share(names))
 
     def _share(self, value: Any) -> Any:
         if not value:
             return value
         return self._shared.setdefault(repr(value), value)
+
+
+class _FoldPickler(pickle.Pickler):
+    """Pickles a folded cache; what lives in the fold (the rows in its stores, the bytes
+    in its spill file) as references to it, not copies."""
+
+    def __init__(self, fold: RankFold, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.fold = fold
+
+    def persistent_id(self, obj: Any) -> Any:
+        if type(obj) is StoredRows:
+            key = self.fold.store_key(obj.store)
+            return None if key is None else ("rows", key, obj.part)
+        if type(obj) is SpilledBytes and obj.file is self.fold.spill:
+            return ("bytes", obj.offset, obj.length)
+        return None
+
+
+class _FoldUnpickler(pickle.Unpickler):
+    def __init__(self, fold: RankFold, file: io.BytesIO) -> None:
+        super().__init__(file)
+        self.fold = fold
+
+    def persistent_load(self, pid: Any) -> Any:
+        kind, a, b = pid
+        if kind == "rows":
+            return StoredRows(self.fold.store_named(a), b)
+        if kind == "bytes":
+            return SpilledBytes(self.fold.spill, a, b)
+        raise pickle.UnpicklingError(f"unknown reference {kind!r}")
+
+
+class SpilledCache(MutableMapping[str, Any]):
+    """A folded trace's ``RankTrace.cache``, pickled in the fold's spill file (or, where
+    that cannot be written, kept pickled in memory): each read unpickles it. A write
+    (a result computed on the client) brings it back into memory for good, as a dict."""
+
+    __slots__ = ("_blob", "_fold", "_values")
+
+    def __init__(self, fold: RankFold, blob: Blob) -> None:
+        self._fold = fold
+        self._blob: Blob | None = blob
+        self._values: dict[str, Any] | None = None
+
+    def _read(self) -> dict[str, Any]:
+        if self._values is not None:
+            return self._values
+        assert self._blob is not None
+        return self._fold.unpickle(as_bytes(self._blob))
+
+    def _own(self) -> dict[str, Any]:
+        if self._values is None:
+            self._values = self._read()
+            self._blob = None
+        return self._values
+
+    def __getitem__(self, key: str) -> Any:
+        return self._read()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._read().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._read()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._own()[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._own()[key]
+
+    @property
+    def spilled(self) -> bool:
+        """Whether the values are (still) kept pickled rather than as objects."""
+        return self._values is None
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled alone (a dashboard's cache): a dict
+        return (dict, (self._read(),))
 
 
 def rank_rows(

@@ -14,6 +14,7 @@ from gpudiag.analysis.breakdown import step_windows
 from gpudiag.analysis.classify import name_mask
 from gpudiag.analysis.dataloader import merge_intervals
 from gpudiag.analysis.findings import Finding, ms, severity_for
+from gpudiag.analysis.jsonable import rows_of, whole
 
 # NVML clock-event (throttle) reason bits (nvml.h, nvmlClocksEventReason*).
 THROTTLE_BITS = {
@@ -102,9 +103,13 @@ class GpuResult:
     nvml: tuple[NvmlGpu, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
+        return whole(self.json_rows())
+
+    def json_rows(self) -> dict[str, Any]:
+        """:meth:`to_json` with its per-rank lists as jsonable.Rows (made as written)."""
         return {
-            "kernel_busy": [asdict(b) for b in self.kernel_busy],
-            "nvml": [n.to_json() for n in self.nvml],
+            "kernel_busy": rows_of(self.kernel_busy, asdict),
+            "nvml": rows_of(self.nvml, NvmlGpu.to_json),
         }
 
 

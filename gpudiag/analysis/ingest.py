@@ -19,7 +19,7 @@ import math
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,8 +104,9 @@ class RankTrace:
     step_rows: pd.DataFrame | FramePart
     # the comm events' fields (COMM_COLUMNS), indexed by their row label in ``events``
     comm: pd.DataFrame = field(default_factory=lambda: no_comm())
-    # derived values that several analyses share (e.g. breakdown's activity sets)
-    cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # derived values that several analyses share (e.g. breakdown's activity sets); on the
+    # client a fold.SpilledCache once folded (kept pickled, not as objects)
+    cache: MutableMapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def rank(self) -> int:
@@ -135,13 +136,13 @@ class RankTrace:
         from an ingest worker, so per-rank analyses can run there in parallel). A failure
         is kept too and raised again on every later call, so an analysis that failed on
         a worker reports the same error where the events are no longer at hand."""
-        if key not in self.cache:
+        value = self.cache.get(key, _MISSING)  # one read: a folded cache unpickles on each
+        if value is _MISSING:
             try:
-                self.cache[key] = compute()
+                value = self.cache[key] = compute()
             except Exception as exc:
                 self.cache[key] = _Failed(_portable(exc))
                 raise
-        value = self.cache[key]
         if isinstance(value, _Failed):
             raise value.exc
         if isinstance(value, FramePart):
@@ -171,6 +172,11 @@ class FramePart:
 
     def frame(self) -> pd.DataFrame:
         raise NotImplementedError
+
+    def columns(self, names: Sequence[str]) -> list[np.ndarray]:
+        """These columns' values, as ``frame()[name].to_numpy()`` would give them."""
+        frame = self.frame()
+        return [frame[name].to_numpy() for name in names]
 
     def with_constant(self, column: str, value: object) -> FramePart:
         """These rows with ``column`` set to ``value`` in every row (an existing column,
@@ -219,6 +225,9 @@ class FrameColumns(FramePart):
         except (AssertionError, TypeError, ValueError):
             return False
         return True
+
+
+_MISSING = object()
 
 
 @dataclass(frozen=True)

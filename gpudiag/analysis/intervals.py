@@ -7,7 +7,7 @@ numpy (cumulative sums), never a Python loop over intervals.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -177,6 +177,14 @@ class PackedSets:
         i = self.names.index(name)
         return (arrays[2 * i], arrays[2 * i + 1])
 
+    def several(self, names: Sequence[str]) -> list[Intervals]:
+        """``[self[name] for name in names]``, the blob unpacked once."""
+        if all(name in self._open for name in names):
+            return [self._open[name] for name in names]
+        arrays = unpack_ints(as_bytes(self.blob))
+        at = [self.names.index(name) for name in names]
+        return [(arrays[2 * i], arrays[2 * i + 1]) for i in at]
+
     def __contains__(self, name: object) -> bool:
         return name in self.names
 
@@ -184,7 +192,9 @@ class PackedSets:
         return self.names
 
     def __getstate__(self) -> dict[str, object]:
-        return {"names": self.names, "blob": as_bytes(self.blob)}
+        # a spilled blob pickles as its bytes (SpilledBytes.__reduce__), except into the
+        # fold's own spill file, which keeps the reference (fold._FoldPickler)
+        return {"names": self.names, "blob": self.blob}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.names = state["names"]  # type: ignore[assignment]

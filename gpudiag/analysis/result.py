@@ -17,7 +17,7 @@ from gpudiag.analysis.dataloader import DataLoaderResult
 from gpudiag.analysis.dataparallel import DataParallelResult
 from gpudiag.analysis.findings import Finding
 from gpudiag.analysis.gpu import GpuResult
-from gpudiag.analysis.jsonable import plain, records
+from gpudiag.analysis.jsonable import plain, record_rows, records, whole
 from gpudiag.analysis.timeline import LANES, TIMELINE_COLUMNS, timeline
 from gpudiag.analysis.whatif import Projection
 from gpudiag.rundir import LintReport
@@ -123,23 +123,24 @@ class AnalysisResult:
     whatif: list[Projection] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {key: build() for key, build in self.json_sections()}
+        return {key: whole(build()) for key, build in self.json_sections()}
 
     def json_sections(self) -> list[tuple[str, Callable[[], Any]]]:
-        """:meth:`to_json`'s keys in order, each with the function that builds its value:
-        a writer that builds and writes one at a time (jsonout.write_results) never holds
-        the whole JSON of a many-rank run, whose per-rank sections are most of it."""
+        """:meth:`to_json`'s keys in order, each with the function that builds its value,
+        per-rank lists as jsonable.Rows: a writer that builds and writes one at a time
+        (jsonout.write_results) never holds the whole JSON of a many-rank run, whose
+        per-rank lists are most of it, nor one of those lists."""
         dp = self.dataparallel
         return [
             ("schema_version", lambda: SCHEMA_VERSION),
             ("source", lambda: str(self.source)),
             ("run", lambda: plain(self.run.to_json())),
-            ("ranks", lambda: records(self.ranks)),
+            ("ranks", lambda: record_rows(self.ranks)),
             ("collectives", lambda: records(self.collective_summary)),
-            ("stragglers", lambda: records(self.stragglers)),
+            ("stragglers", lambda: record_rows(self.stragglers)),
             ("dataparallel", lambda: plain(dp.to_json() if dp else None)),
-            ("dataloader", lambda: plain(self.dataloader.to_json())),
-            ("gpu", lambda: plain(self.gpu.to_json())),
+            ("dataloader", lambda: plain(self.dataloader.json_rows())),
+            ("gpu", lambda: plain(self.gpu.json_rows())),
             ("findings", lambda: [f.to_dict() for f in self.findings]),
             ("whatif", lambda: [p.to_json() for p in self.whatif]),
             ("warnings", lambda: list(self.warnings)),

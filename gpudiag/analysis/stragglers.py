@@ -176,8 +176,31 @@ def _per_step_lag(per_step: np.ndarray) -> np.ndarray:
     n = per_step.shape[0]
     if n < 2:
         return np.zeros_like(per_step)
-    others = np.stack([np.median(np.delete(per_step, i, axis=0), axis=0) for i in range(n)], axis=0)
-    return per_step - others
+    return per_step - _median_of_others(per_step)
+
+
+def _median_of_others(values: np.ndarray) -> np.ndarray:
+    """(rank x step) the median over the other ranks (rows) of each column, exactly as
+    ``np.median(np.delete(values, i, axis=0), axis=0)`` for each row i, from one sort per
+    column (that was n medians of n-1 rows: ranks x ranks)."""
+    if np.isnan(values).any():  # np.median's NaN rules: the plain way
+        n = values.shape[0]
+        return np.stack([np.median(np.delete(values, i, axis=0), axis=0) for i in range(n)])
+    n = values.shape[0]
+    order = np.argsort(values, axis=0, kind="stable")
+    ordered = np.take_along_axis(values, order, axis=0)
+    position = np.empty_like(order)  # each row's place in its column's order
+    np.put_along_axis(position, order, np.arange(n)[:, None], axis=0)
+    m = n - 1  # without the row itself, the j-th of the rest is ordered[j + (j >= place)]
+
+    def rest(j: int) -> np.ndarray:
+        at = j + (j >= position)
+        return np.take_along_axis(ordered, at, axis=0)
+
+    if m % 2:
+        return rest(m // 2)
+    low, high = rest(m // 2 - 1), rest(m // 2)
+    return (low + high) / 2.0
 
 
 def _pad(values: np.ndarray, size: int) -> np.ndarray:

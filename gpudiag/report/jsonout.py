@@ -15,6 +15,7 @@ _INDENT = 2
 
 
 def _encoder() -> json.JSONEncoder:
+    # with an indent: json's Python encoder, which writes a jsonable.Rows as it iterates
     return json.JSONEncoder(indent=_INDENT, allow_nan=False, default=str)
 
 
@@ -66,7 +67,8 @@ def _object(sections: Sequence[tuple[str, Callable[[], Any]]], level: int) -> It
 
 def _nested(value: Any, level: int) -> Iterator[str]:
     """``value``'s text as nested at ``level``: its own lines indented by ``level`` steps
-    more (a newline never occurs inside an encoded string, so every one starts a line)."""
+    more (a newline never occurs inside an encoded string, so every one starts a line).
+    A jsonable.Rows in it is encoded an item at a time as the encoder reaches it."""
     newline = _newline(level)
     for piece in _encoder().iterencode(value):
         yield piece.replace("\n", newline)
