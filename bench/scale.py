@@ -126,6 +126,20 @@ def write_synthetic_run(root: Path, ranks: int, slow_rank: int, seed: int = 0) -
         path.write_text(json.dumps(summary))
 
 
+def link_rank_copies(sources: list[Path], out: Path, ranks: int) -> list[Path]:
+    """For --modes replay alone, which parses each source once and gives every rank a
+    copy of its source's result (rank and world size rewritten, as write_rank_copies'
+    files say): rank r's file is a link to ``sources[r % len(sources)]``, so 100k+ ranks
+    need no copies on disk. Returns the links."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for r in range(ranks):
+        path = out / f"rank{r}.pt.trace.json.gz"
+        path.symlink_to(sources[r % len(sources)].resolve())
+        files.append(path)
+    return files
+
+
 def write_rank_copies(sources: list[Path], out: Path, ranks: int) -> list[Path]:
     """SYNTHETIC ranks from REAL traces: rank r's file is recorded trace
     ``sources[r % len(sources)]`` with only ``distributedInfo.rank`` and ``world_size``
@@ -202,7 +216,7 @@ def run():
                 if rank % sources not in done:
                     done[rank % sources] = pickle.dumps(task(job))
                 trace, notes = pickle.loads(done[rank % sources])
-                new = {"rank": rank, "path": type(trace.meta.path)(job[0])}
+                new = {"rank": rank, "path": type(trace.meta.path)(job[0]), "world_size": len(jobs)}
                 if hasattr(trace.meta, "distributed_info"):  # an older checkout's copy
                     new["distributed_info"] = {**(trace.meta.distributed_info or {}), "rank": rank}
                 trace.meta = dataclasses.replace(trace.meta, **new)
@@ -260,7 +274,7 @@ if __name__ == "__main__":
     measured = {"seconds": elapsed, "startup_s": startup, "task_s": task_s,
                 "analysis_s": analysis_s,
                 "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-                "ranks": len(res.ranks), "sha": out.sha.hexdigest(),
+                "ranks": len(res.ranks), "calls": len(res.collectives), "sha": out.sha.hexdigest(),
                 "findings": [(f.kind, f.ranks[:4]) for f in res.findings]}
     if os.environ.get("GPUDIAG_BENCH_HTML"):  # --html: the report too, after the JSON
         from gpudiag.report.html import render_html
@@ -294,10 +308,13 @@ def bench_sizes(args: argparse.Namespace) -> int:
     if len(sizes) > 1:
         lo, hi = sizes[0], sizes[-1]
         for mode in peaks[lo]:
-            if mode in peaks[hi]:
-                grow = (peaks[hi][mode] - peaks[lo][mode]) * 2**30 / (hi - lo) / 1024
+            if mode in peaks[hi] and not mode.endswith(" calls"):
+                grown = (peaks[hi][mode] - peaks[lo][mode]) * 2**30
+                calls = peaks[hi][f"{mode} calls"] - peaks[lo][f"{mode} calls"]
+                per_call = f", {grown / calls:.0f} B per collective call" if calls else ""
                 print(
-                    f"client peak growth per rank, {mode}, {lo} -> {hi} ranks: {grow:.1f} kB "
+                    f"client peak growth per rank, {mode}, {lo} -> {hi} ranks: "
+                    f"{grown / (hi - lo) / 1024:.1f} kB{per_call} "
                     f"(median peaks {peaks[lo][mode]:.3f} -> {peaks[hi][mode]:.3f} GiB)"
                 )
     return status
@@ -312,16 +329,22 @@ def bench_traces(args: argparse.Namespace, ranks: int, peaks: dict[str, float]) 
     with tempfile.TemporaryDirectory(prefix="gpudiag-scale-traces-") as tmp:
         run = Path(tmp) / "synthetic_traces"
         t0 = time.perf_counter()
-        files = write_rank_copies(sources, run, ranks)
-        size_mb = sum(f.stat().st_size for f in files) / 2**20
+        wanted = args.modes.split(",")
+        if set(wanted) == {"replay"}:
+            files = link_rank_copies(sources, run, ranks)
+            made = "links: rank r's file is a link to trace r % K, its result copied with rank and world size rewritten"
+        else:
+            files = write_rank_copies(sources, run, ranks)
+            size_mb = sum(f.stat().st_size for f in files) / 2**20
+            made = (
+                f"rank r = copy of trace r % {len(sources)} with distributedInfo.rank/"
+                f"world_size rewritten; {size_mb:.0f} MiB gzip"
+            )
         print(
             f"SYNTHETIC {ranks}-rank run built from {len(sources)} REAL recorded "
-            f"traces ({args.source}): rank r = copy of trace r % {len(sources)} with "
-            f"distributedInfo.rank/world_size rewritten; {size_mb:.0f} MiB gzip "
-            f"(built in {time.perf_counter() - t0:.0f} s)",
+            f"traces ({args.source}): {made} (built in {time.perf_counter() - t0:.0f} s)",
             flush=True,
         )
-        wanted = args.modes.split(",")
         modes = [m for m in ("pool", "cluster", "remote", "inline", "replay") if m in wanted]
         runs: dict[str, list[dict]] = {m: [] for m in modes}
         for rep in range(args.reps):
@@ -343,7 +366,8 @@ def bench_traces(args: argparse.Namespace, ranks: int, peaks: dict[str, float]) 
                 runs[mode].append(m)
                 print(
                     f"  rep {rep + 1} {mode:<8}{m['seconds']:8.1f} s  client peak "
-                    f"{m['peak_gb']:.3f} GiB  ranks {m['ranks']}  (1-min load average "
+                    f"{m['peak_gb']:.3f} GiB  ranks {m['ranks']}  collective calls "
+                    f"{m.get('calls', 0)}  (1-min load average "
                     f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)",
                     flush=True,
                 )
@@ -395,6 +419,7 @@ def bench_traces(args: argparse.Namespace, ranks: int, peaks: dict[str, float]) 
         )
     for mode, ms in runs.items():
         peaks[mode] = statistics.median(m["peak_gb"] for m in ms)
+        peaks[f"{mode} calls"] = float(ms[0].get("calls", 0))
     return 0 if len(shas) == 1 and _gb(client_gb) < CLIENT_TARGET_GB else 1
 
 

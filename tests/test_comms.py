@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from gpudiag.analysis import comms
@@ -89,3 +90,19 @@ def test_empty_inputs() -> None:
     assert comms.collective_summary(table).empty
     assert comms.ddp_buckets(table).empty
     assert comms.allreduce_stall([], table).empty
+
+
+def test_bus_bandwidth_factors_of_a_table_equal_each_calls() -> None:
+    """comms.busbw_factors (one array operation over the collective table) equals
+    busbw_factor call by call: every op family, group sizes 0, 1, fractional, missing."""
+    ops = pd.Series(
+        ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", None, "x"] * 4,
+        dtype="str",
+    )
+    sizes = pd.Series(
+        [8, 2, 4, 16, 8, 8, 8, 1, 1, 1, 0, np.nan, 0.5, 3, np.nan, 0, 7, 1e6, 2, 5, 9, 3]
+        + [2, 4, 6, 8, 10, -1],
+        dtype=float,
+    )
+    want = np.array([comms.busbw_factor(op, n) for op, n in zip(ops, sizes, strict=True)])
+    np.testing.assert_array_equal(comms.busbw_factors(ops, sizes), want)

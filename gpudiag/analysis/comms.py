@@ -83,6 +83,18 @@ def busbw_factor(op: str | None, n: float) -> float:
     return 1.0
 
 
+def busbw_factors(ops: pd.Series, n: pd.Series) -> np.ndarray:
+    """:func:`busbw_factor` of each (op, group size) pair, as one array operation."""
+    size = pd.to_numeric(n, errors="coerce").to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factors = np.where(
+            ops.isin(_TWO_WAY).to_numpy(dtype=bool),
+            2.0 * (size - 1) / size,
+            np.where(ops.isin(_ONE_WAY).to_numpy(dtype=bool), (size - 1) / size, 1.0),
+        )
+    return np.where(np.isnan(size) | (size < 1), np.nan, factors)
+
+
 def link_of(trace: RankTrace | None) -> tuple[str, float]:
     """(link description, per-direction peak GB/s) from the trace's device name."""
     if trace is None:
@@ -270,19 +282,28 @@ def collective_table(traces: list[RankTrace], run: Any = None) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in TABLE_COLUMNS})
     table = pd.concat(frames, ignore_index=True)
-    table = table.sort_values(["rank", "start_ns"], kind="stable", ignore_index=True)
+    if not _in_rank_and_time_order(table):  # usually they are: sorting copies the table
+        table = table.sort_values(["rank", "start_ns"], kind="stable", ignore_index=True)
     table["pg_name"] = table["pg_name"].fillna("0").astype(str)
     table["index"] = table.groupby(["rank", "pg_name"]).cumcount()
     dur_ns = (table["end_ns"].astype(float) - table["start_ns"].astype(float)).clip(lower=0)
     table["dur_ms"] = dur_ns / 1e6
     with np.errstate(divide="ignore", invalid="ignore"):
         algbw = np.where(dur_ns > 0, table["bytes"].astype(float) / dur_ns, np.nan)
-    factors = np.array(
-        [busbw_factor(op, n) for op, n in zip(table["op"], table["pg_size"], strict=True)]
-    )
+    factors = busbw_factors(table["op"], table["pg_size"])
     table["algbw_gbs"] = algbw
     table["busbw_gbs"] = algbw * factors
     return table[list(TABLE_COLUMNS)]
+
+
+def _in_rank_and_time_order(table: pd.DataFrame) -> bool:
+    """Whether the rows are sorted by (rank, start_ns) already."""
+    rank = table["rank"].to_numpy()
+    start = table["start_ns"].to_numpy()
+    if rank.dtype.kind not in "iu" or start.dtype.kind not in "iu" or len(table) < 2:
+        return len(table) < 2
+    rank_step, start_step = np.diff(rank), np.diff(start)
+    return bool(((rank_step > 0) | ((rank_step == 0) & (start_step >= 0))).all())
 
 
 def collective_summary(table: pd.DataFrame) -> pd.DataFrame:
