@@ -182,6 +182,21 @@ def test_packed_blobs_are_spilled_and_read_back_exactly(
     assert full.spill.size == 0
 
 
+def test_no_rank_cache_comes_back_into_memory_during_an_analysis() -> None:
+    """A whole analysis, its JSON and its Timeline read every rank's cache and write
+    none: each stays pickled in the spill file, with the local pool (which keeps the
+    events, so a result missing from the cache would be worked out and written: the time
+    range was) and as the Dask path sends results back."""
+    run = sample_runs_dir() / "ddp4_straggler"
+    for kw in ({"workers": 1}, {"run_tasks": _sent_back}):
+        result = analyze(run, **kw)  # type: ignore[arg-type]
+        result.to_json()
+        result.timeline()
+        caches = [t.cache for t in result.traces]
+        assert len(caches) == 4
+        assert all(isinstance(c, fold.SpilledCache) and c.spilled for c in caches), kw
+
+
 def _json(path: Path, **kw: object) -> str:
     return dumps(analyze(path, **kw).to_json())  # type: ignore[arg-type]
 

@@ -291,6 +291,7 @@ class RankFold:
         spill file; the stores and spilled bytes it refers to are pickled as references."""
         if isinstance(trace.cache, SpilledCache):
             return
+        trace.time_range  # noqa: B018 - cached first: load_traces reads it of every rank
         buffer = io.BytesIO()
         _FoldPickler(self, buffer).dump(dict(trace.cache))
         trace.cache = SpilledCache(self, self.spill.keep(buffer.getvalue()))
