@@ -183,10 +183,9 @@ def _median_of_others(values: np.ndarray) -> np.ndarray:
     """(rank x step) the median over the other ranks (rows) of each column, exactly as
     ``np.median(np.delete(values, i, axis=0), axis=0)`` for each row i, from one sort per
     column (that was n medians of n-1 rows: ranks x ranks)."""
-    if np.isnan(values).any():  # np.median's NaN rules: the plain way
-        n = values.shape[0]
-        return np.stack([np.median(np.delete(values, i, axis=0), axis=0) for i in range(n)])
     n = values.shape[0]
+    if np.isnan(values).any():  # np.median's NaN rules: the plain way
+        return np.stack([np.median(np.delete(values, i, axis=0), axis=0) for i in range(n)])
     order = np.argsort(values, axis=0, kind="stable")
     ordered = np.take_along_axis(values, order, axis=0)
     position = np.empty_like(order)  # each row's place in its column's order
