@@ -25,7 +25,9 @@
     python bench/scale.py --traces --trace-ranks 1024,16384 --modes replay --reps 1
         (the client alone at many ranks: each source trace's task runs once, every rank
         gets a copy of its source's result with the rank rewritten, as a worker would
-        send it; same JSON as the pool's)
+        send it; same JSON as the pool's. Alone, replay links the ranks to the sources
+        instead of writing copies. --source ../shared/traces/astrasim_megatron_tp8: a
+        GPU job's shape, 84 collective calls per rank, where the growth per call shows)
     python bench/scale.py --traces --trace-ranks 8192 --modes replay --reps 1 --html
         (also the HTML report, its Timeline included, after the JSON)
 """
