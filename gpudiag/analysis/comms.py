@@ -23,6 +23,7 @@ from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.breakdown import activity_sets
 from gpudiag.analysis.fold import rank_rows
 from gpudiag.analysis.ingest import RankTrace, with_comm
+from gpudiag.analysis.matching import concat_pieces, match_group_chunks
 
 TABLE_COLUMNS = (
     "rank",
@@ -436,17 +437,28 @@ def _wait_spans(collectives: pd.DataFrame, world_size: int | None) -> pd.DataFra
     the last peer to arrive ([its arrival, the last rank's arrival], no later than its
     end); ``unmatched`` rows span a whole call that was not seen on every rank of its
     group with the same op, or whose calls do not overlap in time (not one collective):
-    its wait for peers is unknown."""
-    from gpudiag.analysis.stragglers import _match_key
-
+    its wait for peers is unknown. In the table's order."""
     read = ["rank", "pg_name", "pg_size", "seq", "index", "op", "start_ns", "end_ns"]
-    c = collectives[read].copy()  # not every column: a many-rank run's largest table
-    c["start_ns"] = pd.to_numeric(c["start_ns"], errors="coerce")
-    c["end_ns"] = pd.to_numeric(c["end_ns"], errors="coerce")
-    c = c.dropna(subset=["start_ns"])
+    c = collectives
+    start = pd.to_numeric(c["start_ns"], errors="coerce")
+    end = pd.to_numeric(c["end_ns"], errors="coerce")
+    if start.isna().any() or start.dtype != c["start_ns"].dtype or end.dtype != c["end_ns"].dtype:
+        c = c[read].assign(start_ns=start, end_ns=end).dropna(subset=["start_ns"])
     if c.empty:
         return pd.DataFrame(columns=["rank", "wait", "lo", "hi"])
-    c["key"] = _match_key(c)
+    spans = concat_pieces(_group_wait_spans(p, world_size) for p in match_group_chunks(c, read))
+    if spans is None:  # no call with a span
+        empty = {"rank": np.int64, "wait": bool, "lo": np.int64, "hi": np.int64}
+        return pd.DataFrame({name: np.empty(0, dtype) for name, dtype in empty.items()})
+    order = np.argsort(spans["at"].to_numpy(), kind="stable")
+    return pd.DataFrame(
+        {name: spans[name].to_numpy()[order] for name in ("rank", "wait", "lo", "hi")}
+    )
+
+
+def _group_wait_spans(c: pd.DataFrame, world_size: int | None) -> pd.DataFrame:
+    """_wait_spans of whole match groups (stragglers.match_group_chunks' pieces), with
+    each row's position in the table (``at``)."""
     c = c.drop_duplicates(["pg_name", "key", "rank"])
     group = c.groupby(["pg_name", "key"], sort=False)
     expected = pd.to_numeric(c["pg_size"], errors="coerce")
@@ -468,6 +480,7 @@ def _wait_spans(collectives: pd.DataFrame, world_size: int | None) -> pd.DataFra
     keep = ~np.isnan(hi) & (hi > start)
     return pd.DataFrame(
         {
+            "at": c.index.to_numpy()[keep],
             "rank": c["rank"].to_numpy(dtype=np.int64)[keep],
             "wait": matched[keep],
             "lo": start[keep].astype(np.int64),

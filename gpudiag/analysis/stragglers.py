@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from gpudiag.analysis import intervals as iv
+from gpudiag.analysis.matching import concat_pieces, match_group_chunks
 
 SKEW_COLUMNS = (
     "pg_name",
@@ -76,27 +77,26 @@ NOISE_K = 3.0
 MIN_STEPS = 5
 
 
-def _match_key(table: pd.DataFrame) -> pd.Series:
-    """Per row: the seq when the whole group has one, else its index in the group."""
-    has_seq = table["seq"].notna().groupby(table["pg_name"]).transform("all")
-    seq = table["seq"].astype(float)
-    return pd.Series(
-        np.where(has_seq.to_numpy(), seq.to_numpy(), table["index"].to_numpy(dtype=float)),
-        index=table.index,
-    )
-
-
 def arrival_skew(table: pd.DataFrame) -> pd.DataFrame:
     if table is None or len(table) == 0 or table["rank"].nunique() < 2:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in SKEW_COLUMNS})
-    t = table[["pg_name", "seq", "index", "op", "rank", "start_ns", "step"]].copy()
-    t["key"] = _match_key(table)
+        return _no_skew()
+    read = ["pg_name", "seq", "index", "op", "rank", "start_ns", "step"]
+    skew = concat_pieces(_group_skew(piece) for piece in match_group_chunks(table, read))
+    return skew if skew is not None else _no_skew()
+
+
+def _no_skew() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in SKEW_COLUMNS})
+
+
+def _group_skew(t: pd.DataFrame) -> pd.DataFrame:
+    """arrival_skew of whole match groups (match_group_chunks' pieces)."""
     t = t.drop_duplicates(["pg_name", "key", "rank"])
     groups = t.groupby(["pg_name", "key"], sort=False)["start_ns"]
     size = groups.transform("size")
     t = t[size.to_numpy() >= 2].copy()
     if t.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in SKEW_COLUMNS})
+        return t
     t["group"] = t.groupby(["pg_name", "key"], sort=False).ngroup()
     t = t.sort_values(["group", "start_ns", "rank"], kind="stable", ignore_index=True)
     group = t["group"].to_numpy()
