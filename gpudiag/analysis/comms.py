@@ -457,7 +457,7 @@ def _wait_spans(collectives: pd.DataFrame, world_size: int | None) -> pd.DataFra
 
 
 def _group_wait_spans(c: pd.DataFrame, world_size: int | None) -> pd.DataFrame:
-    """_wait_spans of whole match groups (stragglers.match_group_chunks' pieces), with
+    """_wait_spans of whole match groups (matching.match_group_chunks' pieces), with
     each row's position in the table (``at``)."""
     c = c.drop_duplicates(["pg_name", "key", "rank"])
     group = c.groupby(["pg_name", "key"], sort=False)
