@@ -62,7 +62,7 @@ def step_and_predictions(run: Path, sizes: list[int]) -> tuple[float, dict[int, 
     )
     predicted = {}
     for n in sizes:
-        p = project_scale(result.ranks, result.breakdown, result.collectives, inputs, n)
+        p = project_scale(result.ranks, result.breakdown, result.collectives.frame(), inputs, n)
         predicted[n] = p.projected_step_ms if p else float("nan")
     return mean_step_ms(result.ranks), predicted
 

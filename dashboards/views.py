@@ -21,7 +21,7 @@ import streamlit as st
 
 from gpudiag import rundir
 from gpudiag.analysis.findings import Finding, measured_as
-from gpudiag.analysis.result import AnalysisResult
+from gpudiag.analysis.result import AnalysisResult, SpilledTable
 from gpudiag.analysis.whatif import Projection
 from gpudiag.report import figures
 from gpudiag.report.tables import whatif_frame
@@ -367,6 +367,10 @@ def _data_loading(result: AnalysisResult) -> None:
 # --------------------------------------------------------------------------- Communication
 
 
+# Rows of a per-call table (every collective of every rank) a view reads and shows.
+_SHOWN_ROWS = 5000
+
+
 def communication(ctx: ViewContext) -> None:
     result = ctx.result
     st.header("Communication")
@@ -377,17 +381,17 @@ def communication(ctx: ViewContext) -> None:
         st.dataframe(summary.round(3), width="stretch", hide_index=True)
     else:
         st.info("No collectives recorded in this run.")
-    if _has_rows(result.collectives):
+    if len(result.collectives):
         with st.expander(f"All collectives ({len(result.collectives):,} rows)"):
-            shown = readable_times(result.collectives.head(5000))
+            shown = readable_times(result.collectives.frame(rows=_SHOWN_ROWS))
             st.dataframe(shown, width="stretch", hide_index=True)
     _buckets(result.buckets)
     st.subheader("Stragglers")
-    if _has_rows(result.skew):
-        _chart(figures.skew_heatmap(result.skew))
+    if len(result.skew):
+        _chart(figures.skew_heatmap(result.skew.frame()))
     if _has_rows(result.stragglers):
         st.dataframe(result.stragglers.round(3), width="stretch", hide_index=True)
-    if not _has_rows(result.skew) and not _has_rows(result.stragglers):
+    if not len(result.skew) and not _has_rows(result.stragglers):
         st.write("No cross-rank collective matching possible (one rank, or no collectives).")
 
 
@@ -404,10 +408,13 @@ def bucket_table(buckets: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns={"start_ms": "start ms (in step)", "dur_ms": "duration ms"})
 
 
-def _buckets(buckets: pd.DataFrame) -> None:
-    if not _has_rows(buckets):
+def _buckets(kept: SpilledTable) -> None:
+    if not len(kept):
         return
     st.subheader("DDP buckets")
+    buckets = kept.frame(rows=_SHOWN_ROWS)
+    if len(kept) > len(buckets):
+        st.caption(f"The first {len(buckets):,} of {len(kept):,} buckets (rank, then step).")
     start = next((c for c in ("start_ns", "enqueue_ns") if c in buckets), None)
     label = next((c for c in ("bucket", "index", "seq") if c in buckets), "rank")
     if start and "end_ns" in buckets and buckets[[start, "end_ns"]].notna().all(axis=1).any():

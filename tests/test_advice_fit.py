@@ -45,7 +45,7 @@ def test_tiny_all_reduce_is_latency_bound(tiny_run: Path) -> None:
     res = analyze(tiny_run)
     assert res.run.status == "ok"
     # Linear(8, 8) + Linear(8, 1): 81 float gradients = 324 bytes per all-reduce
-    assert res.collectives["bytes"].max() == 324
+    assert res.collectives.frame()["bytes"].max() == 324
     kinds = {f.kind: f for f in res.findings}
     assert "bucket_size" not in kinds
     for f in res.findings:
@@ -58,7 +58,7 @@ def test_tiny_all_reduce_is_latency_bound(tiny_run: Path) -> None:
 
 def test_megabyte_buckets_keep_bandwidth_advice() -> None:
     res = analyze(REPO / "sample_runs" / "ddp4_straggler")
-    assert res.collectives["bytes"].max() > 1e6
+    assert res.collectives.frame()["bytes"].max() > 1e6
     exposed = {f.kind: f for f in res.findings}["exposed_communication"]
     assert "latency_bound" not in exposed.evidence
     assert "bf16" in exposed.fix

@@ -229,7 +229,7 @@ def test_failed_run_reports_the_failure_and_only_completed_steps(suite_runs):
     # nothing is costed from the time rank 0 waited for the rank that died
     assert _severe(res, "straggler") == []
     assert all(f.cost_ms_per_step < 1000 for f in res.findings)
-    assert set(res.skew["step"]) <= set(range(1, 8))
+    assert set(res.skew.frame()["step"]) <= set(range(1, 8))
 
 
 def test_item_on_cpu_costs_nothing(suite_runs):
@@ -310,12 +310,14 @@ def test_exposed_communication_on_a_loaded_host_is_net_of_the_wait_for_peers(hog
     res = hogged_run
     assert res.run.status == "ok"
     assert [f for f in res.findings if f.kind == "straggler" and f.severity != "low"] == []
-    waits = comms.peer_wait(res.traces, res.collectives, res.run.world_size).set_index("rank")
+    waits = comms.peer_wait(res.traces, res.collectives.frame(), res.run.world_size).set_index(
+        "rank"
+    )
     assert (waits["unmatched_ms"] == 0).all()  # both ranks traced: every call matched
     assert waits["peer_wait_ms"].sum() > 0  # someone always arrives first and waits
     # never more than the arrival skew itself: per rank, the sum over its all-reduces of
     # (last rank's arrival - its arrival), from the c10d:: calls in the two traces
-    c = res.collectives
+    c = res.collectives.frame()
     last = c.groupby(["pg_name", "index"])["start_ns"].transform("max")
     skew_ms = ((last - c["start_ns"]) / 1e6).groupby(c["rank"]).sum()
     for rank, row in waits.iterrows():

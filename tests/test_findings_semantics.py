@@ -127,13 +127,13 @@ def test_exposed_communication_sets_apart_every_peers_arrival_skew(analysed: dic
 
     result = analysed["ddp4_straggler"]
     (exposed,) = [f for f in result.findings if f.kind == "exposed_communication"]
-    waits = comms.peer_wait(result.traces, result.collectives, result.run.world_size)
+    waits = comms.peer_wait(result.traces, result.collectives.frame(), result.run.world_size)
     per_rank = waits.set_index("rank")
     slow = int(_argv_value("ddp4_straggler", "--slow-rank"))
     assert per_rank.loc[slow, "peer_wait_ms"] == pytest.approx(0.0, abs=0.5)
     assert (per_rank.drop(index=slow)["peer_wait_ms"] > 10).all()
     assert (waits["unmatched_ms"] == 0).all()  # every rank traced: every call matched
-    c = result.collectives
+    c = result.collectives.frame()
     c = c.assign(last=c.groupby(["pg_name", "index"])["start_ns"].transform("max"))
     skew_ms = ((c["last"] - c["start_ns"]) / 1e6).groupby(c["rank"]).sum()
     for rank, row in per_rank.iterrows():

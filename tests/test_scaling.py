@@ -101,8 +101,9 @@ def test_fit_on_recorded_collectives(name: str) -> None:
     the model at the measured world size then gives the run's transfer time per step."""
     result = analyze(SAMPLES / name)
     world = result.run.world_size
-    (fit,) = fit_collectives(result.collectives, world)
-    calls = result.collectives.assign(transfer_ms=transfer_ms(result.collectives))
+    calls = result.collectives.frame()
+    (fit,) = fit_collectives(calls, world)
+    calls = calls.assign(transfer_ms=transfer_ms(calls))
     calls = calls[(calls["step"] >= 0) & (calls["bytes"] > 0)]
     medians = calls.groupby("bytes")["transfer_ms"].median()
     assert fit.sizes == len(medians) == 2 and fit.alpha_us > 0
@@ -114,24 +115,24 @@ def test_fit_on_recorded_collectives(name: str) -> None:
         assert model[0] == pytest.approx(np.average(medians, weights=counts), rel=1e-6)
     else:
         assert model == pytest.approx(medians.tolist(), rel=1e-6)
-    per_step = comm_ms_per_step(result.collectives, [fit], world, world)
+    per_step = comm_ms_per_step(result.collectives.frame(), [fit], world, world)
     assert per_step > 0
-    assert comm_ms_per_step(result.collectives, [fit], world, 2 * world) > per_step
+    assert comm_ms_per_step(result.collectives.frame(), [fit], world, 2 * world) > per_step
 
 
 def test_projection_on_a_recorded_run() -> None:
     result = analyze(SAMPLES / "ddp2_healthy")
     inputs = scale_inputs(result.run, cpu_run=True, cores_per_node=2)
-    same = project_scale(result.ranks, result.breakdown, result.collectives, inputs, 2)
+    same = project_scale(result.ranks, result.breakdown, result.collectives.frame(), inputs, 2)
     assert same is not None and same.projected_step_ms == pytest.approx(same.step_ms)
-    four = project_scale(result.ranks, result.breakdown, result.collectives, inputs, 4)
+    four = project_scale(result.ranks, result.breakdown, result.collectives.frame(), inputs, 4)
     assert four is not None and four.projected_step_ms > same.step_ms
     assert four.oversubscription == pytest.approx(2.0)  # no host demand given: 1 core/rank
     assert four.projected_low_ms <= four.projected_step_ms <= four.projected_high_ms * 1.5
     text = " ".join(four.assumptions)
     assert "weak scaling" in text and "2 cores" in text
     slow_link = project_scale(
-        result.ranks, result.breakdown, result.collectives, inputs, 4,
+        result.ranks, result.breakdown, result.collectives.frame(), inputs, 4,
         nodes=2, inter_node_gbps=1e-3,
     )  # fmt: skip
     assert slow_link is not None and slow_link.projected_step_ms > four.projected_step_ms
@@ -144,13 +145,13 @@ def test_fit_on_recorded_nccl_traces(shared_traces: Path) -> None:
     peers is kept (a GPU run), and no oversubscription applies."""
     result = analyze(shared_traces / "param_dlrm_ddp8")
     assert result.run.world_size == 8 and result.run.has_gpu_trace
-    fits = {f.op: f for f in fit_collectives(result.collectives, 8)}
+    fits = {f.op: f for f in fit_collectives(result.collectives.frame(), 8)}
     ar = fits["all_reduce"]
     assert ar.matched and ar.sizes == 3
     assert 0 < ar.alpha_us < 50 and 5 < ar.busbw_gbs < 300
     assert ar.transfer_ms_per_step < ar.measured_ms_per_step  # waits left out
     inputs = scale_inputs(result.run, cpu_run=False)
-    p16 = project_scale(result.ranks, result.breakdown, result.collectives, inputs, 16)
+    p16 = project_scale(result.ranks, result.breakdown, result.collectives.frame(), inputs, 16)
     assert p16 is not None and p16.oversubscription == 1.0
     assert p16.projected_model_comm_ms > p16.model_comm_ms
     assert p16.step_ms < p16.projected_step_ms < 1.5 * p16.step_ms
@@ -209,7 +210,7 @@ def test_two_ranks_predict_three(tmp_path: Path) -> None:
         inputs = scale_inputs(
             result.run, cpu_run=True, host_samples=result.host_samples, steps=result.run_steps
         )
-        p = project_scale(result.ranks, result.breakdown, result.collectives, inputs, 3)
+        p = project_scale(result.ranks, result.breakdown, result.collectives.frame(), inputs, 3)
         assert p is not None and p.world_size == 3 and p.fits
         predicted.append(p.projected_step_ms)
         actual.append(_record(tmp_path / f"r3_{rep}", 3))

@@ -32,7 +32,7 @@ def test_projection_is_the_findings_cost(name: str) -> None:
     for p in result.whatif:
         costs = [f.cost_ms_per_step for f in result.findings if f.kind == kinds[p.scenario]]
         if p.scenario == "comm_bucketed":
-            remaining = last_bucket_ms(result.collectives)
+            remaining = last_bucket_ms(result.collectives.frame())
             assert remaining is not None and 0 < p.saving_ms < max(costs)
             assert p.saving_ms == pytest.approx(max(costs) - remaining)
         else:

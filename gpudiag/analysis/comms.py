@@ -13,6 +13,8 @@ Sources, in order of preference:
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -21,7 +23,7 @@ import pandas as pd
 from gpudiag.analysis import classify as cls
 from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.breakdown import activity_sets
-from gpudiag.analysis.fold import rank_rows
+from gpudiag.analysis.fold import iter_rank_rows
 from gpudiag.analysis.ingest import RankTrace, with_comm
 from gpudiag.analysis.matching import concat_pieces, match_group_chunks
 
@@ -44,6 +46,12 @@ TABLE_COLUMNS = (
     "step",
     "source",
 )
+# The columns of the collective table each cross-rank analysis reads (a many-rank run's
+# table is read back from disk by these alone: pipeline.analyze, spill.SpilledTable)
+SUMMARY_READS = ("op", "pg_name", "rank", "bytes", "dur_ms", "busbw_gbs", "peak_gbs")
+BUCKET_READS = ("op", "rank", "step", "bytes", "start_ns", "end_ns", "dur_ms")
+STALL_READS = ("op", "rank", "step", "start_ns", "end_ns", "bytes")
+WAIT_READS = ("rank", "pg_name", "pg_size", "seq", "index", "op", "start_ns", "end_ns")
 SUMMARY_COLUMNS = (
     "op",
     "pg_name",
@@ -270,19 +278,55 @@ def _run_rows(run: Any, traces: list[RankTrace]) -> pd.DataFrame:
 
 def collective_table(traces: list[RankTrace], run: Any = None) -> pd.DataFrame:
     """One row per collective per rank, with algbw/busbw (GB/s = bytes/ns)."""
-    frames: list[pd.DataFrame] = []
+    pieces = list(collective_pieces(traces, run))
+    return pieces[0] if len(pieces) == 1 else pd.concat(pieces, ignore_index=True)
+
+
+# Calls per piece of the collective table as it is made (whole ranks: spilled piece by
+# piece, the whole table is never in the client's memory, pipeline.analyze)
+TABLE_PIECE_ROWS = 1 << 16
+
+
+def collective_pieces(
+    traces: list[RankTrace], run: Any = None, rows: int = TABLE_PIECE_ROWS
+) -> Iterator[pd.DataFrame]:
+    """:func:`collective_table` in pieces, in its order: whole ranks, about ``rows``
+    calls each, where the traces come in rank order (else, and from a run's own table,
+    one piece). ``pd.concat`` of the pieces is the table."""
     if run is not None:
         from_run = _run_rows(run, traces)
         # The run's table covers every step; without end times (gloo, no --time-buckets)
         # it still gives arrivals for skew, but a trace's window has real durations.
         if len(from_run) and (from_run["end_ns"].notna().any() or not traces):
-            frames.append(from_run)
-    if not frames:
-        frames = rank_rows(traces, "collective_rows", trace_rows)
-    frames = [f for f in frames if len(f)]
-    if not frames:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in TABLE_COLUMNS})
-    table = pd.concat(frames, ignore_index=True)
+            yield _with_bandwidth(from_run)
+            return
+    ranks = [int(t.meta.rank) for t in traces]
+    if any(a >= b for a, b in itertools.pairwise(ranks)):
+        rows = 0  # a rank's rows may be anywhere: one piece, sorted as a whole
+    frames: list[pd.DataFrame] = []
+    held = 0
+    made = False
+    for frame in iter_rank_rows(traces, "collective_rows", trace_rows, max_rows=rows or None):
+        if not len(frame):
+            continue
+        frames.append(frame)
+        held += len(frame)
+        if rows and held >= rows:
+            yield _with_bandwidth(_joined(frames))
+            frames, held, made = [], 0, True
+    if frames:
+        yield _with_bandwidth(_joined(frames))
+    elif not made:
+        yield pd.DataFrame({c: pd.Series(dtype=object) for c in TABLE_COLUMNS})
+
+
+def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
+def _with_bandwidth(table: pd.DataFrame) -> pd.DataFrame:
+    """The table's rows in (rank, time) order, with each call's index in its rank's
+    group, duration and bandwidths: TABLE_COLUMNS."""
     if not _in_rank_and_time_order(table):  # usually they are: sorting copies the table
         table = table.sort_values(["rank", "start_ns"], kind="stable", ignore_index=True)
     table["pg_name"] = table["pg_name"].fillna("0").astype(str)
@@ -313,7 +357,7 @@ def collective_summary(table: pd.DataFrame) -> pd.DataFrame:
     if table is None or len(table) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in SUMMARY_COLUMNS})
     # only the columns read: a copy of the whole table is the peak of a many-rank run
-    t = table[["op", "pg_name", "rank", "bytes", "dur_ms", "busbw_gbs", "peak_gbs"]]
+    t = table[list(SUMMARY_READS)]
     t = t.assign(op=t["op"].fillna("unknown"))
     g = t.groupby(["op", "pg_name"], sort=True)
     ranks = g["rank"].nunique()
@@ -406,6 +450,16 @@ def allreduce_stall(traces: list[RankTrace], table: pd.DataFrame) -> pd.DataFram
     return per.assign(stall_ms=(hi - lo - busy) / 1e6)[cols]
 
 
+def allreduce_stall_by_ranks(
+    traces: list[RankTrace], pieces: Iterable[pd.DataFrame]
+) -> pd.DataFrame:
+    """:func:`allreduce_stall` of a collective table given in pieces of whole ranks, in
+    rank order (collective_pieces'), one piece at a time: the same rows."""
+    cols = ["rank", "step", "stall_ms", "buckets", "last_bucket_bytes"]
+    stalls = concat_pieces(allreduce_stall(traces, piece) for piece in pieces)
+    return stalls if stalls is not None else pd.DataFrame(columns=cols)
+
+
 def comm_per_step(traces: list[RankTrace]) -> pd.DataFrame:
     """Total communication time per rank and step (union of comm intervals inside the
     step window), the quantity torch-tb-profiler calls "Communication"."""
@@ -438,7 +492,7 @@ def _wait_spans(collectives: pd.DataFrame, world_size: int | None) -> pd.DataFra
     end); ``unmatched`` rows span a whole call that was not seen on every rank of its
     group with the same op, or whose calls do not overlap in time (not one collective):
     its wait for peers is unknown. In the table's order."""
-    read = ["rank", "pg_name", "pg_size", "seq", "index", "op", "start_ns", "end_ns"]
+    read = list(WAIT_READS)
     c = collectives
     start = pd.to_numeric(c["start_ns"], errors="coerce")
     end = pd.to_numeric(c["end_ns"], errors="coerce")

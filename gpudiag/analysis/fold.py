@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 
 from gpudiag.analysis.ingest import FrameColumns, FramePart, RankTrace
-from gpudiag.analysis.spill import Blob, SpilledBytes, SpillFile, as_bytes
+from gpudiag.analysis.spill import Blob, SpilledArray, SpilledBytes, SpillFile, as_bytes
 
 # The per-rank tables the cross-rank stage reads from every rank (RankTrace.cache keys);
 # step_windows: read rank by rank (comms.peer_wait), kept in a store for its size only.
@@ -80,10 +80,13 @@ class _Columns:
     rows: int = 0
     # columns whose one chunk is this store's own copy (fill may write into it)
     owned: set[int] = field(default_factory=set)
+    # columns kept in the spill file instead (TableStore.spill), read back a slice at a time
+    spilled: dict[int, SpilledArray] = field(default_factory=dict)
 
     def append(self, values: tuple[np.ndarray, ...]) -> int:
         if not self.chunks:
             self.chunks = [[] for _ in self.names]
+        self._unspill()
         start = self.rows
         for chunks, v in zip(self.chunks, values, strict=True):
             chunks.append(v)
@@ -111,10 +114,47 @@ class _Columns:
             self.chunks[i] = [np.concatenate(self.chunks[i])]
 
     def column(self, i: int) -> np.ndarray:
+        """The whole column (a spilled one: read back, not kept)."""
+        if i in self.spilled:
+            return self.spilled[i].read()
         self._whole(i)
         return self.chunks[i][0]
 
+    def rows_of(self, i: int, spans: Sequence[tuple[int, int]], view: bool = False) -> np.ndarray:
+        """Column ``i``'s rows of each (first row, rows) span, joined: an array of its
+        own (``view``: of one span, the store's own where it is in memory)."""
+        if i not in self.spilled:
+            column = self.column(i)
+            if len(spans) == 1:
+                start, n = spans[0]
+                rows = column[start : start + n]
+                return rows if view else rows.copy()
+            return column[np.concatenate([np.arange(a, a + n) for a, n in spans])]
+        kept = self.spilled[i]
+        parts = [kept.read(a, n) for a, n in _joined_spans(spans)]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def spill(self, file: SpillFile) -> None:
+        """Every column into ``file`` (where each can be kept there)."""
+        self._block_pending()
+        for i in range(len(self.names)):
+            self._whole(i)
+        if not self.chunks or not all(SpilledArray.can_keep(c[0]) for c in self.chunks if c):
+            return
+        for i, chunks in enumerate(self.chunks):
+            if chunks:
+                self.spilled[i] = SpilledArray.keep(chunks[0], file)
+                self.chunks[i] = []
+                self.owned.discard(i)
+
+    def _unspill(self) -> None:
+        for i, kept in list(self.spilled.items()):
+            self.chunks[i] = [kept.read()]
+            self.owned.add(i)
+            del self.spilled[i]
+
     def fill(self, i: int, start: int, rows: int, value: object) -> None:
+        self._unspill()
         if len(self.chunks[i]) != 1 or i not in self.owned:
             self._block_pending()
             self.chunks[i] = [np.concatenate(self.chunks[i])]
@@ -190,7 +230,7 @@ class TableStore:
         at = [cols.names.index(n) if n in cols.names else -1 for n in names]
         if any(i < 0 or not _plain_number(cols.dtypes[i]) for i in at):
             return None
-        return [cols.column(i)[start : start + rows] for i in at]
+        return [cols.rows_of(i, [(start, rows)], view=True) for i in at]
 
     def frame(self, parts: list[int]) -> pd.DataFrame:
         """``pd.concat([part frames], ignore_index=True)`` of these parts, in this order."""
@@ -198,14 +238,18 @@ class TableStore:
         if len(layouts) != 1:  # several layouts: let pandas reconcile the dtypes
             return pd.concat([self.frame([p]) for p in parts], ignore_index=True)
         cols = self._part_layouts[parts[0]]
-        take = np.concatenate(
-            [np.arange(start, start + n) for _, start, n in map(self._part, parts)]
-        )
+        spans = [(start, n) for _, start, n in map(self._part, parts)]
         columns = {
-            name: pd.Series(cols.column(i)[take], dtype=dtype, copy=False)
+            name: pd.Series(cols.rows_of(i, spans), dtype=dtype, copy=False)
             for i, (name, dtype) in enumerate(zip(cols.names, cols.dtypes, strict=True))
         }
         return pd.DataFrame(columns, columns=list(cols.names))
+
+    def spill(self, file: SpillFile) -> None:
+        """Every row into ``file``, read back a slice at a time when read (the table
+        was read across ranks once; only a rank's own reader, rarely, reads it again)."""
+        for cols in self._layouts.values():
+            cols.spill(file)
 
 
 class StoredRows(FramePart):
@@ -231,6 +275,18 @@ class StoredRows(FramePart):
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickled alone: as plain columns
         return (_as_columns, (self.frame(),))
+
+
+def _joined_spans(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(first row, rows) spans with each one that starts where the last ended joined
+    to it (a run of consecutive ranks' parts: one read)."""
+    joined: list[tuple[int, int]] = []
+    for start, n in spans:
+        if joined and joined[-1][0] + joined[-1][1] == start:
+            joined[-1] = (joined[-1][0], joined[-1][1] + n)
+        else:
+            joined.append((start, n))
+    return joined
 
 
 def _plain_number(dtype: Any) -> bool:
@@ -295,6 +351,11 @@ class RankFold:
         buffer = io.BytesIO()
         _FoldPickler(self, buffer).dump(dict(trace.cache))
         trace.cache = SpilledCache(self, self.spill.keep(buffer.getvalue()))
+
+    def spill_rows(self, key: str) -> None:
+        """The rows of one folded table into the spill file, once the cross-rank stage
+        has read them (the collective rows: into the collective table)."""
+        self.store_named(key).spill(self.spill)
 
     def store_named(self, key: str) -> TableStore:
         return self.steps if key == STEPS else self.tables[key]
@@ -416,21 +477,34 @@ def rank_rows(
     STEPS): ranks whose table is in a store come out as one frame per run of
     consecutive ranks instead of one each. ``on_error``: called for a rank whose table
     failed (else the error is raised)."""
-    out: list[pd.DataFrame] = []
-    run: list[tuple[StoredRows, int]] = []
+    return list(iter_rank_rows(traces, key, per_rank, on_error))
 
-    def flush() -> None:
-        if run:
-            out.append(_with_ranks(run))
-            run.clear()
+
+def iter_rank_rows(
+    traces: list[RankTrace],
+    key: str,
+    per_rank: Callable[[RankTrace], pd.DataFrame],
+    on_error: Callable[[RankTrace, Exception], None] | None = None,
+    max_rows: int | None = None,
+) -> Iterator[pd.DataFrame]:
+    """:func:`rank_rows`, each frame made as it is taken; with ``max_rows``, a run of
+    stored ranks is cut once it holds that many rows (whole ranks: a little more)."""
+    run: list[tuple[StoredRows, int]] = []
+    rows = 0
 
     for trace in traces:
         value = _held(trace, key)
         if isinstance(value, StoredRows) and (not run or value.store is run[0][0].store):
             if value.store.rows(value.part):
                 run.append((value, int(trace.meta.rank)))
+                rows += value.store.rows(value.part)
+            if max_rows is not None and rows >= max_rows:
+                yield _with_ranks(run)
+                run, rows = [], 0
             continue
-        flush()
+        if run:
+            yield _with_ranks(run)
+            run, rows = [], 0
         try:
             frame = per_rank(trace)
         except Exception as exc:
@@ -439,9 +513,9 @@ def rank_rows(
             on_error(trace, exc)
             continue
         if frame is not None and len(frame):
-            out.append(frame)
-    flush()
-    return out
+            yield frame
+    if run:
+        yield _with_ranks(run)
 
 
 def _with_ranks(run: list[tuple[StoredRows, int]]) -> pd.DataFrame:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from gpudiag.analysis.result import (
     AnalysisResult,
     RunInfo,
 )
+from gpudiag.analysis.spill import SpilledTable, SpillFile
 
 if TYPE_CHECKING:
     from gpudiag.analysis.ingest import RunTasks
@@ -267,6 +269,40 @@ def _arrivals(coll: pd.DataFrame, run: Any, comms: Any, warnings: list[str]) -> 
     return from_run if from_run is not None and len(from_run) else coll
 
 
+@dataclass(frozen=True)
+class _Skew:
+    table: SpilledTable  # stragglers.arrival_skew's rows
+    steps: pd.DataFrame  # the steps its collectives come from
+
+
+def _arrival_skew(
+    coll: SpilledTable,
+    traces: list[Any],
+    run: Any,
+    comms: Any,
+    strag: Any,
+    warnings: list[str],
+    spill: SpillFile,
+) -> _Skew | None:
+    """The arrival skew of the steady-state steps' collectives, kept in the spill file,
+    and the steps it spans; None where it could not be measured."""
+    if strag is None:
+        return None
+    arrivals = _arrivals(coll.frame((*strag.ARRIVAL_READS, "source")), run, comms, warnings)
+    steady, steps = _steady_state(arrivals, traces, run)
+    del arrivals
+    if not len(steady):
+        return None
+    skew = _guard(warnings, "arrival skew", _kept_skew, steady, strag, spill)
+    return _Skew(skew, steps) if skew is not None else None
+
+
+def _kept_skew(steady: pd.DataFrame, strag: Any, spill: SpillFile) -> SpilledTable:
+    """stragglers.arrival_skew, each piece spilled as it is made."""
+    kept = SpilledTable.build(strag.arrival_skew_pieces(steady), spill)
+    return kept if kept is not None else SpilledTable(strag.no_skew())
+
+
 def _peer_wait(
     traces: list[Any], coll: pd.DataFrame, run: Any, comms: Any, warnings: list[str]
 ) -> pd.DataFrame | None:
@@ -459,34 +495,57 @@ def analyze(
 
     if comms is None or strag is None:
         warnings.append("communication and straggler analysis unavailable in this build")
-    coll = (
-        _guard(warnings, "collective table", comms.collective_table, traces, run=run)
+    # Every collective call of every rank: spilled to the fold's file as it is made, a
+    # few ranks at a time, each analysis reading back the columns it reads (a many-rank
+    # run's per-call tables are never all in memory, docs/cluster.md)
+    table = (
+        _guard(
+            warnings,
+            "collective table",
+            lambda: SpilledTable.build(comms.collective_pieces(traces, run=run), folded.spill),
+        )
         if comms is not None
         else None
     )
-    coll = coll if coll is not None else _empty(("rank", "pg_name", "seq", "op"))
+    coll = table if table is not None else SpilledTable(_empty(("rank", "pg_name", "seq", "op")))
+    folded.spill_rows("collective_rows")  # read into the table: kept on disk from now on
     summary = (
-        _guard(warnings, "collective summary", comms.collective_summary, coll)
+        _guard(
+            warnings,
+            "collective summary",
+            comms.collective_summary,
+            coll.frame(comms.SUMMARY_READS),
+        )
         if len(coll) and comms is not None
         else None
     )
     buckets = (
-        _guard(warnings, "DDP buckets", comms.ddp_buckets, coll) if comms is not None else None
+        _guard(warnings, "DDP buckets", comms.ddp_buckets, coll.frame(comms.BUCKET_READS))
+        if comms is not None
+        else None
     )
     stall = (
-        _guard(warnings, "all-reduce stall", comms.allreduce_stall, traces, coll)
+        _guard(
+            warnings,
+            "all-reduce stall",
+            comms.allreduce_stall_by_ranks,
+            traces,
+            coll.pieces(comms.STALL_READS),
+        )
         if comms is not None and traces and len(coll)
         else None
     )
-    coll_steady, steps_frame = _steady_state(_arrivals(coll, run, comms, warnings), traces, run)
-    skew = (
-        _guard(warnings, "arrival skew", strag.arrival_skew, coll_steady)
-        if len(coll_steady) and strag is not None
-        else None
-    )
+    skew = _arrival_skew(coll, traces, run, comms, strag, warnings, folded.spill)
+    steps_frame = skew.steps if skew is not None else None
     slow = (
-        _guard(warnings, "stragglers", strag.stragglers, skew, steps_frame)
-        if skew is not None and len(skew)
+        _guard(
+            warnings,
+            "stragglers",
+            strag.stragglers,
+            skew.table.frame(strag.STRAGGLER_READS),
+            steps_frame,
+        )
+        if skew is not None and len(skew.table)
         else None
     )
     rank_nodes = run.rank_nodes if run is not None else {}
@@ -518,8 +577,12 @@ def analyze(
     straggler = fnd.straggler_findings(slow, step_ms, contention, rank_nodes, ended_early)
     waited = sum(fnd.waiting_share(ranks, f.ranks, f.cost_ms_per_step) for f in straggler)
     found += straggler
-    largest = fnd.largest_collective_bytes(coll)
-    peer_wait = _peer_wait(traces, coll, run, comms, warnings)
+    largest = fnd.largest_collective_bytes(coll.frame(["bytes"]))
+    peer_wait = (
+        _peer_wait(traces, coll.frame(comms.WAIT_READS), run, comms, warnings)
+        if comms is not None
+        else None
+    )
     found += fnd.exposed_comm_findings(
         ranks, step_ms, stall, straggler_ms=waited, largest_bytes=largest, peer_wait=peer_wait
     )
@@ -544,8 +607,8 @@ def analyze(
         breakdown=breakdown,
         collectives=coll,
         collective_summary=summary if summary is not None else _empty(()),
-        buckets=buckets if buckets is not None else _empty(()),
-        skew=skew if skew is not None else _empty(()),
+        buckets=SpilledTable(buckets if buckets is not None else _empty(()), folded.spill),
+        skew=skew.table if skew is not None else SpilledTable.of(),
         stragglers=slow if slow is not None else _empty(()),
         dataparallel=dp,
         dataloader=dl,
@@ -560,6 +623,9 @@ def analyze(
         allreduce_stall=stall if stall is not None else pd.DataFrame(),
         run_steps=run.steps if run is not None else pd.DataFrame(),
         whatif=whatif.project(
-            sorted_findings, ranks, breakdown, coll if _uses_ddp(traces, run) else None
+            sorted_findings,
+            ranks,
+            breakdown,
+            coll.frame(whatif.COLLECTIVE_READS) if _uses_ddp(traces, run) else None,
         ),
     )

@@ -18,6 +18,7 @@ from gpudiag.analysis.dataparallel import DataParallelResult
 from gpudiag.analysis.findings import Finding
 from gpudiag.analysis.gpu import GpuResult
 from gpudiag.analysis.jsonable import plain, record_rows, records, whole
+from gpudiag.analysis.spill import SpilledTable
 from gpudiag.analysis.timeline import LANES, TIMELINE_COLUMNS, timeline
 from gpudiag.analysis.whatif import Projection
 from gpudiag.rundir import LintReport
@@ -33,6 +34,7 @@ __all__ = [
     "AnalysisInputError",
     "AnalysisResult",
     "RunInfo",
+    "SpilledTable",
     "plain",
     "records",
 ]
@@ -102,10 +104,13 @@ class AnalysisResult:
     run: RunInfo
     ranks: pd.DataFrame
     breakdown: pd.DataFrame
-    collectives: pd.DataFrame
+    # Per collective call of every rank (a many-rank run's: millions of rows), kept in
+    # the analysis' spill file: read with .frame(columns, rows), the columns and rows a
+    # view needs (comms.TABLE_COLUMNS; comms.ddp_buckets'; stragglers.SKEW_COLUMNS)
+    collectives: SpilledTable
     collective_summary: pd.DataFrame
-    buckets: pd.DataFrame
-    skew: pd.DataFrame
+    buckets: SpilledTable
+    skew: SpilledTable
     stragglers: pd.DataFrame
     dataparallel: DataParallelResult | None
     dataloader: DataLoaderResult

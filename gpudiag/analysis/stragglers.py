@@ -34,12 +34,18 @@ When every rank qualifies, none is named (ranks late in turn are noise).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pandas as pd
 
 from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.matching import concat_pieces, match_group_chunks
 
+# The collective table's columns arrival_skew reads; stragglers reads STRAGGLER_READS of
+# its result (pipeline.analyze reads only these back from disk)
+ARRIVAL_READS = ("pg_name", "seq", "index", "op", "rank", "start_ns", "step")
+STRAGGLER_READS = ("rank", "step", "arrival_ns", "skew_ms", "wait_ms", "is_last", "lead_ms")
 SKEW_COLUMNS = (
     "pg_name",
     "seq",
@@ -78,14 +84,23 @@ MIN_STEPS = 5
 
 
 def arrival_skew(table: pd.DataFrame) -> pd.DataFrame:
+    skew = concat_pieces(arrival_skew_pieces(table))
+    return skew if skew is not None else no_skew()
+
+
+def arrival_skew_pieces(table: pd.DataFrame) -> Iterator[pd.DataFrame]:
+    """:func:`arrival_skew` a few whole matched groups at a time (matching.py), in its
+    order: ``pd.concat`` of the non-empty pieces is the skew (none: no skew), so a caller
+    may keep each piece elsewhere (pipeline.analyze spills them) as it comes."""
     if table is None or len(table) == 0 or table["rank"].nunique() < 2:
-        return _no_skew()
-    read = ["pg_name", "seq", "index", "op", "rank", "start_ns", "step"]
-    skew = concat_pieces(_group_skew(piece) for piece in match_group_chunks(table, read))
-    return skew if skew is not None else _no_skew()
+        return
+    for piece in match_group_chunks(table, list(ARRIVAL_READS)):
+        skew = _group_skew(piece)
+        if len(skew):
+            yield skew
 
 
-def _no_skew() -> pd.DataFrame:
+def no_skew() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in SKEW_COLUMNS})
 
 

@@ -33,6 +33,7 @@ from gpudiag.analysis.result import (
     AnalysisResult,
     RunInfo,
 )
+from gpudiag.analysis.spill import SpilledTable
 
 
 def summary_frame(summaries: dict[int, dict[str, Any]]) -> pd.DataFrame:
@@ -186,10 +187,10 @@ def analyze_summaries(path: str | Path) -> AnalysisResult:
         run=run,
         ranks=ranks,
         breakdown=pd.DataFrame(columns=list(BREAKDOWN_COLUMNS)),
-        collectives=empty,
+        collectives=SpilledTable.of(),
         collective_summary=collective_totals(summaries),
-        buckets=empty,
-        skew=empty,
+        buckets=SpilledTable.of(),
+        skew=SpilledTable.of(),
         stragglers=slow,
         dataparallel=None,
         dataloader=dl,

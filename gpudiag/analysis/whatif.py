@@ -149,6 +149,21 @@ def _costliest(findings: list[Finding], kind: str) -> Finding | None:
     return max(of_kind, key=lambda f: f.cost_ms_per_step, default=None)
 
 
+# The collective table's columns last_bucket_ms reads (pipeline.analyze reads only these
+# back from disk)
+COLLECTIVE_READS = (
+    "op",
+    "step",
+    "start_ns",
+    "end_ns",
+    "pg_name",
+    "index",
+    "rank",
+    "dur_ms",
+    "pg_size",
+)
+
+
 def last_bucket_ms(collectives: pd.DataFrame | None) -> float | None:
     """The transfer time (ms, from the last rank's arrival) of each step's last issued
     all-reduce, the median over ranks and steps; None without timed all-reduces."""
@@ -213,4 +228,12 @@ def project(
     return projections
 
 
-__all__ = ["SCENARIOS", "Projection", "Scenario", "last_bucket_ms", "mean_step_ms", "project"]
+__all__ = [
+    "COLLECTIVE_READS",
+    "SCENARIOS",
+    "Projection",
+    "Scenario",
+    "last_bucket_ms",
+    "mean_step_ms",
+    "project",
+]

@@ -120,7 +120,7 @@ def _scale(result: AnalysisResult, args: argparse.Namespace) -> ScaleProjection 
     return project_scale(
         result.ranks,
         result.breakdown,
-        result.collectives,
+        result.collectives.frame(),
         inputs,
         args.world_size,
         nodes=args.nodes,
