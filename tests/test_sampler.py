@@ -28,8 +28,12 @@ pytestmark = pytest.mark.skipif(_has_nvml(), reason="these tests cover the no-GP
 
 
 def test_no_gpu_notice_and_host_rows(tmp_path: Path) -> None:
-    worker = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: sum(range(10000))"])
+    busy = "print('ready', flush=True)\nwhile True: sum(range(10000))"
+    worker = subprocess.Popen([sys.executable, "-c", busy], stdout=subprocess.PIPE, text=True)
     try:
+        # sampled once it runs Python: a sample taken while the child still execs (a CI
+        # run: 0.4 MB at the first sample on a loaded machine) is no busy worker's
+        assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
         sampler = Sampler(tmp_path, node=0, interval_s=0.05, pids_provider=lambda: [worker.pid])
         before = time.time_ns()
         sampler.start()
