@@ -388,7 +388,7 @@ def communication(ctx: ViewContext) -> None:
     _buckets(result.buckets)
     st.subheader("Stragglers")
     if len(result.skew):
-        _chart(figures.skew_heatmap(result.skew.frame()))
+        _chart(figures.skew_heatmap(result.skew.frame(figures.SKEW_HEATMAP_READS)))
     if _has_rows(result.stragglers):
         st.dataframe(result.stragglers.round(3), width="stretch", hide_index=True)
     if not len(result.skew) and not _has_rows(result.stragglers):

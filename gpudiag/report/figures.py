@@ -176,6 +176,10 @@ def bucket_figure(buckets: pd.DataFrame, start: str, end: str, label: str) -> go
     return fig
 
 
+# The arrival skew's columns skew_heatmap reads (a view reads only these back from disk)
+SKEW_HEATMAP_READS = ("pg_name", "seq", "index", "rank", "skew_ms")
+
+
 def skew_heatmap(skew: pd.DataFrame, max_columns: int = 300) -> go.Figure:
     """Arrival skew (ms behind the first rank) per rank × collective."""
     key = "seq" if "seq" in skew and skew["seq"].notna().any() else "index"
