@@ -52,6 +52,8 @@ SUMMARY_READS = ("op", "pg_name", "rank", "bytes", "dur_ms", "busbw_gbs", "peak_
 BUCKET_READS = ("op", "rank", "step", "bytes", "start_ns", "end_ns", "dur_ms")
 STALL_READS = ("op", "rank", "step", "start_ns", "end_ns", "bytes")
 WAIT_READS = ("rank", "pg_name", "pg_size", "seq", "index", "op", "start_ns", "end_ns")
+# allreduce_stall's rows
+STALL_COLUMNS = ("rank", "step", "stall_ms", "buckets", "last_bucket_bytes")
 SUMMARY_COLUMNS = (
     "op",
     "pg_name",
@@ -413,7 +415,7 @@ def allreduce_stall(traces: list[RankTrace], table: pd.DataFrame) -> pd.DataFram
     thread, or the GPU, waiting for the last buckets). ``stall_ms`` = the time in
     [issue of the step's last all-reduce, completion of its last all-reduce] not covered
     by compute."""
-    cols = ["rank", "step", "stall_ms", "buckets", "last_bucket_bytes"]
+    cols = list(STALL_COLUMNS)
     if table is None or len(table) == 0:
         return pd.DataFrame(columns=cols)
     mask = (
@@ -455,7 +457,7 @@ def allreduce_stall_by_ranks(
 ) -> pd.DataFrame:
     """:func:`allreduce_stall` of a collective table given in pieces of whole ranks, in
     rank order (collective_pieces'), one piece at a time: the same rows."""
-    cols = ["rank", "step", "stall_ms", "buckets", "last_bucket_bytes"]
+    cols = list(STALL_COLUMNS)
     stalls = concat_pieces(allreduce_stall(traces, piece) for piece in pieces)
     return stalls if stalls is not None else pd.DataFrame(columns=cols)
 

@@ -135,17 +135,18 @@ class _Columns:
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def spill(self, file: SpillFile) -> None:
-        """Every column into ``file`` (where each can be kept there)."""
-        self._block_pending()
-        for i in range(len(self.names)):
-            self._whole(i)
-        if not self.chunks or not all(SpilledArray.can_keep(c[0]) for c in self.chunks if c):
-            return
+        """Every column that can be kept there (not one of unhashable objects) into
+        ``file``."""
         for i, chunks in enumerate(self.chunks):
-            if chunks:
+            if not chunks:
+                continue
+            self._whole(i)
+            try:
                 self.spilled[i] = SpilledArray.keep(chunks[0], file)
-                self.chunks[i] = []
-                self.owned.discard(i)
+            except TypeError:
+                continue
+            self.chunks[i] = []
+            self.owned.discard(i)
 
     def _unspill(self) -> None:
         for i, kept in list(self.spilled.items()):

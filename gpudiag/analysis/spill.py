@@ -176,10 +176,6 @@ class SpilledTable:
         return self._rows
 
     @property
-    def empty(self) -> bool:
-        return self._rows == 0
-
-    @property
     def columns(self) -> list[Any]:
         return list(self._header)
 
@@ -194,11 +190,10 @@ class SpilledTable:
     def frame(self, columns: Sequence[Any] | None = None, rows: int | None = None) -> pd.DataFrame:
         """The table; or only those of ``columns`` it has, in that order; or its first
         ``rows`` rows: what a reader needs, not the whole table."""
-        names = self.columns if columns is None else [c for c in columns if c in self]
         n = self._rows if rows is None else max(min(rows, self._rows), 0)
         if self._frame is not None:
-            return self._frame.iloc[:n][names].copy()
-        header = self._header if columns is None else pd.Index(names, dtype=self._header.dtype)
+            return self._frame.iloc[:n][self._names(columns)].copy()
+        names, header = self._names(columns), self._header_of(columns)
         return pd.DataFrame(
             {name: _read(self._columns[name], n) for name in names}, columns=header, copy=False
         )
@@ -211,8 +206,7 @@ class SpilledTable:
         if self._frame is not None:
             yield self.frame(columns)
             return
-        names = self.columns if columns is None else [c for c in columns if c in self]
-        header = self._header if columns is None else pd.Index(names, dtype=self._header.dtype)
+        names, header = self._names(columns), self._header_of(columns)
         first = next(iter(self._columns.values()), [])
         for i, piece in enumerate(first):
             yield pd.DataFrame(
@@ -220,6 +214,14 @@ class SpilledTable:
                 columns=header,
                 copy=False,
             )
+
+    def _names(self, columns: Sequence[Any] | None) -> list[Any]:
+        """The columns asked for that the table has, in that order (None: all)."""
+        return self.columns if columns is None else [c for c in columns if c in self]
+
+    def _header_of(self, columns: Sequence[Any] | None) -> pd.Index:
+        names = self._names(columns)
+        return self._header if columns is None else pd.Index(names, dtype=self._header.dtype)
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickled (a dashboard's cache): the rows
         return (SpilledTable, (self.frame(),))
@@ -287,24 +289,13 @@ class SpilledArray:
 
     @classmethod
     def keep(cls, values: np.ndarray, spill: SpillFile) -> SpilledArray:
+        """``values`` in ``spill``; TypeError where an object cannot be hashed (it is
+        then not kept)."""
         values = np.ascontiguousarray(values)
         if values.dtype.kind in "biuf":
             return cls(spill.keep(values.tobytes()), values.dtype, len(values), None)
         codes, uniques = _codes(values)
         return cls(spill.keep(codes.tobytes()), values.dtype, len(values), uniques)
-
-    @classmethod
-    def can_keep(cls, values: np.ndarray) -> bool:
-        """Whether ``keep`` takes this array (numbers, or objects that can be hashed)."""
-        if values.dtype.kind in "biuf":
-            return True
-        if values.dtype != object:
-            return False
-        try:
-            {_value_key(v) for v in values}
-        except TypeError:
-            return False
-        return True
 
     def read(self, start: int = 0, rows: int | None = None) -> np.ndarray:
         """``array[start : start + rows]`` (to the end without ``rows``), its own copy."""
