@@ -25,7 +25,8 @@ from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.breakdown import activity_sets
 from gpudiag.analysis.fold import iter_rank_rows
 from gpudiag.analysis.ingest import RankTrace, with_comm
-from gpudiag.analysis.matching import concat_pieces, match_group_chunks
+from gpudiag.analysis.matching import Table, concat_pieces, match_groups, rank_blocks
+from gpudiag.analysis.spill import SpilledTable, SpillFile
 
 TABLE_COLUMNS = (
     "rank",
@@ -488,32 +489,52 @@ PEER_WAIT_COLUMNS = ("rank", "steps", "comm_exposed_ms", "peer_wait_ms", "unmatc
 MATCH_TOLERANCE_NS = 100_000
 
 
+_SPAN_COLUMNS = ("rank", "wait", "lo", "hi")
+
+
 def _wait_spans(collectives: pd.DataFrame, world_size: int | None) -> pd.DataFrame:
     """Per collective call: (rank, wait, lo, hi). ``wait`` rows span the call's wait for
     the last peer to arrive ([its arrival, the last rank's arrival], no later than its
     end); ``unmatched`` rows span a whole call that was not seen on every rank of its
     group with the same op, or whose calls do not overlap in time (not one collective):
     its wait for peers is unknown. In the table's order."""
-    read = list(WAIT_READS)
-    c = collectives
-    start = pd.to_numeric(c["start_ns"], errors="coerce")
-    end = pd.to_numeric(c["end_ns"], errors="coerce")
-    if start.isna().any() or start.dtype != c["start_ns"].dtype or end.dtype != c["end_ns"].dtype:
-        c = c[read].assign(start_ns=start, end_ns=end).dropna(subset=["start_ns"])
-    if c.empty:
-        return pd.DataFrame(columns=["rank", "wait", "lo", "hi"])
-    spans = concat_pieces(_group_wait_spans(p, world_size) for p in match_group_chunks(c, read))
+    spans = concat_pieces(_wait_span_pieces(collectives, world_size))
     if spans is None:  # no call with a span
-        empty = {"rank": np.int64, "wait": bool, "lo": np.int64, "hi": np.int64}
-        return pd.DataFrame({name: np.empty(0, dtype) for name, dtype in empty.items()})
+        return _no_spans()
     order = np.argsort(spans["at"].to_numpy(), kind="stable")
-    return pd.DataFrame(
-        {name: spans[name].to_numpy()[order] for name in ("rank", "wait", "lo", "hi")}
-    )
+    return pd.DataFrame({name: spans[name].to_numpy()[order] for name in _SPAN_COLUMNS})
+
+
+def _no_spans() -> pd.DataFrame:
+    empty = {"rank": np.int64, "wait": bool, "lo": np.int64, "hi": np.int64}
+    return pd.DataFrame({name: np.empty(0, dtype) for name, dtype in empty.items()})
+
+
+def _wait_span_pieces(
+    collectives: Table, world_size: int | None, spill: SpillFile | None = None
+) -> Iterator[pd.DataFrame]:
+    """:func:`_wait_spans` a few whole matched groups at a time (matching.match_groups,
+    through ``spill`` where the table is on disk), each row with its position (``at``)
+    among the calls with a start."""
+    for piece in match_groups(collectives, WAIT_READS, spill, prepare=_with_start):
+        spans = _group_wait_spans(piece, world_size)
+        if len(spans):
+            yield spans
+
+
+def _with_start(calls: pd.DataFrame) -> pd.DataFrame:
+    """The calls with a start, their start and end as numbers."""
+    start = pd.to_numeric(calls["start_ns"], errors="coerce")
+    end = pd.to_numeric(calls["end_ns"], errors="coerce")
+    retyped = start.dtype != calls["start_ns"].dtype or end.dtype != calls["end_ns"].dtype
+    if retyped or start.isna().any():
+        read = [c for c in WAIT_READS if c in calls]
+        calls = calls[read].assign(start_ns=start, end_ns=end).dropna(subset=["start_ns"])
+    return calls
 
 
 def _group_wait_spans(c: pd.DataFrame, world_size: int | None) -> pd.DataFrame:
-    """_wait_spans of whole match groups (matching.match_group_chunks' pieces), with
+    """_wait_spans of whole match groups (matching.match_groups' pieces), with
     each row's position in the table (``at``)."""
     c = c.drop_duplicates(["pg_name", "key", "rank"])
     group = c.groupby(["pg_name", "key"], sort=False)
@@ -560,7 +581,10 @@ def _spans_by_rank(spans: pd.DataFrame) -> tuple[dict[Any, _Spans], _Spans]:
 
 
 def peer_wait(
-    traces: list[RankTrace], collectives: pd.DataFrame, world_size: int | None = None
+    traces: list[RankTrace],
+    collectives: Table,
+    world_size: int | None = None,
+    spill: SpillFile | None = None,
 ) -> pd.DataFrame:
     """Per traced rank, over its analysed steps (the per-rank table's, means per step):
     ``comm_exposed_ms`` (the table's number), ``peer_wait_ms``: the part of it spent
@@ -568,39 +592,50 @@ def peer_wait(
     arrival to the last rank's, each call matched across the ranks of its group as in
     stragglers.py), and ``unmatched_ms``: the part inside calls not matched on every rank
     of their group (only some ranks traced, different profiled windows), whose wait for
-    peers is unknown. Overlapping calls (DDP buckets) count once."""
-    from gpudiag.analysis.breakdown import component_intervals, step_window_bounds
-
+    peers is unknown. Overlapping calls (DDP buckets) count once. A table kept on disk
+    is matched, and its spans read per rank, through ``spill`` (matching.py)."""
     spans = (
-        _wait_spans(collectives, world_size)
+        SpilledTable.build(_wait_span_pieces(collectives, world_size, spill), spill)
         if collectives is not None and len(collectives)
-        else pd.DataFrame(columns=["rank", "wait", "lo", "hi"])
+        else None
     )
-    spans_of, no_spans = _spans_by_rank(spans)
-    rows = []
-    for trace in traces:
-        lo, hi = step_window_bounds(trace)
-        if not len(lo):
-            continue
-        exposed = component_intervals(trace, ("comm_exposed",))["comm_exposed"]
-        waiting, span_lo, span_hi = spans_of.get(trace.meta.rank, no_spans)
-        wait = iv.union(span_lo[waiting], span_hi[waiting])
-        unknown = iv.subtract(iv.union(span_lo[~waiting], span_hi[~waiting]), wait)
-        rows.append(
-            {
-                "rank": trace.meta.rank,
-                "steps": len(lo),
-                "comm_exposed_ms": float(iv.per_window_length(exposed, lo, hi).mean()) / 1e6,
-                "peer_wait_ms": float(
-                    iv.per_window_length(iv.intersect(exposed, wait), lo, hi).mean()
-                )
-                / 1e6,
-                "unmatched_ms": float(
-                    iv.per_window_length(iv.intersect(exposed, unknown), lo, hi).mean()
-                )
-                / 1e6,
-            }
-        )
+    traces_of: dict[Any, list[int]] = {}
+    for i, trace in enumerate(traces):
+        traces_of.setdefault(trace.meta.rank, []).append(i)
+    found: dict[int, dict[str, Any] | None] = {}
+    for block in rank_blocks(spans, _SPAN_COLUMNS, spill) if spans is not None else ():
+        for rank, rank_spans in _spans_by_rank(block)[0].items():
+            for i in traces_of.get(rank, ()):
+                found[i] = _rank_peer_wait(traces[i], rank_spans)
+    del spans
+    no_spans = _spans_by_rank(_no_spans())[1]
+    rows = [
+        row
+        for i, trace in enumerate(traces)
+        if (row := found[i] if i in found else _rank_peer_wait(trace, no_spans)) is not None
+    ]
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=float) for c in PEER_WAIT_COLUMNS})
     return pd.DataFrame(rows)[list(PEER_WAIT_COLUMNS)]
+
+
+def _rank_peer_wait(trace: RankTrace, spans: _Spans) -> dict[str, Any] | None:
+    """peer_wait's row of one rank, from its spans (None: no analysed step)."""
+    from gpudiag.analysis.breakdown import component_intervals, step_window_bounds
+
+    lo, hi = step_window_bounds(trace)
+    if not len(lo):
+        return None
+    exposed = component_intervals(trace, ("comm_exposed",))["comm_exposed"]
+    waiting, span_lo, span_hi = spans
+    wait = iv.union(span_lo[waiting], span_hi[waiting])
+    unknown = iv.subtract(iv.union(span_lo[~waiting], span_hi[~waiting]), wait)
+    return {
+        "rank": trace.meta.rank,
+        "steps": len(lo),
+        "comm_exposed_ms": float(iv.per_window_length(exposed, lo, hi).mean()) / 1e6,
+        "peer_wait_ms": float(iv.per_window_length(iv.intersect(exposed, wait), lo, hi).mean())
+        / 1e6,
+        "unmatched_ms": float(iv.per_window_length(iv.intersect(exposed, unknown), lo, hi).mean())
+        / 1e6,
+    }

@@ -3,17 +3,30 @@ rank is one collective (by sequence number when every row of the group has one, 
 order within the group). The cross-rank analyses of calls (arrival skew, the wait for
 peers) read every call of every rank; they take the calls a few whole matched groups at
 a time, so that their work arrays are of a piece, not of the whole run (the client's
-peak memory on a many-rank run)."""
+peak memory on a many-rank run). Where the table is on disk (spill.SpilledTable) the
+calls are sorted into those pieces through the spill file (match_groups), and per-rank
+sums of what was matched read it back a block of whole ranks at a time (rank_blocks):
+one piece is in memory at a time."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 import pandas as pd
 
+from gpudiag.analysis.spill import SpilledParts, SpilledTable, SpillFile
+
 # Rows (calls of all ranks) taken at once by the cross-rank analyses of calls.
 MATCH_CHUNK_ROWS = 1 << 16
+
+Table: TypeAlias = pd.DataFrame | SpilledTable
+# What a reader keeps of each piece before it is matched (a filter of its rows, types)
+Prepare: TypeAlias = Callable[[pd.DataFrame], pd.DataFrame]
+_KEY_READS = ("pg_name", "seq", "index")
 
 
 def match_key(table: pd.DataFrame) -> pd.Series:
@@ -75,3 +88,206 @@ def concat_pieces(pieces: Iterable[pd.DataFrame]) -> pd.DataFrame | None:
         return None
     joined = {name: pd.concat(parts.pop(name), ignore_index=True) for name in names}
     return pd.DataFrame(joined, copy=False)
+
+
+def match_groups(
+    table: Table,
+    columns: Sequence[str],
+    spill: SpillFile | None = None,
+    rows: int | None = None,
+    prepare: Prepare | None = None,
+) -> Iterator[pd.DataFrame]:
+    """:func:`match_group_chunks` of ``prepare`` of each of ``table``'s pieces (its
+    rows: their positions among the rows kept), where the table is kept on disk: its
+    calls are sorted into parts of about ``rows`` rows, whole match groups in (pg_name,
+    key) order, through ``spill``; one part is in memory at a time, so the client's
+    memory does not grow with the calls. In memory as one table where it is small, not
+    on disk, or its pieces differ in dtypes (the whole table's dtypes would differ)."""
+    rows = rows or MATCH_CHUNK_ROWS
+    kept = table if isinstance(table, SpilledTable) else SpilledTable(table)
+    reads = list(dict.fromkeys([*columns, *_KEY_READS]))
+    ready = prepare or (lambda piece: piece)
+    plan = (
+        _MatchPlan.of(ready(p) for p in kept.pieces(reads))
+        if spill is not None and kept.spilled and len(kept) > rows and kept.uniform(reads)
+        else None
+    )
+    parts = plan.sort(kept, reads, ready, spill, rows) if plan is not None and spill else None
+    if parts is None:
+        whole = [ready(p) for p in kept.pieces(reads)]
+        frame = whole[0] if len(whole) == 1 else pd.concat(whole, ignore_index=True)
+        yield from match_group_chunks(frame, list(columns), rows)
+        return
+    for index in range(len(parts)):
+        part = parts.take(index)
+        if part is not None:
+            at = part.pop("at").to_numpy()
+            yield part[[*columns, "key"]].set_axis(pd.Index(at))
+
+
+@dataclass(frozen=True)
+class _MatchPlan:
+    """Per process group (sorted as pd.factorize sorts): whether its calls all have a
+    seq, its calls and key range; from one pass over the pieces."""
+
+    names: pd.Index
+    all_seq: np.ndarray
+    calls: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+    @classmethod
+    def of(cls, pieces: Iterable[pd.DataFrame]) -> _MatchPlan | None:
+        per_piece = []
+        for piece in pieces:
+            if not len(piece):
+                continue
+            if piece["pg_name"].isna().any():
+                return None  # rows no group would take: the table as one piece
+            seq = piece["seq"].astype(float)
+            frame = pd.DataFrame(
+                {
+                    "pg": piece["pg_name"].to_numpy(),
+                    "has": seq.notna().to_numpy(),
+                    "seq": seq.to_numpy(),
+                    "index": piece["index"].to_numpy(dtype=float),
+                }
+            )
+            g = frame.groupby("pg", sort=False)
+            per_piece.append(
+                pd.DataFrame(
+                    {
+                        "has": g["has"].all(),
+                        "calls": g.size(),
+                        "seq_lo": g["seq"].min(),
+                        "seq_hi": g["seq"].max(),
+                        "index_lo": g["index"].min(),
+                        "index_hi": g["index"].max(),
+                        "index_nan": g["index"].count() < g.size(),
+                    }
+                )
+            )
+        if not per_piece:
+            return None
+        g = pd.concat(per_piece).groupby(level=0, sort=False)
+        names = pd.Index(pd.factorize(pd.Index(g.size().index), sort=True)[1])
+        agg = pd.DataFrame(
+            {
+                "has": g["has"].all(),
+                "calls": g["calls"].sum(),
+                "seq_lo": g["seq_lo"].min(),
+                "seq_hi": g["seq_hi"].max(),
+                "index_lo": g["index_lo"].min(),
+                "index_hi": g["index_hi"].max(),
+                "index_nan": g["index_nan"].any(),
+            }
+        ).reindex(names)
+        has = agg["has"].to_numpy(dtype=bool)
+        if (agg["index_nan"].to_numpy(dtype=bool) & ~has).any():
+            return None  # a key is missing: the table as one piece
+        return cls(
+            names=names,
+            all_seq=has,
+            calls=agg["calls"].to_numpy(dtype=np.int64),
+            low=np.where(has, agg["seq_lo"], agg["index_lo"]).astype(float),
+            high=np.where(has, agg["seq_hi"], agg["index_hi"]).astype(float),
+        )
+
+    def sort(
+        self, table: SpilledTable, reads: list[str], ready: Prepare, spill: SpillFile, rows: int
+    ) -> SpilledParts:
+        """The prepared rows of ``table`` with their ``key`` and position (``at``),
+        sorted into parts: groups taken in order until a part has ``rows`` calls, a
+        group of more calls cut by key ranges of about ``rows`` calls each."""
+        first, bins, width = self._parts(rows)
+        parts = SpilledParts(int((first + bins).max()) if len(first) else 0, spill)
+        at = 0
+        for piece in table.pieces(reads):
+            piece = ready(piece)
+            code = self.names.get_indexer(piece["pg_name"])
+            key = np.where(
+                self.all_seq[code],
+                piece["seq"].astype(float).to_numpy(),
+                piece["index"].to_numpy(dtype=float),
+            )
+            bin_of = np.floor((key - self.low[code]) / width[code])
+            part = first[code] + np.clip(np.nan_to_num(bin_of), 0, bins[code] - 1).astype(np.int64)
+            positions = np.arange(at, at + len(piece))
+            parts.add(piece.reset_index(drop=True).assign(key=key, at=positions), part)
+            at += len(piece)
+        return parts
+
+    def _parts(self, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per group: its first part, how many parts it is cut into, their key width."""
+        n = len(self.names)
+        first = np.zeros(n, dtype=np.int64)
+        bins = np.ones(n, dtype=np.int64)
+        width = np.ones(n, dtype=float)
+        part, held = 0, 0
+        for g in range(n):
+            calls = int(self.calls[g])
+            if calls > rows:  # alone, cut by key
+                part += 1 if held else 0
+                held = 0
+                bins[g] = math.ceil(calls / rows)
+                width[g] = max((self.high[g] - self.low[g] + 1) / bins[g], 1e-300)
+                first[g] = part
+                part += int(bins[g])
+                continue
+            if held and held + calls > rows:
+                part, held = part + 1, 0
+            first[g] = part
+            held += calls
+        return first, bins, width
+
+
+def rank_blocks(
+    table: Table, columns: Sequence[str], spill: SpillFile | None = None, rows: int | None = None
+) -> Iterator[pd.DataFrame]:
+    """``table``'s ``columns`` a block of whole ranks at a time (about ``rows`` rows;
+    blocks in rank order, each block's rows in the table's order), sorted into blocks
+    through ``spill`` where the table is kept on disk: a per-rank analysis of rows in
+    another order (the matched calls') then holds one block at a time. In memory as one
+    block where the table is small, not on disk, or its pieces differ in dtypes."""
+    rows = rows or MATCH_CHUNK_ROWS
+    kept = table if isinstance(table, SpilledTable) else SpilledTable(table)
+    block_of = (
+        _rank_block_plan(kept, rows)
+        if spill is not None and kept.spilled and len(kept) > rows and kept.uniform(columns)
+        else None
+    )
+    if block_of is None or spill is None:
+        if len(kept):
+            yield kept.frame(columns)
+        return
+    ranks, block = block_of
+    parts = SpilledParts(int(block.max()) + 1, spill)
+    for piece in kept.pieces(columns):
+        parts.add(piece, block[np.searchsorted(ranks, piece["rank"].to_numpy())])
+    for index in range(len(parts)):
+        part = parts.take(index)
+        if part is not None:
+            yield part
+
+
+def _rank_block_plan(table: SpilledTable, rows: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the ranks in order, each one's block): ranks taken in order until a block has
+    ``rows`` rows; None where a rank is not an integer."""
+    counts: pd.Series | None = None
+    for piece in table.pieces(["rank"]):
+        rank = piece["rank"]
+        if rank.dtype.kind not in "iu":
+            return None
+        seen = rank.value_counts(sort=False)
+        counts = seen if counts is None else counts.add(seen, fill_value=0)
+    if counts is None or not len(counts):
+        return None
+    counts = counts.sort_index()
+    block = np.zeros(len(counts), dtype=np.int64)
+    current, held = 0, 0
+    for i, n in enumerate(counts.to_numpy(dtype=np.int64)):
+        if held and held + n > rows:
+            current, held = current + 1, 0
+        block[i] = current
+        held += int(n)
+    return counts.index.to_numpy(), block

@@ -222,16 +222,38 @@ def completed_steps(steps: pd.DataFrame) -> set[int]:
     return {int(s) for s in per_step.index[per_step.to_numpy() >= n_ranks]}
 
 
+@dataclass(frozen=True)
+class _SteadyRule:
+    """Which collectives count for straggler matching, by their step (_steady_state)."""
+
+    done: frozenset[float] | None = None  # steps every rank completed (None: every row)
+    after: float | None = None  # and only steps after this one (the warm-up step)
+
+    def keeps(self, step: pd.Series) -> np.ndarray:
+        if self.done is None:
+            return np.ones(len(step), dtype=bool)
+        step = pd.to_numeric(step, errors="coerce").fillna(-1)
+        kept = step.isin(self.done)
+        if self.after is not None:
+            kept &= step > self.after
+        return kept.to_numpy()
+
+    def rows(self, calls: pd.DataFrame) -> pd.DataFrame:
+        """The calls that count (all of them where the rule keeps every row)."""
+        return calls if self.done is None else calls[self.keeps(calls["step"])]
+
+
 def _steady_state(
-    coll: pd.DataFrame, traces: list[Any], run: Any
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Collectives and the steps they span, for straggler matching. Only steps that every
-    rank completed count (a failed or hung run is judged on the steps it finished, not on
-    the time it hung). The run's first step (and collectives outside any step: DDP's
-    construction broadcasts) is warm-up where ranks start at different times; it is left
-    out when the run has 3 steps or more. The steps frame covers exactly the steps the
-    collectives come from, so the per-step costs divide by the right count (the run's
-    collectives span every step, the trace only the profiled window)."""
+    coll: SpilledTable, traces: list[Any], run: Any
+) -> tuple[_SteadyRule | None, pd.DataFrame]:
+    """The rule choosing the collectives for straggler matching (None: no call is left),
+    and the steps they span. Only steps that every rank completed count (a failed or hung
+    run is judged on the steps it finished, not on the time it hung). The run's first
+    step (and collectives outside any step: DDP's construction broadcasts) is warm-up
+    where ranks start at different times; it is left out when the run has 3 steps or
+    more. The steps frame covers exactly the steps the collectives come from, so the
+    per-step costs divide by the right count (the run's collectives span every step, the
+    trace only the profiled window). Reads the calls' steps one piece at a time."""
     from gpudiag.analysis import fold
 
     if run is not None and len(run.steps):
@@ -239,34 +261,54 @@ def _steady_state(
     else:
         per_rank = fold.rank_rows(traces, fold.STEPS, lambda t: t.steps.assign(rank=t.meta.rank))
         if not per_rank:
-            return coll, _empty(("rank", "step", "start_ns", "end_ns"))
+            return (_SteadyRule() if len(coll) else None), _empty(
+                ("rank", "step", "start_ns", "end_ns")
+            )
         steps = pd.concat(per_rank, ignore_index=True)
-    if "step" not in coll or coll["step"].isna().all():
-        return coll, steps
+    if not len(coll):
+        return None, steps
+    seen = _distinct_steps(coll)
+    if seen is None:  # no call has a step
+        return _SteadyRule(), steps
     done = completed_steps(steps)
-    step_col = pd.to_numeric(coll["step"], errors="coerce").fillna(-1)
-    present = np.sort(step_col[step_col.isin(done)].unique())
-    keep = step_col.isin(done)
+    present = np.sort([s for s in seen if s in done])
+    rule = _SteadyRule(frozenset(float(s) for s in done))
     if len(present) >= 3:
-        keep &= step_col > present[0]
+        rule = _SteadyRule(rule.done, float(present[0]))
     elif not len(present):
-        keep = pd.Series(True, index=coll.index)
-    coll = coll[keep.to_numpy()]
-    used = set(step_col[keep].unique())
-    steps = steps[steps["step"].isin(used)]
-    return coll, steps
+        rule = _SteadyRule()
+    used = pd.Series(sorted(seen), dtype=float)
+    used = set(used[rule.keeps(used)])
+    if not used:
+        return None, steps
+    return rule, steps[steps["step"].isin(used)]
 
 
-def _arrivals(coll: pd.DataFrame, run: Any, comms: Any, warnings: list[str]) -> pd.DataFrame:
+def _distinct_steps(coll: SpilledTable) -> set[float] | None:
+    """The calls' distinct steps (-1: none), None where no call has a step."""
+    if "step" not in coll:
+        return None
+    seen: set[float] = set()
+    any_step = False
+    for piece in coll.pieces(["step"]):
+        step = pd.to_numeric(piece["step"], errors="coerce")
+        any_step = any_step or bool(piece["step"].notna().any())
+        seen.update(step.fillna(-1).unique().tolist())
+    return seen if any_step else None
+
+
+def _arrivals(coll: SpilledTable, run: Any, comms: Any, warnings: list[str]) -> SpilledTable:
     """Collectives to match across ranks for stragglers: the run's own table when it has
     one (every step, matched on sequence numbers, arrival = enqueue time) even where the
     collective table above comes from the traces for want of completion times."""
     if run is None or not len(run.collectives) or comms is None:
         return coll
-    if len(coll) and coll["source"].astype(str).str.startswith("run:").all():
+    if len(coll) and all(
+        p["source"].astype(str).str.startswith("run:").all() for p in coll.pieces(["source"])
+    ):
         return coll
     from_run = _guard(warnings, "run collectives", comms.collective_table, [], run=run)
-    return from_run if from_run is not None and len(from_run) else coll
+    return SpilledTable(from_run) if from_run is not None and len(from_run) else coll
 
 
 @dataclass(frozen=True)
@@ -288,23 +330,30 @@ def _arrival_skew(
     and the steps it spans; None where it could not be measured."""
     if strag is None:
         return None
-    arrivals = _arrivals(coll.frame((*strag.ARRIVAL_READS, "source")), run, comms, warnings)
-    steady, steps = _steady_state(arrivals, traces, run)
-    del arrivals
-    if not len(steady):
+    arrivals = _arrivals(coll, run, comms, warnings)
+    rule, steps = _steady_state(arrivals, traces, run)
+    if rule is None:
         return None
-    skew = _guard(warnings, "arrival skew", _kept_skew, steady, strag, spill)
+    skew = _guard(warnings, "arrival skew", _kept_skew, arrivals, rule, strag, spill)
     return _Skew(skew, steps) if skew is not None else None
 
 
-def _kept_skew(steady: pd.DataFrame, strag: Any, spill: SpillFile) -> SpilledTable:
-    """stragglers.arrival_skew, each piece spilled as it is made."""
-    kept = SpilledTable.build(strag.arrival_skew_pieces(steady), spill)
+def _kept_skew(
+    arrivals: SpilledTable, rule: _SteadyRule, strag: Any, spill: SpillFile
+) -> SpilledTable:
+    """stragglers.arrival_skew of the calls the rule keeps, matched through the spill
+    file and each piece spilled as it is made."""
+    kept = SpilledTable.build(strag.arrival_skew_pieces(arrivals, spill, rule.rows), spill)
     return kept if kept is not None else SpilledTable(strag.no_skew())
 
 
 def _peer_wait(
-    traces: list[Any], coll: pd.DataFrame, run: Any, comms: Any, warnings: list[str]
+    traces: list[Any],
+    coll: SpilledTable,
+    run: Any,
+    comms: Any,
+    warnings: list[str],
+    spill: SpillFile,
 ) -> pd.DataFrame | None:
     """Each traced rank's exposed wait for late peers (comms.peer_wait); None when it
     could not be measured (exposed_communication then says less)."""
@@ -313,7 +362,32 @@ def _peer_wait(
     world = (run.world_size if run is not None else None) or max(
         (t.meta.world_size or 0 for t in traces), default=0
     )
-    return _guard(warnings, "wait for peers", comms.peer_wait, traces, coll, world or None)
+    return _guard(warnings, "wait for peers", comms.peer_wait, traces, coll, world or None, spill)
+
+
+def _kept_buckets(coll: SpilledTable, comms: Any, spill: SpillFile) -> SpilledTable:
+    """comms.ddp_buckets of each piece of the collective table (whole ranks: a rank's
+    buckets are its own), each spilled as it is made."""
+    pieces = (comms.ddp_buckets(piece) for piece in coll.pieces(comms.BUCKET_READS))
+    kept = SpilledTable.build((p for p in pieces if len(p)), spill)
+    return kept if kept is not None else SpilledTable(comms.ddp_buckets(None))
+
+
+def _lowest_rank_rows(buckets: SpilledTable | None) -> pd.DataFrame | None:
+    """The buckets of the lowest rank (what findings.bucket_findings reads), one piece
+    at a time."""
+    if buckets is None or not len(buckets) or "rank" not in buckets:
+        return buckets.frame() if buckets is not None else None
+    lowest = min(piece["rank"].min() for piece in buckets.pieces(["rank"]))
+    rows = [piece[piece["rank"] == lowest] for piece in buckets.pieces()]
+    return pd.concat(rows, ignore_index=True)
+
+
+def _largest_bytes(coll: SpilledTable) -> float | None:
+    """findings.largest_collective_bytes of the table, one piece at a time."""
+    sizes = [fnd.largest_collective_bytes(piece) for piece in coll.pieces(["bytes"])]
+    known = [size for size in sizes if size is not None]
+    return max(known) if known else None
 
 
 def _uses_ddp(traces: list[Any], run: Any) -> bool:
@@ -520,7 +594,7 @@ def analyze(
         else None
     )
     buckets = (
-        _guard(warnings, "DDP buckets", comms.ddp_buckets, coll.frame(comms.BUCKET_READS))
+        _guard(warnings, "DDP buckets", _kept_buckets, coll, comms, folded.spill)
         if comms is not None
         else None
     )
@@ -542,8 +616,9 @@ def analyze(
             warnings,
             "stragglers",
             strag.stragglers,
-            skew.table.frame(strag.STRAGGLER_READS),
+            skew.table,
             steps_frame,
+            folded.spill,
         )
         if skew is not None and len(skew.table)
         else None
@@ -577,18 +652,18 @@ def analyze(
     straggler = fnd.straggler_findings(slow, step_ms, contention, rank_nodes, ended_early)
     waited = sum(fnd.waiting_share(ranks, f.ranks, f.cost_ms_per_step) for f in straggler)
     found += straggler
-    largest = fnd.largest_collective_bytes(coll.frame(["bytes"]))
+    largest = _largest_bytes(coll)
     peer_wait = (
-        _peer_wait(traces, coll.frame(comms.WAIT_READS), run, comms, warnings)
-        if comms is not None
-        else None
+        _peer_wait(traces, coll, run, comms, warnings, folded.spill) if comms is not None else None
     )
     found += fnd.exposed_comm_findings(
         ranks, step_ms, stall, straggler_ms=waited, largest_bytes=largest, peer_wait=peer_wait
     )
     if _uses_ddp(traces, run):
         split = fnd.exposed_split(ranks, peer_wait, waited)
-        found += fnd.bucket_findings(buckets, ranks, step_ms, split=split, largest_bytes=largest)
+        found += fnd.bucket_findings(
+            _lowest_rank_rows(buckets), ranks, step_ms, split=split, largest_bytes=largest
+        )
     found += dataloader.dataloader_findings(dl, step_by_rank)
     found += dataloader.host_sync_findings(dl, step_by_rank)
     found += dataparallel.dataparallel_findings(dp, step_ms)
@@ -607,7 +682,7 @@ def analyze(
         breakdown=breakdown,
         collectives=coll,
         collective_summary=summary if summary is not None else _empty(()),
-        buckets=SpilledTable(buckets if buckets is not None else _empty(()), folded.spill),
+        buckets=buckets if buckets is not None else SpilledTable(_empty(())),
         skew=skew.table if skew is not None else SpilledTable.of(),
         stragglers=slow if slow is not None else _empty(()),
         dataparallel=dp,

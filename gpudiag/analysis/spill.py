@@ -215,6 +215,15 @@ class SpilledTable:
                 copy=False,
             )
 
+    def uniform(self, columns: Sequence[Any] | None = None) -> bool:
+        """Whether each of ``columns`` has one dtype in every piece: a reader that joins
+        some rows of several pieces then gets the whole table's dtypes."""
+        if self._frame is not None:
+            return True
+        return all(
+            len({str(p.dtype) for p in self._columns[name]}) <= 1 for name in self._names(columns)
+        )
+
     def _names(self, columns: Sequence[Any] | None) -> list[Any]:
         """The columns asked for that the table has, in that order (None: all)."""
         return self.columns if columns is None else [c for c in columns if c in self]
@@ -225,6 +234,39 @@ class SpilledTable:
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickled (a dashboard's cache): the rows
         return (SpilledTable, (self.frame(),))
+
+
+class SpilledParts:
+    """Rows sorted into ``count`` parts on disk (an out-of-core shuffle): :meth:`add`
+    spills each piece's rows of each part, :meth:`take` reads one part back, its rows in
+    the order they were added. A reader that needs whole groups of rows (one matched
+    call, one rank) that are spread over many pieces then holds one part at a time."""
+
+    def __init__(self, count: int, spill: SpillFile) -> None:
+        self._spill = spill
+        self._parts: list[list[SpilledTable]] = [[] for _ in range(count)]
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+    def add(self, frame: pd.DataFrame, part: np.ndarray) -> None:
+        """Spill ``frame``'s rows, row i to part ``part[i]`` (0 <= part < count)."""
+        if not len(frame):
+            return
+        order = np.argsort(part, kind="stable")
+        ordered = part[order]
+        cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+        for start, end in zip(np.r_[0, cuts], np.r_[cuts, len(order)], strict=True):
+            rows = frame.take(order[start:end]).reset_index(drop=True)
+            self._parts[int(ordered[start])].append(SpilledTable(rows, self._spill))
+
+    def take(self, index: int) -> pd.DataFrame | None:
+        """Part ``index``'s rows (None when it has none), read once: then forgotten."""
+        kept, self._parts[index] = self._parts[index], []
+        if not kept:
+            return None
+        frames = [table.frame() for table in kept]
+        return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
 def _plain(frame: pd.DataFrame) -> bool:

@@ -40,7 +40,8 @@ import numpy as np
 import pandas as pd
 
 from gpudiag.analysis import intervals as iv
-from gpudiag.analysis.matching import concat_pieces, match_group_chunks
+from gpudiag.analysis.matching import Prepare, Table, concat_pieces, match_groups, rank_blocks
+from gpudiag.analysis.spill import SpilledTable, SpillFile
 
 # The collective table's columns arrival_skew reads; stragglers reads STRAGGLER_READS of
 # its result (pipeline.analyze reads only these back from disk)
@@ -88,16 +89,31 @@ def arrival_skew(table: pd.DataFrame) -> pd.DataFrame:
     return skew if skew is not None else no_skew()
 
 
-def arrival_skew_pieces(table: pd.DataFrame) -> Iterator[pd.DataFrame]:
-    """:func:`arrival_skew` a few whole matched groups at a time (matching.py), in its
-    order: ``pd.concat`` of the non-empty pieces is the skew (none: no skew), so a caller
-    may keep each piece elsewhere (pipeline.analyze spills them) as it comes."""
-    if table is None or len(table) == 0 or table["rank"].nunique() < 2:
+def arrival_skew_pieces(
+    table: Table, spill: SpillFile | None = None, prepare: Prepare | None = None
+) -> Iterator[pd.DataFrame]:
+    """:func:`arrival_skew` of ``prepare`` of each piece of ``table`` (matching.
+    match_groups: a table on disk is matched through ``spill``), a few whole matched
+    groups at a time, in its order: ``pd.concat`` of the non-empty pieces is the skew
+    (none: no skew), so a caller may keep each piece elsewhere (pipeline.analyze spills
+    them) as it comes."""
+    if table is None or len(table) == 0 or not _two_ranks(table, prepare):
         return
-    for piece in match_group_chunks(table, list(ARRIVAL_READS)):
+    for piece in match_groups(table, ARRIVAL_READS, spill, prepare=prepare):
         skew = _group_skew(piece)
         if len(skew):
             yield skew
+
+
+def _two_ranks(table: Table, prepare: Prepare | None) -> bool:
+    """Whether the (prepared) rows come from two ranks or more, one piece at a time."""
+    kept = table if isinstance(table, SpilledTable) else SpilledTable(table)
+    seen: set[object] = set()
+    for piece in kept.pieces(ARRIVAL_READS):
+        seen.update((prepare(piece) if prepare else piece)["rank"].unique())
+        if len(seen) >= 2:
+            return True
+    return False
 
 
 def no_skew() -> pd.DataFrame:
@@ -105,7 +121,7 @@ def no_skew() -> pd.DataFrame:
 
 
 def _group_skew(t: pd.DataFrame) -> pd.DataFrame:
-    """arrival_skew of whole match groups (match_group_chunks' pieces)."""
+    """arrival_skew of whole match groups (matching.match_groups' pieces)."""
     t = t.drop_duplicates(["pg_name", "key", "rank"])
     groups = t.groupby(["pg_name", "key"], sort=False)["start_ns"]
     size = groups.transform("size")
@@ -136,8 +152,9 @@ def _group_skew(t: pd.DataFrame) -> pd.DataFrame:
     return t.sort_values(["pg_name", "key", "rank"], ignore_index=True)[list(SKEW_COLUMNS)]
 
 
-def _steps_analysed(skew: pd.DataFrame, steps: pd.DataFrame | None) -> tuple[int, float]:
-    """(number of steps, median step ms) from a steps or breakdown frame."""
+def _steps_analysed(skew_steps: np.ndarray, steps: pd.DataFrame | None) -> tuple[int, float]:
+    """(number of steps, median step ms) from a steps or breakdown frame (else the
+    skew's distinct ``skew_steps``)."""
     n = 0
     median_ms = float("nan")
     if steps is not None and len(steps):
@@ -152,8 +169,7 @@ def _steps_analysed(skew: pd.DataFrame, steps: pd.DataFrame | None) -> tuple[int
         elif {"start_ns", "end_ns"} <= set(steps.columns):
             median_ms = float(((steps["end_ns"] - steps["start_ns"]) / 1e6).median())
     if n == 0:
-        valid = skew["step"][skew["step"] >= 0]
-        n = valid.nunique() if len(valid) else 1
+        n = int((skew_steps >= 0).sum()) or 1
     return max(n, 1), median_ms
 
 
@@ -217,33 +233,86 @@ def _median_of_others(values: np.ndarray) -> np.ndarray:
     return (low + high) / 2.0
 
 
-def _pad(values: np.ndarray, size: int) -> np.ndarray:
-    return np.concatenate([values, np.zeros(size - len(values))])
+def _distinct_steps(skew: Table) -> np.ndarray:
+    """The skew's steps, sorted, one piece at a time."""
+    kept = skew if isinstance(skew, SpilledTable) else SpilledTable(skew)
+    seen = [np.unique(piece["step"].to_numpy()) for piece in kept.pieces(["step"])]
+    return np.unique(np.concatenate(seen)) if seen else np.empty(0, dtype=np.int64)
 
 
-def stragglers(skew: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per rank: how often and by how much it arrives last, and what that costs the
-    others per step. ``is_straggler`` uses the per-step median of the cost, so one
-    hiccup (a page fault, a noisy neighbour) does not name a rank."""
-    if skew is None or len(skew) == 0:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in STRAGGLER_COLUMNS})
-    n_steps, median_step_ms = _steps_analysed(skew, steps)
+def _rank_block_costs(
+    skew: pd.DataFrame, n_steps: int, steps_seen: np.ndarray
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """Per rank of a block of whole ranks' skew rows: its calls, mean skew, times last,
+    wait and cost per step; and its (rank x step) lead cost."""
     ranks = np.unique(skew["rank"].to_numpy())
-    steps_seen = np.unique(skew["step"].to_numpy())
     r = np.searchsorted(ranks, skew["rank"].to_numpy())
     lead_s, lead_e, wait_s, wait_e = _lead_and_wait_spans(skew)
     g = skew.groupby("rank")
     out = pd.DataFrame(
         {
             "collectives": g.size(),
-            "mean_skew_ms": g["skew_ms"].mean(),
+            "mean_skew_ms": _mean_by(r, skew["skew_ms"].to_numpy(dtype=float), len(ranks)),
             "last_count": g["is_last"].sum(),
             "wait_ms_per_step": _pad(_union_ms_by(r, wait_s, wait_e), len(ranks)) / n_steps,
             "cost_ms_per_step": _pad(_union_ms_by(r, lead_s, lead_e), len(ranks)) / n_steps,
         },
         index=pd.Index(ranks, name="rank"),
     )
-    per_step = _per_step_cost(skew, ranks, steps_seen)
+    return out, _per_step_cost(skew, ranks, steps_seen)
+
+
+def _mean_by(codes: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """Per group (codes 0..groups-1): the mean of its values (NaN skipped), summed in
+    row order with compensation as pandas' groupby mean sums a table whose groups are
+    interleaved, so that it is the same whichever ranks share a block (pandas sums
+    otherwise where the rows come sorted by group: a block of one rank)."""
+    ok = ~np.isnan(values)
+    codes, values = codes[ok], values[ok]
+    order = np.argsort(codes, kind="stable")
+    counts = np.bincount(codes, minlength=groups)
+    ends = np.cumsum(counts)
+    ordered = values[order].tolist()
+    sums = [_compensated_sum(ordered[end - n : end]) for n, end in zip(counts, ends, strict=True)]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(sums, dtype=float) / counts
+
+
+def _compensated_sum(values: list[float]) -> float:
+    """Kahan's sum, step for step as pandas' group_mean makes it."""
+    total = compensation = 0.0
+    for value in values:
+        y = value - compensation
+        t = total + y
+        compensation = t - total - y
+        if compensation != compensation:  # an infinity: no compensation
+            compensation = 0.0
+        total = t
+    return total
+
+
+def _pad(values: np.ndarray, size: int) -> np.ndarray:
+    return np.concatenate([values, np.zeros(size - len(values))])
+
+
+def stragglers(
+    skew: Table, steps: pd.DataFrame | None = None, spill: SpillFile | None = None
+) -> pd.DataFrame:
+    """Per rank: how often and by how much it arrives last, and what that costs the
+    others per step. ``is_straggler`` uses the per-step median of the cost, so one
+    hiccup (a page fault, a noisy neighbour) does not name a rank. A skew kept on disk
+    is read a block of whole ranks at a time (matching.rank_blocks, through ``spill``)."""
+    if skew is None or len(skew) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in STRAGGLER_COLUMNS})
+    steps_seen = _distinct_steps(skew)
+    n_steps, median_step_ms = _steps_analysed(steps_seen, steps)
+    blocks = [
+        _rank_block_costs(block, n_steps, steps_seen)
+        for block in rank_blocks(skew, STRAGGLER_READS, spill)
+    ]
+    out = pd.concat([b[0] for b in blocks]) if len(blocks) > 1 else blocks[0][0]
+    ranks = out.index.to_numpy()
+    per_step = np.vstack([b[1] for b in blocks])
     missing_steps = max(n_steps - per_step.shape[1], 0)
     if missing_steps:
         per_step = np.hstack([per_step, np.zeros((len(ranks), missing_steps))])
