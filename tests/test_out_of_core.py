@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpudiag.analysis import analyze, comms, matching, spill, stragglers
+from gpudiag.analysis import analyze, comms, exact, matching, spill, stragglers, whatif
 from gpudiag.paths import sample_runs_dir
 from gpudiag.report.jsonout import write_results
 from tests.test_fold import _sent_back
@@ -171,3 +171,99 @@ def test_an_analysis_matched_through_disk_is_the_same(
     monkeypatch.setattr(matching, "MATCH_CHUNK_ROWS", 5)
     assert _json(path) == in_memory
     assert len(made) >= 2 and max(made) > 1  # the calls and the spans went through disk
+
+
+@pytest.mark.parametrize("rows", PART_ROWS)
+def test_the_summary_through_disk_equals_the_whole_table(
+    tables: list, rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Groups of up to ``rows`` calls are read a block at a time, larger ones a piece
+    at a time: no block holds more than ``rows`` calls or one group."""
+    expected = {name: comms.collective_summary(table) for name, table in tables}
+    monkeypatch.setattr(matching, "MATCH_CHUNK_ROWS", rows)
+    blocks: list[pd.DataFrame] = []
+    streamed: list[int] = []
+    real_blocks, real_row = matching.key_blocks, comms._LargeGroups._row
+
+    def counted(*args: object, **kwargs: object) -> Iterator[pd.DataFrame]:
+        for block in real_blocks(*args, **kwargs):  # type: ignore[arg-type]
+            blocks.append(block)
+            yield block
+
+    def streamed_row(self: comms._LargeGroups, code: int) -> dict:
+        streamed.append(int(self.sizes[code]))
+        return real_row(self, code)
+
+    monkeypatch.setattr(comms, "key_blocks", counted)
+    monkeypatch.setattr(comms._LargeGroups, "_row", streamed_row)
+    for name, table in tables:
+        if len(table) <= rows:
+            continue
+        file = spill.SpillFile()
+        blocks.clear()
+        streamed.clear()
+        got = comms.collective_summary(_on_disk(table.reset_index(drop=True), file), file)
+        pd.testing.assert_frame_equal(got, expected[name], check_exact=True, obj=name)
+        for block in blocks:
+            assert len(block) <= rows or len(block[["op", "pg_name"]].drop_duplicates()) == 1
+        assert all(size > rows for size in streamed), name
+        assert sum(map(len, blocks)) + sum(streamed) == len(table), name
+        assert streamed or rows > 1, name  # with 1-call blocks every group is streamed
+
+
+def test_compensated_sums_are_pandas_sums_of_interleaved_groups(tables: list) -> None:
+    for name, table in tables:
+        codes = np.arange(len(table)) % 3  # interleaved: pandas' compensated path
+        if len(table) < 3:
+            continue
+        values = table["dur_ms"].to_numpy(float)
+        pandas_sums = pd.Series(values).groupby(codes).sum()
+        ours = exact.compensated_sums(codes, values, 3)
+        assert (ours[pandas_sums.index] == pandas_sums.to_numpy()).all(), name
+        one = codes == codes[0]
+        alone = exact.compensated_sums(np.zeros(one.sum(), dtype=np.int64), values[one], 1)
+        assert alone[0] == ours[codes[0]], name  # whatever else is in the table
+
+
+@pytest.mark.parametrize("held", [1, 7, 1 << 20])
+def test_a_median_streamed_in_pieces_is_pandas_median(tables: list, held: int) -> None:
+    """On every recorded column a summary takes a median of (sizes, bandwidths,
+    durations), with NaN, infinities and ties added: the radix selection holding
+    ``held`` values at a time gives pandas' groupby median."""
+    checked = 0
+    for name, table in tables:
+        for column in ("bytes", "busbw_gbs", "dur_ms", "start_ns"):
+            values = table[column].to_numpy(float)
+            for extra in ([], [np.nan, np.inf, values[0], -np.inf, np.nan]):
+                v = np.concatenate([values, extra])
+                pieces = np.array_split(v, [3, 4, len(v) // 2])
+                got = exact.streamed_median(lambda pieces=pieces: iter(pieces), held)
+                want = pd.Series(v).groupby(np.zeros(len(v), dtype=int)).median().iloc[0]
+                assert got == want or (np.isnan(got) and np.isnan(want)), (name, column)
+                checked += 1
+    assert checked >= 40
+
+
+@pytest.mark.parametrize("rows", PART_ROWS)
+def test_the_last_bucket_through_disk_equals_the_whole_table(
+    tables: list, rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = {name: whatif.last_bucket_ms(table) for name, table in tables}
+    assert sum(value is not None for value in expected.values()) >= 2  # DDP runs have one
+    monkeypatch.setattr(matching, "MATCH_CHUNK_ROWS", rows)
+    blocks: list[int] = []
+    real = matching.key_blocks
+
+    def counted(*args: object, **kwargs: object) -> Iterator[pd.DataFrame]:
+        for block in real(*args, **kwargs):  # type: ignore[arg-type]
+            blocks.append(len(block))
+            yield block
+
+    monkeypatch.setattr(whatif, "key_blocks", counted)
+    for name, table in tables:
+        file = spill.SpillFile()
+        blocks.clear()
+        kept = _on_disk(table.reset_index(drop=True), file)
+        assert whatif.last_bucket_ms(kept, file) == expected[name], name
+        if expected[name] is not None and len(table) > 4 * rows:
+            assert len(blocks) > 1, name  # the matched calls came a block at a time

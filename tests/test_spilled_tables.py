@@ -158,6 +158,47 @@ def test_the_stores_rows_read_back_the_same_once_spilled(
     _equal(comms.collective_table(traces), before, "rows kept in memory (full disk)")
 
 
+def test_a_stored_column_is_read_and_spilled_from_its_chunks(folded_sets: list) -> None:
+    """The store reads a column's rows from its chunks as they are (never joined in
+    memory first), and spills them chunk by chunk: the same rows as from the joined
+    column, for every column of the recorded collective rows, cut into uneven chunks."""
+    rng = np.random.default_rng(3)
+    checked = 0
+
+    def same(got: np.ndarray, want: np.ndarray, err_msg: str) -> None:
+        assert got.dtype == want.dtype, err_msg
+        pd.testing.assert_series_equal(pd.Series(got), pd.Series(want), obj=err_msg)
+
+    for name, traces, _ in folded_sets:
+        table = comms.collective_table(traces)
+        for column in table.columns:
+            values = table[column].to_numpy()
+            if values.dtype.kind not in "biufO" or len(values) < 4:
+                continue
+            few = np.unique(rng.integers(1, len(values), 6))
+            many = np.unique(rng.integers(1, len(values), 3 * fold._CHUNK_PARTS))
+            for cuts, blocks_to in ((few, None), (many, spill.SpillFile())):
+                label = f"{name} {column}, {len(cuts) + 1} parts"
+                cols = fold._Columns((column,), (values.dtype,), spill_to=blocks_to)
+                for chunk in np.split(values, cuts):
+                    cols.append((chunk,))
+                # blocks of _CHUNK_PARTS parts went to disk as they were made
+                blocked = len(cuts) + 1 >= fold._CHUNK_PARTS
+                assert cols.spilled == (blocks_to is not None and blocked), label
+                spans = [(int(a), int(rng.integers(0, len(values) - a + 1))) for a in cuts[:3]]
+                spans += [(0, len(values)), (len(values), 0)]
+                want = [values[a : a + n] for a, n in spans]
+                same(cols.rows_of(0, spans), np.concatenate(want), err_msg=label)
+                for (a, n), rows in zip(spans, want, strict=True):
+                    same(cols.rows_of(0, [(a, n)], view=True), rows, err_msg=label)
+                cols.spill(spill.SpillFile())
+                assert cols.spilled, label
+                assert not any(isinstance(c, np.ndarray) for c in cols.chunks[0]), label
+                same(cols.rows_of(0, spans), np.concatenate(want), err_msg=label)
+                checked += 1
+    assert checked >= 40
+
+
 def test_an_analysis_keeps_its_per_call_tables_on_disk() -> None:
     """The result's collectives, skew and buckets are in the spill file, and read back
     as the tables the analyses make from the traces."""

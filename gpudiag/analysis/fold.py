@@ -46,7 +46,7 @@ import pickle
 from array import array
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -68,25 +68,33 @@ _CHUNK_PARTS = 64
 Layout = tuple[tuple[Any, ...], tuple[Any, ...]]  # (column names, dtypes)
 
 
+Chunk: TypeAlias = np.ndarray | SpilledArray  # a run of a column's rows, in memory or spilled
+
+
 @dataclass
 class _Columns:
     """The rows of every part of one column layout."""
 
     names: tuple[Any, ...]
     dtypes: tuple[Any, ...]
-    # per column: blocks of _CHUNK_PARTS parts each, then the parts appended since
-    chunks: list[list[np.ndarray]] = field(default_factory=list)
+    # per column: blocks of _CHUNK_PARTS parts each, then the parts appended since; a
+    # block may be kept in the spill file (read back a slice at a time)
+    chunks: list[list[Chunk]] = field(default_factory=list)
     pending: int = 0  # parts at the end of each column's chunks not yet in a block
     rows: int = 0
     # columns whose one chunk is this store's own copy (fill may write into it)
     owned: set[int] = field(default_factory=set)
-    # columns kept in the spill file instead (TableStore.spill), read back a slice at a time
-    spilled: dict[int, SpilledArray] = field(default_factory=dict)
+    # where each block goes as it is made (TableStore.spill_blocks), else None
+    spill_to: SpillFile | None = None
+
+    @property
+    def spilled(self) -> bool:
+        """Whether some rows are kept in the spill file."""
+        return any(isinstance(c, SpilledArray) for chunks in self.chunks for c in chunks)
 
     def append(self, values: tuple[np.ndarray, ...]) -> int:
         if not self.chunks:
             self.chunks = [[] for _ in self.names]
-        self._unspill()
         start = self.rows
         for chunks, v in zip(self.chunks, values, strict=True):
             chunks.append(v)
@@ -97,70 +105,114 @@ class _Columns:
         return start
 
     def _block_pending(self) -> None:
-        """The pending parts of each column as one block. Not the whole column: copying
-        every row again every _CHUNK_PARTS parts cost O(rows^2) and, while it copied,
-        twice the column (the peak of loading a many-rank run)."""
-        if self.pending > 1:
-            for chunks in self.chunks:
-                block = np.concatenate(chunks[-self.pending :])
+        """The pending parts of each column as one block (spilled where the store's
+        blocks go to the spill file). Not the whole column: copying every row again
+        every _CHUNK_PARTS parts cost O(rows^2) and, while it copied, twice the column
+        (the peak of loading a many-rank run)."""
+        if self.pending > 1 or (self.pending and self.spill_to is not None):
+            for i, chunks in enumerate(self.chunks):
+                parts = chunks[-self.pending :]
                 del chunks[-self.pending :]
-                chunks.append(block)
+                chunks.append(self._kept(i, parts))
         self.pending = 0
 
-    def _whole(self, i: int) -> None:
-        """Column ``i`` as one chunk."""
-        self._block_pending()
-        if len(self.chunks[i]) > 1:
-            self.chunks[i] = [np.concatenate(self.chunks[i])]
+    def _kept(self, i: int, parts: list[Chunk]) -> Chunk:
+        """One chunk of these in-memory parts: spilled where blocks go to the file."""
+        arrays = [p for p in parts if isinstance(p, np.ndarray)]
+        if self.spill_to is not None and len(arrays) == len(parts):
+            try:
+                self.owned.discard(i)
+                return SpilledArray.keep_chunks(arrays, self.spill_to)
+            except TypeError:  # an unhashable object: kept in memory
+                pass
+        return np.concatenate([_array(p) for p in parts])
 
-    def column(self, i: int) -> np.ndarray:
-        """The whole column (a spilled one: read back, not kept)."""
-        if i in self.spilled:
-            return self.spilled[i].read()
-        self._whole(i)
-        return self.chunks[i][0]
+    def _whole(self, i: int) -> None:
+        """Column ``i`` as one chunk, in memory."""
+        self._block_pending()
+        chunks = self.chunks[i]
+        if len(chunks) > 1 or (chunks and isinstance(chunks[0], SpilledArray)):
+            self.chunks[i] = [np.concatenate([_array(c) for c in chunks])]
 
     def rows_of(self, i: int, spans: Sequence[tuple[int, int]], view: bool = False) -> np.ndarray:
         """Column ``i``'s rows of each (first row, rows) span, joined: an array of its
-        own (``view``: of one span, the store's own where it is in memory)."""
-        if i not in self.spilled:
-            column = self.column(i)
-            if len(spans) == 1:
-                start, n = spans[0]
-                rows = column[start : start + n]
-                return rows if view else rows.copy()
-            return column[np.concatenate([np.arange(a, a + n) for a, n in spans])]
-        kept = self.spilled[i]
-        parts = [kept.read(a, n) for a, n in _joined_spans(spans)]
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        own (``view``: of one span within one chunk in memory, the store's own). Read
+        from the chunks as they are: joining a column's chunks into one array first
+        made a second copy of it (its old chunks freed in small pieces the C allocator
+        keeps: the client's peak while a many-rank run's table is made)."""
+        parts = list(self._slices(i, _joined_spans(spans)))
+        if view and len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return np.empty(0, dtype=self.chunks[i][0].dtype)
+        return parts[0].copy() if len(parts) == 1 else np.concatenate(parts)
+
+    def _slices(self, i: int, spans: Sequence[tuple[int, int]]) -> Iterator[np.ndarray]:
+        """Column ``i``'s rows covering each span, in order: views of the chunks in
+        memory, reads of the spilled ones."""
+        chunks = self.chunks[i]
+        bounds = np.cumsum([0, *(len(c) for c in chunks)])
+        for start, n in spans:
+            at, end = start, start + n
+            k = int(np.searchsorted(bounds, at, side="right")) - 1
+            while at < end:
+                first = int(bounds[k])
+                take = min(end, int(bounds[k + 1])) - at
+                chunk = chunks[k]
+                if isinstance(chunk, SpilledArray):
+                    yield chunk.read(at - first, take)
+                else:
+                    yield chunk[at - first : at - first + take]
+                at += take
+                k += 1
 
     def spill(self, file: SpillFile) -> None:
         """Every column that can be kept there (not one of unhashable objects) into
-        ``file``."""
+        ``file``, its chunks in memory written one after another (never joined)."""
+        self._block_pending()
         for i, chunks in enumerate(self.chunks):
-            if not chunks:
+            arrays = [c for c in chunks if isinstance(c, np.ndarray)]
+            if not arrays:
                 continue
-            self._whole(i)
             try:
-                self.spilled[i] = SpilledArray.keep(chunks[0], file)
+                self.chunks[i] = self._spilled_runs(chunks, file)
             except TypeError:
                 continue
-            self.chunks[i] = []
             self.owned.discard(i)
 
+    @staticmethod
+    def _spilled_runs(chunks: list[Chunk], file: SpillFile) -> list[Chunk]:
+        """The chunks with each run of chunks in memory spilled as one."""
+        out: list[Chunk] = []
+        run: list[np.ndarray] = []
+        for chunk in [*chunks, None]:
+            if isinstance(chunk, np.ndarray):
+                run.append(chunk)
+                continue
+            if run:
+                out.append(SpilledArray.keep_chunks(run, file))
+                run = []
+            if chunk is not None:
+                out.append(chunk)
+        return out
+
     def _unspill(self) -> None:
-        for i, kept in list(self.spilled.items()):
-            self.chunks[i] = [kept.read()]
-            self.owned.add(i)
-            del self.spilled[i]
+        for i, chunks in enumerate(self.chunks):
+            if any(isinstance(c, SpilledArray) for c in chunks):
+                self.chunks[i] = [np.concatenate([_array(c) for c in chunks])]
+                self.owned.add(i)
 
     def fill(self, i: int, start: int, rows: int, value: object) -> None:
         self._unspill()
         if len(self.chunks[i]) != 1 or i not in self.owned:
             self._block_pending()
-            self.chunks[i] = [np.concatenate(self.chunks[i])]
+            self.chunks[i] = [np.concatenate([_array(c) for c in self.chunks[i]])]
             self.owned.add(i)
-        self.chunks[i][0][start : start + rows] = value
+        self.chunks[i][0][start : start + rows] = value  # type: ignore[index]
+
+
+def _array(chunk: Chunk) -> np.ndarray:
+    return chunk.read() if isinstance(chunk, SpilledArray) else chunk
 
 
 class TableStore:
@@ -175,6 +227,7 @@ class TableStore:
         self._part_starts = array("q")
         self._part_rows = array("q")
         self._strings: dict[str, str] = {}
+        self._spill_to: SpillFile | None = None
 
     def add(self, part: FrameColumns) -> StoredRows | None:
         """Store one rank's table (None when it cannot be: a non-default index)."""
@@ -183,7 +236,8 @@ class TableStore:
         key = (part.names, part.dtypes)
         cols = self._layouts.get(key)
         if cols is None:
-            cols = self._layouts[key] = _Columns(part.names, part.dtypes)
+            cols = _Columns(part.names, part.dtypes, spill_to=self._spill_to)
+            self._layouts[key] = cols
         values = tuple(self._intern(v) for v in part.values)
         start = cols.append(values)
         self._part_layouts.append(cols)
@@ -251,6 +305,13 @@ class TableStore:
         was read across ranks once; only a rank's own reader, rarely, reads it again)."""
         for cols in self._layouts.values():
             cols.spill(file)
+
+    def spill_blocks(self, file: SpillFile) -> None:
+        """From now on, each block of _CHUNK_PARTS parts goes to ``file`` as it is
+        made: the rows of a many-rank run never sit in memory together."""
+        self._spill_to = file
+        for cols in self._layouts.values():
+            cols.spill_to = file
 
 
 class StoredRows(FramePart):
@@ -320,6 +381,8 @@ class RankFold:
         self.tables: dict[str, TableStore] = {key: TableStore() for key in FOLDED_TABLES}
         self.steps = TableStore()
         self.spill = SpillFile()
+        # every call of every rank: its blocks go to disk as they are made (docs/cluster.md)
+        self.tables["collective_rows"].spill_blocks(self.spill)
         self._shared: dict[str, Any] = {}
 
     def add(self, trace: RankTrace) -> None:

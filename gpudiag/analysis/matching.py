@@ -244,50 +244,81 @@ class _MatchPlan:
 def rank_blocks(
     table: Table, columns: Sequence[str], spill: SpillFile | None = None, rows: int | None = None
 ) -> Iterator[pd.DataFrame]:
-    """``table``'s ``columns`` a block of whole ranks at a time (about ``rows`` rows;
-    blocks in rank order, each block's rows in the table's order), sorted into blocks
-    through ``spill`` where the table is kept on disk: a per-rank analysis of rows in
-    another order (the matched calls') then holds one block at a time. In memory as one
-    block where the table is small, not on disk, or its pieces differ in dtypes."""
+    """``table``'s ``columns`` a block of whole ranks at a time (key_blocks by rank): a
+    per-rank analysis of rows in another order (the matched calls') then holds one
+    block at a time."""
+    return key_blocks(table, columns, ("rank",), spill, rows)
+
+
+def key_blocks(
+    table: Table,
+    columns: Sequence[str],
+    keys: Sequence[str],
+    spill: SpillFile | None = None,
+    rows: int | None = None,
+    prepare: Prepare | None = None,
+) -> Iterator[pd.DataFrame]:
+    """``prepare`` of ``table``'s ``columns`` a block of whole groups of ``keys`` at a
+    time: groups in sorted order (as ``groupby(keys, sort=True)``) taken until a block
+    has about ``rows`` rows, each block's rows in the table's order, sorted into blocks
+    through ``spill`` where the table is kept on disk. In memory as one block where the
+    table is small, not on disk, its pieces differ in dtypes or a key is missing."""
     rows = rows or MATCH_CHUNK_ROWS
     kept = table if isinstance(table, SpilledTable) else SpilledTable(table)
-    block_of = (
-        _rank_block_plan(kept, rows)
-        if spill is not None and kept.spilled and len(kept) > rows and kept.uniform(columns)
+    ready = prepare or (lambda piece: piece)
+    reads = list(dict.fromkeys([*columns, *keys]))
+    plan = (
+        _key_block_plan((ready(p) for p in kept.pieces(reads)), list(keys), rows)
+        if spill is not None and kept.spilled and len(kept) > rows and kept.uniform(reads)
         else None
     )
-    if block_of is None or spill is None:
+    if plan is None or spill is None:
         if len(kept):
-            yield kept.frame(columns)
+            whole = [ready(p) for p in kept.pieces(columns)]
+            yield whole[0] if len(whole) == 1 else pd.concat(whole, ignore_index=True)
         return
-    ranks, block = block_of
+    groups, block = plan
     parts = SpilledParts(int(block.max()) + 1, spill)
-    for piece in kept.pieces(columns):
-        parts.add(piece, block[np.searchsorted(ranks, piece["rank"].to_numpy())])
+    for piece in kept.pieces(reads):
+        piece = ready(piece)
+        parts.add(piece[list(columns)], block[groups.get_indexer(_keys_of(piece, keys))])
     for index in range(len(parts)):
         part = parts.take(index)
         if part is not None:
             yield part
 
 
-def _rank_block_plan(table: SpilledTable, rows: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """(the ranks in order, each one's block): ranks taken in order until a block has
-    ``rows`` rows; None where a rank is not an integer."""
-    counts: pd.Series | None = None
-    for piece in table.pieces(["rank"]):
-        rank = piece["rank"]
-        if rank.dtype.kind not in "iu":
+def _keys_of(frame: pd.DataFrame, keys: Sequence[str]) -> pd.Index:
+    if len(keys) == 1:
+        return pd.Index(frame[keys[0]])
+    return pd.MultiIndex.from_frame(frame[list(keys)])
+
+
+def _key_block_plan(
+    pieces: Iterable[pd.DataFrame], keys: list[str], rows: int
+) -> tuple[pd.Index, np.ndarray] | None:
+    """(the groups of ``keys`` in sorted order, each one's block); None where a key is
+    missing (groupby would drop its rows)."""
+    sizes: pd.Series | None = None
+    for piece in pieces:
+        if piece[keys].isna().to_numpy().any():
             return None
-        seen = rank.value_counts(sort=False)
-        counts = seen if counts is None else counts.add(seen, fill_value=0)
-    if counts is None or not len(counts):
+        seen = piece.groupby(keys if len(keys) > 1 else keys[0], sort=True).size()
+        sizes = seen if sizes is None else sizes.add(seen, fill_value=0)
+    if sizes is None or not len(sizes):
         return None
-    counts = counts.sort_index()
-    block = np.zeros(len(counts), dtype=np.int64)
+    sizes = sizes.sort_index()
+    return sizes.index, greedy_blocks(sizes.to_numpy(dtype=np.int64), rows)
+
+
+def greedy_blocks(sizes: np.ndarray, rows: int) -> np.ndarray:
+    """Each group's block: groups taken in order until a block would pass ``rows``
+    rows (a larger group is a block alone)."""
+    block = np.zeros(len(sizes), dtype=np.int64)
     current, held = 0, 0
-    for i, n in enumerate(counts.to_numpy(dtype=np.int64)):
+    for i, n in enumerate(sizes):
         if held and held + n > rows:
             current, held = current + 1, 0
         block[i] = current
         held += int(n)
-    return counts.index.to_numpy(), block
+    return block

@@ -588,7 +588,8 @@ def analyze(
             warnings,
             "collective summary",
             comms.collective_summary,
-            coll.frame(comms.SUMMARY_READS),
+            coll,
+            folded.spill,
         )
         if len(coll) and comms is not None
         else None
@@ -701,6 +702,7 @@ def analyze(
             sorted_findings,
             ranks,
             breakdown,
-            coll.frame(whatif.COLLECTIVE_READS) if _uses_ddp(traces, run) else None,
+            coll if _uses_ddp(traces, run) else None,
+            folded.spill,
         ),
     )

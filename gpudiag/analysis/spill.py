@@ -55,6 +55,30 @@ class SpillFile:
         self._end += len(data)
         return SpilledBytes(self, offset, len(data))
 
+    def keep_parts(self, parts: Sequence[bytes | memoryview]) -> Blob:
+        """The parts, one after another, as one handle (or their joined bytes where
+        they are small or cannot be written): no copy of them all is made here."""
+        total = sum(len(part) for part in parts)
+        if self._failed or total < MIN_SPILL:
+            return b"".join(parts)
+        try:
+            fd = self._descriptor()
+            offset = at = self._end
+            for part in parts:
+                view = memoryview(part).cast("B")
+                written = 0
+                while written < len(view):
+                    n = os.pwrite(fd, view[written:], at + written)
+                    if n <= 0:
+                        raise OSError(f"wrote {n} bytes")
+                    written += n
+                at += written
+        except OSError:
+            self._failed = True  # e.g. a full disk: keep this and the rest in memory
+            return b"".join(parts)
+        self._end = at
+        return SpilledBytes(self, offset, total)
+
     def _descriptor(self) -> int:
         if self._file is None:
             file = tempfile.TemporaryFile(prefix="gpudiag-spill-")  # noqa: SIM115 - kept open
@@ -339,6 +363,25 @@ class SpilledArray:
         codes, uniques = _codes(values)
         return cls(spill.keep(codes.tobytes()), values.dtype, len(values), uniques)
 
+    def __len__(self) -> int:
+        return self.length
+
+    @classmethod
+    def keep_chunks(cls, chunks: Sequence[np.ndarray], spill: SpillFile) -> SpilledArray:
+        """:meth:`keep` of the chunks joined, written chunk by chunk (never joined in
+        memory); TypeError where an object cannot be hashed."""
+        dtype = chunks[0].dtype
+        if any(chunk.dtype != dtype for chunk in chunks):
+            return cls.keep(np.concatenate(chunks), spill)
+        length = sum(len(chunk) for chunk in chunks)
+        if dtype.kind in "biuf":
+            parts = [np.ascontiguousarray(chunk).data.cast("B") for chunk in chunks]
+            return cls(spill.keep_parts(parts), dtype, length, None)
+        seen: dict[object, int] = {}
+        uniques: list[object] = []
+        codes = [_codes_into(chunk, seen, uniques).tobytes() for chunk in chunks]
+        return cls(spill.keep_parts(codes), dtype, length, _distinct(uniques))
+
     def read(self, start: int = 0, rows: int | None = None) -> np.ndarray:
         """``array[start : start + rows]`` (to the end without ``rows``), its own copy."""
         rows = self.length - start if rows is None else rows
@@ -369,8 +412,14 @@ def _value_key(value: object) -> object:
 def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(int32 codes, distinct values) of an object array: ``uniques[codes]`` gives back
     the values (the first object of each distinct value)."""
-    seen: dict[object, int] = {}
     uniques: list[object] = []
+    codes = _codes_into(values, {}, uniques)
+    return codes, _distinct(uniques)
+
+
+def _codes_into(values: np.ndarray, seen: dict[object, int], uniques: list[object]) -> np.ndarray:
+    """int32 codes of an object array into ``uniques`` (extended with the values not
+    ``seen`` before)."""
     codes = np.empty(len(values), dtype=np.int32)
     for i, value in enumerate(values):
         key = _value_key(value)
@@ -379,9 +428,13 @@ def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             code = seen[key] = len(uniques)
             uniques.append(value)
         codes[i] = code
+    return codes
+
+
+def _distinct(uniques: list[object]) -> np.ndarray:
     distinct = np.empty(len(uniques), dtype=object)
     distinct[:] = uniques
-    return codes, distinct
+    return distinct
 
 
 def _read(pieces: list[_Piece], rows: int) -> pd.Series:

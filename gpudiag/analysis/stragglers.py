@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from gpudiag.analysis import intervals as iv
+from gpudiag.analysis.exact import compensated_means
 from gpudiag.analysis.matching import Prepare, Table, concat_pieces, match_groups, rank_blocks
 from gpudiag.analysis.spill import SpilledTable, SpillFile
 
@@ -252,7 +253,7 @@ def _rank_block_costs(
     out = pd.DataFrame(
         {
             "collectives": g.size(),
-            "mean_skew_ms": _mean_by(r, skew["skew_ms"].to_numpy(dtype=float), len(ranks)),
+            "mean_skew_ms": compensated_means(r, skew["skew_ms"].to_numpy(float), len(ranks)),
             "last_count": g["is_last"].sum(),
             "wait_ms_per_step": _pad(_union_ms_by(r, wait_s, wait_e), len(ranks)) / n_steps,
             "cost_ms_per_step": _pad(_union_ms_by(r, lead_s, lead_e), len(ranks)) / n_steps,
@@ -260,35 +261,6 @@ def _rank_block_costs(
         index=pd.Index(ranks, name="rank"),
     )
     return out, _per_step_cost(skew, ranks, steps_seen)
-
-
-def _mean_by(codes: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
-    """Per group (codes 0..groups-1): the mean of its values (NaN skipped), summed in
-    row order with compensation as pandas' groupby mean sums a table whose groups are
-    interleaved, so that it is the same whichever ranks share a block (pandas sums
-    otherwise where the rows come sorted by group: a block of one rank)."""
-    ok = ~np.isnan(values)
-    codes, values = codes[ok], values[ok]
-    order = np.argsort(codes, kind="stable")
-    counts = np.bincount(codes, minlength=groups)
-    ends = np.cumsum(counts)
-    ordered = values[order].tolist()
-    sums = [_compensated_sum(ordered[end - n : end]) for n, end in zip(counts, ends, strict=True)]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.asarray(sums, dtype=float) / counts
-
-
-def _compensated_sum(values: list[float]) -> float:
-    """Kahan's sum, step for step as pandas' group_mean makes it."""
-    total = compensation = 0.0
-    for value in values:
-        y = value - compensation
-        t = total + y
-        compensation = t - total - y
-        if compensation != compensation:  # an infinity: no compensation
-            compensation = 0.0
-        total = t
-    return total
 
 
 def _pad(values: np.ndarray, size: int) -> np.ndarray:

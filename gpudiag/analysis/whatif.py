@@ -21,6 +21,8 @@ import pandas as pd
 
 from gpudiag.analysis.comms import transfer_ms
 from gpudiag.analysis.findings import Finding
+from gpudiag.analysis.matching import Table, key_blocks
+from gpudiag.analysis.spill import SpillFile
 
 
 @dataclass(frozen=True)
@@ -164,28 +166,67 @@ COLLECTIVE_READS = (
 )
 
 
-def last_bucket_ms(collectives: pd.DataFrame | None) -> float | None:
+def last_bucket_ms(collectives: Table | None, spill: SpillFile | None = None) -> float | None:
     """The transfer time (ms, from the last rank's arrival) of each step's last issued
-    all-reduce, the median over ranks and steps; None without timed all-reduces."""
+    all-reduce, the median over ranks and steps; None without timed all-reduces. A table
+    kept on disk is read a block of whole matched calls (pg_name, index) at a time
+    (matching.key_blocks, through ``spill``)."""
     c = collectives
     if c is None or len(c) == 0 or not {"op", "step", "start_ns", "end_ns"} <= set(c.columns):
         return None
-    ar = c[(c["op"] == "all_reduce") & (pd.to_numeric(c["step"], errors="coerce") >= 0)]
-    ar = ar[pd.to_numeric(ar["end_ns"], errors="coerce").notna()]
-    if ar.empty:
+    blocks = key_blocks(
+        c, COLLECTIVE_READS, ("pg_name", "index"), spill, prepare=_timed_all_reduces
+    )
+    last: pd.DataFrame | None = None  # per (rank, step): the latest call's start, transfer
+    for block in blocks:
+        if len(block):
+            latest = _latest_transfer(block.assign(transfer_ms=transfer_ms(block)))
+            last = latest if last is None else _later(last, latest)
+    if last is None:
         return None
-    ar = ar.assign(transfer_ms=transfer_ms(ar)).sort_values("start_ns")
-    last = ar.groupby(["rank", "step"])["transfer_ms"].last()
-    last = last[np.isfinite(last.to_numpy(dtype=float))]
-    return float(last.median()) if len(last) else None
+    values = last["transfer_ms"]
+    values = values[np.isfinite(values.to_numpy(dtype=float))]
+    return float(values.median()) if len(values) else None
 
 
-def _saving(scenario: Scenario, cost: float, collectives: pd.DataFrame | None) -> float:
+def _timed_all_reduces(calls: pd.DataFrame) -> pd.DataFrame:
+    """The all-reduces of steps that have an end, their group names as strings."""
+    ar = calls[(calls["op"] == "all_reduce") & (pd.to_numeric(calls["step"], errors="coerce") >= 0)]
+    ar = ar[pd.to_numeric(ar["end_ns"], errors="coerce").notna()]
+    return ar.assign(pg_name=ar["pg_name"].astype(str))
+
+
+def _latest_transfer(calls: pd.DataFrame) -> pd.DataFrame:
+    """Per (rank, step): the transfer of its call issued last (a call without a start
+    counts as the latest, as it sorts last), of those whose transfer is known."""
+    known = calls[calls["transfer_ms"].notna()]
+    start = pd.to_numeric(known["start_ns"], errors="coerce").astype(float).fillna(np.inf)
+    known = known.assign(issued=start.to_numpy())
+    order = np.argsort(known["issued"].to_numpy(), kind="stable")
+    latest = known.take(order).groupby(["rank", "step"])[["issued", "transfer_ms"]].last()
+    return latest
+
+
+def _later(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Per (rank, step) of either: the call of the two issued later."""
+    joined = a.join(b, how="outer", suffixes=("_a", "_b"))
+    take_b = joined["issued_b"].fillna(-np.inf) >= joined["issued_a"].fillna(-np.inf)
+    return pd.DataFrame(
+        {
+            "issued": joined["issued_b"].where(take_b, joined["issued_a"]),
+            "transfer_ms": joined["transfer_ms_b"].where(take_b, joined["transfer_ms_a"]),
+        }
+    )
+
+
+def _saving(
+    scenario: Scenario, cost: float, collectives: Table | None, spill: SpillFile | None
+) -> float:
     """The finding's cost, except for the realistic bucketing gain: the cost less the last
     bucket's all-reduce (0 when that is not known)."""
     if scenario.name != "comm_bucketed":
         return cost
-    remaining = last_bucket_ms(collectives)
+    remaining = last_bucket_ms(collectives, spill)
     return 0.0 if remaining is None else max(cost - remaining, 0.0)
 
 
@@ -193,7 +234,8 @@ def project(
     findings: list[Finding],
     ranks: pd.DataFrame,
     breakdown: pd.DataFrame,
-    collectives: pd.DataFrame | None = None,
+    collectives: Table | None = None,
+    spill: SpillFile | None = None,
 ) -> list[Projection]:
     """One projection per scenario whose finding is present with a positive cost, from the
     run's findings, per-rank table and per-step breakdown (AnalysisResult's fields).
@@ -207,7 +249,7 @@ def project(
         finding = _costliest(findings, scenario.finding_kind)
         if finding is None or not (finding.cost_ms_per_step > 0):
             continue
-        saving = min(_saving(scenario, finding.cost_ms_per_step, collectives), step_ms)
+        saving = min(_saving(scenario, finding.cost_ms_per_step, collectives, spill), step_ms)
         if not (saving > 0):
             continue
         projections.append(
