@@ -54,6 +54,20 @@ def _no_table_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(matching, "match_group_chunks", in_memory)
 
 
+def _blocks_read(monkeypatch: pytest.MonkeyPatch, module: object) -> list[pd.DataFrame]:
+    """The blocks ``module`` reads from matching.key_blocks from here on."""
+    blocks: list[pd.DataFrame] = []
+    real = matching.key_blocks
+
+    def counted(*args: object, **kwargs: object) -> Iterator[pd.DataFrame]:
+        for block in real(*args, **kwargs):  # type: ignore[arg-type]
+            blocks.append(block)
+            yield block
+
+    monkeypatch.setattr(module, "key_blocks", counted)
+    return blocks
+
+
 def test_parts_keep_each_row_once_in_the_order_added(tables: list) -> None:
     file = spill.SpillFile()
     for name, table in tables:
@@ -181,20 +195,14 @@ def test_the_summary_through_disk_equals_the_whole_table(
     at a time: no block holds more than ``rows`` calls or one group."""
     expected = {name: comms.collective_summary(table) for name, table in tables}
     monkeypatch.setattr(matching, "MATCH_CHUNK_ROWS", rows)
-    blocks: list[pd.DataFrame] = []
+    blocks = _blocks_read(monkeypatch, comms)
     streamed: list[int] = []
-    real_blocks, real_row = matching.key_blocks, comms._LargeGroups._row
-
-    def counted(*args: object, **kwargs: object) -> Iterator[pd.DataFrame]:
-        for block in real_blocks(*args, **kwargs):  # type: ignore[arg-type]
-            blocks.append(block)
-            yield block
+    real_row = comms._LargeGroups._row
 
     def streamed_row(self: comms._LargeGroups, code: int) -> dict:
         streamed.append(int(self.sizes[code]))
         return real_row(self, code)
 
-    monkeypatch.setattr(comms, "key_blocks", counted)
     monkeypatch.setattr(comms._LargeGroups, "_row", streamed_row)
     for name, table in tables:
         if len(table) <= rows:
@@ -251,15 +259,7 @@ def test_the_last_bucket_through_disk_equals_the_whole_table(
     expected = {name: whatif.last_bucket_ms(table) for name, table in tables}
     assert sum(value is not None for value in expected.values()) >= 2  # DDP runs have one
     monkeypatch.setattr(matching, "MATCH_CHUNK_ROWS", rows)
-    blocks: list[int] = []
-    real = matching.key_blocks
-
-    def counted(*args: object, **kwargs: object) -> Iterator[pd.DataFrame]:
-        for block in real(*args, **kwargs):  # type: ignore[arg-type]
-            blocks.append(len(block))
-            yield block
-
-    monkeypatch.setattr(whatif, "key_blocks", counted)
+    blocks = _blocks_read(monkeypatch, whatif)
     for name, table in tables:
         file = spill.SpillFile()
         blocks.clear()

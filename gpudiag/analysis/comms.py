@@ -367,7 +367,7 @@ def collective_summary(table: Table, spill: SpillFile | None = None) -> pd.DataF
     not hold every call of the run, nor of its largest group."""
     if table is None or len(table) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in SUMMARY_COLUMNS})
-    kept = table if isinstance(table, SpilledTable) else SpilledTable(table)
+    kept = SpilledTable.of_table(table)
     large = _LargeGroups.of(kept, spill) if spill is not None else None
     if large is None:
         blocks = key_blocks(kept, SUMMARY_READS, _SUMMARY_KEYS, spill, prepare=_op_named)
@@ -425,16 +425,10 @@ class _LargeGroups:
         rows = matching.MATCH_CHUNK_ROWS
         if not table.spilled or len(table) <= rows or not table.uniform(SUMMARY_READS):
             return None
-        sizes: pd.Series | None = None
-        for piece in table.pieces(_SUMMARY_KEYS):
-            piece = _op_named(piece)
-            if piece["pg_name"].isna().any():
-                return None
-            seen = piece.groupby(list(_SUMMARY_KEYS), sort=True).size()
-            sizes = seen if sizes is None else sizes.add(seen, fill_value=0)
+        pieces = (_op_named(piece) for piece in table.pieces(_SUMMARY_KEYS))
+        sizes = matching.group_sizes(pieces, _SUMMARY_KEYS)
         if sizes is None or not (sizes.to_numpy() > rows).any():
             return None
-        sizes = sizes.sort_index()
         large = cls(table, pd.MultiIndex.from_tuples(sizes.index), sizes.to_numpy(np.int64))
         pieces = (
             pd.DataFrame({"code": large._codes_of(p).astype(np.int32)})

@@ -29,7 +29,7 @@ def compensated_sums(codes: np.ndarray, values: np.ndarray, groups: int) -> np.n
     counts = np.bincount(codes, minlength=groups)
     ends = np.cumsum(counts)
     ordered = values[order].tolist()
-    sums = [_compensated_sum(ordered[end - n : end]) for n, end in zip(counts, ends, strict=True)]
+    sums = [streamed_sum([ordered[end - n : end]]) for n, end in zip(counts, ends, strict=True)]
     return np.asarray(sums, dtype=float)
 
 
@@ -39,10 +39,6 @@ def compensated_means(codes: np.ndarray, values: np.ndarray, groups: int) -> np.
     counts = np.bincount(codes[~np.isnan(values)], minlength=groups)
     with np.errstate(invalid="ignore", divide="ignore"):
         return compensated_sums(codes, values, groups) / counts
-
-
-def _compensated_sum(values: list[float]) -> float:
-    return streamed_sum([values])
 
 
 def streamed_sum(pieces: Iterable[Iterable[float]]) -> float:

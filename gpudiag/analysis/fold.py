@@ -127,13 +127,6 @@ class _Columns:
                 pass
         return np.concatenate([_array(p) for p in parts])
 
-    def _whole(self, i: int) -> None:
-        """Column ``i`` as one chunk, in memory."""
-        self._block_pending()
-        chunks = self.chunks[i]
-        if len(chunks) > 1 or (chunks and isinstance(chunks[0], SpilledArray)):
-            self.chunks[i] = [np.concatenate([_array(c) for c in chunks])]
-
     def rows_of(self, i: int, spans: Sequence[tuple[int, int]], view: bool = False) -> np.ndarray:
         """Column ``i``'s rows of each (first row, rows) span, joined: an array of its
         own (``view``: of one span within one chunk in memory, the store's own). Read

@@ -104,7 +104,7 @@ def match_groups(
     memory does not grow with the calls. In memory as one table where it is small, not
     on disk, or its pieces differ in dtypes (the whole table's dtypes would differ)."""
     rows = rows or MATCH_CHUNK_ROWS
-    kept = table if isinstance(table, SpilledTable) else SpilledTable(table)
+    kept = SpilledTable.of_table(table)
     reads = list(dict.fromkeys([*columns, *_KEY_READS]))
     ready = prepare or (lambda piece: piece)
     plan = (
@@ -264,7 +264,7 @@ def key_blocks(
     through ``spill`` where the table is kept on disk. In memory as one block where the
     table is small, not on disk, its pieces differ in dtypes or a key is missing."""
     rows = rows or MATCH_CHUNK_ROWS
-    kept = table if isinstance(table, SpilledTable) else SpilledTable(table)
+    kept = SpilledTable.of_table(table)
     ready = prepare or (lambda piece: piece)
     reads = list(dict.fromkeys([*columns, *keys]))
     plan = (
@@ -299,16 +299,25 @@ def _key_block_plan(
 ) -> tuple[pd.Index, np.ndarray] | None:
     """(the groups of ``keys`` in sorted order, each one's block); None where a key is
     missing (groupby would drop its rows)."""
+    sizes = group_sizes(pieces, keys)
+    if sizes is None:
+        return None
+    return sizes.index, greedy_blocks(sizes.to_numpy(dtype=np.int64), rows)
+
+
+def group_sizes(pieces: Iterable[pd.DataFrame], keys: Sequence[str]) -> pd.Series | None:
+    """The rows of each group of ``keys`` over the pieces, in sorted order (as
+    ``groupby(keys, sort=True)``); None where there is no row or a key is missing."""
+    by = list(keys) if len(keys) > 1 else keys[0]
     sizes: pd.Series | None = None
     for piece in pieces:
-        if piece[keys].isna().to_numpy().any():
+        if piece[list(keys)].isna().to_numpy().any():
             return None
-        seen = piece.groupby(keys if len(keys) > 1 else keys[0], sort=True).size()
+        seen = piece.groupby(by, sort=True).size()
         sizes = seen if sizes is None else sizes.add(seen, fill_value=0)
     if sizes is None or not len(sizes):
         return None
-    sizes = sizes.sort_index()
-    return sizes.index, greedy_blocks(sizes.to_numpy(dtype=np.int64), rows)
+    return sizes.sort_index()
 
 
 def greedy_blocks(sizes: np.ndarray, rows: int) -> np.ndarray:

@@ -38,29 +38,14 @@ class SpillFile:
     def keep(self, data: bytes) -> Blob:
         """``data`` as a handle into the file, or ``data`` itself where it is small or
         cannot be written."""
-        if self._failed or len(data) < MIN_SPILL:
-            return data
-        try:
-            fd = self._descriptor()
-            offset = self._end
-            written = 0
-            while written < len(data):
-                n = os.pwrite(fd, memoryview(data)[written:], offset + written)
-                if n <= 0:
-                    raise OSError(f"wrote {n} bytes")
-                written += n
-        except OSError:
-            self._failed = True  # e.g. a full disk: keep this and the rest in memory
-            return data
-        self._end += len(data)
-        return SpilledBytes(self, offset, len(data))
+        return self.keep_parts([data])
 
     def keep_parts(self, parts: Sequence[bytes | memoryview]) -> Blob:
         """The parts, one after another, as one handle (or their joined bytes where
         they are small or cannot be written): no copy of them all is made here."""
         total = sum(len(part) for part in parts)
         if self._failed or total < MIN_SPILL:
-            return b"".join(parts)
+            return _joined(parts)
         try:
             fd = self._descriptor()
             offset = at = self._end
@@ -75,7 +60,7 @@ class SpillFile:
                 at += written
         except OSError:
             self._failed = True  # e.g. a full disk: keep this and the rest in memory
-            return b"".join(parts)
+            return _joined(parts)
         self._end = at
         return SpilledBytes(self, offset, total)
 
@@ -107,6 +92,13 @@ class SpillFile:
     def size(self) -> int:
         """Bytes written to the file."""
         return self._end
+
+
+def _joined(parts: Sequence[bytes | memoryview]) -> bytes:
+    """The parts' bytes (one bytes part: itself, not a copy)."""
+    if len(parts) == 1 and isinstance(parts[0], bytes):
+        return parts[0]
+    return b"".join(parts)
 
 
 class SpilledBytes:
@@ -190,6 +182,12 @@ class SpilledTable:
         for name, parts in self._columns.items():
             parts.append(_Piece.keep(piece[name], spill))
         self._rows += len(piece)
+
+    @classmethod
+    def of_table(cls, table: pd.DataFrame | SpilledTable) -> SpilledTable:
+        """``table`` itself, or a frame kept in memory as it is: a reader of pieces
+        takes either."""
+        return table if isinstance(table, SpilledTable) else cls(table)
 
     @classmethod
     def of(cls, columns: Sequence[str] = ()) -> SpilledTable:
@@ -357,11 +355,7 @@ class SpilledArray:
     def keep(cls, values: np.ndarray, spill: SpillFile) -> SpilledArray:
         """``values`` in ``spill``; TypeError where an object cannot be hashed (it is
         then not kept)."""
-        values = np.ascontiguousarray(values)
-        if values.dtype.kind in "biuf":
-            return cls(spill.keep(values.tobytes()), values.dtype, len(values), None)
-        codes, uniques = _codes(values)
-        return cls(spill.keep(codes.tobytes()), values.dtype, len(values), uniques)
+        return cls.keep_chunks([values], spill)
 
     def __len__(self) -> int:
         return self.length
@@ -407,14 +401,6 @@ def _value_key(value: object) -> object:
     if isinstance(value, float) and value != value:
         return (float, "nan")
     return (type(value), value)
-
-
-def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(int32 codes, distinct values) of an object array: ``uniques[codes]`` gives back
-    the values (the first object of each distinct value)."""
-    uniques: list[object] = []
-    codes = _codes_into(values, {}, uniques)
-    return codes, _distinct(uniques)
 
 
 def _codes_into(values: np.ndarray, seen: dict[object, int], uniques: list[object]) -> np.ndarray:

@@ -108,7 +108,7 @@ def arrival_skew_pieces(
 
 def _two_ranks(table: Table, prepare: Prepare | None) -> bool:
     """Whether the (prepared) rows come from two ranks or more, one piece at a time."""
-    kept = table if isinstance(table, SpilledTable) else SpilledTable(table)
+    kept = SpilledTable.of_table(table)
     seen: set[object] = set()
     for piece in kept.pieces(ARRIVAL_READS):
         seen.update((prepare(piece) if prepare else piece)["rank"].unique())
@@ -236,7 +236,7 @@ def _median_of_others(values: np.ndarray) -> np.ndarray:
 
 def _distinct_steps(skew: Table) -> np.ndarray:
     """The skew's steps, sorted, one piece at a time."""
-    kept = skew if isinstance(skew, SpilledTable) else SpilledTable(skew)
+    kept = SpilledTable.of_table(skew)
     seen = [np.unique(piece["step"].to_numpy()) for piece in kept.pieces(["step"])]
     return np.unique(np.concatenate(seen)) if seen else np.empty(0, dtype=np.int64)
 
