@@ -4,8 +4,11 @@
 
 Each case damages one file of a small real input (see tests/fuzz_inputs.py), analyses
 it through the CLI in-process (terminal, --json or --html output), and counts cases
-whose exception escaped (a traceback), grouped by crash site; also exit codes. Prints
-per input kind the number of cases, and the crash sites with an example seed.
+whose exception escaped (a traceback), grouped by crash site; also exit codes. A case
+whose file was replaced by what no reader should read (/dev/zero, a FIFO, a socket, an
+unreadable file or directory) runs in a subprocess with a timeout and a memory limit: a
+hang or an unbounded read is a crash site too. Prints per input kind the number of
+cases, how many ran isolated, and the crash sites with an example seed.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from fuzz_inputs import KINDS, make_bases, mutate_case, run_case  # noqa: E402
+from fuzz_inputs import KINDS, make_bases, mutate_case, needs_isolation, run_case  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     per_kind: collections.Counter[str] = collections.Counter()
     codes: collections.Counter[str] = collections.Counter()
     sites: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
+    isolated = 0  # cases run in a subprocess (an unusable file: see fuzz_inputs.UNUSABLE)
     t0 = time.perf_counter()
     for i in range(args.cases):
         seed = args.seed + i
@@ -47,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mutator failed on kind {kind} seed {seed}: {exc!r}", flush=True)
             codes["mutator error"] += 1
             continue
+        isolated += any(needs_isolation(path))
         code, site, _ = run_case(path, mode, scratch / "out.html")
         per_kind[kind] += 1
         codes[str(code)] += 1
@@ -66,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.seed + args.cases - 1}; {time.perf_counter() - t0:.0f} s")
     print("exit codes: " + ", ".join(f"{k}: {v}" for k, v in sorted(codes.items())))
     print(f"tracebacks: {crashes} at {len(sites)} crash site(s)")
+    print(f"isolated (an unusable file, in a subprocess with a timeout): {isolated} case(s)")
     for site, hits in sorted(sites.items(), key=lambda kv: -len(kv[1])):
         print(f"  {len(hits):>5}  {site}  e.g. kind {hits[0][0]} seed {hits[0][1]}")
     print("cases per kind: " + ", ".join(f"{k} {v}" for k, v in per_kind.items()))

@@ -37,7 +37,7 @@ def discover_runs(roots: list[Path]) -> list[RunRef]:
     seen: set[Path] = set()
     for root in roots:
         root = Path(root).resolve()
-        if not root.is_dir():
+        if not rundir.is_dir(root):
             continue
         for run in rundir.find_runs(root, MAX_DEPTH):
             run = run.resolve()
@@ -102,13 +102,10 @@ def fingerprint(run: Path) -> str:
 def trace_files(run: Path, roots: list[Path]) -> dict[str, Path]:
     """Downloadable raw traces of a run, by file name: ``traces/`` of a run directory or
     the trace files of a plain trace directory. Only files that stay inside the roots."""
-    directory = run / rundir.TRACES_DIR if (run / rundir.TRACES_DIR).is_dir() else run
+    directory = run / rundir.TRACES_DIR if rundir.is_dir(run / rundir.TRACES_DIR) else run
     files: dict[str, Path] = {}
-    try:
-        entries = sorted(directory.iterdir())
-    except OSError:
-        return files
-    for p in entries:
+    for name in rundir.list_dir(directory) or ():
+        p = directory / name
         if rundir.looks_like_trace(p):
             try:
                 files[p.name] = confine(p, roots)

@@ -239,8 +239,17 @@ def human_size(n_bytes: int) -> str:
 
 
 def _reader(path: Path) -> Callable[[], bytes]:
-    """The file's bytes, read only when the browser asks for the download."""
-    return path.read_bytes
+    """The file's bytes, read only when the browser asks for the download (a regular
+    file only: what replaced it since the listing is never read; nothing then)."""
+
+    def read() -> bytes:
+        try:
+            with rundir.open_regular(path) as fh:
+                return fh.read()
+        except OSError:
+            return b""
+
+    return read
 
 
 def _raw_traces(ctx: ViewContext) -> None:
@@ -253,8 +262,9 @@ def _raw_traces(ctx: ViewContext) -> None:
     if name is None:
         return
     path = files[name]
+    found = rundir.path_stat(path)
     st.download_button(
-        f"Download {md(name)} ({human_size(path.stat().st_size)})",
+        f"Download {md(name)} ({human_size(found.st_size if found else 0)})",
         data=_reader(path),
         file_name=name,
         mime="application/gzip" if name.endswith(".gz") else "application/json",
@@ -536,7 +546,7 @@ def dataparallel(ctx: ViewContext) -> None:
 def _default_pair(refs: list[runs.RunRef]) -> tuple[int, int]:
     """The bench's runs first (a folder with bench.json): DP vs DDP, else single vs DDP;
     otherwise the first two runs."""
-    bench = [i for i, r in enumerate(refs) if (r.path.parent / rundir.BENCH).is_file()]
+    bench = [i for i, r in enumerate(refs) if rundir.is_regular_file(r.path.parent / rundir.BENCH)]
     pool = bench if len(bench) >= 2 else list(range(len(refs)))
 
     def first(pred: Callable[[str], bool]) -> int | None:
@@ -640,7 +650,7 @@ def _script_of(result: AnalysisResult) -> Path | None:
     script = result.run.script
     candidates = script if isinstance(script, list) else [script]
     for c in candidates:
-        if isinstance(c, str) and c.endswith(".py") and Path(c).is_file():
+        if isinstance(c, str) and c.endswith(".py") and rundir.is_regular_file(c):
             return Path(c)
     return None
 

@@ -24,6 +24,7 @@ Layout (format version 1)::
     <run>/rank<R>/inflight.json            collectives in flight when the watchdog fired
     <run>/rank<R>/hang_request             the watchdog's request for inflight.json (control)
     <run>/rank<R>/inflight_live.json       collectives in flight for over a second (live view)
+    <run>/rank<R>/last_call.json           the user collective the rank entered last (kept on an abort)
     <run>/node<N>/clock.json               the node's clock offset to node 0 (multi-node)
     <run>/node<N>/gpu_samples.jsonl        NVML samples, every local GPU
     <run>/node<N>/host_samples.jsonl       host CPU/memory samples (always; the only ones without NVML)
@@ -34,11 +35,13 @@ at ``ts`` µs is at ``baseTimeNanoseconds + ts * 1000``).
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
 import re
 import socket
+import stat
 import sys
 import threading
 import time
@@ -46,7 +49,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 FORMAT_VERSION = 1
 
@@ -78,6 +81,8 @@ HANG_REQUEST = "hang_request"  # control file: the watchdog asks a rank for infl
 # by the rank's background thread at most every second and only when that set changes
 # (so a healthy job writes it about once): what `gpudiag watch` shows as stuck.
 LIVE_INFLIGHT = "inflight_live.json"
+LAST_CALL = "last_call.json"
+LAST_CALL_BYTES = 1024  # one fixed-size slot, rewritten in place at every call
 LIVE_INFLIGHT_AGE_S = 1.0
 
 # The run's status (manifest ``status``), the one list. ``running`` is what the launcher
@@ -176,15 +181,12 @@ _NODE_HANG_REPORT_RE = re.compile(r"hang_report\.node([1-9]\d{0,5})\.json")
 def hang_report_paths(run: str | os.PathLike[str]) -> list[tuple[int, Path]]:
     """(node, path) of every hang report in a run directory, node 0 first."""
     run = Path(run)
-    found = [(0, run / HANG_REPORT)] if (run / HANG_REPORT).is_file() else []
-    try:
-        names = sorted(os.listdir(run))
-    except OSError:
-        return found
-    for name in names:
+    found = []
+    for name in list_dir(run) or ():
         match = _NODE_HANG_REPORT_RE.fullmatch(name)
-        if match and (run / name).is_file():
-            found.append((int(match.group(1)), run / name))
+        node = 0 if name == HANG_REPORT else int(match.group(1)) if match else None
+        if node is not None and not is_dir(run / name):  # the reader says what else it is
+            found.append((node, run / name))
     return sorted(found)
 
 
@@ -416,6 +418,52 @@ class JsonlWriter:
         self.close()
 
 
+class SlotWriter:
+    """One small JSON document rewritten in place (one ``pwrite`` at offset 0, padded with
+    spaces to a fixed size): what a rank is doing right now, left behind when it dies in
+    native code before any buffer is flushed. Never raises; the first error disables it."""
+
+    def __init__(self, path: str | os.PathLike[str], size: int = LAST_CALL_BYTES) -> None:
+        self.path = Path(path)
+        self.size = size
+        self._fd: int | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        except OSError as exc:
+            note_write_problem(self.path, exc)
+
+    def write(self, obj: dict[str, Any]) -> None:
+        if self._fd is None:
+            return
+        data = dumps_line(obj).rstrip("\n").encode("utf-8", "replace")
+        if len(data) >= self.size:
+            return  # a slot too small for this call: keep the file a whole document
+        try:
+            os.pwrite(self._fd, data.ljust(self.size - 1) + b"\n", 0)
+        except OSError as exc:
+            note_write_problem(self.path, exc)
+            self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+
+
+def open_last_call(run: str | os.PathLike[str], rank: int) -> SlotWriter:
+    return SlotWriter(rank_dir(run, rank) / LAST_CALL)
+
+
+def read_last_call(run: str | os.PathLike[str], rank: int) -> dict[str, Any] | None:
+    """The user collective ``rank`` entered last (op, pg_name, seq, bytes, callsite)."""
+    doc = read_json(rank_dir(run, rank) / LAST_CALL)
+    return doc if isinstance(doc, dict) else None
+
+
 def open_rank_table(run: str | os.PathLike[str], rank: int, table: str) -> JsonlWriter:
     return JsonlWriter(table_path(rank_dir(run, rank), table))
 
@@ -445,6 +493,215 @@ class BadInput(str):
 def bad_input(warnings: list[str] | None, message: str) -> None:
     if warnings is not None:
         warnings.append(BadInput(message))
+
+
+# --------------------------------------------------------------------------- safe reading
+#
+# Every file a reader takes from a run directory or a trace set (gpudiag.analysis.ingest
+# reads traces through these too) is opened by open_regular: without blocking
+# (O_NONBLOCK, so a FIFO or a device in a file's place cannot hang the open) and read
+# only when it is a regular file, so /dev/zero symlinked in a file's place is refused,
+# not read until memory runs out. Each kind of file is read up to its limit (below), its
+# text decoded so that what is not Unicode becomes U+FFFD, and every directory is listed
+# by list_dir. Whatever is on disk, the result is the content or one warning line
+# ``<path>: <problem>`` (read_problem), never an exception.
+
+MAX_DOC_BYTES = 16 << 20  # a JSON document: manifest, status, rank_info, summary, lint...
+MAX_TEXT_BYTES = 16 << 20  # a text file (stacks.txt)
+MAX_LINE_BYTES = 1 << 20  # one row of a table; a longer line is skipped
+# One table (JSON Lines) in all: the rows past it are not read. GPUDIAG_MAX_TABLE_BYTES
+# overrides it; traces have their own limit (ingest.DEFAULT_MAX_TRACE_BYTES).
+DEFAULT_MAX_TABLE_BYTES = 2 << 30
+
+
+def max_table_bytes() -> int:
+    raw = os.environ.get("GPUDIAG_MAX_TABLE_BYTES")
+    try:
+        return max(1, int(raw)) if raw else DEFAULT_MAX_TABLE_BYTES
+    except ValueError:
+        return DEFAULT_MAX_TABLE_BYTES
+
+
+class UnusableFile(OSError):
+    """A file refused before its content is read: not a regular file, or above its
+    kind's limit. ``strerror`` is the reason, as a warning line shows it."""
+
+
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_regular(path: str | os.PathLike[str], mode: int) -> UnusableFile:
+    kind = next((what for test, what in _FILE_KINDS if test(mode)), "something else")
+    return UnusableFile(errno.EINVAL, f"{kind}, not a regular file; refused", str(path))
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """``path`` (symlinks followed) opened for reading in binary when it is a regular
+    file. Never blocks: a FIFO, a device, a socket or a directory raises
+    :class:`UnusableFile` without a byte read; other problems raise their OSError."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except ValueError as exc:  # an embedded NUL byte
+        raise UnusableFile(errno.EINVAL, f"not a usable path ({exc})", str(path)) from None
+    except OSError as exc:
+        if exc.errno not in (errno.ENXIO, errno.EOPNOTSUPP):
+            raise
+        try:  # a socket (or a device without a driver) cannot be opened at all
+            mode = os.stat(path).st_mode
+        except OSError:
+            raise exc from None
+        raise _not_regular(path, mode) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(path, mode)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _what_is(path: str | os.PathLike[str]) -> str:
+    """What is at ``path``, in words: "a regular file", "a FIFO", "a dangling symlink"..."""
+    st = path_stat(path)
+    if st is None:
+        return "a dangling symlink" if os.path.islink(path) else "unreachable"
+    if stat.S_ISREG(st.st_mode):
+        return "a regular file"
+    return next((what for test, what in _FILE_KINDS if test(st.st_mode)), "something else")
+
+
+def _size_text(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n} bytes"
+
+
+def too_big(path: str | os.PathLike[str], limit: int, what: str) -> UnusableFile:
+    return UnusableFile(
+        errno.EFBIG, f"larger than the {_size_text(limit)} limit of {what}; refused", str(path)
+    )
+
+
+def read_limited(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
+    """The bytes of the regular file ``path`` (:func:`open_regular`); :class:`UnusableFile`
+    naming ``what`` when it holds more than ``limit`` (never reads past it)."""
+    with open_regular(path) as fh:
+        if os.fstat(fh.fileno()).st_size > limit:
+            raise too_big(path, limit, what)
+        data = fh.read(limit + 1)
+    if len(data) > limit:  # it grew, or its size is not what it holds
+        raise too_big(path, limit, what)
+    return data
+
+
+def read_problem(exc: BaseException) -> str:
+    """What a warning line says after ``<path>: `` for an error reading that path."""
+    if isinstance(exc, UnusableFile):
+        return str(exc.strerror)
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"cannot read ({exc.strerror})"
+    return f"cannot read ({_short(exc)})"
+
+
+def path_stat(path: str | os.PathLike[str]) -> os.stat_result | None:
+    """``os.stat`` (symlinks followed), None when it fails for any reason."""
+    try:
+        return os.stat(path)
+    except (OSError, ValueError):
+        return None
+
+
+def is_dir(path: str | os.PathLike[str]) -> bool:
+    """``Path.is_dir`` that never raises (a directory that cannot be reached is not one)."""
+    st = path_stat(path)
+    return st is not None and stat.S_ISDIR(st.st_mode)
+
+
+def is_regular_file(path: str | os.PathLike[str]) -> bool:
+    st = path_stat(path)
+    return st is not None and stat.S_ISREG(st.st_mode)
+
+
+def lexists(path: str | os.PathLike[str]) -> bool:
+    """Whether something (a dangling symlink too) is at ``path``; a path that cannot be
+    looked at (a directory without permission on the way) counts as there, so that
+    reading it reports why."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def list_dir(path: str | os.PathLike[str], warnings: list[str] | None = None) -> list[str] | None:
+    """The sorted names in the directory ``path``; None, with one warning, when it
+    cannot be listed (permission denied, not a directory, gone)."""
+    try:
+        return sorted(os.listdir(path))
+    except (OSError, ValueError) as exc:
+        bad_input(warnings, f"{path}: {read_problem(exc)}")
+        return None
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# where JSON text can hold a lone surrogate: a \uD800-\uDFFF escape, or its UTF-8 bytes
+# (which json.loads decodes with surrogatepass)
+_SURROGATE_HINT = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+
+
+def _unicode_safe(value: Any, fixed: list[int]) -> Any:
+    """``value`` (parsed JSON) with every lone surrogate in its strings and keys replaced
+    by U+FFFD (pandas, pyarrow, orjson and a UTF-8 terminal all refuse them);
+    ``fixed[0]`` counts the strings changed."""
+    if isinstance(value, str):
+        if _LONE_SURROGATE.search(value) is None:
+            return value
+        fixed[0] += 1
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_unicode_safe(v, fixed) for v in value]
+    if isinstance(value, dict):
+        return {_unicode_safe(k, fixed): _unicode_safe(v, fixed) for k, v in value.items()}
+    return value
+
+
+def loads_json(data: bytes) -> tuple[Any, int]:
+    """JSON text (bytes) parsed, with lone surrogates replaced by U+FFFD; and the number
+    of strings so changed. Raises ValueError (UnicodeDecodeError for bytes that are not
+    UTF-8) or RecursionError as json.loads does."""
+    value = json.loads(data)
+    if _SURROGATE_HINT.search(data) is None:
+        return value, 0
+    fixed = [0]
+    return _unicode_safe(value, fixed), fixed[0]
+
+
+def _not_unicode(path: Path | str, fixed: int, where: str = "") -> str:
+    return (
+        f"{path}: {fixed} string(s){where} with a lone surrogate (not valid Unicode); "
+        "replaced with U+FFFD"
+    )
+
+
+def read_text(
+    path: str | os.PathLike[str], warnings: list[str] | None = None, max_bytes: int = MAX_TEXT_BYTES
+) -> str | None:
+    """A text file (UTF-8; what is not becomes U+FFFD), or None, with one warning, when
+    it cannot be read or is above ``max_bytes``."""
+    try:
+        data = read_limited(path, max_bytes, "a text file")
+    except OSError as exc:
+        bad_input(warnings, f"{path}: {read_problem(exc)}")
+        return None
+    return data.decode("utf-8", errors="replace")
 
 
 MAX_DEPTH = 32  # nesting a run file never needs; deeper is refused (RecursionError later)
@@ -753,37 +1010,116 @@ def read_object(
     return obj
 
 
+class _Lines:
+    """The lines of a binary file (without their newline), read a block at a time:
+    (line number, line, whether a newline ended it, whether it may hold a lone
+    surrogate). A line longer than MAX_LINE_BYTES is skipped (``long_lines`` counts
+    them), and nothing past ``limit`` bytes is read (``over``: the file goes on; the
+    line the limit cuts is dropped)."""
+
+    BLOCK = 1 << 20
+
+    def __init__(self, fh: BinaryIO, limit: int) -> None:
+        self.fh = fh
+        self.limit = limit
+        self.over = False
+        self.long_lines = 0
+        self.first_long = 0
+        self._lineno = 0
+
+    def _long(self) -> None:
+        self.long_lines += 1
+        self.first_long = self.first_long or self._lineno
+
+    def __iter__(self) -> Iterator[tuple[int, bytes, bool, bool]]:
+        carry = b""  # the start of a line whose end is not read yet
+        skipping = False  # inside a line longer than MAX_LINE_BYTES
+        total = 0
+        while True:
+            room = self.limit - total
+            block = self.fh.read(min(self.BLOCK, room + 1))
+            total += len(block)
+            if len(block) > room:
+                self.over = True
+                block = block[:room]
+            pieces = block.split(b"\n")
+            tail = pieces.pop()  # after the block's last newline
+            hinted = _SURROGATE_HINT.search(block) is not None
+            for i, piece in enumerate(pieces):
+                if i == 0:
+                    piece, carry = carry + piece, b""
+                    if skipping:  # the end of a long line
+                        skipping = False
+                        continue
+                    hint = _SURROGATE_HINT.search(piece) is not None  # it may span blocks
+                else:
+                    hint = hinted
+                self._lineno += 1
+                if len(piece) > MAX_LINE_BYTES:
+                    self._long()
+                    continue
+                yield self._lineno, piece, True, hint
+            if not skipping:
+                carry = carry + tail if not pieces else tail
+                if len(carry) > MAX_LINE_BYTES:
+                    self._lineno += 1
+                    self._long()
+                    carry, skipping = b"", True
+            if self.over or not block:
+                break
+        if carry and not self.over:  # the last line, without a newline
+            self._lineno += 1
+            yield self._lineno, carry, False, _SURROGATE_HINT.search(carry) is not None
+
+
 def iter_jsonl(
-    path: str | os.PathLike[str], warnings: list[str] | None = None, schema: str | None = None
+    path: str | os.PathLike[str],
+    warnings: list[str] | None = None,
+    schema: str | None = None,
+    max_bytes: int | None = None,
 ) -> Iterator[dict]:
-    """Rows of a JSON Lines file. A torn or malformed line, and with ``schema`` a row
+    """Rows of a JSON Lines file, read a row at a time: a line longer than
+    MAX_LINE_BYTES is skipped, and nothing past ``max_bytes`` (default
+    :func:`max_table_bytes`) is read. A torn or malformed line, and with ``schema`` a row
     with a field of the wrong type (SCHEMAS), is skipped with one warning naming the
-    file and the first such line; it never raises for bad content."""
+    file and the first such line; lone surrogates in strings become U+FFFD (one
+    warning). A file that is not a regular file is one warning. It never raises for
+    what is on disk."""
     path = Path(path)
+    limit = max_table_bytes() if max_bytes is None else max_bytes
     try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed by the with below
+        fh = open_regular(path)
     except OSError as exc:
-        bad_input(warnings, f"{path}: cannot read ({exc.strerror or exc})")
+        bad_input(warnings, f"{path}: {read_problem(exc)}")
         return
     bad = 0
     first_bad = 0
     torn_tail = False  # the one bad line is the unterminated last one: a write cut short
     mistyped = 0
     first_mistyped = ""
+    fixed = 0
+    first_fixed = 0
+    lines = _Lines(fh, limit)
     with fh:
         try:
-            for lineno, raw in enumerate(fh, 1):
+            for lineno, raw, complete, hinted in lines:
                 if not raw.strip():
                     continue
                 try:
-                    row = json.loads(raw)
-                except (ValueError, UnicodeDecodeError, RecursionError):
-                    row = None
+                    if hinted:
+                        row, changed = loads_json(raw)
+                    else:
+                        row, changed = json.loads(raw), 0
+                except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+                    row, changed = None, 0
                 if not isinstance(row, dict) or _too_deep(row):
                     bad += 1
                     first_bad = first_bad or lineno
-                    torn_tail = not raw.endswith(b"\n")
+                    torn_tail = not complete
                     continue
+                if changed:
+                    fixed += changed
+                    first_fixed = first_fixed or lineno
                 problems = _bad_fields(row, schema) if schema else []
                 if problems:
                     mistyped += 1
@@ -791,7 +1127,20 @@ def iter_jsonl(
                     continue
                 yield row
         except OSError as exc:
-            bad_input(warnings, f"{path}: cannot read ({exc.strerror or exc})")
+            bad_input(warnings, f"{path}: {read_problem(exc)}")
+    long_lines, first_long = lines.long_lines, lines.first_long
+    if lines.over:
+        bad_input(
+            warnings,
+            f"{path}: larger than the {_size_text(limit)} limit of a table; rows past it "
+            "not read (GPUDIAG_MAX_TABLE_BYTES raises it)",
+        )
+    if long_lines:
+        bad_input(
+            warnings,
+            f"{path}: skipped {long_lines} line(s) longer than {_size_text(MAX_LINE_BYTES)}, "
+            f"first at line {first_long}",
+        )
     if bad == 1 and torn_tail:
         # A rank killed mid-write leaves its last row unfinished: expected, not bad input.
         if warnings is not None:
@@ -804,6 +1153,8 @@ def iter_jsonl(
             f"{path}: skipped {bad} malformed line(s), first at line {first_bad} "
             "(torn write from a crash?)",
         )
+    if fixed:
+        bad_input(warnings, _not_unicode(path, fixed, f" (first at line {first_fixed})"))
     if mistyped:
         bad_input(
             warnings,
@@ -812,24 +1163,33 @@ def iter_jsonl(
         )
 
 
-def read_json(path: str | os.PathLike[str], warnings: list[str] | None = None) -> Any | None:
-    """A small JSON file, or None (with a warning) when missing or unreadable."""
+def read_json(
+    path: str | os.PathLike[str],
+    warnings: list[str] | None = None,
+    max_bytes: int = MAX_DOC_BYTES,
+) -> Any | None:
+    """A small JSON document, or None: silently when missing, with one warning when
+    it cannot be read, is not a regular file, is above ``max_bytes`` or is not JSON.
+    Lone surrogates in its strings become U+FFFD (one warning)."""
     path = Path(path)
-    if not path.exists() and not path.is_symlink():
+    if not lexists(path):
         return None
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        data = read_limited(path, max_bytes, "a JSON document")
     except OSError as exc:
-        bad_input(warnings, f"{path}: cannot read ({exc.strerror or _short(exc)})")
+        bad_input(warnings, f"{path}: {read_problem(exc)}")
         return None
     try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+        obj, fixed = loads_json(data)
+    except ValueError as exc:
         bad_input(warnings, f"{path}: not valid JSON ({_short(exc)})")
+        return None
     except RecursionError:
         bad_input(warnings, f"{path}: nested too deeply to read; ignored")
-    return None
+        return None
+    if fixed:
+        bad_input(warnings, _not_unicode(path, fixed))
+    return obj
 
 
 def _short(exc: BaseException) -> str:
@@ -910,7 +1270,7 @@ def node_run_statuses(run: str | os.PathLike[str]) -> dict[int, str | None]:
         found.update(node_run_statuses(part))
     if found:
         return found
-    paths = [run / MANIFEST] + sorted(run.glob("manifest.node*.json"))
+    paths = [run / n for n in list_dir(run) or () if n == MANIFEST or _NODE_MANIFEST_RE.match(n)]
     for path in paths:
         manifest = read_json(path)
         if isinstance(manifest, dict):
@@ -942,39 +1302,60 @@ def _reader_notes(manifest: dict[str, Any], manifest_file: Path, warnings: list[
 def is_run_dir(path: str | os.PathLike[str]) -> bool:
     """True for a directory written by ``gpudiag trace`` (has a manifest or rank dirs)."""
     path = Path(path)
-    if not path.is_dir():
+    names = list_dir(path) if is_dir(path) else None
+    if names is None:
         return False
-    if (path / MANIFEST).is_file():
+    if MANIFEST in names and not is_dir(path / MANIFEST):
         return True
     return any(
-        (_RANK_DIR_RE.match(p.name) and p.is_dir())
-        or (_NODE_MANIFEST_RE.match(p.name) and p.is_file())
-        for p in path.iterdir()
+        (_RANK_DIR_RE.match(n) and is_dir(path / n))
+        or (_NODE_MANIFEST_RE.match(n) and not is_dir(path / n))
+        for n in names
     )
+
+
+_RANK_TRACE_RE = re.compile(r"^rank(\d+)\.pt\.trace\.json(\.gz)?$")
+
+
+def _rank_layout(
+    run: Path, names: Iterable[str], warnings: list[str] | None
+) -> tuple[list[int], dict[int, Path]]:
+    """The ranks of a run directory whose entries are ``names``: its rank<R>
+    directories and traces/rank<R>.pt.trace.json[.gz] files; and each rank's trace
+    file (:func:`trace_path`). traces/ is listed once (one warning when it cannot be)."""
+    ranks = set()
+    for name in names:
+        m = _RANK_DIR_RE.match(name)
+        if not m and name != TRACES_DIR:
+            continue
+        if not is_dir(run / name):
+            bad_input(warnings, f"{run / name}: {_what_is(run / name)}, not a directory; ignored")
+        elif m:
+            ranks.add(int(m.group(1)))
+    traces: dict[int, Path] = {}
+    tdir = run / TRACES_DIR
+    if TRACES_DIR in names and is_dir(tdir):
+        for name in list_dir(tdir, warnings) or ():
+            m = _RANK_TRACE_RE.match(name)
+            if m:
+                r = int(m.group(1))
+                ranks.add(r)
+                if name == trace_path(run, r).name and not is_dir(tdir / name):
+                    traces[r] = tdir / name
+    return sorted(ranks), traces
 
 
 def list_ranks(run: str | os.PathLike[str]) -> list[int]:
     run = Path(run)
-    ranks = set()
-    for p in run.iterdir() if run.is_dir() else ():
-        m = _RANK_DIR_RE.match(p.name)
-        if m and p.is_dir():
-            ranks.add(int(m.group(1)))
-    tdir = run / TRACES_DIR
-    if tdir.is_dir():
-        for p in tdir.iterdir():
-            m = re.match(r"^rank(\d+)\.pt\.trace\.json(\.gz)?$", p.name)
-            if m:
-                ranks.add(int(m.group(1)))
-    return sorted(ranks)
+    names = list_dir(run) if is_dir(run) else None
+    return _rank_layout(run, names or (), None)[0]
 
 
 def list_nodes(run: str | os.PathLike[str]) -> list[int]:
     run = Path(run)
+    names = list_dir(run) if is_dir(run) else None
     return sorted(
-        int(m.group(1))
-        for p in (run.iterdir() if run.is_dir() else ())
-        if (m := _NODE_DIR_RE.match(p.name)) and p.is_dir()
+        int(m.group(1)) for n in names or () if (m := _NODE_DIR_RE.match(n)) and is_dir(run / n)
     )
 
 
@@ -1002,74 +1383,80 @@ def trace_name_stem(name: str) -> str:
     return _TRACE_NAME_RE.sub("", name)
 
 
-def _trace_files_in(directory: Path) -> list[Path]:
-    return sorted(
-        p
-        for p in directory.iterdir()
-        if p.is_file()
-        and is_trace_name(p.name)
-        and not p.name.startswith(".")
-        and p.name not in RUN_FILES
-        and not p.name.startswith(("manifest.", "hang_report."))
-    )
+def _trace_files_in(directory: Path, warnings: list[str] | None = None) -> list[Path]:
+    """The files named like traces in ``directory``: anything but a directory, so that
+    a FIFO, a device or a dangling link named like one is refused by the reader with a
+    warning rather than passed over."""
+    return [
+        directory / name
+        for name in list_dir(directory, warnings) or ()
+        if is_trace_name(name)
+        and not name.startswith(".")
+        and name not in RUN_FILES
+        and not name.startswith(("manifest.", "hang_report."))
+        and not is_dir(directory / name)
+    ]
 
 
-def find_traces(path: str | os.PathLike[str]) -> list[Path]:
+def find_traces(path: str | os.PathLike[str], warnings: list[str] | None = None) -> list[Path]:
     """Trace files under ``path``: a gpudiag run dir (its ``traces/``), a directory of
     profiler traces (searched one level deep), or a single file. Chosen by name only: a
-    file named like a trace that is not one is for the reader to report."""
+    file named like a trace that is not one is for the reader to report. A directory
+    that cannot be listed is one warning (with ``warnings``)."""
     path = Path(path)
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
-        return []
+    if not is_dir(path):
+        return [path] if lexists(path) else []
     if is_run_dir(path):  # only its traces/, never its own JSON files
         tdir = path / TRACES_DIR
-        return _trace_files_in(tdir) if tdir.is_dir() else []
-    if (path / TRACES_DIR).is_dir():
-        found = _trace_files_in(path / TRACES_DIR)
+        return _trace_files_in(tdir, warnings) if is_dir(tdir) else []
+    if is_dir(path / TRACES_DIR):
+        found = _trace_files_in(path / TRACES_DIR, warnings)
         if found:
             return found
-    found = _trace_files_in(path)
+    names = list_dir(path, warnings)
+    found = _trace_files_in(path) if names is not None else []
     if found:
         return found
     nested: list[Path] = []
-    for sub in sorted(p for p in path.iterdir() if p.is_dir()):
-        nested.extend(_trace_files_in(sub))
+    for name in names or ():
+        if is_dir(path / name):
+            nested.extend(_trace_files_in(path / name, warnings))
     return nested
 
 
 def looks_like_trace(path: Path) -> bool:
     """A profiler trace by name (Kineto's, even when damaged) or, for another ``*.json``,
-    by its first bytes: how a folder of runs is told apart from folders of other JSON."""
+    by its first bytes: how a folder of runs is told apart from folders of other JSON.
+    Only a regular file is one (never opened otherwise)."""
     if path.name in RUN_FILES or path.name.startswith((".", "hang_report.")):
         return False
-    if not path.is_file():
+    if not is_regular_file(path):
         return False
     if _KINETO_NAME_RE.search(path.name):
         return True
     if not _TRACE_NAME_RE.search(path.name) or path.name.endswith((".jsonl", ".jsonl.gz")):
         return False
     try:
-        with (gzip.open if path.name.endswith(".gz") else open)(path, "rb") as fh:
-            head = fh.read(_SNIFF_BYTES)
+        with open_regular(path) as raw:
+            if path.name.endswith(".gz"):
+                with gzip.GzipFile(fileobj=raw, mode="rb") as fh:
+                    head = fh.read(_SNIFF_BYTES)
+            else:
+                head = raw.read(_SNIFF_BYTES)
     except (OSError, EOFError, zlib.error):
         return False
     return any(marker in head for marker in _TRACE_MARKERS)
 
 
 def holds_traces(directory: Path) -> bool:
-    try:
-        return any(looks_like_trace(p) for p in directory.iterdir())
-    except OSError:
-        return False
+    return any(looks_like_trace(directory / name) for name in list_dir(directory) or ())
 
 
 def is_analysable(directory: Path) -> bool:
     """A gpudiag run directory, a directory holding profiler traces itself, or the
     parent of one multi-node job's per-node directories (:func:`node_parts`: read as
     one run)."""
-    return directory.is_dir() and (
+    return is_dir(directory) and (
         is_run_dir(directory) or holds_traces(directory) or bool(node_parts(directory))
     )
 
@@ -1086,10 +1473,9 @@ def _runs_under(directory: Path, depth: int, max_depth: int) -> list[Path]:
         return [directory]
     if depth >= max_depth:
         return []
-    try:
-        children = sorted(p for p in directory.iterdir() if p.is_dir() and p.name[0] != ".")
-    except OSError:
-        return []
+    children = [
+        directory / n for n in list_dir(directory) or () if n[0] != "." and is_dir(directory / n)
+    ]
     return [run for child in children for run in _runs_under(child, depth + 1, max_depth)]
 
 
@@ -1222,25 +1608,39 @@ HOST_COLUMNS = (
 )
 
 
-def _read_rank_table(run: Path, ranks: list[int], table: str, warnings: list[str]) -> list[dict]:
+class _Listing:
+    """The names in each directory of a run, each directory listed once as a reader
+    asks: a directory that cannot be listed is one warning, and none of its files is
+    looked for (one unreadable rank directory: one line, not one per file)."""
+
+    def __init__(self, warnings: list[str] | None) -> None:
+        self.warnings = warnings
+        self._names: dict[Path, frozenset[str]] = {}
+
+    def names(self, directory: Path) -> frozenset[str]:
+        names = self._names.get(directory)
+        if names is None:
+            listed = list_dir(directory, self.warnings) if is_dir(directory) else None
+            names = self._names[directory] = frozenset(listed or ())
+        return names
+
+    def has(self, path: Path) -> bool:
+        """Whether ``path`` is an entry of its (listable) directory."""
+        return path.name in self.names(path.parent)
+
+
+def _read_rank_table(
+    run: Path, ranks: list[int], table: str, warnings: list[str], listing: _Listing
+) -> list[dict]:
     rows: list[dict] = []
     for r in ranks:
         path = table_path(rank_dir(run, r), table)
-        if not _exists(path, warnings):
+        if not listing.has(path):
             continue
         for row in iter_jsonl(path, warnings, schema=table):
             row["rank"] = r
             rows.append(row)
     return rows
-
-
-def _exists(path: Path, warnings: list[str]) -> bool:
-    """``path.exists()``, with an unreadable parent reported instead of raised."""
-    try:
-        return path.exists() or path.is_symlink()
-    except OSError as exc:
-        bad_input(warnings, f"{path}: cannot read ({exc.strerror or _short(exc)})")
-        return False
 
 
 def _merge_collective_times(collectives: list[dict], times: list[dict]) -> None:
@@ -1274,11 +1674,11 @@ def load_run(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) ->
         if len(paths) == 1:
             return load_run(paths[0])
         for p in paths:
-            if not p.is_dir():
+            if not is_dir(p):
                 raise RunFormatError(f"{p}: not a directory")
         return merge_runs([_load_one(p) for p in paths], Path(os.path.commonpath(paths)))
     run = Path(path)
-    if not run.is_dir():
+    if not is_dir(run):
         raise RunFormatError(f"{run}: not a directory")
     parts = node_parts(run)
     if parts:
@@ -1286,21 +1686,22 @@ def load_run(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) ->
     return _load_one(run)
 
 
-def _read_manifests(run: Path, warnings: list[str]) -> dict[str, Any]:
+def _read_manifests(
+    run: Path, warnings: list[str], listing: _Listing | None = None
+) -> dict[str, Any]:
     """manifest.json, with every manifest.node<K>.json under ``nodes`` and the whole
     job's status and hosts (:func:`merge_manifests`). A node's own directory holds only
     its manifest.node<K>.json: that one is then the manifest."""
-    manifest = (
-        read_object(run / MANIFEST, MANIFEST, warnings) if (run / MANIFEST).exists() else None
-    )
+    names = (listing or _Listing(warnings)).names(run)
+    manifest = read_object(run / MANIFEST, MANIFEST, warnings) if MANIFEST in names else None
     if manifest is not None:
         _reader_notes(manifest, run / MANIFEST, warnings)
     nodes: list[tuple[int, dict[str, Any]]] = []
-    for p in sorted(run.glob("manifest.node*.json")):
-        m = _NODE_MANIFEST_RE.match(p.name)
-        extra = read_object(p, MANIFEST, warnings) if m else None
+    for name in sorted(names):
+        m = _NODE_MANIFEST_RE.match(name)
+        extra = read_object(run / name, MANIFEST, warnings) if m else None
         if m and isinstance(extra, dict):
-            _reader_notes(extra, p, warnings)
+            _reader_notes(extra, run / name, warnings)
             nodes.append((int(m.group(1)), extra))
     if manifest is None:
         if not nodes:
@@ -1311,7 +1712,11 @@ def _read_manifests(run: Path, warnings: list[str]) -> dict[str, Any]:
 
 def _load_one(run: Path) -> Run:
     warnings: list[str] = []
-    manifest = _read_manifests(run, warnings)
+    names = list_dir(run, warnings)
+    if names is None:
+        raise RunFormatError(warnings[0])
+    listing = _Listing(warnings)
+    manifest = _read_manifests(run, warnings, listing)
     if manifest.get("world_size") is not None and manifest["world_size"] < 1:
         bad_input(warnings, f"{run / MANIFEST}: world_size {manifest['world_size']}; ignored")
         del manifest["world_size"]
@@ -1321,27 +1726,29 @@ def _load_one(run: Path) -> Run:
             f"{run / MANIFEST}: format_version {version} is newer than this gpudiag "
             f"reads ({FORMAT_VERSION}); reading what it can"
         )
-    ranks = list_ranks(run)
+    ranks, trace_files = _rank_layout(run, names, warnings)
     nodes = list_nodes(run)
-    offsets = clock_offsets(run, manifest, nodes, warnings)
+    offsets = clock_offsets(run, manifest, nodes, warnings, listing)
     rank_offsets = _rank_offsets(run, ranks, offsets)
 
-    collectives = _read_rank_table(run, ranks, COLLECTIVES, warnings)
-    _merge_collective_times(collectives, _read_rank_table(run, ranks, COLLECTIVE_TIMES, warnings))
+    collectives = _read_rank_table(run, ranks, COLLECTIVES, warnings, listing)
+    _merge_collective_times(
+        collectives, _read_rank_table(run, ranks, COLLECTIVE_TIMES, warnings, listing)
+    )
 
     node_rows: dict[str, list[dict]] = {t: [] for t in NODE_TABLES}
     for n in nodes:
         for table in NODE_TABLES:
             p = table_path(node_dir(run, n), table)
-            if _exists(p, warnings):
+            if listing.has(p):
                 for row in iter_jsonl(p, warnings, schema=table):
                     row["node"] = n
                     node_rows[table].append(row)
     tables = {
-        STEPS: _read_rank_table(run, ranks, STEPS, warnings),
+        STEPS: _read_rank_table(run, ranks, STEPS, warnings, listing),
         COLLECTIVES: collectives,
-        REGIONS: _read_rank_table(run, ranks, REGIONS, warnings),
-        DDP_STATS: _read_rank_table(run, ranks, DDP_STATS, warnings),
+        REGIONS: _read_rank_table(run, ranks, REGIONS, warnings, listing),
+        DDP_STATS: _read_rank_table(run, ranks, DDP_STATS, warnings, listing),
     }
     if offsets:
         for rows in tables.values():
@@ -1358,16 +1765,14 @@ def _load_one(run: Path) -> Run:
         ddp_stats=_frame(tables[DDP_STATS], ("rank", "step")),
         gpu_samples=_frame(node_rows[GPU_SAMPLES], GPU_COLUMNS),
         host_samples=_frame(node_rows[HOST_SAMPLES], HOST_COLUMNS),
-        lint=read_lint(run, warnings),
+        lint=read_lint(run, warnings) if LINT in names else None,
         hang_report=read_hang_reports(run, warnings),
         warnings=warnings,
         clock_offsets=rank_offsets,
+        trace_files=trace_files,
     )
     for r in ranks:
-        try:
-            _read_rank_files(run, r, result)
-        except OSError as exc:  # an unreadable rank directory: the other ranks are read
-            bad_input(warnings, f"{rank_dir(run, r)}: cannot read ({exc.strerror or _short(exc)})")
+        _read_rank_files(run, r, result, listing)
     if offsets:
         for docs in (result.rank_info, result.statuses):
             _shift_rows([d for r, d in docs.items() if r in rank_offsets], None, rank_offsets)
@@ -1383,7 +1788,11 @@ MAX_CLOCK_OFFSET_NS = 7 * 24 * 3600 * 10**9
 
 
 def clock_offsets(
-    run: Path, manifest: Mapping[str, Any], nodes: Iterable[int], warnings: list[str]
+    run: Path,
+    manifest: Mapping[str, Any],
+    nodes: Iterable[int],
+    warnings: list[str],
+    listing: _Listing | None = None,
 ) -> dict[int, int]:
     """node -> ns to add to that node's times to put them on node 0's clock, from each
     node's manifest ``clock`` (else its ``node<K>/clock.json``). Node 0 and nodes
@@ -1400,7 +1809,8 @@ def clock_offsets(
         source: Path | str = f"manifest of node {n}"
         if not isinstance(record, dict):
             source = node_dir(run, n) / CLOCK
-            record = read_json(source, warnings) if _exists(source, warnings) else None
+            found = (listing or _Listing(warnings)).has(source)
+            record = read_json(source, warnings) if found else None
         offset = record.get("offset_ns") if isinstance(record, dict) else None
         if not _is_int(offset) or not offset:
             continue
@@ -1532,11 +1942,11 @@ def _job_key(manifest: Mapping[str, Any]) -> tuple[Any, ...] | None:
 def _part_manifest(directory: Path) -> dict[str, Any] | None:
     """The one manifest of a node's own directory (manifest.json, or a single
     manifest.node<K>.json), without warnings: None when there is none or several."""
-    names = [MANIFEST] if (directory / MANIFEST).is_file() else []
-    try:
-        names += sorted(p.name for p in directory.iterdir() if _NODE_MANIFEST_RE.match(p.name))
-    except OSError:
+    listed = list_dir(directory)
+    if listed is None:
         return None
+    names = [MANIFEST] if MANIFEST in listed and is_regular_file(directory / MANIFEST) else []
+    names += [n for n in listed if _NODE_MANIFEST_RE.match(n)]
     if len(names) != 1:
         return None
     obj = read_json(directory / names[0])
@@ -1545,6 +1955,11 @@ def _part_manifest(directory: Path) -> dict[str, Any] | None:
     m = _NODE_MANIFEST_RE.match(names[0])
     if m:
         obj["node_rank"] = int(m.group(1))
+    if not isinstance(obj.get("clock"), dict):
+        # a launcher killed before it wrote the clock into its manifest left it here
+        clock = read_json(node_dir(directory, manifest_node(obj)) / CLOCK)
+        if isinstance(clock, dict):
+            obj["clock"] = clock
     return obj
 
 
@@ -1588,12 +2003,9 @@ def node_parts(directory: str | os.PathLike[str]) -> list[Path]:
     """The per-node run directories of one job directly under ``directory`` (ordered
     by node), or [] when ``directory`` is itself a run or holds no such set."""
     directory = Path(directory)
-    try:
-        if not directory.is_dir() or is_run_dir(directory):
-            return []
-        children = sorted(p for p in directory.iterdir() if p.is_dir() and is_run_dir(p))
-    except OSError:
+    if not is_dir(directory) or is_run_dir(directory):
         return []
+    children = [directory / n for n in list_dir(directory) or () if is_run_dir(directory / n)]
     if not same_job(children):
         return []
     return sorted(children, key=lambda p: manifest_node(_part_manifest(p) or {}))
@@ -1602,7 +2014,7 @@ def node_parts(directory: str | os.PathLike[str]) -> list[Path]:
 def group_node_dirs(paths: Sequence[Path]) -> list[list[Path]]:
     """`gpudiag analyze A B ...`: the paths as runs to analyse, the per-node
     directories of one job (all of the paths) as one."""
-    if len(paths) >= 2 and all(Path(p).is_dir() for p in paths) and same_job(paths):
+    if len(paths) >= 2 and all(is_dir(p) for p in paths) and same_job(paths):
         return [sorted(paths, key=lambda p: manifest_node(_part_manifest(Path(p)) or {}))]
     return [[p] for p in paths]
 
@@ -1647,38 +2059,41 @@ def merge_runs(runs: Sequence[Run], path: Path) -> Run:
     return merged
 
 
-def _read_rank_files(run: Path, r: int, result: Run) -> None:
+def _read_rank_files(run: Path, r: int, result: Run, listing: _Listing) -> None:
     rdir = rank_dir(run, r)
     for name, target in (
         (RANK_INFO, result.rank_info),
         (STATUS, result.statuses),
         (SUMMARY, result.summaries),
     ):
-        obj = read_object(rdir / name, name, result.warnings)
+        obj = read_object(rdir / name, name, result.warnings) if listing.has(rdir / name) else None
         if obj is not None:
             target[r] = obj
-    stacks = rdir / STACKS
-    if stacks.is_file():
-        result.stacks[r] = stacks.read_text(encoding="utf-8", errors="replace")
-    tp = trace_path(run, r)
-    if tp.is_file():
-        result.trace_files[r] = tp
+    if listing.has(rdir / STACKS):
+        text = read_text(rdir / STACKS, result.warnings)
+        if text is not None:
+            result.stacks[r] = text
 
 
-def load_summaries(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[int, dict]]:
+def load_summaries(
+    path: str | os.PathLike[str], warnings: list[str] | None = None
+) -> tuple[dict[str, Any], dict[int, dict]]:
     """Only the manifest and per-rank summaries: how a 1000-rank run is read without
-    touching any raw trace or table."""
+    touching any raw trace or table. What could not be read is described in
+    ``warnings``, one line each."""
     run = Path(path)
     parts = node_parts(run)
     if parts:
-        loaded = [load_summaries(p) for p in parts]
+        loaded = [load_summaries(p, warnings) for p in parts]
         manifest = merge_manifests([(manifest_node(m), m) for m, _ in loaded])
         return manifest, {r: s for _, part in loaded for r, s in part.items()}
-    warnings: list[str] = []
-    manifest = _read_manifests(run, warnings)
+    warnings = [] if warnings is None else warnings
+    listing = _Listing(warnings)
+    manifest = _read_manifests(run, warnings, listing)
     summaries: dict[int, dict] = {}
     for r in list_ranks(run):
-        obj = read_object(rank_dir(run, r) / SUMMARY, SUMMARY, warnings)
+        path = rank_dir(run, r) / SUMMARY
+        obj = read_object(path, SUMMARY, warnings) if listing.has(path) else None
         if obj is not None:
             summaries[r] = obj
     return manifest, summaries
@@ -1815,9 +2230,8 @@ class TableTail:
         self._inode: int | None = None
 
     def read(self) -> list[dict[str, Any]]:
-        try:
-            st = os.stat(self.path)
-        except OSError:
+        st = path_stat(self.path)
+        if st is None or not stat.S_ISREG(st.st_mode):  # never a FIFO or a device
             return []
         if self._inode is not None and (st.st_ino != self._inode or st.st_size < self.offset):
             self.offset = 0  # truncated, or rotated to a new file
@@ -1831,7 +2245,7 @@ class TableTail:
             start = st.st_size - self.tail_bytes
             align = start > 0
         try:
-            with open(self.path, "rb") as fh:
+            with open_regular(self.path) as fh:
                 fh.seek(start)
                 data = fh.read(st.st_size - start)
         except OSError:
@@ -1924,7 +2338,7 @@ class LiveReader:
         self, run: str | os.PathLike[str], tail_bytes: dict[str, int] | None = None
     ) -> None:
         self.run = Path(run)
-        if not self.run.is_dir():
+        if not is_dir(self.run):
             raise RunFormatError(f"{self.run}: not a directory")
         self.tail_bytes = dict(LIVE_TAIL_BYTES if tail_bytes is None else tail_bytes)
         self._tails: dict[tuple[str, str, int], TableTail] = {}
@@ -1972,12 +2386,12 @@ class LiveReader:
         manifest = manifest if isinstance(manifest, dict) else {}
         statuses = [run_status(manifest, self.run / MANIFEST)] if manifest else []
         node_manifests: dict[int, dict[str, Any]] = {}
-        for p in sorted(self.run.glob("manifest.node*.json")):
-            m = _NODE_MANIFEST_RE.match(p.name)
-            extra = read_json(p, warnings)
+        for name in list_dir(self.run) or ():
+            m = _NODE_MANIFEST_RE.match(name)
+            extra = read_json(self.run / name, warnings) if m else None
             if m and isinstance(extra, dict):
                 node_manifests[int(m.group(1))] = extra
-                statuses.append(run_status(extra, p))
+                statuses.append(run_status(extra, self.run / name))
         status = _worst_status(statuses) if statuses else None
         by_node = dict(node_manifests)
         if manifest:

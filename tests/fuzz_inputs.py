@@ -7,17 +7,31 @@ collectives) or a foreign trace directory (two ranks of the recorded DLRM traces
 the same way). A mutation damages one file of a copy of it; `run_case` analyses the copy
 in-process through the CLI and returns the crash site when anything escaped as an
 exception (a traceback), else None.
+
+Besides damaged content, a file (or a rank directory, or traces/) may be replaced by
+what no reader should read: /dev/zero through a symlink (an endless file), a FIFO (an
+open that would block), a socket, a directory, a symlink loop, or made unreadable
+(mode 000). Such a case runs in a subprocess with a timeout and a memory limit, so a
+hang or an unbounded read is reported as a crash site instead of stopping the fuzzer;
+as root (which ignores permissions) that subprocess drops the capabilities that let
+root read anything (setpriv), and without setpriv no case is made unreadable.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import io
 import json
 import os
 import random
+import re
 import shutil
+import socket
+import stat
+import subprocess
+import sys
 import traceback
 from pathlib import Path
 from typing import Any
@@ -51,6 +65,7 @@ KINDS = (
     "traces/rank0.pt.trace.json.gz",
     "traces/rank1.pt.trace.json.gz",
     "rank1",  # the rank directory itself
+    "traces",  # the traces directory itself
     "foreign:rank0",  # a trace of a foreign (non-gpudiag) trace directory
     "foreign:rank1",
 )
@@ -83,6 +98,8 @@ WEIRD: list[Any] = [
     "1e400",
     "x" * 300,
     "\x00\n\t",
+    "\ud800",  # a lone surrogate: json.dumps writes the escape "\ud800"
+    "x\udfffy",
     "![t](http://host/x.png)",
     [[1, 2], [3]],
     {"1": {"2": {"3": []}}},
@@ -194,7 +211,10 @@ def mutate_bytes(data: bytes, rng: random.Random) -> bytes:
     if op == "garbage":
         return bytes(rng.randrange(256) for _ in range(rng.randint(1, 64)))
     i = rng.randrange(len(data))
-    return data[:i] + rng.choice([b"\x00", b"\n", b"{", b"]", b"\xff\xfe", b"NaN"]) + data[i:]
+    inserted = rng.choice(
+        [b"\x00", b"\n", b"{", b"]", b"\xff\xfe", b"NaN", b"\\ud800", b"\xed\xa0\x80"]
+    )
+    return data[:i] + inserted + data[i:]
 
 
 def _mutate_jsonl(data: bytes, rng: random.Random) -> bytes:
@@ -250,30 +270,31 @@ def mutate_case(bases: dict[str, Path], work: Path, kind: str, seed: int) -> Pat
     rng = random.Random(seed)
     foreign = kind.startswith("foreign:")
     base = bases["foreign" if foreign else "run"]
-    if work.exists():
-        shutil.rmtree(work)
+    remove_tree(work)
     shutil.copytree(base, work)
     rel = kind.split(":", 1)[1] + ".json.gz" if foreign else kind
     target = work / rel
-    if kind == "rank1":
+    if kind in ("rank1", "traces"):
         roll = rng.random()
+        if roll < 0.25 and can_deny():
+            target.chmod(0)  # permission denied (a reader other than the owner)
+            return work
+        if roll < 0.35:
+            shutil.rmtree(target)
+            target.symlink_to("/dev/zero")
+            return work
         shutil.rmtree(target)
-        if roll < 0.4:
+        if roll < 0.55:
             target.write_bytes(b"not a directory")
-        elif roll < 0.7:
+        elif roll < 0.75:
             target.symlink_to(work / "does-not-exist")
         else:
             target.mkdir()
-            (target / "steps.jsonl").mkdir()  # a directory where a table should be
+            inner = "rank1.pt.trace.json.gz" if kind == "traces" else "steps.jsonl"
+            (target / inner).mkdir()  # a directory where a file should be
         return work
-    if rng.random() < 0.04:  # the file replaced by something unreadable
-        if target.exists():
-            target.unlink()
-        if rng.random() < 0.5:
-            target.mkdir(parents=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.symlink_to(target)  # a symlink loop
+    if rng.random() < 0.08:  # the file replaced by something no reader should read
+        replace_unusable(target, rng.choice(UNUSABLE))
         return work
     data = target.read_bytes() if target.is_file() else b""
     if not data:  # a kind this base lacks: write one from scratch
@@ -300,12 +321,151 @@ def mutate_case(bases: dict[str, Path], work: Path, kind: str, seed: int) -> Pat
     return work
 
 
+# What a file can be replaced by that must be refused without being read.
+UNUSABLE = ("dev_zero", "fifo", "socket", "directory", "symlink_loop", "no_permission")
+
+
+@functools.cache
+def can_deny() -> bool:
+    """Whether an unreadable file can be tested here: not root, or root able to drop the
+    capabilities that let it read anything (see :func:`unprivileged`)."""
+    if os.geteuid() != 0:
+        return True
+    try:
+        return subprocess.run([*unprivileged(), "true"], timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def unprivileged() -> list[str]:
+    """The command prefix that runs a command as root without the capabilities to read
+    files whatever their permissions (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH): mode 000
+    then means permission denied, as for any other user. Nothing as a non-root user."""
+    if os.geteuid() != 0:
+        return []
+    return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
+
+
+def replace_unusable(target: Path, how: str) -> None:
+    """Put at ``target`` (a file) one of UNUSABLE: /dev/zero through a symlink (an endless
+    file), a FIFO, a socket, a directory, a symlink loop, or the file made unreadable."""
+    if how == "no_permission" and not can_deny():
+        how = "fifo"
+    if how == "no_permission":
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(b"{}\n")
+        target.chmod(0)
+        return
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    elif target.exists() or target.is_symlink():
+        target.unlink()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if how == "dev_zero":
+        target.symlink_to("/dev/zero")
+    elif how == "fifo":
+        os.mkfifo(target)
+    elif how == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        try:
+            sock.bind(str(target))  # left bound: nobody listens, so opening it fails
+        except OSError:  # a path too long for a socket
+            os.mkfifo(target)
+        finally:
+            sock.close()
+    elif how == "directory":
+        target.mkdir()
+    else:
+        target.symlink_to(target)  # a symlink loop
+
+
+def remove_tree(path: Path) -> None:
+    """``shutil.rmtree`` that first gives back the permissions a case took away."""
+    if not path.exists():
+        return
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in [*dirnames, *filenames]:
+            full = os.path.join(dirpath, name)
+            if not os.path.islink(full) and stat.S_IMODE(os.lstat(full).st_mode) == 0:
+                os.chmod(full, 0o700)
+    if stat.S_IMODE(os.lstat(path).st_mode) == 0:
+        os.chmod(path, 0o700)
+    shutil.rmtree(path)
+
+
+def needs_isolation(path: Path) -> tuple[bool, bool]:
+    """(whether analysing ``path`` could hang or read without end were gpudiag wrong:
+    it holds a FIFO, a socket or a symlink to a device; whether it holds something made
+    unreadable). Either case runs in a subprocess (:func:`run_case`)."""
+    special = denied = False
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in [*dirnames, *filenames]:
+            full = os.path.join(dirpath, name)
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                try:
+                    st = os.stat(full)
+                except OSError:
+                    continue
+                special = special or not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode))
+            elif stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+                special = True
+            elif stat.S_IMODE(st.st_mode) == 0:
+                denied = True
+    return special, denied
+
+
+ISOLATED_TIMEOUT_S = 90
+ISOLATED_MEMORY_BYTES = 6 << 30  # address space: the imports need ~2 GiB of it
+
+
+def limit_memory() -> None:
+    """For preexec_fn: an address-space limit, so an unbounded read fails fast."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (ISOLATED_MEMORY_BYTES, ISOLATED_MEMORY_BYTES))
+
+
+_FRAME_RE = re.compile(r'^\s*File "([^"]+)", line (\d+)')
+
+
+def _site_from_stderr(text: str) -> str:
+    """``file:line ExcType`` of the last gpudiag frame of a printed traceback."""
+    frames = [m for m in map(_FRAME_RE.match, text.splitlines()) if m]
+    ours = [f for f in frames if "/gpudiag/" in f.group(1)] or frames
+    last = text.strip().splitlines()[-1] if text.strip() else ""
+    exc = last.split(":", 1)[0] if last and not last.startswith(" ") else "traceback"
+    if not ours:
+        return f"traceback printed on stderr ({exc})"
+    return f"{os.path.relpath(ours[-1].group(1), REPO)}:{ours[-1].group(2)} {exc}"
+
+
+def _run_isolated(argv: list[str], drop: bool) -> tuple[int | None, str | None, str]:
+    cmd = [*(unprivileged() if drop else []), sys.executable, "-m", "gpudiag", "analyze", *argv]
+    try:
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=ISOLATED_TIMEOUT_S,
+            preexec_fn=limit_memory,
+        )
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+        return None, f"hang: no exit within {ISOLATED_TIMEOUT_S} s", err
+    if "Traceback" in proc.stderr or proc.returncode not in (0, 1, 2):
+        return proc.returncode, _site_from_stderr(proc.stderr), proc.stderr
+    return proc.returncode, None, proc.stderr
+
+
 # --------------------------------------------------------------------------- running
 
 
 def run_case(path: Path, mode: str, html_out: Path) -> tuple[int | None, str | None, str]:
-    """Analyse ``path`` through the CLI in-process. Returns (exit code, crash site or
-    None, stderr). A crash site is where an exception escaped, as ``file:line``."""
+    """Analyse ``path`` through the CLI in-process (in a subprocess with a timeout and a
+    memory limit when :func:`needs_isolation`). Returns (exit code, crash site or None,
+    stderr). A crash site is where an exception escaped, as ``file:line``, or a hang."""
     from gpudiag.cli.analyze import main as analyze_main
 
     argv = [str(path), "--workers", "1"]  # no process pool per case: 3x faster
@@ -313,6 +473,9 @@ def run_case(path: Path, mode: str, html_out: Path) -> tuple[int | None, str | N
         argv.append("--json")
     elif mode == "html":
         argv += ["--html", str(html_out)]
+    special, denied = needs_isolation(path)
+    if special or denied:
+        return _run_isolated(argv, denied)
     err = io.StringIO()
     out = io.StringIO()
     try:

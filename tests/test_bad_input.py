@@ -1,5 +1,7 @@
 """Bad input to ingestion and the core analysis (issue 7): every bad file gives one
-warning line naming the file and the problem, and the rest is still analysed."""
+warning line naming the file and the problem, and the rest is still analysed. Also the
+files no reader should read (issue 16 part 3: surrogates, endless files, FIFOs,
+permission denied), through the real CLI: see "unusable files" below."""
 
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ import sys
 import textwrap
 import zlib
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
+from fuzz_inputs import can_deny, limit_memory, remove_tree, replace_unusable, unprivileged
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -313,3 +317,252 @@ def test_unfinished_last_row_is_a_crash_artefact_not_bad_input(
     table.write_text("".join([*lines[:3], '{"step": 3, "sta\n', *lines[3:]]))
     assert analyze_cli.main([str(broken), "--json"]) == 2
     assert f"{table}: skipped 1 malformed line(s), first at line 4" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- unusable files
+# What the issue's fuzzer found (part 3): a lone surrogate in a table row, /dev/zero
+# symlinked as a file, a FIFO (or a socket) in a file's place, permission denied on the
+# run directory, a rank directory, traces/ or a file. Each runs the real CLI in a
+# subprocess (a hang fails by its timeout) on a copy of the 4-rank straggler sample run,
+# the fault on rank 1 (or a run-wide file): exit 2, one warning line naming the file,
+# no traceback, and rank 2 is still named the straggler.
+
+STRAGGLER_RUN = Path(__file__).resolve().parents[1] / "sample_runs" / "ddp4_straggler"
+CLI_TIMEOUT_S = 60
+
+
+def _analyze_cli(run: Path, *extra: str, drop_root: bool = False) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "gpudiag", "analyze", str(run), "--workers", "1", *extra]
+    return subprocess.run(
+        [*(unprivileged() if drop_root else []), *cmd],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        preexec_fn=limit_memory,  # an unbounded read fails fast instead of filling memory
+    )
+
+
+def _surrogate_row(path: Path) -> None:
+    """Line 2's ``source`` a lone surrogate (the escape json.dumps writes for it)."""
+    lines = path.read_text().splitlines(keepends=True)
+    lines[1] = lines[1].replace('"source":"optimizer"', '"source":"\\ud800x"')
+    path.write_text("".join(lines))
+
+
+def _surrogate_doc(path: Path) -> None:
+    doc = json.loads(path.read_text())
+    doc["hostname"] = "node\udc00"
+    path.write_text(json.dumps(doc))  # ensure_ascii: written as the escape "\udc00"
+
+
+def _bad_unicode_trace(path: Path) -> None:
+    """Two names with a lone surrogate escape, one value with bytes that are not UTF-8."""
+    data = gzip.decompress(path.read_bytes())
+    marker = b'"cat":"user_annotation","name":"'
+    data = data.replace(marker, marker + b"\\ud800", 2)
+    data = data.replace(b'{"ph":"X"', b'{"ph":"X","extra":"\xff\xfe"', 1)
+    path.write_bytes(gzip.compress(data, 1))
+
+
+def _long_line(path: Path) -> None:
+    with open(path, "ab") as fh:
+        fh.write(b'{"step": 99, "source": "' + b"x" * (2 << 20) + b'"}\n')
+
+
+# name: (file or directory, fault, what its one warning line says)
+UNUSABLE_CASES = {
+    "surrogate in a table row": ("rank1/steps.jsonl", _surrogate_row, "lone surrogate"),
+    "surrogate in a JSON document": ("rank1/rank_info.json", _surrogate_doc, "lone surrogate"),
+    "bad Unicode in a trace": (
+        "traces/rank1.pt.trace.json.gz",
+        _bad_unicode_trace,
+        "not valid Unicode",
+    ),
+    "line above the row limit": ("rank1/steps.jsonl", _long_line, "longer than 1 MiB"),
+    "/dev/zero as the manifest": ("manifest.json", "dev_zero", "a character device, not a"),
+    "/dev/zero as a table": ("rank1/collectives.jsonl", "dev_zero", "a character device"),
+    "/dev/zero as a trace": ("traces/rank1.pt.trace.json.gz", "dev_zero", "a character device"),
+    "/dev/zero as stacks.txt": ("rank1/stacks.txt", "dev_zero", "a character device"),
+    "FIFO as status.json": ("rank1/status.json", "fifo", "a FIFO, not a regular file; refused"),
+    "FIFO as a table": ("rank1/steps.jsonl", "fifo", "a FIFO"),
+    "FIFO as a trace": ("traces/rank1.pt.trace.json.gz", "fifo", "a FIFO"),
+    "FIFO as lint.json": ("lint.json", "fifo", "a FIFO"),
+    "socket as summary.json": ("rank1/summary.json", "socket", "not a regular file"),
+    "/dev/zero as traces/": ("traces", "dev_zero", "a character device, not a directory"),
+    "permission denied: a rank directory": ("rank1", "no_permission", "Permission denied"),
+    "permission denied: traces/": ("traces", "no_permission", "Permission denied"),
+    "permission denied: a table": ("rank1/steps.jsonl", "no_permission", "Permission denied"),
+    "permission denied: a trace": (
+        "traces/rank1.pt.trace.json.gz",
+        "no_permission",
+        "Permission denied",
+    ),
+}
+
+
+def _inject(run: Path, rel: str, fault: Any) -> None:
+    target = run / rel
+    if callable(fault):
+        fault(target)
+    elif fault == "no_permission":
+        target.chmod(0)
+    else:
+        replace_unusable(target, fault)
+
+
+def _needs_denial(fault: Any) -> None:
+    if fault == "no_permission" and not can_deny():
+        pytest.skip(
+            "running as root, and `setpriv --bounding-set -dac_override,-dac_read_search` "
+            "cannot drop root's permission override here: mode 000 cannot be tested"
+        )
+
+
+@pytest.mark.parametrize("name", list(UNUSABLE_CASES))
+def test_unusable_file_is_one_warning_and_the_rest_is_analysed(tmp_path: Path, name: str) -> None:
+    rel, fault, says = UNUSABLE_CASES[name]
+    _needs_denial(fault)
+    run = tmp_path / "run"
+    shutil.copytree(STRAGGLER_RUN, run)
+    _inject(run, rel, fault)
+    try:
+        proc = _analyze_cli(run, "--json", drop_root=fault == "no_permission")
+    finally:
+        remove_tree(run)
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    target = str(run / rel)
+    naming = [
+        line
+        for line in proc.stderr.splitlines()
+        if line.startswith("gpudiag: warning: ") and target in line
+    ]
+    assert len(naming) == 1, proc.stderr
+    assert naming[0].startswith(f"gpudiag: warning: {target}: "), naming
+    assert says in naming[0], naming
+    result = json.loads(proc.stdout)
+    stragglers = [f for f in result["findings"] if f["kind"] == "straggler"]
+    assert [f["ranks"] for f in stragglers] == [[2]], result["findings"]
+    assert {0, 2, 3} <= {row["rank"] for row in result["ranks"]}, result["ranks"]
+
+
+def test_unreadable_run_directory_is_one_error(tmp_path: Path) -> None:
+    _needs_denial("no_permission")
+    run = tmp_path / "run"
+    shutil.copytree(STRAGGLER_RUN, run)
+    run.chmod(0)
+    try:
+        proc = _analyze_cli(run, drop_root=True)
+    finally:
+        remove_tree(run)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"gpudiag: error: {run}: cannot read (Permission denied)"
+    ]
+
+
+def test_table_above_its_limit_is_read_up_to_it(tmp_path: Path) -> None:
+    """GPUDIAG_MAX_TABLE_BYTES bounds each table: the rows before the limit are used."""
+    from gpudiag import rundir
+
+    path = tmp_path / "steps.jsonl"
+    rows = [{"step": i, "start_ns": i, "end_ns": i + 1} for i in range(1000)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    warnings: list[str] = []
+    got = list(rundir.iter_jsonl(path, warnings, schema=rundir.STEPS, max_bytes=4096))
+    assert 0 < len(got) < 1000 and got == rows[: len(got)]
+    assert len(warnings) == 1 and warnings[0].startswith(f"{path}: larger than the 4096 bytes")
+    assert isinstance(warnings[0], rundir.BadInput)
+
+
+def test_watch_once_survives_unusable_files(tmp_path: Path) -> None:
+    """`gpudiag watch` reads the same files live: a FIFO, /dev/zero and an unreadable rank
+    directory neither hang nor crash it."""
+    run = tmp_path / "run"
+    shutil.copytree(STRAGGLER_RUN, run)
+    replace_unusable(run / "rank1" / "status.json", "fifo")
+    replace_unusable(run / "rank1" / "steps.jsonl", "dev_zero")
+    replace_unusable(run / "manifest.json", "dev_zero")
+    if can_deny():
+        (run / "rank3").chmod(0)
+    watch = [sys.executable, "-m", "gpudiag", "watch", str(run), "--once", "--json"]
+    try:
+        proc = subprocess.run(
+            [*unprivileged(), *watch],
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT_S,
+            preexec_fn=limit_memory,
+        )
+    finally:
+        remove_tree(run)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    ranks = {r["rank"] for r in json.loads(proc.stdout)["ranks"]}
+    assert {0, 2} <= ranks, proc.stdout
+
+
+def _lines_reference(data: bytes, limit: int, longest: int) -> tuple[list, int, bool]:
+    """What rundir._Lines yields, computed on the whole text at once."""
+    over = len(data) > limit
+    pieces = data[:limit].split(b"\n")
+    last = pieces.pop()
+    out, long_lines = [], 0
+    for number, piece in enumerate(pieces, 1):
+        if len(piece) > longest:
+            long_lines += 1
+        else:
+            out.append((number, piece, True))
+    if len(last) > longest:
+        long_lines += 1
+    elif last and not over:
+        out.append((len(pieces) + 1, last, False))
+    return out, long_lines, over
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"")), max_size=12),
+    end=st.booleans(),
+    block=st.integers(1, 9),
+    longest=st.integers(1, 8),
+    limit=st.integers(0, 120),
+)
+def test_table_lines_are_bounded_in_any_block_size(
+    lines: list[bytes], end: bool, block: int, longest: int, limit: int
+) -> None:
+    """rundir reads a table a block at a time: whatever the block size, the same lines,
+    line numbers, skipped long lines and limit as reading the whole text would give."""
+    import io
+
+    from gpudiag import rundir
+
+    data = b"\n".join(lines) + (b"\n" if end and lines else b"")
+    reader = rundir._Lines(io.BytesIO(data), limit)
+    reader.BLOCK = block
+    saved = rundir.MAX_LINE_BYTES
+    rundir.MAX_LINE_BYTES = longest
+    try:
+        got = [(n, line, complete) for n, line, complete, _ in reader]
+    finally:
+        rundir.MAX_LINE_BYTES = saved
+    assert (got, reader.long_lines, reader.over) == _lines_reference(data, limit, longest)
+
+
+def test_surrogate_escape_across_a_block_boundary_is_replaced(tmp_path: Path) -> None:
+    from gpudiag import rundir
+
+    path = tmp_path / "regions.jsonl"
+    row = b'{"name": "r\\ud800", "start_ns": 1, "end_ns": 2}\n'
+    path.write_bytes(row * 3)
+    for block in range(1, len(row) + 2):
+        warnings: list[str] = []
+        saved, rundir._Lines.BLOCK = rundir._Lines.BLOCK, block
+        try:
+            got = list(rundir.iter_jsonl(path, warnings, schema=rundir.REGIONS))
+        finally:
+            rundir._Lines.BLOCK = saved
+        assert [r["name"] for r in got] == ["r\ufffd"] * 3, block
+        assert warnings == [
+            f"{path}: 3 string(s) (first at line 1) with a lone surrogate "
+            "(not valid Unicode); replaced with U+FFFD"
+        ]

@@ -19,6 +19,7 @@ from gpudiag import rundir
 
 SCRIPTS = Path(__file__).parent / "scripts"
 DDP_SCRIPT = SCRIPTS / "capture_ddp_mlp.py"
+SINGLE_SCRIPT = SCRIPTS / "capture_single.py"
 JOB_TIMEOUT_S = 240
 
 pytestmark = pytest.mark.slow
@@ -63,12 +64,10 @@ def _alive(pid: int) -> bool:
 # --------------------------------------------------------------------------- full disk
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "disk"
+def _tmpfs(mount: Path, size: str) -> Iterator[Path]:
     mount.mkdir()
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=640k", "tmpfs", str(mount)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
         capture_output=True,
         text=True,
     )
@@ -78,6 +77,31 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    yield from _tmpfs(tmp_path / "disk", "640k")
+
+
+@pytest.fixture
+def nearly_full_disk(tmp_path: Path) -> Iterator[Path]:
+    yield from _tmpfs(tmp_path / "disk", "48k")
+
+
+def test_a_disk_too_full_to_record_the_end_is_refused_at_start(
+    nearly_full_disk: Path, tmp_path: Path
+) -> None:
+    """Issue 28: with 48 KiB free the manifest used to stay `running` (readers said
+    launcher_lost) and stdout "run ok ... 0 rank(s)": now one line, exit 2, no job."""
+    out = nearly_full_disk / "run"
+    proc = _trace(["--out", str(out), "--no-lint", str(SINGLE_SCRIPT)], tmp_path)
+    stdout, stderr = proc.communicate(timeout=JOB_TIMEOUT_S)
+    assert proc.returncode == 2, (stdout, stderr)
+    lines = [line for line in (stdout + stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and "not enough free space to record the run" in lines[0], lines
+    assert "KiB free" in lines[0] and "ARGV" not in stdout  # the script never started
+    assert not out.exists() or not any(out.iterdir())
 
 
 def test_full_disk_training_goes_on_and_run_is_incomplete(small_disk: Path, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import torch
 
 from gpudiag import rundir
 from gpudiag.analysis.failures import rank_failed_findings
-from gpudiag.capture import api, launcher
+from gpudiag.capture import api, launcher, profiling
 from gpudiag.capture.profiling import ProfilerWindow, fix_straddling_optimizer, parse_window
 from gpudiag.capture.steps import StepTracker
 from gpudiag.capture.worker import Worker, _Terminated
@@ -149,6 +149,17 @@ def test_outcome_rank_without_status_is_failed(tmp_path: Path) -> None:
     assert out["status"] == "failed" and out["failed_ranks"] == [1]
     assert "rank(s) [1] ended without writing status.json" in out["failure"]["message"]
     assert out["exit_code"] == 137
+
+
+def test_outcome_rank_of_another_launcher_is_not_a_full_disk(tmp_path: Path) -> None:
+    """Issue 28: a script started once per rank, each with its own `gpudiag trace`
+    (world of 2, rank 0 here): rank 1 left nothing here, which is no disk problem."""
+    _status(tmp_path, 0, "ok", 0, end_ns=100)
+    out = launcher.decide_outcome(tmp_path, 0, None, False, None, single_process=True)
+    assert out["status"] == "ok" and out["unwritten_status_ranks"] == []
+    assert out["ranks_elsewhere"] == [1] and out["missing_status_ranks"] == []
+    reasons = launcher._incomplete_reasons(tmp_path, out, [])
+    assert len(reasons) == 1 and "another launcher" in reasons[0] and "disk" not in reasons[0]
 
 
 def test_outcome_crash_plus_rank_without_status_lists_both(tmp_path: Path) -> None:
@@ -326,6 +337,99 @@ def test_profiler_window_in_process(tracker: StepTracker, tmp_path: Path) -> Non
         assert mark["ts"] <= opt["ts"] and opt["ts"] + opt["dur"] <= mark["ts"] + mark["dur"] + 0.01
 
 
+def _regioned_train(model: torch.nn.Module, steps: int) -> None:
+    """Every step inside ``gpudiag.region``: the window's stop and start points (the first
+    forward of a step) fall inside an open user range."""
+    import gpudiag
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(2, 4), torch.randn(2, 1)
+    for _ in range(steps):
+        with gpudiag.region("step"):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+
+
+def _count_profiler_starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    starts: list[int] = []
+    original = torch.profiler.profile.start
+
+    def start(self: torch.profiler.profile) -> None:
+        starts.append(1)
+        original(self)
+
+    monkeypatch.setattr(torch.profiler.profile, "start", start)
+    return starts
+
+
+def _trace_events(run: Path) -> list[dict]:
+    with gzip.open(rundir.trace_path(run, 0)) as fh:
+        return json.load(fh)["traceEvents"]
+
+
+def test_default_window_is_one_profiler_session_cut_at_its_first_step(
+    tracker: StepTracker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A range begun under one torch profiler and ended under another writes into the
+    first one's freed memory (SIGSEGV under gpudiag.region, issue 28): the default window
+    never starts a second profiler, and warm-up is cut from the trace instead."""
+    starts = _count_profiler_starts(monkeypatch)
+    window = ProfilerWindow(tmp_path, 0, 1, (5, 9), provisional=True)
+    tracker.profiler = window
+    _regioned_train(torch.nn.Linear(4, 1), steps=14)
+    assert starts == [1]
+    assert window.done and window.profiled_steps == [5, 6, 7, 8, 9]
+    events = _trace_events(tmp_path)
+    marks = sorted(
+        (e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")),
+        key=lambda e: e["ts"],
+    )
+    assert [m["name"] for m in marks] == [f"ProfilerStep#{k}" for k in range(5, 10)]
+    first = marks[0]["ts"]
+    timed = [e for e in events if e.get("ph") not in ("M",) and "ts" in e]
+    assert timed and all(e["ts"] >= first for e in timed)
+    regions = [e for e in events if e.get("name") == "step"]
+    assert 4 <= len(regions) <= 6  # the regions of steps 5-9, cut where the window stops
+    span = [e for e in events if e.get("cat") == "Trace"]
+    assert len(span) == 1 and span[0]["ts"] == first
+
+
+def test_short_run_keeps_its_early_steps_in_one_session(
+    tracker: StepTracker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    starts = _count_profiler_starts(monkeypatch)
+    window = ProfilerWindow(tmp_path, 0, 1, (5, 9), provisional=True)
+    tracker.profiler = window
+    _regioned_train(torch.nn.Linear(4, 1), steps=3)
+    window.finish()
+    assert starts == [1] and window.profiled_steps == [0, 1, 2]
+    names = {e.get("name") for e in _trace_events(tmp_path)}
+    assert {"ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"} <= names
+
+
+def test_cut_drops_flows_whose_other_end_was_cut() -> None:
+    trace = {
+        "traceEvents": [
+            {"ph": "M", "name": "process_name", "pid": 1},
+            {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "ts": 0.0, "dur": 100.0},
+            {"ph": "X", "name": "ProfilerStep#4", "ts": 1.0, "dur": 9.0},
+            {"ph": "s", "cat": "fwdbwd", "id": 7, "ts": 9.0},
+            {"ph": "X", "name": "ProfilerStep#5", "ts": 10.0, "dur": 10.0},
+            {"ph": "f", "cat": "fwdbwd", "id": 7, "ts": 12.0},
+            {"ph": "s", "cat": "fwdbwd", "id": 8, "ts": 13.0},
+            {"ph": "f", "cat": "fwdbwd", "id": 8, "ts": 14.0},
+        ]
+    }
+    assert profiling.cut_events_before_step(trace, 5) == 3
+    kept = trace["traceEvents"]
+    assert [e.get("name") or (e["ph"], e["id"]) for e in kept] == [
+        "process_name", "PyTorch Profiler (0)", "ProfilerStep#5", ("s", 8), ("f", 8)
+    ]  # fmt: skip
+    assert kept[1]["ts"] == 10.0 and kept[1]["dur"] == 90.0
+    assert profiling.cut_events_before_step(trace, 3) == 0  # no such step: nothing cut
+
+
 def test_step_hot_path_is_cheap(tracker: StepTracker) -> None:
     """Not a timing assertion on the run, just that a boundary is microseconds, not ms."""
     n = 2000
@@ -372,6 +476,29 @@ def test_outcome_blames_the_rank_killed_without_status_not_its_peer(tmp_path: Pa
     assert failure["rank"] == 1 and failure["signal"] == "SIGKILL"
     assert [c["rank"] for c in failure["consequences"]] == [0]
     assert "consequence" in failure["message"] and out["exit_code"] == 137
+
+
+def test_outcome_blames_the_rank_signalled_from_outside_not_its_peer(tmp_path: Path) -> None:
+    """Issue 28: `kill -TERM` to rank 1 alone (the launcher got no signal): rank 1 ends
+    ``interrupted``, rank 0 then raises "Connection closed by peer". Rank 1 is the cause;
+    when the launcher itself was signalled, nobody is blamed for the interrupt."""
+    _status(tmp_path, 1, "interrupted", 143, end_ns=100)
+    _peer_closed(tmp_path, 0, end_ns=200)
+    out = launcher.decide_outcome(tmp_path, 1, None, False, 2)
+    failure = out["failure"]
+    assert out["status"] == "failed" and out["failed_ranks"][0] == 1
+    assert failure["rank"] == 1 and failure["signal"] == "SIGTERM"
+    assert "from outside the job" in failure["message"] and "consequence" in failure["message"]
+    assert [c["rank"] for c in failure["consequences"]] == [0]
+    finding = rank_failed_findings(out, {})[0]
+    assert finding.ranks == [1] and "outside the job" in finding.title
+    # the agent's SIGTERM after a peer's own error: the peer stays the cause
+    _status(tmp_path, 0, "failed", 1, end_ns=50)
+    assert launcher.decide_outcome(tmp_path, 1, None, False, 2)["failure"]["rank"] == 0
+    # Ctrl-C to gpudiag: everyone interrupted, nobody blamed
+    _status(tmp_path, 0, "interrupted", 143, end_ns=100)
+    interrupted = launcher.decide_outcome(tmp_path, 1, 15, False, 2)
+    assert interrupted["status"] == "interrupted" and interrupted["failure"] is None
 
 
 def test_outcome_single_process_killed_by_a_signal(tmp_path: Path) -> None:

@@ -281,6 +281,32 @@ def test_a_node_killed_mid_run_is_blamed_not_its_peers(tmp_path: Path) -> None:
     assert found and "node 1" in found[0].title, [f.title for f in found]
 
 
+def test_a_node_whose_launcher_is_killed_is_blamed_in_per_node_directories(
+    tmp_path: Path,
+) -> None:
+    """Issue 28: only node 1's launcher is SIGKILLed (its ranks then get SIGTERM), each
+    node writing its own directory: the parent folder is one job, and node 1's rank is
+    named first, node 0's connection errors as consequences."""
+    outs = (tmp_path / "n0", tmp_path / "n1")
+    port = free_port()
+    args = ["--steps", "400", "--width", "64", "--batch", "32", "--slow-rank", "3"]
+    args += ["--slow-ms", "20"]
+    node0 = start_node(outs[0], static_flags(0, port), args)
+    node1 = start_node(outs[1], static_flags(1, port), args)
+    steps = rundir.table_path(rundir.rank_dir(outs[1], 3), rundir.STEPS)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(rundir.iter_jsonl(steps))) < 3:
+        time.sleep(0.2)
+    node1.kill()
+    node1.communicate()
+    finish([node0], timeout_s=60)
+    assert rundir.node_parts(tmp_path) == list(outs)
+    loaded = rundir.load_run(tmp_path)
+    assert loaded.ranks == [0, 1, 2, 3] and loaded.manifest["status"] == "failed"
+    first = analyze(tmp_path).findings[0]
+    assert first.kind == "rank_failed" and first.ranks[0] in (2, 3), first.title
+
+
 HANG = SCRIPTS / "findings_hang.py"
 
 

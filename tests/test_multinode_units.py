@@ -73,6 +73,21 @@ def test_per_node_directories_of_one_job_merge_with_the_clock_applied(tmp_path: 
     assert set(run.manifest["nodes"]) == {1}
 
 
+def test_a_node_killed_before_its_manifest_got_the_job_id_still_merges(tmp_path: Path) -> None:
+    """Issue 28: node 1's launcher was SIGKILLed while its manifest still said `running`
+    without the clock; the job id is in node1/clock.json, which it wrote at start-up."""
+    t = time.time_ns()
+    _node_dir(tmp_path / "a", 0, "job1", t)
+    b = _node_dir(tmp_path / "b", 1, "job1", t + 7_000)
+    manifest = json.loads((b / "manifest.node1.json").read_text())
+    clock_doc = manifest.pop("clock")
+    manifest.update(status="running", end_ns=None)
+    (b / "manifest.node1.json").write_text(json.dumps(manifest))
+    rundir.write_json_atomic(rundir.node_dir(b, 1) / rundir.CLOCK, clock_doc)
+    assert rundir.node_parts(tmp_path) == [tmp_path / "a", b]
+    assert rundir.load_run(tmp_path).ranks == [0, 1]
+
+
 def test_other_jobs_are_not_merged(tmp_path: Path) -> None:
     t = time.time_ns()
     _node_dir(tmp_path / "x" / "a", 0, "job1", t)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -138,6 +140,70 @@ def test_rank_that_died_without_status_is_blamed(
     assert finding.evidence["cause_rank"] == 1 and finding.evidence["signal"] == signal
     if mode == "segfault":  # faulthandler's stack of the crash gives the line
         assert finding.location == f"{JOB}:{_line(JOB, line)}"
+
+
+@pytest.mark.parametrize("mode", ["big", "skipone"])
+def test_middle_rank_that_diverges_is_named_first_on_three_ranks(tmp_path: Path, mode: str) -> None:
+    """Issue 28: rank 1 of 3 all-reduces 1000 floats where the others reduce 1 (or skips
+    one all_reduce). gloo aborts some other rank in C++ before anything is flushed; the
+    aborted rank's last_call.json still says what it passed, so the majority names rank 1,
+    and the desync (op, sizes, line) comes before the aborted rank's rank_failed."""
+    out = tmp_path / "run"
+    proc = _trace(out, JOB, [mode, "6", "3", "1"], nproc=3, hang_timeout=60)
+    assert _manifest(out)["status"] == "failed", proc.stderr
+    findings = analyze(out).findings
+    first = findings[0]
+    assert first.kind == "desync" and first.ranks == [1], [f.title for f in findings]
+    assert first.evidence["op"] == "all_reduce"
+    if mode == "big":
+        line = _line(JOB, "1000 if rank == odd else 1")
+        assert first.location == f"{JOB}:{line}"
+        assert {r: c["bytes"] for r, c in first.evidence["calls"].items()} == {
+            "0": 4, "1": 4000, "2": 4
+        }  # fmt: skip
+        assert "rank 1 passed 4000 B" in first.title
+    else:
+        assert first.location == f"{JOB}:{_line(JOB, 'rank ODD never calls this one')}"
+
+
+def test_two_ranks_that_disagree_show_both_calls_first(tmp_path: Path) -> None:
+    """On 2 ranks no majority says which rank diverged: the desync comes first anyway,
+    with each rank's call (size and line), and blames neither."""
+    out = tmp_path / "run"
+    proc = _trace(out, JOB, ["big", "6", "3", "1"], nproc=2, hang_timeout=60)
+    assert _manifest(out)["status"] == "failed", proc.stderr
+    first = analyze(out).findings[0]
+    assert first.kind == "desync" and first.ranks == [0, 1], first.title
+    assert first.evidence["mismatch"] == "tie" and first.evidence["culprit_ranks"] == []
+    assert {r: c["bytes"] for r, c in first.evidence["calls"].items()} == {"0": 4, "1": 4000}
+    assert "either may be" in first.title
+
+
+def test_rank_sent_sigterm_from_outside_is_the_cause(tmp_path: Path) -> None:
+    """Issue 28: `kill -TERM` to rank 1 alone: its peer then loses the connection. Rank 1
+    is the cause, named first; the peer's "Connection closed by peer" a consequence."""
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "gpudiag", "trace", "--out", str(out), "--no-profile",
+        "--no-lint", "--hang-timeout", "60", "--nproc-per-node", "2",
+        "--master-port", str(coll_launch.free_port()), str(JOB), "sigterm-me", "400", "2",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    steps = rundir.table_path(rundir.rank_dir(out, 1), rundir.STEPS)
+    info = rundir.rank_dir(out, 1) / rundir.RANK_INFO
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if info.is_file() and steps.is_file() and len(steps.read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.1)
+    os.kill(json.loads(info.read_text())["pid"], signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=300)
+    m = _manifest(out)
+    assert m["status"] == "failed" and m["failed_ranks"][0] == 1, stderr
+    assert m["failure"]["rank"] == 1 and m["failure"]["signal"] == "SIGTERM"
+    assert "from outside the job" in m["failure"]["message"]
+    first = analyze(out).findings[0]
+    assert first.kind == "rank_failed" and first.ranks == [1], first.title
 
 
 def _has_status(out: Path, rank: int) -> bool:

@@ -1,9 +1,11 @@
 """gpudiag installed the ordinary way: a wheel built from the sources, and `pip install .`,
 each into a fresh virtual environment, used from a directory outside the checkout.
 
-The environments see the system's site-packages (torch, streamlit... are not downloaded
-again) but their own gpudiag: the test checks which one each imports. Nothing from the
-checkout is on the path (no PYTHONPATH, cwd a temporary directory).
+The environments see the packages of the interpreter running the tests (torch,
+streamlit... are not downloaded again), whether it is a virtual environment or not: a
+.pth file lists its site-packages after the environment's own, so each environment
+imports its own gpudiag (the test checks which one). Nothing from the checkout is on the
+path (no PYTHONPATH, cwd a temporary directory).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import site
 import socket
 import subprocess
 import sys
@@ -65,15 +68,26 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return src
 
 
+def _running_site_dirs() -> list[str]:
+    """The site-packages the interpreter running the tests imports from: a virtual
+    environment's own (``--system-site-packages`` would give only its base's)."""
+    dirs = list(site.getsitepackages())
+    user = site.getusersitepackages()
+    if site.ENABLE_USER_SITE and os.path.isdir(user):
+        dirs.append(user)
+    return dirs
+
+
 def _venv(root: Path) -> Path:
-    """A fresh environment over the system's packages; pip comes from the system too."""
-    _ok(
-        _run(
-            [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", root],
-            root.parent,
-        )
-    )
-    return root / "bin" / "python"
+    """A fresh environment over the running interpreter's packages; pip comes from them."""
+    _ok(_run([sys.executable, "-m", "venv", "--without-pip", root], root.parent))
+    python = root / "bin" / "python"
+    code = "import site; print(site.getsitepackages()[0])"
+    own = Path(_ok(_run([python, "-c", code], root.parent)).stdout.strip())
+    # a .pth's folders come after the environment's own site-packages (its gpudiag wins);
+    # .pth files in them are not read (the running interpreter's editable gpudiag is not)
+    (own / "running_interpreter.pth").write_text("\n".join(_running_site_dirs()) + "\n")
+    return python
 
 
 @pytest.fixture(scope="module")

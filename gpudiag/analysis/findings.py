@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudiag import frames
 from gpudiag.rundir import LintDiagnostic, LintReport
 
 KINDS = (
@@ -93,8 +94,9 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
     failure_kinds = {"rank_failed": 0, "hang": 1, "desync": 2}
 
     def failure_order(f: Finding) -> int:
-        # a collective mismatch that names its culprit explains the ranks that died of it
-        if f.kind == "desync" and isinstance(f.evidence, dict) and f.evidence.get("culprit_ranks"):
+        # the collective mismatch that broke the run (the calls each rank made) explains
+        # the ranks that died of it, whether or not a majority names the culprit
+        if f.kind == "desync" and isinstance(f.evidence, dict) and "mismatch" in f.evidence:
             return -1
         return failure_kinds.get(f.kind, 9)
 
@@ -155,12 +157,12 @@ _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+)')
 
 def user_frame(stack_text: str) -> str | None:
     """Innermost frame of a Python stack that is the user's code (not torch, not the
-    standard library, not gpudiag), as "path:line"."""
+    standard library, not gpudiag, not an installed package: :mod:`gpudiag.frames`), as
+    "path:line"."""
     best = None
     for path, line in _FRAME_RE.findall(stack_text or ""):
-        if any(p in path for p in ("site-packages", "/torch/", "/gpudiag/", "/lib/python", "<")):
-            continue
-        best = f"{path}:{line}"
+        if frames.is_user_file(path):
+            best = f"{path}:{line}"
     return best
 
 

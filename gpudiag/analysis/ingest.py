@@ -29,6 +29,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from gpudiag import rundir
 from gpudiag.analysis import classify as cls
 from gpudiag.rundir import (  # noqa: F401 - find_traces & co. re-exported
     BadInput,
@@ -81,6 +82,11 @@ STEP_COLUMNS = ("rank", "step", "start_ns", "end_ns")
 
 class TraceError(ValueError):
     """One trace file that cannot be used; the message names the problem."""
+
+
+class _NotUnicode(TraceError):
+    """JSON text that orjson refuses for its Unicode alone (a lone surrogate escape,
+    bytes that are not UTF-8): read again with those replaced (:func:`repair_unicode`)."""
 
 
 @dataclass(slots=True)
@@ -333,32 +339,33 @@ def max_trace_bytes() -> int:
 
 
 def read_trace_bytes(path: Path, limit: int) -> bytes:
-    """The file's (decompressed) bytes, never more than ``limit``: bigger is refused."""
+    """The file's (decompressed) bytes, never more than ``limit``: bigger is refused, and
+    so is anything but a regular file (rundir.open_regular)."""
     try:
-        size = path.stat().st_size
-        if size == 0:
-            raise TraceError("empty file")
-        with open(path, "rb") as fh:
+        with rundir.open_regular(path) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size == 0:
+                raise TraceError("empty file")
             magic = fh.read(2)
             if magic != b"\x1f\x8b":
                 if size > limit:
                     raise TraceError(_too_big(size, limit))
-                return magic + fh.read()
-        # Not the gzip trailer's size: it is the last member's size mod 2**32, and garbage
-        # in a truncated file. Inflating at most limit + 1 bytes bounds memory all the same.
-        with gzip.open(path, "rb") as gz:
-            data = gz.read(limit + 1)
+                data = magic + fh.read(limit + 1 - len(magic))
+                if len(data) > limit:  # it grew while read
+                    raise TraceError(_too_big(len(data), limit))
+                return data
+            # Not the gzip trailer's size: it is the last member's size mod 2**32, and
+            # garbage in a truncated file. Inflating at most limit + 1 bytes bounds memory.
+            fh.seek(0)
+            with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
+                data = gz.read(limit + 1)
         if len(data) > limit:
             raise TraceError(_too_big(len(data), limit))
         if not data:
             raise TraceError("empty after decompression")
         return data
-    except EOFError:
-        raise TraceError("truncated gzip (compressed stream ends early)") from None
-    except (gzip.BadGzipFile, zlib.error) as exc:
-        raise TraceError(f"corrupt gzip ({_first_line(exc)})") from None
-    except OSError as exc:
-        raise TraceError(f"cannot read ({exc.strerror or _first_line(exc)})") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
+        raise _read_error(exc) from None
 
 
 def _too_big(size: int, limit: int) -> str:
@@ -377,7 +384,7 @@ def parse_trace(data: bytes) -> dict[str, Any]:
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise TraceError(f"malformed JSON ({_first_line(exc)})") from None
+        raise _read_error(exc) from None
     if isinstance(doc, list):
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
@@ -615,7 +622,7 @@ def load_trace(
     collecting = gc.isenabled()
     gc.disable()  # millions of fresh containers, none cyclic: GC passes cost ~20 %
     try:
-        doc, events = read_trace(path, max_bytes or max_trace_bytes())
+        doc, events = read_trace(path, max_bytes or max_trace_bytes(), warnings)
         trace = _build_rank_trace(doc, events, path, warnings)
     except TraceError as exc:
         warnings.append(BadInput(f"{path}: {exc}"))
@@ -634,11 +641,67 @@ def load_trace(
     return trace, warnings
 
 
-def read_trace(path: Path, limit: int) -> tuple[dict[str, Any], _Collector]:
+def read_trace(
+    path: Path, limit: int, warnings: list[str] | None = None
+) -> tuple[dict[str, Any], _Collector]:
     """The trace's top-level fields (without ``traceEvents``) and its events as compact
     columns. The ``traceEvents`` array is parsed a few MiB at a time, so peak memory is
     the columns plus one chunk, not the parsed JSON of the whole file; a file whose
-    array cannot be located is parsed whole (within the size limit)."""
+    array cannot be located is parsed whole (within the size limit). Text that is not
+    Unicode (a lone surrogate escape, bytes that are not UTF-8) is replaced with U+FFFD
+    and the file parsed whole, with one warning in ``warnings``."""
+    try:
+        return _read_trace(path, limit)
+    except _NotUnicode:
+        pass
+    text, replaced = repair_unicode(read_trace_bytes(path, limit))
+    events = _Collector()
+    whole = parse_trace(text)
+    del text
+    trace_events = whole.pop("traceEvents")
+    events.add(trace_events)
+    del trace_events
+    if warnings is not None:
+        warnings.append(
+            BadInput(
+                f"{path}: {replaced} character(s) not valid Unicode (lone surrogate "
+                "escapes, bytes that are not UTF-8); replaced with U+FFFD"
+            )
+        )
+    return whole, events
+
+
+# A \uXXXX escape of a surrogate at the start of an escape (after an even run of
+# backslashes): a high one followed by a low one is a pair (kept), any other is lone.
+_SURROGATE_ESCAPE_RE = re.compile(
+    rb"(?<!\\)((?:\\\\)*)(?:(\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|\\u[dD][89a-fA-F][0-9a-fA-F]{2})"
+)
+
+
+def repair_unicode(data: bytes) -> tuple[bytes, int]:
+    """JSON text with every byte sequence that is not UTF-8 and every lone surrogate
+    escape replaced by U+FFFD, and how many were replaced."""
+    replaced = 0
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", errors="replace")
+        replaced = text.count("\ufffd") - data.count("\ufffd".encode())
+        data = text.encode("utf-8")
+        del text
+
+    def fix(m: re.Match[bytes]) -> bytes:
+        nonlocal replaced
+        if m.group(2):  # a pair
+            return m.group(0)
+        replaced += 1
+        return m.group(1) + b"\\ufffd"
+
+    return _SURROGATE_ESCAPE_RE.sub(fix, data), replaced
+
+
+def _read_trace(path: Path, limit: int) -> tuple[dict[str, Any], _Collector]:
     events = _Collector()
     try:
         doc = _stream_trace(path, limit, events)
@@ -658,13 +721,13 @@ def read_trace(path: Path, limit: int) -> tuple[dict[str, Any], _Collector]:
 
 def _read_error(exc: BaseException) -> TraceError:
     if isinstance(exc, orjson.JSONDecodeError):
-        return TraceError(f"malformed JSON ({_first_line(exc)})")
+        text = f"malformed JSON ({_first_line(exc)})"
+        return _NotUnicode(text) if "surrogate" in str(exc) else TraceError(text)
     if isinstance(exc, EOFError):
         return TraceError("truncated gzip (compressed stream ends early)")
     if isinstance(exc, (gzip.BadGzipFile, zlib.error)):
         return TraceError(f"corrupt gzip ({_first_line(exc)})")
-    assert isinstance(exc, OSError)
-    return TraceError(f"cannot read ({exc.strerror or _first_line(exc)})")
+    return TraceError(rundir.read_problem(exc))
 
 
 # JSON text parsed at once: ~10x that as Python objects at the load's peak. 1 MiB rather
@@ -682,18 +745,19 @@ class _Source:
     def __init__(self, path: Path, limit: int) -> None:
         self.limit = limit
         self.total = 0
-        size = path.stat().st_size
-        if size == 0:
-            raise TraceError("empty file")
-        self.fh: Any = open(path, "rb")  # noqa: SIM115 - closed in close()
-        if self.fh.read(2) == b"\x1f\x8b":
-            self.fh.close()
-            self.fh = gzip.open(path, "rb")  # noqa: SIM115
-        else:
-            self.fh.seek(0)
-            if size > limit:
-                self.fh.close()
+        self.raw = rundir.open_regular(path)  # closed in close()
+        try:
+            size = os.fstat(self.raw.fileno()).st_size
+            if size == 0:
+                raise TraceError("empty file")
+            gz = self.raw.read(2) == b"\x1f\x8b"
+            self.raw.seek(0)
+            if not gz and size > limit:
                 raise TraceError(_too_big(size, limit))
+            self.fh: Any = gzip.GzipFile(fileobj=self.raw, mode="rb") if gz else self.raw
+        except BaseException:
+            self.raw.close()
+            raise
 
     def read(self) -> bytes:
         data = self.fh.read(min(_CHUNK_BYTES, self.limit + 1 - self.total))
@@ -704,6 +768,7 @@ class _Source:
 
     def close(self) -> None:
         self.fh.close()
+        self.raw.close()
 
 
 def _stream_trace(path: Path, limit: int, events: _Collector) -> dict[str, Any] | None:
@@ -1466,8 +1531,8 @@ def _uncompressed_size_hint(path: Path) -> int:
     """A guess at the trace's uncompressed size (for planning only, never trusted): a
     gzip's trailer (mod 2**32) or 10x its size, whichever is larger."""
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
+        with rundir.open_regular(path) as fh:
+            size = os.fstat(fh.fileno()).st_size
             if fh.read(2) != b"\x1f\x8b":
                 return size
             fh.seek(-4, os.SEEK_END)

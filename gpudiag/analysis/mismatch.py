@@ -23,11 +23,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from gpudiag import rundir
+from gpudiag import frames, rundir
 from gpudiag.analysis.findings import Finding
 
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
-_LIBRARY = ("/torch/", "/gpudiag/", "<frozen ", "runpy", "/threading.py", "/importlib/")
 FIX = (
     "Every rank must call the same collectives, in the same order, with the same sizes. "
     "Look for rank-dependent branches around the named line (an `if rank == ...` that "
@@ -84,14 +83,33 @@ def _aborted_call(run: Any, rank: int) -> Call | None:
             m = _FRAME_RE.match(line)
             if not m:
                 continue
-            if op is None and "/torch/distributed/" in m["file"]:
+            if op is None and frames.in_module(m["file"], "torch.distributed"):
                 op = m["func"]
-            if op is not None and not any(p in m["file"] for p in _LIBRARY):
+            if op is not None and frames.is_user_file(m["file"]):
                 callsite = f"{m['file']}:{m['line']} in {m['func']}"
                 break
         if op is not None:
             return Call(rank, "aborted", op, callsite=callsite)
     return None
+
+
+def _entered_call(run: Any, rank: int, pg: str, seq: int) -> Call | None:
+    """The call the rank had entered at (pg, seq) and never returned from (its
+    last_call.json): what a rank that gloo aborted was passing."""
+    doc = rundir.read_last_call(run.path, rank)
+    if doc is None or str(doc.get("pg_name")) != pg or doc.get("seq") != seq:
+        return None
+    size = doc.get("bytes")
+    site = doc.get("callsite")
+    return Call(
+        rank,
+        "aborted",
+        str(doc.get("op") or "") or None,
+        pg,
+        seq,
+        size if isinstance(size, int) and not isinstance(size, bool) else None,
+        site if isinstance(site, str) else None,
+    )
 
 
 def _fr_row(run: Any, rank: int, pg: str, seq: int) -> dict[str, Any] | None:
@@ -107,6 +125,12 @@ def failed_calls(run: Any) -> tuple[str, int, dict[int, Call]] | None:
     ranks = sorted(set(getattr(run, "rank_info", {}) or {}) | set(run.statuses or {}))
     raised = {r: c for r in ranks if (c := _error_call(run, r)) is not None}
     located = [c for c in raised.values() if c.seq is not None and c.pg is not None]
+    # a rank that died in the call (no status: gloo aborted it) left what it had entered
+    statuses = run.statuses or {}
+    for r in ranks:
+        doc = rundir.read_last_call(run.path, r) if r not in statuses else None
+        if doc is not None and isinstance(doc.get("seq"), int) and doc.get("pg_name") is not None:
+            located.append(Call(r, "aborted", pg=str(doc["pg_name"]), seq=doc["seq"]))
     if not located:
         return None
     first = min(located, key=lambda c: (c.seq, c.pg))
@@ -117,7 +141,12 @@ def failed_calls(run: Any) -> tuple[str, int, dict[int, Call]] | None:
         call = raised.get(r)
         if call is not None and (call.pg, call.seq) != (pg, seq):
             call = None
+        entered = _entered_call(run, r, pg, seq) if call is None else None
         call = call or _aborted_call(run, r)
+        if entered is not None:
+            if call is not None:  # faulthandler's stack of the abort: keep its line
+                entered.callsite = call.callsite or entered.callsite
+            call = entered
         row = _fr_row(run, r, pg, seq)
         if call is None and row is not None:
             call = Call(r, "flight_recorder", callsite=None)
@@ -175,6 +204,8 @@ def _odd_ones(calls: dict[int, Call]) -> tuple[list[int], str] | None:
     unknown = sorted(r for r, c in calls.items() if c.bytes is None)
     if len(sizes) >= 2 and len(set(sizes.values())) == 1 and unknown:
         return unknown, "size_unknown"  # every size seen agrees: the unseen one differs
+    if len(set(by_line.values())) > 1 or len(set(sizes.values())) > 1:
+        return [], "tie"  # they differ, and no majority says who (two ranks, or a split)
     return None
 
 
@@ -187,6 +218,47 @@ def _describe(c: Call) -> str:
     size = f" {c.bytes} B" if c.bytes is not None else ""
     where = f" at {c.callsite}" if c.callsite else " (no user line: DDP's gradient bucket)"
     return f"{c.op or 'a collective'}{size}{where}"
+
+
+def _evidence_calls(calls: dict[int, Call]) -> dict[str, dict[str, Any]]:
+    return {
+        str(r): {"op": c.op, "bytes": c.bytes, "callsite": c.callsite, "how": c.how}
+        for r, c in sorted(calls.items())
+    }
+
+
+def _tie_finding(pg: str, seq: int, calls: dict[int, Call]) -> Finding:
+    """The ranks' calls differ and no majority names the odd one (two ranks): each rank's
+    call is shown, with its line, and no rank is blamed."""
+    aborted = sorted(r for r, c in calls.items() if c.how == "aborted")
+    title = (
+        f"Collective mismatch at seq {seq} (group {pg}): "
+        + "; ".join(f"rank {r} called {_describe(c)}" for r, c in sorted(calls.items()))
+        + f". With {len(calls)} ranks and no majority, either may be the one that diverged"
+    )
+    if aborted:
+        title += (
+            f" (gloo aborted rank{'s' if len(aborted) > 1 else ''} {', '.join(map(str, aborted))})"
+        )
+    site = next((c.callsite for _, c in sorted(calls.items()) if c.callsite), None)
+    return Finding(
+        kind="desync",
+        severity="high",
+        cost_ms_per_step=0.0,
+        ranks=sorted(calls),
+        title=title,
+        evidence={
+            "pg_name": pg,
+            "seq": seq,
+            "op": next((c.op for c in calls.values() if c.op), None),
+            "culprit_ranks": [],
+            "mismatch": "tie",
+            "aborted_ranks": aborted,
+            "calls": _evidence_calls(calls),
+        },
+        fix=FIX,
+        location=_path_line(site),
+    )
 
 
 def mismatch_findings(run: Any | None) -> list[Finding]:
@@ -202,6 +274,8 @@ def mismatch_findings(run: Any | None) -> list[Finding]:
     if odd is None:
         return []
     culprits, how = odd
+    if how == "tie":
+        return [_tie_finding(pg, seq, calls)]
     others = sorted(r for r in calls if r not in culprits)
     ref = next(
         (calls[r] for r in others if calls[r].callsite), calls[others[0]] if others else None
@@ -220,8 +294,10 @@ def mismatch_findings(run: Any | None) -> list[Finding]:
         )
     elif how == "size":
         title = (
-            f"Collective size mismatch at {ref.op} seq {seq} (group {pg}) at {ref.callsite}: "
-            + ", ".join(f"rank {r}: {calls[r].bytes} B" for r in sorted(calls) if calls[r].bytes)
+            f"Collective size mismatch: {who} passed "
+            + ", ".join(f"{calls[r].bytes} B" for r in culprits)
+            + f" to {ref.op} where {they} passed {ref.bytes} B each (seq {seq}, group {pg}) "
+            f"at {ref.callsite}"
         )
     else:
         title = (
@@ -250,15 +326,7 @@ def mismatch_findings(run: Any | None) -> list[Finding]:
                 "culprit_ranks": culprits,
                 "mismatch": how,
                 "aborted_ranks": aborted,
-                "calls": {
-                    str(r): {
-                        "op": c.op,
-                        "bytes": c.bytes,
-                        "callsite": c.callsite,
-                        "how": c.how,
-                    }
-                    for r, c in sorted(calls.items())
-                },
+                "calls": _evidence_calls(calls),
             },
             fix=FIX,
             location=_path_line(ref.callsite if how != "line" else culprit_site or ref.callsite),

@@ -59,7 +59,7 @@ def _many_ranks(path: Path) -> bool:
     from gpudiag import rundir
 
     return (
-        path.is_dir()
+        rundir.is_dir(path)
         and rundir.is_run_dir(path)
         and len(rundir.list_ranks(path)) > SUMMARY_ONLY_RANKS
     )
@@ -87,18 +87,29 @@ def _resolve_inputs(
     from gpudiag import rundir
 
     if parts:
-        run = rundir.load_run(parts)
-        files = [run.trace_files[r] for r in sorted(run.trace_files)]
-        return run, files, list(run.warnings)
-    if not path.exists():
+        return _load_run(parts)
+    if not rundir.lexists(path):
         raise AnalysisInputError(f"{path}: no such file or directory")
-    if path.is_dir() and (rundir.is_run_dir(path) or rundir.node_parts(path)):
-        run = rundir.load_run(path)
-        files = [run.trace_files[r] for r in sorted(run.trace_files)]
-        return run, files, list(run.warnings)
-    if path.is_file():
+    if not rundir.is_dir(path):  # a trace file, or what the reader refuses with a warning
         return None, [path], []
-    return None, rundir.find_traces(path), []
+    problems: list[str] = []
+    if rundir.list_dir(path, problems) is None:
+        raise AnalysisInputError(problems[0])
+    if rundir.is_run_dir(path) or rundir.node_parts(path):
+        return _load_run(path)
+    warnings: list[str] = []
+    return None, rundir.find_traces(path, warnings), warnings
+
+
+def _load_run(path: Path | list[Path]) -> tuple[Any, list[Path], list[str]]:
+    from gpudiag import rundir
+
+    try:
+        run = rundir.load_run(path)
+    except rundir.RunFormatError as exc:  # a directory that cannot be listed
+        raise AnalysisInputError(str(exc)) from None
+    files = [run.trace_files[r] for r in sorted(run.trace_files)]
+    return run, files, list(run.warnings)
 
 
 def _trace_offsets(run: Any) -> dict[str, int]:

@@ -134,9 +134,10 @@ def analyze_summaries(path: str | Path) -> AnalysisResult:
     from gpudiag import rundir
 
     path = Path(path)
-    manifest, summaries = rundir.load_summaries(path)
+    warnings: list[str] = []
+    manifest, summaries = rundir.load_summaries(path, warnings)
     if not summaries:
-        raise AnalysisInputError(f"{path}: no rank*/summary.json to analyse")
+        raise AnalysisInputError(f"{path}: no rank*/summary.json to analyse", warnings)
     frame = summary_frame(summaries)
     ranks = frame[["rank", "steps", "step_ms_mean", "step_ms_median", "step_ms_p90"]].copy()
     for key in BREAKDOWN_KEYS:
@@ -199,6 +200,6 @@ def analyze_summaries(path: str | Path) -> AnalysisResult:
         host_samples=empty,
         findings=sort_findings(found),
         lint=None,
-        warnings=[],
+        warnings=warnings,
         step_ms=step_ms,
     )

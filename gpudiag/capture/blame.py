@@ -74,6 +74,11 @@ class RankEnd:
         return isinstance(self.status, dict) and self.status.get("status") == "failed"
 
     @property
+    def interrupted(self) -> bool:
+        """Ended by SIGTERM or SIGINT (status ``interrupted``)."""
+        return isinstance(self.status, dict) and self.status.get("status") == "interrupted"
+
+    @property
     def when_ns(self) -> int:
         """When this rank stopped: its status's end, else its last sign of life."""
         if isinstance(self.status, dict) and isinstance(self.status.get("end_ns"), int):
@@ -125,10 +130,8 @@ def _last_step(run_dir: Path, rank: int) -> int | None:
 
 def _crash(run_dir: Path, rank: int) -> tuple[str | None, str | None]:
     """faulthandler's "Fatal Python error: X" block in stacks.txt, if the rank wrote one."""
-    path = rundir.rank_dir(run_dir, rank) / rundir.STACKS
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    text = rundir.read_text(rundir.rank_dir(run_dir, rank) / rundir.STACKS)
+    if text is None:
         return None, None
     matches = list(_FATAL_RE.finditer(text))
     if not matches:
@@ -166,17 +169,23 @@ def rank_ends(
     return ends
 
 
-def find_cause(ends: dict[int, RankEnd]) -> tuple[int, list[int]] | None:
+def find_cause(
+    ends: dict[int, RankEnd], signalled_from_outside: bool = False
+) -> tuple[int, list[int]] | None:
     """(the rank that caused the failure, the ranks whose failure followed from it).
 
     A rank that raised an error of its own comes first (earliest first); a rank that
     died without a status comes next, when the others only lost their connection to it
-    (earliest last sign of life first); peers' connection errors come last."""
+    (earliest last sign of life first); then, when ``signalled_from_outside`` (the job's
+    launcher was sent no signal, so neither it nor the elastic agent's shutdown after a
+    failure above sent it), a rank interrupted by a signal; peers' connection errors
+    come last."""
     own = [e for e in ends.values() if e.failed and not is_peer_error(e.status or {})]
     died = [e for e in ends.values() if e.died_without_status]
+    signalled = [e for e in ends.values() if signalled_from_outside and e.interrupted]
     lost = [e for e in ends.values() if e.lost and e.status is None]
     peer = [e for e in ends.values() if e.failed and is_peer_error(e.status or {})]
-    for group in (own, died, lost, peer):
+    for group in (own, died, signalled, lost, peer):
         if group:
             cause = min(group, key=lambda e: (e.when_ns or 0, e.rank))
             others = [
@@ -185,6 +194,38 @@ def find_cause(ends: dict[int, RankEnd]) -> tuple[int, list[int]] | None:
             ]  # fmt: skip
             return cause.rank, others
     return None
+
+
+def signalled_failure(
+    end: RankEnd, consequences: list[RankEnd], node_lost: str | None = None
+) -> dict[str, Any]:
+    """The manifest's ``failure`` for a rank ended by a signal nobody in the job sent
+    (``node_lost``: how its node ended, when that node's launcher is known to be gone)."""
+    status = end.status or {}
+    how = "SIGINT" if status.get("exit_code") == 130 else "SIGTERM"
+    step = f" during step {end.last_step + 1}" if end.last_step is not None else ""
+    if node_lost and "was lost" in node_lost:
+        message = f"was ended by {how}{step}: {node_lost}, and its ranks with it"
+    else:
+        message = (
+            f"was ended by {how} from outside the job{step} (neither gpudiag, torchrun nor "
+            "a failing peer sent it: a scheduler preemption, an OOM guard, a `kill`?)"
+        )
+    peers = [c for c in consequences if c.failed]
+    if peers:
+        message += (
+            f"; rank{'s' if len(peers) > 1 else ''} {', '.join(str(c.rank) for c in peers)} "
+            "then lost the connection to it (a consequence, not the cause)"
+        )
+    return {
+        "rank": end.rank,
+        "exc_type": how,
+        "message": message,
+        "traceback": status.get("traceback"),
+        "exit_code": status.get("exit_code"),
+        "signal": how,
+        "last_step": end.last_step,
+    }
 
 
 def died_failure(end: RankEnd, consequences: list[RankEnd]) -> dict[str, Any]:

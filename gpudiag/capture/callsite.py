@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from types import FrameType
 
-_LIB_MARKERS = (
-    f"{os.sep}torch{os.sep}",
-    f"{os.sep}gpudiag{os.sep}capture{os.sep}",
-    "<frozen ",
-    "runpy.py",
-    f"{os.sep}contextlib.py",
-    f"{os.sep}functools.py",
-)
-
-
-def is_library_file(filename: str) -> bool:
-    return any(marker in filename for marker in _LIB_MARKERS)
+from gpudiag import frames
 
 
 def user_callsite() -> str | None:
-    """``file:line in func`` of the first frame outside torch and gpudiag."""
+    """``file:line in func`` of the first user frame of the caller's stack (outside torch,
+    gpudiag, the standard library and installed packages: :mod:`gpudiag.frames`)."""
     frame: FrameType | None
     try:
         frame = sys._getframe(2)
@@ -29,7 +18,7 @@ def user_callsite() -> str | None:
         return None
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not is_library_file(filename):
+        if frames.is_user_file(filename):
             return f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back
     return None

@@ -315,6 +315,7 @@ class CollectiveRecorder:
         self._arrival_count = 0
         self._coll_writer: rundir.JsonlWriter | None = None
         self._times_writer: rundir.JsonlWriter | None = None
+        self._last_call: rundir.SlotWriter | None = None
         self._installed = False
         self._closed = False
         self._originals: dict[str, Callable] = {}
@@ -332,6 +333,7 @@ class CollectiveRecorder:
         self._times_writer = rundir.open_rank_table(
             self.run_dir, self.rank, rundir.COLLECTIVE_TIMES
         )
+        self._last_call = rundir.open_last_call(self.run_dir, self.rank)
         self.fr_enabled = self._ring_size > 0
         self._patch_dist()
         ddp.install(self)
@@ -363,6 +365,7 @@ class CollectiveRecorder:
             pg = _resolve_group(group)
             tensor = sig.get(sig.tensor_name, args, kwargs)
             token, record = recorder._enter(op, pg, tensor, user_callsite(), "dist")
+            recorder._note_entry(record)
             depth.n = 1
             try:
                 work = fn(*args, **kwargs)
@@ -402,6 +405,13 @@ class CollectiveRecorder:
             "cuda": _is_cuda(tensor),
         }
         return self.inflight.enter(record), record
+
+    def _note_entry(self, record: dict[str, Any]) -> None:
+        """The call this rank is in, on disk before it starts: a rank that gloo aborts in
+        C++ (a size mismatch) flushes nothing else, and its size names the culprit."""
+        if self._last_call is not None:
+            keys = ("op", "pg_name", "seq", "bytes", "shape", "dtype", "callsite", "enter_ns")
+            self._last_call.write({k: record[k] for k in keys})
 
     @staticmethod
     def _issued(record: dict[str, Any], pg: Any) -> None:
@@ -621,6 +631,8 @@ class CollectiveRecorder:
         for writer in (self._coll_writer, self._times_writer):
             if writer is not None:
                 writer.close()
+        if self._last_call is not None:
+            self._last_call.close()
 
 
 def _write_rows(writer: rundir.JsonlWriter, rows: list[dict[str, Any]]) -> None:

@@ -374,12 +374,17 @@ def decide_outcome(
         ends = {
             r: e for r, e in ends.items() if not (e.failed and rundir.is_peer_error(e.status or {}))
         }
-    cause = blame.find_cause(ends)
+    # a rank interrupted while nobody signalled the launcher was signalled from outside
+    external = signal_received is None and not hang
+    cause = blame.find_cause(ends, signalled_from_outside=external)
     if cause is not None:
         first, others = cause
         failed = [first] + [r for r in others if r != first]
         s = statuses.get(first)
-        if s is not None:
+        if s is not None and ends[first].interrupted:
+            lost = _node_lost(run_dir, infos.get(first)) if own and first not in own else None
+            failure = blame.signalled_failure(ends[first], [ends[r] for r in others], lost)
+        elif s is not None:
             failure = {
                 "rank": first,
                 "exc_type": s.get("exc_type"),
@@ -390,8 +395,13 @@ def decide_outcome(
         else:
             failure = blame.died_failure(ends[first], [ends[r] for r in others])
         failure["consequences"] = blame.consequence_rows([ends[r] for r in others])
-    # Exit 0 means every rank ended through gpudiag's worker with status ok: a rank
-    # without status.json then could not write it (full disk), it did not fail.
+    # Exit 0 means every rank ended through gpudiag's worker with status ok: a rank of
+    # this directory without status.json then could not write it (full disk), it did not
+    # fail. A rank that left nothing here at all ran under another launcher (a script
+    # started once per rank with its own `gpudiag trace`), or untraced.
+    present = set(rundir.list_ranks(run_dir))
+    elsewhere = [r for r in missing if r not in present] if returncode == 0 else []
+    missing = [r for r in missing if r not in elsewhere]
     unwritten = missing if returncode == 0 and not failed and signal_received is None else []
     started = bool(statuses or infos)
     if hang:
@@ -432,6 +442,7 @@ def decide_outcome(
         "failure": failure,
         "missing_status_ranks": missing,
         "unwritten_status_ranks": unwritten,
+        "ranks_elsewhere": elsewhere,
         "backend": next((i["backend"] for i in infos.values() if i.get("backend")), None),
         "world_size": world or None,
         "rank_versions": infos[min(infos)].get("versions") if infos else None,
@@ -646,6 +657,20 @@ def _holds_other_run(run_dir: Path) -> bool:
     return not any(run_dir.glob("manifest.node*.json"))
 
 
+def _no_room(run_dir: Path) -> str:
+    """One line: the run directory cannot hold even the record of the run's end."""
+    try:
+        free = os.statvfs(run_dir).f_bavail * os.statvfs(run_dir).f_frsize
+        have = f"{free // 1024} KiB free"
+    except OSError:
+        have = "its free space unknown"
+    return (
+        f"not enough free space to record the run ({have}; gpudiag keeps "
+        f"{RESERVE_BYTES // 1024} KiB for the run's end, and each rank's tables need more): "
+        "free some space or choose another --out"
+    )
+
+
 def _cannot_create(exc: OSError) -> str:
     return f"cannot create the run directory ({exc.strerror or exc})"
 
@@ -679,6 +704,13 @@ def _incomplete_reasons(run_dir: Path, outcome: dict[str, Any], own: list[str]) 
     unwritten = outcome.get("unwritten_status_ranks") or []
     if unwritten:
         reasons.append(f"rank(s) {unwritten} exited 0 but could not write status.json (disk full?)")
+    elsewhere = outcome.get("ranks_elsewhere") or []
+    if elsewhere:
+        reasons.append(
+            f"rank(s) {elsewhere} of the world of {outcome.get('world_size')} left nothing in "
+            "this directory: started by another launcher (trace each into its own --out and "
+            "`gpudiag analyze` them side by side) or not traced"
+        )
     return reasons
 
 
@@ -721,12 +753,21 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
     manifest_path = rundir.manifest_path(run_dir, node_rank)
     reserve = None
     if join is None:
+        # the room for the run's end first: a run that cannot record how it ended is
+        # refused now, before the job starts, not reported as "running" forever
+        reserve = rundir.reserve_space(rundir.reserve_path(run_dir, node_rank), RESERVE_BYTES)
+        if reserve is None:
+            _say(f"trace: {run_dir}: {_no_room(run_dir)}")
+            try:
+                run_dir.rmdir()  # only when empty: created for this run
+            except OSError:
+                pass
+            return 2
         try:
             _write_manifest(manifest_path, manifest, first=True)
         except FileExistsError:
             _say(f"trace: {run_dir}: another gpudiag run took this directory; choose another --out")
             return 2
-        reserve = rundir.reserve_space(rundir.reserve_path(run_dir, node_rank), RESERVE_BYTES)
     _say(f"tracing into {run_dir}")
 
     job = Job(

@@ -7,9 +7,19 @@ exported trace is fixed up so ProfilerStep#k ends where that optimizer event end
 ProfilerStep#k+1 starts there. For the same reason a window that ends in the hook is
 stopped only at the next batch or forward ("stop pending"), outside Optimizer.step.
 
-Default window (no --profile-steps): a provisional window covers steps from 0 so a short
-run still gets a trace; when step A is reached it is discarded and the real window A..B
-starts, so warm-up is not in the trace of a long run.
+Default window (no --profile-steps): the profiler starts at step 0 so a short run still
+gets a trace; when the run reaches step A the earlier steps are cut from the trace at
+export, so warm-up is not in the trace of a long run.
+
+The profiler is started at most once per process. torch's RecordFunction keeps, for a
+range that is open, a pointer into the record queue of the profiler that saw it begin;
+the exit callback writes the range's end time through that pointer into whatever
+profiler is active when the range ends. Stopping one profiler and starting another while
+a range is open (a ``gpudiag.region()``, a user ``record_function``, a DataLoader
+``__next__``) makes that write land in the freed queue of the first: heap corruption,
+then SIGSEGV or ``malloc(): ... corrupted`` in a later garbage collection. A single
+session never has a second profiler to write into; a range still open when it stops
+ends with no profiler active, which torch ignores.
 """
 
 from __future__ import annotations
@@ -62,10 +72,10 @@ class ProfilerWindow:
         self.profiled_steps: list[int] = []
         self.incomplete_step: int | None = None  # open when the run ended
         self._prof: Any = None
-        self._is_provisional = False
         self._annotation: Any = None
         self._annotated_step: int | None = None
-        self._stop_after = self.last
+        # set when a session started before step A reaches it: the trace is cut there
+        self._cut_before_step: int | None = None
 
     @property
     def active(self) -> bool:
@@ -79,12 +89,15 @@ class ProfilerWindow:
             return False
         started = False
         if self._prof is None:
-            if self.provisional_enabled and step < self.first:
-                self._start(provisional=True)
+            if (self.provisional_enabled and step < self.first) or (
+                self.first <= step <= self.last
+            ):
+                self._start()
                 started = True
-            elif self.first <= step <= self.last:
-                self._start(provisional=False)
-                started = True
+        elif self.provisional_enabled and step == self.first:
+            # the real window begins in the session already running: never restart
+            self._cut_before_step = self.first
+            self.profiled_steps = []
         if self._prof is not None:
             self._open_annotation(step)
         return started
@@ -95,35 +108,38 @@ class ProfilerWindow:
         self._close_annotation()
         if self.profiled_steps[-1:] != [step]:
             self.profiled_steps.append(step)
-        if step >= self._stop_after:
+        if step >= self.last:
             self.stop_pending = True
             if not inside_optimizer:
                 self.settle(step + 1)
 
     def settle(self, current_step: int) -> None:
-        """Do a pending stop (outside Optimizer.step); after a provisional window, start
-        the real one if the current step is inside it."""
+        """Do a pending stop, outside Optimizer.step (see the module doc)."""
         if not self.stop_pending:
             return
         self.stop_pending = False
-        was_provisional = self._is_provisional
-        self._stop(export=not was_provisional)
-        if was_provisional and self.first <= current_step <= self.last:
-            self._start(provisional=False)
-            self._open_annotation(current_step)
+        self._stop()
 
     def finish(self) -> None:
-        """End of run: export whatever window is open (a provisional one included)."""
+        """End of run: export whatever window is open (a short run's early steps included)."""
         if self._prof is None:
             return
         self.incomplete_step = self._annotated_step
         self._close_annotation()
         self.stop_pending = False
-        self._stop(export=True)
+        self._stop()
+
+    def discard(self) -> None:
+        """Stop without writing a trace (this process hands its rank over)."""
+        prof, self._prof = self._prof, None
+        self.done = True
+        self._close_annotation()
+        if prof is not None:
+            prof.stop()
 
     # ------------------------------------------------------------------ internals
 
-    def _start(self, provisional: bool) -> None:
+    def _start(self) -> None:
         import torch
         from torch.profiler import ProfilerActivity, profile
 
@@ -132,26 +148,25 @@ class ProfilerWindow:
             activities.append(ProfilerActivity.CUDA)
         self._prof = profile(activities=activities, record_shapes=True, with_stack=False)
         self._prof.start()
-        self._is_provisional = provisional
-        self._stop_after = self.first - 1 if provisional else self.last
-        if not provisional:
-            self.profiled_steps = []
 
-    def _stop(self, export: bool) -> None:
+    def _stop(self) -> None:
         prof, self._prof = self._prof, None
+        self.done = True  # one session per process, whatever happens below
         try:
             prof.stop()
-            if export:
-                self.exported = export_trace(
-                    prof, self.run_dir, self.rank, self.world_size, self.incomplete_step
-                )
+            self.exported = export_trace(
+                prof,
+                self.run_dir,
+                self.rank,
+                self.world_size,
+                self.incomplete_step,
+                cut_before_step=self._cut_before_step,
+            )
         except Exception as exc:  # never let tracing kill training
             self.export_error = f"{type(exc).__name__}: {exc}"
             if isinstance(exc, OSError):
                 rundir.note_write_problem(rundir.trace_path(self.run_dir, self.rank), exc)
             print(f"gpudiag: rank {self.rank}: profiler trace not written ({self.export_error})")
-        if export or not self._is_provisional:
-            self.done = True
 
     def _open_annotation(self, step: int) -> None:
         if self._annotated_step == step:
@@ -170,7 +185,12 @@ class ProfilerWindow:
 
 
 def export_trace(
-    prof: Any, run_dir: Path, rank: int, world_size: int, incomplete_step: int | None = None
+    prof: Any,
+    run_dir: Path,
+    rank: int,
+    world_size: int,
+    incomplete_step: int | None = None,
+    cut_before_step: int | None = None,
 ) -> Path:
     """Export to a temp file, fix the step boundaries, gzip into place atomically."""
     import orjson
@@ -184,7 +204,7 @@ def export_trace(
         if not tmp_json.is_file():  # Kineto logs "Failed to write" and carries on
             raise OSError(errno.EIO, "torch.profiler could not write its trace (disk full?)")
         trace = orjson.loads(tmp_json.read_bytes())
-        fix_trace(trace, rank, world_size, incomplete_step)
+        fix_trace(trace, rank, world_size, incomplete_step, cut_before_step)
         with gzip.open(tmp_gz, "wb", compresslevel=6) as fh:
             fh.write(orjson.dumps(trace))
         os.replace(tmp_gz, final)
@@ -200,13 +220,18 @@ def export_trace(
 
 
 def fix_trace(
-    trace: dict[str, Any], rank: int, world_size: int, incomplete_step: int | None = None
+    trace: dict[str, Any],
+    rank: int,
+    world_size: int,
+    incomplete_step: int | None = None,
+    cut_before_step: int | None = None,
 ) -> None:
     """Make the trace self-describing and its step boundaries clean (see module doc).
 
     The step still open when the run ended (the tail after the last optimizer step, or
     the step a crash or interrupt cut short) is renamed ``IncompleteStep#N``, so tools
-    that count ``ProfilerStep#`` see only steps that completed."""
+    that count ``ProfilerStep#`` see only steps that completed. With ``cut_before_step``
+    everything that began before that step's start is dropped (warm-up, module doc)."""
     if not trace.get("distributedInfo"):
         trace["distributedInfo"] = {"backend": None, "rank": rank, "world_size": world_size}
     from gpudiag.capture.clock import test_shift_ns
@@ -215,6 +240,8 @@ def fix_trace(
         trace["baseTimeNanoseconds"] += test_shift_ns()  # tests: a skewed host
     events = [e for e in trace.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
     fix_straddling_optimizer(events)
+    if cut_before_step is not None:
+        cut_events_before_step(trace, cut_before_step)
     if incomplete_step is not None:
         for event in events:
             if event.get("name") == f"{STEP_PREFIX}{incomplete_step}":
@@ -256,3 +283,46 @@ def fix_straddling_optimizer(events: list[dict[str, Any]]) -> int:
                 following["ts"] = new_end
                 following["dur"] = round(max(0.0, f_end - new_end), 3)
     return moved
+
+
+def cut_events_before_step(trace: dict[str, Any], step: int) -> int:
+    """Drop every timed event that began before ``ProfilerStep#<step>`` began: what a
+    profiler started at that point would have recorded. The session's own span (cat
+    "Trace") is shortened to start there; metadata is kept, and so are flow arrows whose
+    two ends are both kept. Returns how many events were dropped."""
+    events = trace.get("traceEvents")
+    if not isinstance(events, list):
+        return 0
+    name = f"{STEP_PREFIX}{step}"
+    starts = [
+        float(e["ts"])
+        for e in events
+        if isinstance(e, dict) and e.get("name") == name and isinstance(e.get("ts"), int | float)
+    ]
+    if not starts:
+        return 0
+    cut = min(starts)
+    kept: list[Any] = []
+    dropped_flows: set[Any] = set()
+    for event in events:
+        ts = event.get("ts") if isinstance(event, dict) else None
+        if not isinstance(ts, int | float) or event.get("ph") == "M" or float(ts) >= cut:
+            kept.append(event)
+        elif event.get("cat") == "Trace" and event.get("ph") == "X":
+            end = float(ts) + float(event.get("dur", 0))
+            event["ts"], event["dur"] = cut, round(max(0.0, end - cut), 3)
+            kept.append(event)
+        elif event.get("ph") in ("s", "f", "t"):
+            dropped_flows.add((event.get("cat"), event.get("id")))
+    if dropped_flows:
+        kept = [
+            e
+            for e in kept
+            if not (
+                isinstance(e, dict)
+                and e.get("ph") in ("s", "f", "t")
+                and (e.get("cat"), e.get("id")) in dropped_flows
+            )
+        ]
+    trace["traceEvents"] = kept
+    return len(events) - len(kept)

@@ -27,7 +27,6 @@ import os
 import re
 import signal
 import socket
-import sysconfig
 import threading
 import time
 from collections.abc import Callable
@@ -35,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpudiag import rundir
+from gpudiag import frames, rundir
 from gpudiag.capture import threads
 from gpudiag.capture.hangdump import finish_request_path, request_path
 
@@ -52,26 +51,6 @@ CPU_WORKING_MIN_S = 0.05
 IO_WORKING_BYTES = 1 << 20
 _PROGRESS_TABLES = (rundir.STEPS, rundir.COLLECTIVES, rundir.COLLECTIVE_TIMES, rundir.DDP_STATS)
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
-_LIBRARY_PARTS = (
-    f"{os.sep}torch{os.sep}",
-    f"{os.sep}gpudiag{os.sep}",
-    "<frozen ",
-    "runpy.py",
-    f"{os.sep}threading.py",
-    f"{os.sep}importlib{os.sep}",
-)
-# the interpreter's own library and installed packages: never the user's line
-_SYSTEM_DIRS = tuple(
-    sorted(
-        {
-            os.path.join(path, "")
-            for key in ("stdlib", "platstdlib", "purelib", "platlib")
-            if (path := sysconfig.get_paths().get(key))
-        }
-    )
-)
-_DISTRIBUTED_PART = f"{os.sep}torch{os.sep}distributed{os.sep}"
-
 _DECORATOR_FUNCS = frozenset(("wrapper", "wrapped", "inner", "_fn", "decorator"))
 
 WAITING, WORKING, IDLE, GONE = "waiting", "working", "idle", "gone"
@@ -385,18 +364,15 @@ def _inflight_fresh(run_dir: Path, rank: int, requested_ns: int) -> bool:
 
 
 def top_user_frame(stacks: str) -> str | None:
-    """Innermost non-library frame of the thread that was running when dumped (the
-    main thread in faulthandler's "Current thread" block, else the first block)."""
+    """Innermost user frame (:func:`gpudiag.frames.is_user_file`) of the thread that was
+    running when dumped (the main thread in faulthandler's "Current thread" block, else
+    the first block)."""
     blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", stacks.strip())
     current = [b for b in blocks if b.startswith("Current thread")]
     for block in current + [b for b in blocks if b not in current]:
         for line in block.splitlines():
             m = _FRAME_RE.match(line)
-            if (
-                m
-                and not any(p in m["file"] for p in _LIBRARY_PARTS)
-                and not m["file"].startswith(_SYSTEM_DIRS)
-            ):
+            if m and frames.is_user_file(m["file"]):
                 return f"{m['file']}:{m['line']} in {m['func']}"
     return None
 
@@ -437,7 +413,9 @@ def in_torch_distributed(stacks: str) -> bool:
     for line in block.splitlines():
         m = _FRAME_RE.match(line)
         if m:
-            return _DISTRIBUTED_PART in m["file"] and f"{os.sep}elastic{os.sep}" not in m["file"]
+            return frames.in_module(m["file"], "torch.distributed") and not frames.in_module(
+                m["file"], "torch.distributed.elastic"
+            )
     return False
 
 
@@ -447,7 +425,7 @@ def distributed_call(stacks: str) -> str | None:
     found = None
     for line in current_block(stacks).splitlines():  # innermost first
         m = _FRAME_RE.match(line)
-        if m and _DISTRIBUTED_PART in m["file"]:
+        if m and frames.in_module(m["file"], "torch.distributed"):
             if m["func"] not in _DECORATOR_FUNCS:
                 found = m["func"]
         elif m and found:

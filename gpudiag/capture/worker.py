@@ -191,8 +191,8 @@ class Worker:
             api.install(None)
             self._guard("step tracker", self.tracker.uninstall)
             self._guard("step table", self.tracker.close)
-        if self.profiler is not None and getattr(self.profiler, "_prof", None) is not None:
-            self._guard("profiler", lambda: self.profiler._stop(export=False))
+        if self.profiler is not None and self.profiler.active:
+            self._guard("profiler", self.profiler.discard)
         if self.recorder is not None:
             self._guard("collective patches", lambda: spawn.restore_collectives(self.recorder))
             for writer in (self.recorder._coll_writer, self.recorder._times_writer):
@@ -516,7 +516,7 @@ def _user_frames(tb: Any) -> Any:
     traceback would not show them."""
     while tb is not None and tb.tb_next is not None:
         filename = tb.tb_frame.f_code.co_filename
-        if filename != __file__ and "runpy" not in filename:
+        if filename != __file__ and filename != runpy.__file__ and not filename.startswith("<"):
             break
         tb = tb.tb_next
     return tb

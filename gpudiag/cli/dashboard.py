@@ -18,6 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from gpudiag import rundir
 from gpudiag.paths import dashboards_dir, sample_runs_dir
 
 APP = dashboards_dir() / "app.py"
@@ -29,7 +30,7 @@ STOP_TIMEOUT_S = 10.0
 
 def default_runs() -> list[Path]:
     """The shipped sample runs and ./gpudiag_runs, those that exist."""
-    return [p for p in (sample_runs_dir(), Path.cwd() / "gpudiag_runs") if p.is_dir()]
+    return [p for p in (sample_runs_dir(), Path.cwd() / "gpudiag_runs") if rundir.is_dir(p)]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     for run in args.runs:
-        if not run.is_dir():
+        if not rundir.is_dir(run):
             print(f"gpudiag dashboard: {run}: not a directory", file=sys.stderr)
             return 2
     runs = args.runs or default_runs()

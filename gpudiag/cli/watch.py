@@ -66,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
 
     paths: list[str] = ns.run
     if len(paths) == 1 and not (rundir.is_run_dir(paths[0]) or rundir.node_parts(paths[0])):
-        print(f"gpudiag watch: {paths[0]}: not a gpudiag run directory", file=sys.stderr)
+        problems: list[str] = []
+        if rundir.is_dir(paths[0]) and rundir.list_dir(paths[0], problems) is None:
+            print(f"gpudiag watch: {problems[0]}", file=sys.stderr)  # cannot read (...)
+        else:
+            print(f"gpudiag watch: {paths[0]}: not a gpudiag run directory", file=sys.stderr)
         return 2
     from gpudiag.analysis import live
 

@@ -11,6 +11,9 @@ Usage: rel_job.py MODE [STEPS] [AT]. Modes:
   segfault         rank 1 reads address 0 at step AT
   skip             the last rank skips one all_reduce at step AT
   size             the last rank all-reduces a different size at step AT
+  big ODD          rank ODD all-reduces 1000 floats where the others reduce 1, at step AT
+  skipone ODD      rank ODD skips one all_reduce at step AT
+  sigterm-me       rank 1 sleeps 0.2 s a step after AT (a test sends it SIGTERM from outside)
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def main() -> None:
     mode = sys.argv[1]
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 6
     at = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    odd = int(sys.argv[4]) if len(sys.argv) > 4 else None
     rank = int(os.environ["RANK"])
     last = int(os.environ["WORLD_SIZE"]) - 1
     if mode == "rendezvous" and rank == 1:
@@ -53,6 +57,10 @@ def main() -> None:
         model(torch.randn(16, 64)).sum().backward()
         opt.step()
         opt.zero_grad()
+        if mode in ("big", "skipone"):
+            dist.all_reduce(torch.ones(1))  # the same small call every step, every rank
+        if mode == "sigterm-me" and step >= at:
+            time.sleep(0.2)
         if step != at:
             continue
         if mode == "eval":
@@ -70,6 +78,10 @@ def main() -> None:
                 dist.all_reduce(torch.ones(1024))  # the last rank never calls this one
         elif mode == "size":
             dist.all_reduce(torch.ones(1024 if rank != last else 512))
+        elif mode == "big":
+            dist.all_reduce(torch.ones(1000 if rank == odd else 1))
+        elif mode == "skipone" and rank != odd:
+            dist.all_reduce(torch.ones(1))  # rank ODD never calls this one
     dist.destroy_process_group()
 
 
