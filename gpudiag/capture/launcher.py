@@ -866,6 +866,7 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
                 "failed_ranks",
                 "failure",
                 "missing_status_ranks",
+                "ranks_elsewhere",
                 "steps_completed",
             )
         },
