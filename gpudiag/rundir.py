@@ -1234,7 +1234,7 @@ def launcher_gone(manifest: dict[str, Any], manifest_file: str | os.PathLike[str
 
 
 def _pid_exists(pid: int) -> bool:
-    if pid <= 0:
+    if pid <= 0 or pid > _MAX_PID:  # a pid no kernel gives (a bad manifest): not running
         return False
     try:
         os.kill(pid, 0)
@@ -1243,6 +1243,9 @@ def _pid_exists(pid: int) -> bool:
     except (PermissionError, OSError):
         return True
     return True
+
+
+_MAX_PID = 2**22  # Linux's pid_max limit (PID_MAX_LIMIT)
 
 
 def run_status(manifest: dict[str, Any], manifest_file: str | os.PathLike[str]) -> str | None:

@@ -20,6 +20,7 @@ from gpudiag import rundir
 SCRIPTS = Path(__file__).parent / "scripts"
 DDP_SCRIPT = SCRIPTS / "capture_ddp_mlp.py"
 SINGLE_SCRIPT = SCRIPTS / "capture_single.py"
+STRESS_SCRIPT = SCRIPTS / "stress_regions.py"
 JOB_TIMEOUT_S = 240
 
 pytestmark = pytest.mark.slow
@@ -144,6 +145,31 @@ def test_full_disk_training_goes_on_and_run_is_incomplete(small_disk: Path, tmp_
     )
     assert analyzed.returncode == 0, analyzed.stderr
     assert "run incomplete" in analyzed.stderr and "Traceback" not in analyzed.stderr
+
+
+def test_sigterm_to_gpudiag_with_loader_workers_keeps_every_rank_and_trace(
+    tmp_path: Path,
+) -> None:
+    """Issue 28 probe: SIGTERM to `gpudiag trace` on DDP with DataLoader workers. The
+    workers die of the same signal and the DataLoader's SIGCHLD handler raised inside
+    gpudiag's finish (a rank lost its status and trace) or in the rank (`failed`)."""
+    out = tmp_path / "run"
+    proc = _trace(
+        ["--out", str(out), "--nproc-per-node", "2", "--standalone", "--no-lint",
+         "--profile-steps", "1-2", str(STRESS_SCRIPT), "--workers", "2", "--steps", "3000"],
+        tmp_path,
+    )  # fmt: skip
+    _wait_for_steps(out, 2, 6, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=JOB_TIMEOUT_S)
+    assert proc.returncode == 143, stderr[-3000:]
+    manifest = json.loads((out / rundir.MANIFEST).read_text())
+    assert manifest["status"] == "interrupted" and manifest["failure"] is None, manifest
+    for rank in (0, 1):
+        status = json.loads((rundir.rank_dir(out, rank) / rundir.STATUS).read_text())
+        assert status["status"] == "interrupted", status
+        assert rundir.trace_path(out, rank).is_file()
+    assert "Traceback" not in stderr.split("gpudiag: run interrupted")[-1]
 
 
 # --------------------------------------------------------------------------- launcher death

@@ -408,6 +408,26 @@ def test_short_run_keeps_its_early_steps_in_one_session(
     assert {"ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"} <= names
 
 
+def test_window_gives_way_to_a_profiler_the_script_creates(
+    tracker: StepTracker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two profilers in one process corrupt each other (module doc): a script's own
+    torch.profiler, created while gpudiag's window is open, ends that window untraced."""
+    starts = _count_profiler_starts(monkeypatch)
+    window = ProfilerWindow(tmp_path, 0, 1, (5, 9), provisional=True)
+    tracker.profiler = window
+    profiling.watch_for_script_profilers(window)
+    try:
+        _regioned_train(torch.nn.Linear(4, 1), steps=2)
+        assert window.active
+        torch.profiler.profile()  # the script's own, never started
+        assert not window.active and window.done and "its own" in (window.export_error or "")
+        _regioned_train(torch.nn.Linear(4, 1), steps=10)
+    finally:
+        profiling._WINDOWS.clear()
+    assert starts == [1] and not rundir.trace_path(tmp_path, 0).exists()
+
+
 def test_cut_drops_flows_whose_other_end_was_cut() -> None:
     trace = {
         "traceEvents": [

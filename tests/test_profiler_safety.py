@@ -52,3 +52,25 @@ def test_region_around_every_step_never_crashes_the_traced_process(
             names = {e.get("name") for e in json.load(fh)["traceEvents"]}
         steps = sorted(n for n in names if str(n).startswith("ProfilerStep#"))
         assert steps == [f"ProfilerStep#{k}" for k in range(5, 10)], steps
+
+
+OWN_PROFILER = Path(__file__).parent / "scripts" / "own_profiler.py"
+
+
+def test_script_with_its_own_profiler_keeps_it_and_is_never_crashed(
+    tmp_path: Path, cpu_hog: object
+) -> None:
+    for i in range(RUNS):
+        out = tmp_path / f"own{i}"
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpudiag", "trace", "--no-lint", "--out", str(out),
+             str(OWN_PROFILER)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, (i, proc.stdout[-2000:], proc.stderr[-2000:])
+        assert "creates its own torch.profiler" in proc.stdout + proc.stderr
+        manifest = json.loads((out / rundir.MANIFEST).read_text())
+        assert manifest["status"] == "ok" and manifest["steps_completed"] == {"0": 15}
+        assert not rundir.trace_path(out, 0).exists()

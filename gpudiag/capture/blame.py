@@ -228,6 +228,20 @@ def signalled_failure(
     }
 
 
+def _aborted_in_collective(stacks: str | None) -> bool:
+    """faulthandler's stack of the abort has a thread inside torch.distributed."""
+    from gpudiag import frames
+
+    for line in (stacks or "").splitlines():
+        m = _STACK_FILE_RE.match(line)
+        if m and frames.in_module(m["file"], "torch.distributed"):
+            return True
+    return False
+
+
+_STACK_FILE_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+')
+
+
 def died_failure(end: RankEnd, consequences: list[RankEnd]) -> dict[str, Any]:
     """The manifest's ``failure`` for a rank that died without writing its status."""
     from gpudiag.capture.watchdog import top_user_frame
@@ -244,10 +258,20 @@ def died_failure(end: RankEnd, consequences: list[RankEnd]) -> dict[str, Any]:
     message = f"died from {how} {step} without writing its status"
     if end.lost and end.signal is None and end.exitcode is None:
         message = f"stopped {step} without writing its status: {end.lost}"
-    if hint:
+    in_collective = end.signal == "SIGABRT" and _aborted_in_collective(end.crash_stacks)
+    if in_collective:
+        # gloo aborts the rank that *received* the odd data, not the one that sent it
+        message += (
+            ": aborted by gloo inside a collective, which is what a collective mismatch "
+            "does (a rank that skipped a call or passed another size); that rank may be "
+            "another one: `gpudiag analyze` compares the calls and names it"
+        )
+    elif hint:
         message += f": {hint}"
     peers = [c for c in consequences if c.failed]
-    if peers:
+    if peers and in_collective:
+        message += f"; rank{'s' if len(peers) > 1 else ''} {', '.join(str(c.rank) for c in peers)} then lost the connection"
+    elif peers:
         message += (
             f"; rank{'s' if len(peers) > 1 else ''} {', '.join(str(c.rank) for c in peers)} "
             "then lost the connection to it (a consequence, not the cause)"

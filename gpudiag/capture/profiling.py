@@ -20,6 +20,10 @@ a range is open (a ``gpudiag.region()``, a user ``record_function``, a DataLoade
 then SIGSEGV or ``malloc(): ... corrupted`` in a later garbage collection. A single
 session never has a second profiler to write into; a range still open when it stops
 ends with no profiler active, which torch ignores.
+
+For the same reason gpudiag never profiles beside the script's own profiler: a script
+that creates a ``torch.profiler.profile`` (or has one enabled when the window would
+start) keeps its profiler, and gpudiag's window is given up, said once.
 """
 
 from __future__ import annotations
@@ -36,6 +40,31 @@ DEFAULT_WINDOW = (5, 9)
 STEP_PREFIX = "ProfilerStep#"
 OPTIMIZER_PREFIX = "Optimizer.step#"
 INCOMPLETE_PREFIX = "IncompleteStep#"
+
+
+_CREATING = False  # gpudiag is creating its own profiler (not the script's)
+_WINDOWS: list[ProfilerWindow] = []
+
+
+def watch_for_script_profilers(window: ProfilerWindow) -> None:
+    """From now on, a ``torch.profiler`` profiler created by anyone but gpudiag makes
+    ``window`` give way (module doc)."""
+    from torch.profiler import profiler as torch_profiler
+
+    _WINDOWS[:] = [window]
+    kineto = torch_profiler._KinetoProfile
+    original = kineto.__init__
+    if getattr(original, "_gpudiag_wrapped", False):
+        return
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if not _CREATING:
+            for w in _WINDOWS:
+                w.give_way("the script creates its own torch.profiler")
+
+    __init__._gpudiag_wrapped = True  # type: ignore[attr-defined]
+    kineto.__init__ = __init__  # type: ignore[method-assign]
 
 
 def parse_window(text: str) -> tuple[int, int]:
@@ -80,6 +109,17 @@ class ProfilerWindow:
     @property
     def active(self) -> bool:
         return self._prof is not None
+
+    def give_way(self, why: str) -> None:
+        """The script profiles by itself: stop (without a trace) or never start."""
+        if self.done:
+            return
+        self.export_error = f"no trace: {why}"
+        if self._prof is not None:
+            self.discard()
+        self.done = True
+        self.stop_pending = False
+        print(f"gpudiag: rank {self.rank}: {why}; gpudiag's own profiler window is skipped")
 
     # ------------------------------------------------------------------ step events
 
@@ -140,13 +180,21 @@ class ProfilerWindow:
     # ------------------------------------------------------------------ internals
 
     def _start(self) -> None:
+        global _CREATING
         import torch
         from torch.profiler import ProfilerActivity, profile
 
+        if torch._C._autograd._profiler_enabled():
+            self.give_way("the script's own profiler is running")
+            return
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
-        self._prof = profile(activities=activities, record_shapes=True, with_stack=False)
+        _CREATING = True
+        try:
+            self._prof = profile(activities=activities, record_shapes=True, with_stack=False)
+        finally:
+            _CREATING = False
         self._prof.start()
 
     def _stop(self) -> None:

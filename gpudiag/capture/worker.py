@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import re
 import runpy
 import shutil
 import signal
@@ -264,6 +265,9 @@ class Worker:
                 provisional=os.environ.get(ENV_PROFILE_DEFAULT) == "1",
             )
             self.tracker.profiler = self.profiler
+            from gpudiag.capture.profiling import watch_for_script_profilers
+
+            watch_for_script_profilers(self.profiler)
         if self.recorder is not None:
             self.tracker.on_step_end.append(self.recorder.on_step_end)
         self.tracker.on_step_end.append(self._note_backend)
@@ -341,6 +345,12 @@ class Worker:
             return _outcome_of_exception(
                 "interrupted", EXIT_SIGINT, type(exc), exc, exc.__traceback__
             )
+        if _loader_worker_terminated(exc):
+            # the job's SIGTERM or Ctrl-C reached the DataLoader's workers first: their
+            # SIGCHLD handler raised in the rank before its own signal did
+            return _outcome_of_exception(
+                "interrupted", EXIT_SIGTERM, type(exc), exc, exc.__traceback__
+            )
         tb = _user_frames(exc.__traceback__)
         traceback.print_exception(type(exc), exc, tb)
         ended_by_watchdog = self._ended_by_watchdog(exc)
@@ -387,9 +397,12 @@ class Worker:
         in_main = threading.current_thread() is threading.main_thread()
         hang = outcome.status == "hang"
         if in_main:
-            # A second SIGTERM/Ctrl-C while finishing must not cut the writes short.
+            # A second SIGTERM/Ctrl-C while finishing must not cut the writes short, nor
+            # the DataLoader's SIGCHLD handler, which raises in whatever runs when one of
+            # its workers ends (they get the job's SIGTERM too).
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         timeout = HANG_FINISH_TIMEOUT_S if hang else float(os.environ.get(ENV_FINISH_TIMEOUT, "60"))
         _exit_after(timeout, outcome.exit_code)
         if self.handed_over:  # its spawned ranks wrote the run; only the exit code is ours
@@ -581,6 +594,15 @@ def _destroy_process_group() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+_LOADER_TERMINATED = re.compile(
+    r"DataLoader worker \(pid \d+\) is killed by signal: (Terminated|Interrupt)"
+)
+
+
+def _loader_worker_terminated(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError) and bool(_LOADER_TERMINATED.search(str(exc)))
 
 
 def _exit_after(seconds: float, code: int) -> None:
