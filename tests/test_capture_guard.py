@@ -291,3 +291,10 @@ def test_hang_is_handled_when_its_report_cannot_be_written(tmp_path: Path) -> No
     dog._fire({"verdict": "test"})
     assert handled == [{"verdict": "test"}]
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_launcher_pid_no_kernel_gives_reads_as_gone(tmp_path: Path) -> None:
+    """Issue 28 probe: a manifest saying `running` with pid 2**70 made `gpudiag watch`
+    raise OverflowError in os.kill; such a pid is not a running process."""
+    assert not rundir._pid_exists(2**70) and not rundir._pid_exists(-1)
+    assert rundir._pid_exists(os.getpid())
