@@ -116,7 +116,10 @@ class ProfilerWindow:
             return
         self.export_error = f"no trace: {why}"
         if self._prof is not None:
-            self.discard()
+            try:  # runs inside the script's own profiler construction: never raise
+                self.discard()
+            except Exception as exc:  # noqa: BLE001
+                self.export_error += f" (stopping gpudiag's: {type(exc).__name__}: {exc})"
         self.done = True
         self.stop_pending = False
         print(f"gpudiag: rank {self.rank}: {why}; gpudiag's own profiler window is skipped")
