@@ -545,3 +545,29 @@ def test_watchdog_activity_and_hang_rule() -> None:
     assert not is_hang({0: st("waiting"), 1: st("working")})[0]  # never kill working ranks
     assert not is_hang({0: st("working"), 1: st("idle")})[0]  # nobody waits: not a hang
     assert not is_hang({0: st("waiting")}, starting=1)[0]  # a rank still starting
+
+
+@pytest.mark.parametrize(
+    ("line", "profiles"),
+    [
+        ("from torch.profiler import profile, schedule", True),
+        ("with torch.profiler.profile() as p:", True),
+        ("with torch.autograd.profiler.profile() as p:", True),
+        ("from torch.profiler import ProfilerActivity, profile", True),
+        ("from torch.profiler import record_function", False),
+        ("with torch.profiler.record_function('step'):", False),
+        ("from torch.autograd.profiler import record_function", False),
+        ("from torch.profiler import (\n    ProfilerActivity,\n    profile,\n)", True),
+        ("from torch.profiler import (\n    record_function,\n)", False),
+    ],
+)
+def test_a_script_that_creates_its_own_profiler_is_told_apart(
+    tmp_path: Path, line: str, profiles: bool
+) -> None:
+    """Issue 28, second probe: a script starting its own profiler inside gpudiag's window
+    aborted; such a script keeps its profiler and gpudiag's window is skipped."""
+    from gpudiag.capture.worker import _profiles_itself
+
+    script = tmp_path / "train.py"
+    script.write_text(f"import torch\n{line}\n")
+    assert _profiles_itself({"script": str(script)}) is profiles

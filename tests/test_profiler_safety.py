@@ -55,22 +55,28 @@ def test_region_around_every_step_never_crashes_the_traced_process(
 
 
 OWN_PROFILER = Path(__file__).parent / "scripts" / "own_profiler.py"
+OWN_PROFILER_MID_WINDOW = Path(__file__).parent / "scripts" / "own_profiler_mid_window.py"
 
 
+@pytest.mark.parametrize(
+    ("script", "steps"),
+    [(OWN_PROFILER, 15), (OWN_PROFILER_MID_WINDOW, 16)],
+    ids=["schedule", "mid"],
+)
 def test_script_with_its_own_profiler_keeps_it_and_is_never_crashed(
-    tmp_path: Path, cpu_hog: object
+    tmp_path: Path, cpu_hog: object, script: Path, steps: int
 ) -> None:
     for i in range(RUNS):
         out = tmp_path / f"own{i}"
         proc = subprocess.run(
             [sys.executable, "-m", "gpudiag", "trace", "--no-lint", "--out", str(out),
-             str(OWN_PROFILER)],
+             str(script)],
             capture_output=True,
             text=True,
             timeout=300,
         )  # fmt: skip
         assert proc.returncode == 0, (i, proc.stdout[-2000:], proc.stderr[-2000:])
-        assert "creates its own torch.profiler" in proc.stdout + proc.stderr
+        assert "runs torch.profiler itself" in proc.stdout + proc.stderr
         manifest = json.loads((out / rundir.MANIFEST).read_text())
-        assert manifest["status"] == "ok" and manifest["steps_completed"] == {"0": 15}
+        assert manifest["status"] == "ok" and manifest["steps_completed"] == {"0": steps}
         assert not rundir.trace_path(out, 0).exists()

@@ -256,6 +256,13 @@ class Worker:
 
         self.tracker = StepTracker(self.run_dir, self.rank, origin_ns=self.start_ns)
         window_text = os.environ.get(ENV_PROFILE_STEPS, "off")
+        if window_text != "off" and _profiles_itself(self.target):
+            # a profiler the script starts while gpudiag's window has a range open can
+            # corrupt memory (capture/profiling.py): give way before anything starts
+            self._warn(
+                "the script runs torch.profiler itself; gpudiag's profiler window is skipped"
+            )
+            window_text = "off"
         if window_text != "off":
             self.profiler = ProfilerWindow(
                 self.run_dir,
@@ -510,6 +517,33 @@ class Worker:
 
     def _warn(self, text: str) -> None:
         print(f"gpudiag: rank {self.rank}: {text}", file=sys.stderr, flush=True)
+
+
+# a profiler the script creates (not a record_function it only annotates with)
+_PROFILER_CALL = re.compile(r"profiler\.profile\s*\(")
+_PROFILER_IMPORT = re.compile(
+    r"from\s+torch\.(?:autograd\.)?profiler\s+import\s+(\([^)]*\)|[^\n]*)"
+)
+
+
+def _profiles_itself(target: dict[str, str]) -> bool:
+    """The script's own source (its module's for ``-m``) creates a torch profiler: read,
+    never imported; an unreadable file is taken as not profiling."""
+    path = target.get("script")
+    if path is None and target.get("module"):
+        try:
+            from importlib.util import find_spec
+
+            spec = find_spec(target["module"])
+        except (ImportError, ValueError):
+            spec = None
+        path = spec.origin if spec is not None else None
+    text = rundir.read_text(path, max_bytes=8 << 20) if path else None
+    if not text:
+        return False
+    if _PROFILER_CALL.search(text):
+        return True
+    return any(re.search(r"\bprofile\b", m[1]) for m in _PROFILER_IMPORT.finditer(text))
 
 
 def _outcome_of_exit(exc: SystemExit) -> Outcome:
