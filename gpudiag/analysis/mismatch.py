@@ -93,11 +93,11 @@ def _aborted_call(run: Any, rank: int) -> Call | None:
     return None
 
 
-def _entered_call(run: Any, rank: int, pg: str, seq: int) -> Call | None:
-    """The call the rank had entered at (pg, seq) and never returned from (its
-    last_call.json): what a rank that gloo aborted was passing."""
+def _entered_call(run: Any, rank: int) -> Call | None:
+    """The call the rank had entered last (its last_call.json): for a rank that died in
+    it (gloo aborted it), what it was passing."""
     doc = rundir.read_last_call(run.path, rank)
-    if doc is None or str(doc.get("pg_name")) != pg or doc.get("seq") != seq:
+    if doc is None or not isinstance(doc.get("seq"), int) or doc.get("pg_name") is None:
         return None
     size = doc.get("bytes")
     site = doc.get("callsite")
@@ -105,8 +105,8 @@ def _entered_call(run: Any, rank: int, pg: str, seq: int) -> Call | None:
         rank,
         "aborted",
         str(doc.get("op") or "") or None,
-        pg,
-        seq,
+        str(doc["pg_name"]),
+        doc["seq"],
         size if isinstance(size, int) and not isinstance(size, bool) else None,
         site if isinstance(site, str) else None,
     )
@@ -127,10 +127,9 @@ def failed_calls(run: Any) -> tuple[str, int, dict[int, Call]] | None:
     located = [c for c in raised.values() if c.seq is not None and c.pg is not None]
     # a rank that died in the call (no status: gloo aborted it) left what it had entered
     statuses = run.statuses or {}
-    for r in ranks:
-        doc = rundir.read_last_call(run.path, r) if r not in statuses else None
-        if doc is not None and isinstance(doc.get("seq"), int) and doc.get("pg_name") is not None:
-            located.append(Call(r, "aborted", pg=str(doc["pg_name"]), seq=doc["seq"]))
+    dead = [r for r in ranks if r not in statuses]
+    entered = {r: c for r in dead if (c := _entered_call(run, r)) is not None}
+    located += entered.values()
     if not located:
         return None
     first = min(located, key=lambda c: (c.seq, c.pg))
@@ -141,12 +140,14 @@ def failed_calls(run: Any) -> tuple[str, int, dict[int, Call]] | None:
         call = raised.get(r)
         if call is not None and (call.pg, call.seq) != (pg, seq):
             call = None
-        entered = _entered_call(run, r, pg, seq) if call is None else None
+        died_in = entered.get(r) if call is None else None
+        if died_in is not None and (died_in.pg, died_in.seq) != (pg, seq):
+            died_in = None
         call = call or _aborted_call(run, r)
-        if entered is not None:
+        if died_in is not None:
             if call is not None:  # faulthandler's stack of the abort: keep its line
-                entered.callsite = call.callsite or entered.callsite
-            call = entered
+                died_in.callsite = call.callsite or died_in.callsite
+            call = died_in
         row = _fr_row(run, r, pg, seq)
         if call is None and row is not None:
             call = Call(r, "flight_recorder", callsite=None)

@@ -231,15 +231,13 @@ def signalled_failure(
 def _aborted_in_collective(stacks: str | None) -> bool:
     """faulthandler's stack of the abort has a thread inside torch.distributed."""
     from gpudiag import frames
+    from gpudiag.capture.watchdog import FRAME_RE
 
     for line in (stacks or "").splitlines():
-        m = _STACK_FILE_RE.match(line)
+        m = FRAME_RE.match(line)
         if m and frames.in_module(m["file"], "torch.distributed"):
             return True
     return False
-
-
-_STACK_FILE_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+')
 
 
 def died_failure(end: RankEnd, consequences: list[RankEnd]) -> dict[str, Any]:

@@ -50,7 +50,7 @@ ACTIVITY_WINDOW_S = 3.0  # what a rank did in the last seconds decides if it wor
 CPU_WORKING_MIN_S = 0.05
 IO_WORKING_BYTES = 1 << 20
 _PROGRESS_TABLES = (rundir.STEPS, rundir.COLLECTIVES, rundir.COLLECTIVE_TIMES, rundir.DDP_STATS)
-_FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _DECORATOR_FUNCS = frozenset(("wrapper", "wrapped", "inner", "_fn", "decorator"))
 
 WAITING, WORKING, IDLE, GONE = "waiting", "working", "idle", "gone"
@@ -371,7 +371,7 @@ def top_user_frame(stacks: str) -> str | None:
     current = [b for b in blocks if b.startswith("Current thread")]
     for block in current + [b for b in blocks if b not in current]:
         for line in block.splitlines():
-            m = _FRAME_RE.match(line)
+            m = FRAME_RE.match(line)
             if m and frames.is_user_file(m["file"]):
                 return f"{m['file']}:{m['line']} in {m['func']}"
     return None
@@ -411,7 +411,7 @@ def in_torch_distributed(stacks: str) -> bool:
     if "<frozen importlib._bootstrap>" in block:
         return False
     for line in block.splitlines():
-        m = _FRAME_RE.match(line)
+        m = FRAME_RE.match(line)
         if m:
             return frames.in_module(m["file"], "torch.distributed") and not frames.in_module(
                 m["file"], "torch.distributed.elastic"
@@ -424,7 +424,7 @@ def distributed_call(stacks: str) -> str | None:
     there), e.g. init_process_group, barrier, _sync_module_states."""
     found = None
     for line in current_block(stacks).splitlines():  # innermost first
-        m = _FRAME_RE.match(line)
+        m = FRAME_RE.match(line)
         if m and frames.in_module(m["file"], "torch.distributed"):
             if m["func"] not in _DECORATOR_FUNCS:
                 found = m["func"]
