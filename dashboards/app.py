@@ -12,6 +12,7 @@ always names the run and view shown, so it can be shared.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
@@ -41,6 +42,12 @@ def result_of(ref: runs.RunRef) -> cache.Analysis:
         return cached
     with st.spinner(f"Analysing {views.md(ref.label)}…"):
         return cache.result_of(ref)
+
+
+def cached_result(ref: runs.RunRef) -> AnalysisResult | None:
+    """The run's analysis when it is already made (none is started)."""
+    found = cache.ANALYSES.peek(cache.key_of(ref))
+    return found[0] if found is not None else None
 
 
 TIMELINES: cache.LruCache[pd.DataFrame] = cache.LruCache(cache.MAX_TIMELINES)
@@ -77,6 +84,36 @@ def _initial_run(refs: list[runs.RunRef], roots: list[Path]) -> int:
     return 0
 
 
+SELECTED = "selected_run"  # session state: the run shown, whichever select chose it
+
+
+def _run_select(
+    labels: list[str], live_labels: set[str], refs: list[runs.RunRef], roots: list[Path]
+) -> str:
+    """The run select. The browser keeps a select's text once drawn, so a run that
+    stopped being live kept its "(live)" until a reload: the select's key names the
+    live runs (``run`` when there are none), a new select when that set changes, which
+    starts from the run shown."""
+    selected = st.session_state.get(SELECTED)
+    if selected not in labels:
+        selected = labels[_initial_run(refs, roots)]
+    key = "run"
+    if live_labels:
+        key += "_live_" + hashlib.sha1("\n".join(sorted(live_labels)).encode()).hexdigest()[:10]
+    if st.session_state.get(key) not in labels:
+        st.session_state[key] = selected
+    label = str(
+        st.sidebar.selectbox(
+            "Run",
+            labels,
+            key=key,
+            format_func=lambda x: f"● {x} (live)" if x in live_labels else x,
+        )
+    )
+    st.session_state[SELECTED] = label
+    return label
+
+
 def main() -> None:
     st.set_page_config(page_title="gpudiag", layout="wide")
     roots = _roots()
@@ -91,15 +128,11 @@ def main() -> None:
         )
         return
     labels = [r.label for r in refs]
-    if "run" not in st.session_state:
-        st.session_state["run"] = labels[_initial_run(refs, roots)]
     if "view" not in st.session_state:
         wanted = st.query_params.get("view")
         st.session_state["view"] = wanted if wanted in views.VIEWS else "Overview"
     live_labels = {r.label for r in refs if runs.is_live(r)}
-    label = st.sidebar.selectbox(
-        "Run", labels, key="run", format_func=lambda x: f"● {x} (live)" if x in live_labels else x
-    )
+    label = _run_select(labels, live_labels, refs, roots)
     view = st.sidebar.radio("View", list(views.VIEWS), key="view")
     st.query_params.from_dict({"run": label, "view": view})  # a shareable URL
     ref = refs[labels.index(label)]
@@ -122,6 +155,7 @@ def main() -> None:
         all_runs=refs,
         result_of=result_of,
         timeline_of=timeline_of,
+        cached=cached_result,
     )
     try:
         views.VIEWS[view](ctx)

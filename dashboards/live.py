@@ -20,7 +20,7 @@ import pandas as pd
 import streamlit as st
 
 from gpudiag.analysis.live import LiveMonitor, LiveSnapshot
-from gpudiag.report import tables
+from gpudiag.report import figures, numbers, tables
 
 from . import cache, runs
 from .views import md
@@ -49,10 +49,8 @@ def monitor_of(ref: runs.RunRef) -> LiveMonitor:
 
 def _cell(value: Any) -> str:
     """A table cell as escaped Markdown (``st.table`` renders cells as Markdown)."""
-    if value is None or (isinstance(value, float) and value != value):
-        return "–"
-    if isinstance(value, float):
-        return md(f"{value:,.2f}")
+    if value is None or isinstance(value, float):
+        return md(numbers.num(value))
     return md(value)
 
 
@@ -92,7 +90,7 @@ def render_snapshot(snap: LiveSnapshot) -> None:
         "State": state,
         "Ranks": len(snap.ranks),
         "Newest step": "–" if newest is None else newest,
-        "Lagging ranks": ", ".join(map(str, snap.lagging)) or "none",
+        "Lagging ranks": numbers.ranks(snap.lagging) if snap.lagging else "none",
         "Stuck collectives": len(snap.stuck),
     }
     for col, (label, value) in zip(st.columns(len(facts)), facts.items(), strict=True):
@@ -108,6 +106,12 @@ def render_snapshot(snap: LiveSnapshot) -> None:
         )
     st.subheader("Per rank")
     if snap.ranks:
+        st.plotly_chart(
+            figures.live_rank_figure(snap),
+            width="stretch",
+            config={"displaylogo": False},
+            key="live_rank_chart",
+        )
         _table(tables.live_rank_frame(snap))
     else:
         st.write("No rank has written a step yet.")

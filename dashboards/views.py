@@ -9,7 +9,6 @@ goes through :func:`md` before it reaches anything Streamlit renders as Markdown
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -23,7 +22,8 @@ from gpudiag import rundir
 from gpudiag.analysis.findings import Finding, measured_as
 from gpudiag.analysis.result import AnalysisResult, SpilledTable
 from gpudiag.analysis.whatif import Projection
-from gpudiag.report import figures
+from gpudiag.report import figures, numbers
+from gpudiag.report import overview as report_overview
 from gpudiag.report.tables import whatif_frame
 
 from . import runs
@@ -37,9 +37,16 @@ GPU_METRICS = (
     ("pcie_tx_kbs", "KB/s"),
     ("nvlink_tx_kbs", "KB/s"),
 )
+BUSY_HEADERS = {
+    "busy_fraction": "GPU busy % (any kernel or copy)",
+    "compute_fraction": "GPU compute %",
+    "window_ms": "window ms",
+    "idle_ms_per_step": "GPU idle ms/step",
+    "startup_ms": "start-up ms (before the first kernel)",
+}
 HOST_METRICS = (
-    ("cpu_percent", "%"),
-    ("proc_cpu_percent", "%"),
+    ("cpu_percent", "% of all cores"),
+    ("proc_cpu_percent", "% of one core, summed over cores"),
     ("mem_used", "bytes"),
     ("proc_rss", "bytes"),
 )
@@ -58,6 +65,8 @@ class ViewContext:
     all_runs: list[runs.RunRef]
     result_of: ResultOf
     timeline_of: TimelineOf
+    # the run's analysis when already made (no analysis started), for the Compare pairing
+    cached: Callable[[runs.RunRef], AnalysisResult | None] = lambda ref: None
 
 
 # Every ASCII punctuation character may be backslash-escaped in (GitHub-flavoured)
@@ -103,10 +112,6 @@ def _table(frame: pd.DataFrame) -> None:
     st.table(frame.map(md), hide_index=True)
 
 
-def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
-
-
 _TIMESTAMP_COLUMNS = ("start_ns", "end_ns", "enqueue_ns", "t_ns")
 
 
@@ -132,71 +137,119 @@ def readable_times(frame: pd.DataFrame) -> pd.DataFrame:
 # --------------------------------------------------------------------------- Overview
 
 
-def health_verdict(findings: list[Finding]) -> tuple[str, str]:
-    """(level, sentence) from the findings' severities."""
-    severities = {f.severity for f in findings}
-    if "high" in severities:
-        return "error", "Needs attention: at least one high-severity bottleneck."
-    if "medium" in severities:
-        return "warning", "Some inefficiency: medium-severity findings below."
-    if findings:
-        return "info", "Healthy, with minor findings."
-    return "success", "Healthy: no bottleneck found."
-
-
 SOURCE_KINDS = {"gpudiag_run": "run dir", "traces": "traces", "summaries": "summaries"}
+# The view each finding's evidence is clearest in (a button under the verdict).
+EVIDENCE_VIEW = {
+    "straggler": ("Communication", "arrival skew per collective"),
+    "exposed_communication": ("Communication", "collectives and DDP buckets"),
+    "bucket_size": ("Communication", "DDP buckets"),
+    "gpu_idle": ("GPU metrics", "GPU busy per rank"),
+    "gpu_throttled": ("GPU metrics", "clocks and throttling"),
+    "dataloader_stall": ("Step breakdown", "data wait per step"),
+    "dataparallel_overhead": ("DataParallel", "DataParallel stages"),
+    "gpu0_imbalance": ("DataParallel", "DataParallel stages"),
+}
+
+
+def _go_to(view: str) -> None:
+    st.session_state["view"] = view
+
+
+def _facts_line(result: AnalysisResult, label: str) -> str:
+    info = result.run
+    devices = ", ".join(info.devices) if info.devices else "CPU only"
+    world = f"{info.world_size} ranks" if info.world_size else "world size unknown"
+    bits = [world, _scalar(info.backend), devices, report_overview.steps_window(result)]
+    if info.status:
+        status = f"status {info.status}"
+        if info.exit_code not in (None, 0):
+            status += f" (exit {info.exit_code})"
+        bits.append(status)
+    bits.append(SOURCE_KINDS.get(info.kind, info.kind))
+    return " · ".join(bits)
+
+
+def first_screen(ctx: ViewContext) -> None:
+    """The answer: the step time, the top finding as one verdict line with its fix,
+    and where each rank's step goes, the named rank outlined."""
+    result = ctx.result
+    verdict = report_overview.verdict(result)
+    label, value = report_overview.step_time(result)
+    col_step, col_verdict = st.columns([1, 4])
+    col_step.metric("Step time", md(value), help=md(label))
+    col_step.caption(md(label))
+    if result.run.status:
+        status = str(result.run.status)
+        if result.run.exit_code not in (None, 0):
+            status += f" (exit {result.run.exit_code})"
+        col_step.metric("Status", md(status))
+    with col_verdict:
+        text = f"**{md(verdict.headline)}**"
+        if verdict.fix:
+            text += f"  \n**Fix:** {md(verdict.fix)}"
+        getattr(st, verdict.level)(text)
+        target = EVIDENCE_VIEW.get(verdict.finding.kind) if verdict.finding else None
+        if target is not None:
+            st.button(
+                f"Evidence: {target[1]} ({target[0]}) →",
+                on_click=_go_to,
+                args=(target[0],),
+                key="evidence_link",
+            )
+    if _has_rows(result.ranks):
+        parts = report_overview.rank_parts(result)
+        title = (
+            "Where each rank's step goes (ms per step, mean over "
+            f"{report_overview.steps_window(result)})"
+        )
+        st.markdown(figures.rank_parts_svg(parts, title), unsafe_allow_html=True)
+        if parts.named and verdict.finding is not None:
+            st.caption(
+                f"◀ outlined: {md(numbers.ranks(parts.named))}, named by the top finding "
+                f"({md(verdict.finding.kind)}). Hover a segment for its value."
+            )
 
 
 def overview(ctx: ViewContext) -> None:
     result = ctx.result
-    info = result.run
     st.header(f"Overview · {md(ctx.ref.label)}")
-    st.caption(md(result.source))
-    status = _scalar(info.status)
-    if info.exit_code not in (None, 0):
-        status += f" (exit {info.exit_code})"
-    facts = {
-        "World size": info.world_size,
-        "Backend": info.backend,
-        "Steps analysed": info.steps_analysed,
-        "Status": status,
-        "Source": SOURCE_KINDS.get(info.kind, info.kind),
-    }
-    for col, (label, value) in zip(st.columns(len(facts)), facts.items(), strict=True):
-        col.metric(label, md(_scalar(value)))
-    devices = ", ".join(info.devices) if info.devices else "CPU only (no GPU in the run)"
-    st.markdown(f"**Devices:** {md(devices)}")
-
-    verdict_and_findings, per_rank = st.container(), st.container()
-    # The chart is sent first though laid out below the findings: the browser then starts
-    # loading plotly.js (the page's largest script) before the tables' scripts.
+    st.caption(md(_facts_line(result, ctx.ref.label)) + " · " + md(result.source))
+    first_screen(ctx)
+    _findings(result.findings)
+    _whatif(result.whatif)
     if _has_rows(result.ranks):
-        with per_rank:
-            st.subheader("Per rank")
-            _chart(figures.rank_breakdown_figure(result.ranks))
-            st.dataframe(result.ranks.round(3), width="stretch", hide_index=True)
-    with verdict_and_findings:
-        level, sentence = health_verdict(result.findings)
-        getattr(st, level)(f"Health: {sentence}")
-        _findings(result.findings)
-        _whatif(result.whatif)
+        st.subheader("Per rank (ms per step, mean over the profiled steps)")
+        table = report_overview.rank_table(result)
+        st.dataframe(
+            numbers.styled(table, report_overview.rank_table_digits()),
+            width="stretch",
+            hide_index=True,
+        )
     _warnings(result.warnings)
     _raw_traces(ctx)
 
 
 def findings_table(findings: list[Finding]) -> pd.DataFrame:
-    """The findings in the analysis' order (failures first, then most costly: the same
-    order as the terminal report and the JSON)."""
+    """The findings in the reports' one order (failures, then severity, then cost: as
+    the terminal and HTML reports list them)."""
+    ordered = report_overview.ordered_findings(findings)
     return pd.DataFrame(
         {
-            "severity": [f.severity for f in findings],
-            "cost ms/step": [f"{float(f.cost_ms_per_step or 0.0):.3f}" for f in findings],
-            "kind": [f.kind for f in findings],
-            "ranks": [", ".join(map(str, f.ranks)) for f in findings],
-            "title": [f.title for f in findings],
-            "fix": [f.fix for f in findings],
+            "severity": [f.severity for f in ordered],
+            "cost ms/step": [numbers.num(f.cost_ms_per_step) for f in ordered],
+            "kind": [f.kind for f in ordered],
+            "ranks": [", ".join(map(str, f.ranks)) or "all" for f in ordered],
+            "title": [f.title for f in ordered],
+            "fix": [f.fix for f in ordered],
         }
     )
+
+
+def _evidence(f: Finding) -> None:
+    if f.location:
+        st.markdown(f"**Location:** {md(f.location)}")
+    st.markdown("**Evidence**")
+    st.markdown("\n".join(f"- {md(line)}" for line in report_overview.evidence_lines(f.evidence)))
 
 
 def _findings(findings: list[Finding]) -> None:
@@ -205,15 +258,11 @@ def _findings(findings: list[Finding]) -> None:
         st.write("No findings.")
         return
     _table(findings_table(findings))
-    for f in findings:
+    for f in report_overview.ordered_findings(findings):
         with st.expander(
-            f"{md(f.severity)}: {md(f.title)} ({float(f.cost_ms_per_step or 0):.3f} ms/step)"
+            f"{md(f.severity)}: {md(f.title)} ({numbers.ms(f.cost_ms_per_step, 'ms/step')})"
         ):
-            if f.location:
-                st.markdown("**Location**")
-                st.code(f.location, language=None)
-            st.markdown("**Evidence**")
-            st.json(_jsonable(f.evidence), expanded=True)
+            _evidence(f)
 
 
 def _whatif(projections: list[Projection]) -> None:
@@ -228,7 +277,7 @@ def _warnings(warnings: list[str]) -> None:
         return
     st.warning(f"{len(warnings)} problem(s) reading this run; showing what could be read.")
     with st.expander("Details"):
-        st.code("\n".join(warnings[:200]), language=None)
+        st.text("\n".join(warnings[:200]))
 
 
 def human_size(n_bytes: int) -> str:
@@ -271,7 +320,7 @@ def _raw_traces(ctx: ViewContext) -> None:
         on_click="ignore",
     )
     st.markdown("TensorBoard (torch-tb-profiler): run this and open the PyTorch Profiler tab.")
-    st.code(f"tensorboard --logdir {path.parent}", language="bash")
+    st.text(f"tensorboard --logdir {path.parent}")
 
 
 # --------------------------------------------------------------------------- Timeline
@@ -328,8 +377,15 @@ def step_breakdown(ctx: ViewContext) -> None:
         ranks = sorted(int(r) for r in bd["rank"].unique())
         chosen = st.multiselect("Ranks", ranks, default=ranks, key="breakdown_ranks")
         part = bd[bd["rank"].isin(chosen)]
-        _chart(figures.step_breakdown_figure(part))
-        st.dataframe(part.round(3), width="stretch", hide_index=True)
+        labels = report_overview.component_labels(bool(ctx.result.run.has_gpu_trace))
+        _chart(figures.step_breakdown_figure(part, labels=labels))
+        st.caption("Per profiled step (ms); the Overview's per-rank chart is their mean.")
+        shown = part.rename(
+            columns={"step_ms": "step ms", **{k: f"{v} ms" for k, v in labels.items()}}
+        )
+        st.dataframe(
+            numbers.styled(shown, {"rank": 0, "step": 0}), width="stretch", hide_index=True
+        )
     _data_loading(ctx.result)
 
 
@@ -339,12 +395,16 @@ def data_wait_tables(result: AnalysisResult) -> dict[str, pd.DataFrame]:
     dl = result.dataloader
     tables: dict[str, pd.DataFrame] = {}
     if dl.run:
-        tables["Data wait over every step (steps table)"] = pd.DataFrame(
+        every = pd.DataFrame(
             [{"rank": rank, **asdict(row)} for rank, row in sorted(dl.run.items())]
         )
+        tables["Data wait over every recorded step (steps table)"] = every.rename(
+            columns=lambda c: _window_header(str(c), "every recorded step")
+        )
     if dl.trace:
-        tables["Data wait in the profiled window (DataLoader events)"] = pd.DataFrame(
-            [asdict(t) for t in dl.trace]
+        profiled = pd.DataFrame([asdict(t) for t in dl.trace])
+        tables["Data wait in the profiled steps (DataLoader events)"] = profiled.rename(
+            columns=lambda c: _window_header(str(c), "profiled steps")
         )
     if dl.host_sync:
         tables["Host synchronisation in the profiled steps"] = pd.DataFrame(
@@ -362,6 +422,14 @@ def data_wait_tables(result: AnalysisResult) -> dict[str, pd.DataFrame]:
             ]
         )
     return tables
+
+
+def _window_header(column: str, window: str) -> str:
+    """A step-time column named with its window: the profiled steps and every recorded
+    step give two means of one rank's step (both appear on this page)."""
+    if column.startswith("step_ms"):
+        return f"{column} ({window})"
+    return column
 
 
 def _data_loading(result: AnalysisResult) -> None:
@@ -384,23 +452,49 @@ _SHOWN_ROWS = 5000
 def communication(ctx: ViewContext) -> None:
     result = ctx.result
     st.header("Communication")
+    _skew(result)
     summary = result.collective_summary
+    st.subheader("Collectives by op and process group")
     if _has_rows(summary):
-        st.subheader("Collectives by op and process group")
-        _chart(figures.busbw_figure(summary))
-        st.dataframe(summary.round(3), width="stretch", hide_index=True)
+        st.caption(
+            "Size: the median of one call. Calls/rank and the sum of call durations: per "
+            "rank, over the profiled steps; calls that overlap (DDP buckets in flight "
+            "together) are each counted, so the sum is not wall time."
+        )
+        if "peak_gbs" in summary and summary["peak_gbs"].notna().any():
+            _chart(figures.busbw_figure(summary))
+        else:
+            st.caption("No link peak known for these devices: bus bandwidth is in the table only.")
+        shown = report_overview.collectives_frame(summary)
+        st.dataframe(
+            numbers.styled(shown, {"calls/rank": 1, "ranks": 0}), width="stretch", hide_index=True
+        )
     else:
         st.info("No collectives recorded in this run.")
+    _buckets(result.buckets)
     if len(result.collectives):
         with st.expander(f"All collectives ({len(result.collectives):,} rows)"):
             shown = readable_times(result.collectives.frame(rows=_SHOWN_ROWS))
             st.dataframe(shown, width="stretch", hide_index=True)
-    _buckets(result.buckets)
-    st.subheader("Stragglers")
+
+
+def _skew(result: AnalysisResult) -> None:
+    """The arrival skew first: the clearest evidence of a straggler."""
+    st.subheader("Stragglers: who arrives last at each collective")
+    straggler = next((f for f in result.findings if f.kind == "straggler"), None)
+    if straggler is not None:
+        st.markdown(
+            f"**{md(straggler.title)}** ({md(numbers.ms(straggler.cost_ms_per_step, 'ms/step'))})"
+        )
     if len(result.skew):
         _chart(figures.skew_heatmap(result.skew.frame(figures.SKEW_HEATMAP_READS)))
     if _has_rows(result.stragglers):
-        st.dataframe(result.stragglers.round(3), width="stretch", hide_index=True)
+        with st.expander("Per rank: arrival skew and the wait it causes"):
+            st.dataframe(
+                numbers.styled(result.stragglers, {"rank": 0, "node": 0}),
+                width="stretch",
+                hide_index=True,
+            )
     if not len(result.skew) and not _has_rows(result.stragglers):
         st.write("No cross-rank collective matching possible (one rank, or no collectives).")
 
@@ -421,15 +515,18 @@ def bucket_table(buckets: pd.DataFrame) -> pd.DataFrame:
 def _buckets(kept: SpilledTable) -> None:
     if not len(kept):
         return
-    st.subheader("DDP buckets")
+    st.subheader("All-reduces per step, in issue order")
+    st.caption(
+        "On a DDP run these are its gradient buckets; on a tensor-parallel run "
+        "(Megatron-style) they are the layers' all-reduces, not DDP buckets."
+    )
     buckets = kept.frame(rows=_SHOWN_ROWS)
     if len(kept) > len(buckets):
-        st.caption(f"The first {len(buckets):,} of {len(kept):,} buckets (rank, then step).")
-    start = next((c for c in ("start_ns", "enqueue_ns") if c in buckets), None)
-    label = next((c for c in ("bucket", "index", "seq") if c in buckets), "rank")
-    if start and "end_ns" in buckets and buckets[[start, "end_ns"]].notna().all(axis=1).any():
-        _chart(figures.bucket_figure(buckets, start, "end_ns", label))
-    st.dataframe(bucket_table(buckets).round(3), width="stretch", hide_index=True)
+        st.caption(f"The first {len(buckets):,} of {len(kept):,} calls (rank, then step).")
+    if {"start_ms", "dur_ms", "bucket"} <= set(buckets.columns) and buckets["dur_ms"].notna().any():
+        _chart(figures.bucket_figure(buckets))
+    with st.expander("Table"):
+        st.dataframe(bucket_table(buckets).round(3), width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- GPU metrics
@@ -442,7 +539,18 @@ def gpu_metrics(ctx: ViewContext) -> None:
         busy = pd.DataFrame([asdict(b) for b in result.gpu.kernel_busy])
         st.subheader("GPU kernel busy time (from the traces)")
         _chart(figures.busy_figure(busy))
-        st.dataframe(busy.round(3), width="stretch", hide_index=True)
+        st.caption(
+            "GPU idle: no kernel, copy or collective on the device. Per rank it is the "
+            "Overview chart's data loading (GPU idle) + GPU idle · host busy + GPU idle · "
+            "host idle; the gpu_idle finding counts the last two (data loading has its own)."
+        )
+        shown = busy.assign(
+            busy_fraction=100 * busy["busy_fraction"],
+            compute_fraction=100 * busy["compute_fraction"],
+        ).rename(columns=BUSY_HEADERS)
+        st.dataframe(
+            numbers.styled(shown, {"rank": 0, "steps": 0}), width="stretch", hide_index=True
+        )
     if result.gpu.nvml:
         nvml = pd.DataFrame([n.to_json() for n in result.gpu.nvml])
         if "throttle_share_by_reason" in nvml:
@@ -521,11 +629,11 @@ def dataparallel(ctx: ViewContext) -> None:
     for f in ctx.result.findings:
         if f.kind in DP_FINDINGS:
             st.markdown(
-                f"**{md(f.severity)}: {md(f.title)}** ({float(f.cost_ms_per_step):.3f} ms/step)"
+                f"**{md(f.severity)}: {md(f.title)}** ({numbers.ms(f.cost_ms_per_step, 'ms/step')})"
             )
             st.markdown(f"Fix: {md(f.fix)}")
             with st.expander("Evidence"):
-                st.json(_jsonable(f.evidence), expanded=True)
+                _evidence(f)
     if dp.projection_assumptions:
         with st.expander("How the DDP projection is made"):
             for line in dp.projection_assumptions:
@@ -543,35 +651,93 @@ def dataparallel(ctx: ViewContext) -> None:
 # --------------------------------------------------------------------------- Compare
 
 
-def _default_pair(refs: list[runs.RunRef]) -> tuple[int, int]:
-    """The bench's runs first (a folder with bench.json): DP vs DDP, else single vs DDP;
-    otherwise the first two runs."""
+def _bench_pair(refs: list[runs.RunRef]) -> tuple[int, int] | None:
+    """The bench's own pair (a folder with bench.json): DP vs DDP, else single vs DDP."""
     bench = [i for i, r in enumerate(refs) if rundir.is_regular_file(r.path.parent / rundir.BENCH)]
-    pool = bench if len(bench) >= 2 else list(range(len(refs)))
+    if len(bench) < 2:
+        return None
 
     def first(pred: Callable[[str], bool]) -> int | None:
-        return next((i for i in pool if pred(refs[i].path.name.lower())), None)
+        return next((i for i in bench if pred(refs[i].path.name.lower())), None)
 
     ddp = first(lambda n: "ddp" in n)
     other = first(lambda n: "dp" in n.replace("ddp", "")) or first(lambda n: "single" in n)
     if ddp is not None and other is not None and ddp != other:
         return other, ddp
-    return pool[0], pool[min(1, len(pool) - 1)]
+    return None
 
 
-def compare_pair(refs: list[runs.RunRef], selected: runs.RunRef) -> tuple[int, int]:
-    """Run A is the run selected in the sidebar; run B its natural partner: the other
-    run of the default pair when A is in it, else the pair's DDP run, else the next run."""
+def _shape(result: AnalysisResult | None) -> tuple[Any, ...] | None:
+    if result is None:
+        return None
+    return (result.run.world_size, result.run.backend, result.run.has_gpu_trace)
+
+
+def compare_pair(
+    refs: list[runs.RunRef],
+    selected: runs.RunRef,
+    cached: Callable[[runs.RunRef], AnalysisResult | None] = lambda ref: None,
+) -> tuple[int, int | None]:
+    """Run A is the run selected in the sidebar; run B its partner: the other run of the
+    bench's pair when A is in it, else the first run of the same shape (world size,
+    backend, GPU or not) among those already analysed, else none (the reader picks)."""
     a = refs.index(selected)
-    pa, pb = _default_pair(refs)
-    if a == pa:
-        return a, pb
-    if a == pb:
-        return a, pa
-    b = pb if pb != a else pa
-    if b == a:
-        b = (a + 1) % len(refs)
-    return a, b
+    pair = _bench_pair(refs)
+    if pair is not None and a in pair:
+        return a, pair[1] if a == pair[0] else pair[0]
+    shape = _shape(cached(selected))
+    if shape is None:
+        return a, None
+    same = (i for i, r in enumerate(refs) if i != a and _shape(cached(r)) == shape)
+    return a, next(same, None)
+
+
+def shape_warnings(a: AnalysisResult, b: AnalysisResult) -> list[str]:
+    """What makes two runs not comparable step for step: world size, backend, script
+    or its arguments (the batch size among them)."""
+    out = []
+    if a.run.world_size != b.run.world_size:
+        out.append(f"World size differs: A {a.run.world_size} ranks, B {b.run.world_size}.")
+    if a.run.backend != b.run.backend:
+        out.append(f"Backend differs: A {a.run.backend}, B {b.run.backend}.")
+    sa, sb = _script_text(a), _script_text(b)
+    if sa and sb and sa != sb:
+        out.append(f"Script or arguments differ (batch size among them): A `{sa}`, B `{sb}`.")
+    return out
+
+
+def _script_text(result: AnalysisResult) -> str:
+    script = result.run.script
+    if isinstance(script, list):
+        return " ".join(str(s) for s in script)
+    return str(script or "")
+
+
+def finding_changes_frame(changes: list[Any]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "finding": [c.kind for c in changes],
+            "A": [c.a or "none" for c in changes],
+            "B": [c.b or "none" for c in changes],
+            "A ms/step": [numbers.num(c.cost_a_ms) for c in changes],
+            "B ms/step": [numbers.num(c.cost_b_ms) for c in changes],
+            "change": [c.change for c in changes],
+        }
+    )
+
+
+def per_rank_pair(a: AnalysisResult, b: AnalysisResult) -> pd.DataFrame:
+    """Both runs' per-rank step time and its largest parts, side by side (no delta)."""
+    cols = ["step_ms_mean", "compute", "comm_exposed", "other"]
+    left = a.ranks[["rank", *[c for c in cols if c in a.ranks]]].rename(
+        columns={c: f"A {report_overview.RANK_HEADERS[c]}" for c in cols}
+    )
+    right = b.ranks[["rank", *[c for c in cols if c in b.ranks]]].rename(
+        columns={c: f"B {report_overview.RANK_HEADERS[c]}" for c in cols}
+    )
+    merged = left.merge(right, on="rank", how="outer").sort_values("rank")
+    order = ["rank", *[f"{w} {report_overview.RANK_HEADERS[c]}" for c in cols for w in "AB"]]
+    return merged[[c for c in order if c in merged]].reset_index(drop=True)
 
 
 def compare(ctx: ViewContext) -> None:
@@ -580,11 +746,17 @@ def compare(ctx: ViewContext) -> None:
         st.info("Give the dashboard at least two runs to compare.")
         return
     labels = [r.label for r in ctx.all_runs]
-    ia, ib = compare_pair(ctx.all_runs, ctx.ref)
+    ia, ib = compare_pair(ctx.all_runs, ctx.ref, ctx.cached)
     col_a, col_b = st.columns(2)
     # Keyed by the selected run: choosing another run in the sidebar starts from it again.
     name_a = col_a.selectbox("Run A", labels, index=ia, key=f"compare_a:{ctx.ref.label}")
-    name_b = col_b.selectbox("Run B", labels, index=ib, key=f"compare_b:{ctx.ref.label}")
+    name_b = col_b.selectbox(
+        "Run B",
+        labels,
+        index=ib,
+        key=f"compare_b:{ctx.ref.label}",
+        placeholder="No run of the same shape analysed yet: pick one",
+    )
     if name_a is None or name_b is None:
         return
     res_a, err_a = ctx.result_of(ctx.all_runs[labels.index(name_a)])
@@ -594,25 +766,43 @@ def compare(ctx: ViewContext) -> None:
             st.error(md(err))
     if res_a is None or res_b is None:
         return
+    for line in shape_warnings(res_a, res_b):
+        st.warning(md(line))
     from gpudiag.analysis.compare import compare as compare_results
 
-    table = compare_results(res_a, res_b).table
+    comparison = compare_results(res_a, res_b)
+    table = comparison.table
     if table.dropna(subset=["a", "b"], how="all").empty:
         st.info("Neither run has per-rank step times to compare.")
     else:
         _chart(figures.compare_figure(table, name_a, name_b))
         shown = table.rename(
-            columns={"a": f"A: {name_a}", "b": f"B: {name_b}", "delta": "B − A", "delta_pct": "%"}
+            columns={
+                "a": f"A: {name_a} (ms/step)",
+                "b": f"B: {name_b} (ms/step)",
+                "delta": "B − A ms/step",
+                "delta_pct": "B − A %",
+            }
         )
-        st.dataframe(shown.round(3), width="stretch", hide_index=True)
-    for col, res in ((col_a, res_a), (col_b, res_b)):
-        with col:
-            st.markdown(f"**Findings ({len(res.findings)})**")
-            for f in res.findings:
-                st.markdown(
-                    f"{md(f.severity)}: {md(f.title)} "
-                    f"({float(f.cost_ms_per_step or 0):.3f} ms/step)"
-                )
+        st.dataframe(numbers.styled(shown), width="stretch", hide_index=True)
+    st.subheader("Findings that appeared, went or changed")
+    if comparison.finding_changes:
+        _table(finding_changes_frame(comparison.finding_changes))
+    else:
+        st.write("The same findings at the same severity in both runs.")
+    if _has_rows(res_a.ranks) and _has_rows(res_b.ranks):
+        st.subheader("Per rank (ms per step, mean over each run's analysed steps)")
+        pair = per_rank_pair(res_a, res_b)
+        _chart(
+            figures.stacked_columns_figure(
+                pair.assign(rank=[f"rank {int(r)}" for r in pair["rank"]]),
+                "rank",
+                [c for c in pair.columns if c.endswith("step ms (mean)")],
+                "Step time per rank, A and B (ms)",
+                barmode="group",
+            )
+        )
+        st.dataframe(numbers.styled(pair, {"rank": 0}), width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- Code
@@ -639,7 +829,7 @@ def lint_table(items: list[rundir.LintDiagnostic], findings: list[Finding]) -> p
                 "fix": item.fix,
                 "measured as": runtime.kind if runtime else "",
                 "runtime cost ms/step": (
-                    round(float(runtime.cost_ms_per_step), 3) if runtime else None
+                    round(float(runtime.cost_ms_per_step), 2) if runtime else None
                 ),
             }
         )
@@ -684,7 +874,11 @@ def code(ctx: ViewContext) -> None:
         )
         for item, row in zip(items, table.itertuples(index=False), strict=True):
             cost = row[-1]
-            measured = f" — measured: {cost:.3f} ms/step ({md(row[6])})" if pd.notna(cost) else ""
+            measured = (
+                f" — measured: {numbers.ms(cost, 'ms/step')} ({md(row[6])})"
+                if pd.notna(cost)
+                else ""
+            )
             with st.container(border=True):
                 st.markdown(
                     f"**{md(row.code)} {md(row.rule)}** ({md(row.severity)}) "
@@ -710,7 +904,7 @@ def code(ctx: ViewContext) -> None:
         st.subheader("Runtime findings with a source location")
         for f in located:
             st.markdown(
-                f"{md(f.location)} — {md(f.title)} ({float(f.cost_ms_per_step or 0):.3f} ms/step)"
+                f"{md(f.location)} — {md(f.title)} ({numbers.ms(f.cost_ms_per_step, 'ms/step')})"
             )
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpudiag._version import __version__
+
 if TYPE_CHECKING:
     from gpudiag.analysis.result import AnalysisResult
-
-__version__ = "0.1.0"
 
 __all__ = ["__version__", "analyze", "load_run", "region", "step"]
 

@@ -458,10 +458,16 @@ def open_last_call(run: str | os.PathLike[str], rank: int) -> SlotWriter:
     return SlotWriter(rank_dir(run, rank) / LAST_CALL)
 
 
-def read_last_call(run: str | os.PathLike[str], rank: int) -> dict[str, Any] | None:
-    """The user collective ``rank`` entered last (op, pg_name, seq, bytes, callsite)."""
-    doc = read_json(rank_dir(run, rank) / LAST_CALL)
-    return doc if isinstance(doc, dict) else None
+def read_last_call(
+    run: str | os.PathLike[str], rank: int, warnings: list[str] | None = None
+) -> dict[str, Any] | None:
+    """The user collective ``rank`` entered last (op, pg_name, seq, bytes, callsite):
+    None when the rank never entered one (no file), or, with one warning naming the
+    file, when it cannot be read."""
+    path = rank_dir(run, rank) / LAST_CALL
+    if not lexists(path):
+        return None
+    return read_object(path, "call", warnings)
 
 
 def open_rank_table(run: str | os.PathLike[str], rank: int, table: str) -> JsonlWriter:
@@ -755,6 +761,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "end_ns": "int",
         "data_ns": "num",
         "optimizer_ns": "num",
+        "cpu_ns": "num",
+        "runq_ns": "num",
+        "threads_runq_ns": "num",
         "source": "str",
     },
     COLLECTIVES: {
@@ -828,6 +837,9 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "synthetic": "bool",
         "launcher": "dict",
         "incomplete": "list",
+        "traced_ranks": "ints",
+        "untraced_ranks": "ints",
+        "init_method": "str",
     },
     STATUS: {
         "rank": "int",
@@ -853,6 +865,10 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "backend": "str",
         "device": "str",
         "start_ns": "int",
+        "rank_source": "str",
+        "started_by": "str",
+        "init_method": "str",
+        "parent_pid": "int",
     },
     SUMMARY: {"format_version": "int", "rank": "int", "status": "str", "steps": "dict"},
     HANG_REPORT: {
@@ -1210,11 +1226,15 @@ def launcher_gone(manifest: dict[str, Any], manifest_file: str | os.PathLike[str
     (alive, or nothing to tell). Same host: its pid no longer exists, or belongs to a
     process started later. Another host: the manifest heartbeat is stale."""
     launcher = manifest.get("launcher")
-    if not isinstance(launcher, dict):
-        return None
-    pid = launcher.get("pid")
+    if launcher is None:
+        return None  # no record of the launcher (written before it was recorded)
+    bad = launcher_pid_problem(launcher)
+    if bad:  # a record no launcher writes: nothing can show it alive, so it is not
+        return f"{bad}; taken as not running"
+    assert isinstance(launcher, dict)
+    pid = launcher["pid"]
     host = launcher.get("hostname")
-    if isinstance(pid, int) and not isinstance(pid, bool) and host == socket.gethostname():
+    if host == socket.gethostname():
         started = launcher.get("start_time")
         actual = _process_start_time(pid)
         if actual is None and not _pid_exists(pid):
@@ -1222,8 +1242,10 @@ def launcher_gone(manifest: dict[str, Any], manifest_file: str | os.PathLike[str
         if actual is not None and isinstance(started, (int, float)) and abs(actual - started) > 2:
             return f"launcher pid {pid} on {host} is gone (the pid now belongs to another process)"
         return None
-    beat = launcher.get("heartbeat_s")
-    stale = max(LAUNCHER_STALE_S, 10 * beat if isinstance(beat, (int, float)) else 0)
+    beat = launcher.get("heartbeat_s")  # a period over LAUNCHER_STALE_S (1e300) is not believed
+    period = min(float(beat), LAUNCHER_STALE_S) if isinstance(beat, (int, float)) else 0.0
+    period = period if _is_num(beat) and period > 0 else 0.0
+    stale = max(LAUNCHER_STALE_S, 10 * period)
     try:
         age = time.time() - os.stat(manifest_file).st_mtime
     except OSError:
@@ -1231,6 +1253,25 @@ def launcher_gone(manifest: dict[str, Any], manifest_file: str | os.PathLike[str
     if age > stale:
         return f"launcher on {host or 'another host'} has not touched the manifest for {age:.0f} s"
     return None
+
+
+def launcher_pid_problem(launcher: object) -> str | None:
+    """What is wrong with a manifest's launcher record, or None. Every launcher writes its
+    pid, an int the kernel gives (1.._MAX_PID): a string ("123"), a float (1e300), a bool,
+    a missing pid or a record that is not an object cannot be a running launcher."""
+    if not isinstance(launcher, dict):
+        return f"launcher record {_short_repr(launcher)} is not an object"
+    if "pid" not in launcher:
+        return "launcher record has no pid"
+    pid = launcher["pid"]
+    if type(pid) is int and 0 < pid <= _MAX_PID:
+        return None
+    return f"launcher pid {_short_repr(pid)} is not a process id (an integer 1..{_MAX_PID})"
+
+
+def _short_repr(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _pid_exists(pid: int) -> bool:
@@ -1560,7 +1601,18 @@ def _frame(rows: list[dict], columns: Iterable[str]) -> Any:
     return pd.DataFrame.from_records(rows)
 
 
-STEP_COLUMNS = ("rank", "step", "start_ns", "end_ns", "data_ns", "optimizer_ns", "source")
+STEP_COLUMNS = (
+    "rank",
+    "step",
+    "start_ns",
+    "end_ns",
+    "data_ns",
+    "optimizer_ns",
+    "cpu_ns",
+    "runq_ns",
+    "threads_runq_ns",
+    "source",
+)
 COLLECTIVE_COLUMNS = (
     "rank",
     "pg_name",
@@ -1912,6 +1964,12 @@ def merge_manifests(parts: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, An
             main["exit_code"] = other.get("exit_code")
     incomplete = [x for m in manifests for x in m.get("incomplete") or []]
     main["incomplete"] = incomplete or None
+    traced = sorted({r for m in manifests for r in m.get("traced_ranks") or [] if _is_int(r)})
+    if traced:
+        main["traced_ranks"] = traced
+        size = main.get("world_size")
+        if isinstance(size, int):
+            main["untraced_ranks"] = [r for r in range(size) if r not in traced]
     return main
 
 
@@ -1967,20 +2025,23 @@ def _part_manifest(directory: Path) -> dict[str, Any] | None:
 
 
 def same_job(directories: Sequence[Path]) -> bool:
-    """Whether these run directories are the per-node directories of one multi-node
-    job: each holds one node's manifest, the node ranks differ, they name the same job
-    (node 0's id, else the same rendezvous) and their launchers ran at the same time."""
+    """Whether these run directories are the parts of one job: the per-node directories
+    of a multi-node job (each holds one node's manifest, the node ranks differ, they name
+    the same job: node 0's id, else the same rendezvous), or ranks launched separately by
+    hand (:func:`_separately_launched`); either way their launchers ran at the same
+    time."""
     if len(directories) < 2:
         return False
     manifests = [_part_manifest(Path(d)) for d in directories]
     if any(m is None for m in manifests):
         return False
     ms = [m for m in manifests if m is not None]
-    keys = {_job_key(m) for m in ms}
-    if len(keys) != 1 or None in keys:
-        return False
-    if len({manifest_node(m) for m in ms}) != len(ms):
-        return False
+    if not _separately_launched(ms):
+        keys = {_job_key(m) for m in ms}
+        if len(keys) != 1 or None in keys:
+            return False
+        if len({manifest_node(m) for m in ms}) != len(ms):
+            return False
     # on node 0's clock (a node's manifest stamps are its own); a running node ends now
     starts = [t + _manifest_offset(m) for m in ms if isinstance(t := m.get("start_ns"), int)]
     ends = [
@@ -1991,6 +2052,24 @@ def same_job(directories: Sequence[Path]) -> bool:
     if len(starts) != len(ms) or len(ends) != len(ms):
         return False
     return max(starts) <= min(ends)
+
+
+def _separately_launched(manifests: Sequence[Mapping[str, Any]]) -> bool:
+    """Ranks of one job each started by its own `gpudiag trace` (one process each, the
+    rank passed to init_process_group): the same rendezvous (``init_method``, not a
+    store object), the same world size, and traced ranks that do not overlap."""
+    methods = {m.get("init_method") for m in manifests}
+    sizes = {m.get("world_size") for m in manifests}
+    if len(methods) != 1 or len(sizes) != 1:
+        return False
+    method, size = methods.pop(), sizes.pop()
+    if not isinstance(method, str) or method in ("", "store") or not isinstance(size, int):
+        return False
+    traced = [m.get("traced_ranks") for m in manifests]
+    if not all(isinstance(t, list) and t for t in traced):
+        return False
+    flat = [r for t in traced if isinstance(t, list) for r in t]
+    return len(flat) == len(set(flat)) and all(isinstance(r, int) and 0 <= r < size for r in flat)
 
 
 def _manifest_offset(manifest: Mapping[str, Any]) -> int:
@@ -2221,6 +2300,10 @@ class TableTail:
     finds more than that many new bytes, starts that far from the end of the file at
     the next line start (``skipped_bytes`` counts what was passed over), so a reader
     that keeps only recent rows costs the same on a file of any length.
+
+    A missing file is no problem (not written yet); one that is there but cannot be read
+    (permission denied, a directory, a FIFO or a device in its place) gives no rows and
+    says why in :attr:`problems`, as do malformed lines skipped so far.
     """
 
     def __init__(self, path: str | os.PathLike[str], tail_bytes: int | None = None) -> None:
@@ -2231,10 +2314,28 @@ class TableTail:
         self.malformed = 0
         self.skipped_bytes = 0
         self._inode: int | None = None
+        self.problem: str | None = None  # why the last read could not read the file
+
+    @property
+    def problems(self) -> list[str]:
+        """One line per problem, each naming the file: the last read's, and the malformed
+        lines skipped so far."""
+        out = [self.problem] if self.problem else []
+        if self.malformed:
+            out.append(f"{self.path}: {self.malformed} malformed line(s) skipped")
+        return out
 
     def read(self) -> list[dict[str, Any]]:
-        st = path_stat(self.path)
-        if st is None or not stat.S_ISREG(st.st_mode):  # never a FIFO or a device
+        self.problem = None
+        try:
+            st = os.stat(self.path)
+        except (FileNotFoundError, NotADirectoryError):
+            return []  # not written yet
+        except (OSError, ValueError) as exc:
+            self.problem = f"{self.path}: {read_problem(exc)}"
+            return []
+        if not stat.S_ISREG(st.st_mode):  # never a FIFO or a device
+            self.problem = f"{self.path}: {read_problem(_not_regular(self.path, st.st_mode))}"
             return []
         if self._inode is not None and (st.st_ino != self._inode or st.st_size < self.offset):
             self.offset = 0  # truncated, or rotated to a new file
@@ -2251,7 +2352,8 @@ class TableTail:
             with open_regular(self.path) as fh:
                 fh.seek(start)
                 data = fh.read(st.st_size - start)
-        except OSError:
+        except OSError as exc:
+            self.problem = f"{self.path}: {read_problem(exc)}"
             return []
         if align:  # begin at the first line start after the jump
             first = data.find(b"\n")
@@ -2349,6 +2451,7 @@ class LiveReader:
         self._statuses: dict[int, dict[str, Any]] = {}
         self._inflight: dict[int, dict[str, Any]] = {}
         self._inflight_mtime: dict[int, int] = {}
+        self._inflight_problem: dict[int, str] = {}  # rank -> why its file was unreadable
         self._clock: dict[int, int] = {}  # node -> offset to node 0 (node<K>/clock.json)
 
     def _clock_offsets(
@@ -2384,29 +2487,42 @@ class LiveReader:
         return sum(t.malformed for t in self._tails.values())
 
     def poll(self) -> LiveBatch:
+        """The new rows and current documents. Every file that is there but could not
+        be read this time (and each table's malformed lines) is one line naming it in
+        ``warnings``; the rest is read as usual."""
         warnings: list[str] = []
         manifest = read_json(self.run / MANIFEST, warnings)
         manifest = manifest if isinstance(manifest, dict) else {}
-        statuses = [run_status(manifest, self.run / MANIFEST)] if manifest else []
+        statuses = [self._status(manifest, self.run / MANIFEST, warnings)] if manifest else []
         node_manifests: dict[int, dict[str, Any]] = {}
-        for name in list_dir(self.run) or ():
+        names = list_dir(self.run, warnings) or ()
+        for name in names:
             m = _NODE_MANIFEST_RE.match(name)
             extra = read_json(self.run / name, warnings) if m else None
             if m and isinstance(extra, dict):
                 node_manifests[int(m.group(1))] = extra
-                statuses.append(run_status(extra, self.run / name))
+                statuses.append(self._status(extra, self.run / name, warnings))
         status = _worst_status(statuses) if statuses else None
         by_node = dict(node_manifests)
         if manifest:
             by_node.setdefault(manifest_node(manifest), manifest)
-        ranks = list_ranks(self.run)
+        # a rank directory that cannot be listed is one line, not one per file in it
+        ranks = [
+            r
+            for r in _rank_layout(self.run, names, warnings)[0]
+            if not lexists(rank_dir(self.run, r))
+            or list_dir(rank_dir(self.run, r), warnings) is not None
+        ]
         for r in ranks:
-            self._read_docs(r)
+            self._read_docs(r, warnings)
         rank_rows = {
             t: {r: self._tail("rank", t, r).read() for r in ranks} for t in LIVE_RANK_TABLES
         }
         nodes = list_nodes(self.run)
         node_rows = {t: {n: self._tail("node", t, n).read() for n in nodes} for t in NODE_TABLES}
+        for tail in self._tails.values():
+            for line in tail.problems:
+                bad_input(warnings, line)
         offsets = self._clock_offsets(nodes, by_node)
         rank_offsets: dict[int, int] = {}
         if offsets:  # a multi-node run: every node's rows on node 0's clock
@@ -2435,28 +2551,60 @@ class LiveReader:
             writing="running" in statuses,
         )
 
-    def _read_docs(self, rank: int) -> None:
+    @staticmethod
+    def _status(manifest: dict[str, Any], path: Path, warnings: list[str]) -> str | None:
+        """:func:`run_status`, and one line naming the manifest when its launcher record
+        is one no launcher writes (a pid "123" or 1e300): that run is not running."""
+        launcher = manifest.get("launcher")
+        problem = None if launcher is None else launcher_pid_problem(launcher)
+        if problem and manifest.get("status") == "running":
+            bad_input(warnings, f"{path}: {problem}; the run is taken as not running")
+        return run_status(manifest, path)
+
+    def _read_docs(self, rank: int, warnings: list[str]) -> None:
         """rank_info until it names the backend, status.json until it exists, and
-        inflight_live.json when its mtime changed: a few stats per rank per poll."""
+        inflight_live.json when its mtime changed: a few stats per rank per poll. A
+        document that is there but unreadable is a line in ``warnings`` at every poll."""
+        rdir = rank_dir(self.run, rank)
         info = self._rank_info.get(rank)
         if info is None or info.get("backend") is None:
-            fresh = read_rank_json(self.run, rank, RANK_INFO)
+            fresh = _live_doc(rdir / RANK_INFO, warnings)
             if fresh is not None:
                 self._rank_info[rank] = fresh
         if rank not in self._statuses:
-            status = read_rank_json(self.run, rank, STATUS)
+            status = _live_doc(rdir / STATUS, warnings)
             if status is not None:
                 self._statuses[rank] = status
-        path = rank_dir(self.run, rank) / LIVE_INFLIGHT
+        path = rdir / LIVE_INFLIGHT
         try:
             mtime = os.stat(path).st_mtime_ns
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):
+            self._inflight_problem.pop(rank, None)
+            return
+        except OSError as exc:
+            bad_input(warnings, f"{path}: {read_problem(exc)}")
             return
         if self._inflight_mtime.get(rank) != mtime:
-            live = read_rank_json(self.run, rank, LIVE_INFLIGHT)
+            found: list[str] = []
+            live = _live_doc(path, found)
+            self._inflight_mtime[rank] = mtime  # read again only once it changes
             if live is not None:
                 self._inflight[rank] = live
-                self._inflight_mtime[rank] = mtime
+                self._inflight_problem.pop(rank, None)
+            elif found:
+                self._inflight_problem[rank] = found[0]
+        if rank in self._inflight_problem:
+            bad_input(warnings, self._inflight_problem[rank])
+
+
+def _live_doc(path: Path, warnings: list[str]) -> dict[str, Any] | None:
+    """A rank's small JSON document for a live reader: None when missing (not written
+    yet) or unusable, the latter with one line naming it in ``warnings``."""
+    obj = read_json(path, warnings)
+    if obj is None or isinstance(obj, dict):
+        return obj
+    bad_input(warnings, f"{path}: not a JSON object; ignored")
+    return None
 
 
 # Instants of the live documents (inflight_live.json's entries) beside the tables' own.

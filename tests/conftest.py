@@ -2,7 +2,9 @@
 
 ../shared/traces holds real GPU traces from other public projects. Tests read them in
 place (never copied into the repository). In CI (CI=true) their absence is an error;
-outside CI the tests that need them are skipped.
+outside CI the tests that need them (the ``shared_traces`` fixture) are skipped, and the
+terminal summary says how many in one line, so a quick loop cannot pass quietly without
+them.
 
 Markers: `slow` (launches training processes or servers, or inflates gigabytes) and
 `browser` (drives headless Chromium). `pytest -q` skips both (pyproject's addopts);
@@ -21,6 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED_TRACES = REPO.parent / "shared" / "traces"
 SAMPLE_RUNS = REPO / "sample_runs"
+TRACES_MISSING = f"{SHARED_TRACES} not present (outside CI)"
 
 
 @pytest.fixture(scope="session")
@@ -28,8 +31,26 @@ def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
         if os.environ.get("CI"):
             pytest.fail(f"{SHARED_TRACES} is missing: CI must have ../shared/traces")
-        pytest.skip(f"{SHARED_TRACES} not present (outside CI)")
+        pytest.skip(TRACES_MISSING)
     return SHARED_TRACES
+
+
+def _skipped_for_missing_traces(report: pytest.TestReport) -> bool:
+    """A skip raised by the ``shared_traces`` fixture (its longrepr: path, line, reason)."""
+    longrepr = report.longrepr
+    return isinstance(longrepr, tuple) and TRACES_MISSING in str(longrepr[2])
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    skipped = terminalreporter.stats.get("skipped", [])
+    missing = sum(1 for report in skipped if _skipped_for_missing_traces(report))
+    if missing:
+        terminalreporter.write_sep(
+            "!",
+            f"{missing} tests skipped: {SHARED_TRACES} is missing (the real GPU traces)",
+            yellow=True,
+            bold=True,
+        )
 
 
 # Fixtures that record a training job (gloo ranks under `gpudiag trace` or torchrun).

@@ -89,12 +89,18 @@ def test_running_run_is_live_and_becomes_its_post_mortem(
     root = running_copy.parent
     at = _app(monkeypatch, [root])
     label = "live_root/straggler"
-    assert at.sidebar.selectbox(key="run").value == label
+    assert at.sidebar.selectbox[0].value == label
     assert at.header[0].value == f"Live · {md(label)}"
     assert _metric(at, "State") == "running"
     assert _metric(at, "Newest step") == "14"  # the recording's 15 steps (0-14)
-    assert _metric(at, "Lagging ranks") == "2"  # analyze's straggler finding on it
+    assert _metric(at, "Lagging ranks") == "rank 2"  # analyze's straggler finding on it
     assert any(w.startswith("Lagging: rank 2 over steps") for w in _texts(at.warning))
+    # each rank's step time drawn: the snapshot's medians, the lagging rank marked
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    bars = next(t for t in spec["data"] if t["type"] == "bar")
+    snap = dash_live.monitor_of(dash_runs.RunRef(label, running_copy.resolve())).refresh().snapshot
+    assert bars["y"] == pytest.approx([r.median_step_ms for r in snap.ranks])
+    assert bars["x"][2] == "rank 2 ◀" and bars["x"][0] == "rank 0"
     ranks = at.table[0].value
     assert list(ranks["rank"]) == ["0", "1", "2", "3"]
     assert list(ranks["lagging"]) == ["", "", "lagging", ""]
@@ -116,7 +122,10 @@ def test_running_run_is_live_and_becomes_its_post_mortem(
     at.run()
     assert not at.exception
     assert at.header[0].value == f"Overview · {md(label)}"
-    assert _metric(at, "Status") == "ok"
+    assert "· status ok ·" in at.caption[0].value.replace("\\", "")
+    # and the run select no longer marks it live (a new select, the same run)
+    assert at.sidebar.selectbox[0].value == label
+    assert at.sidebar.selectbox[0].options == [label]
 
 
 def test_live_states_failed_rank_and_hung(
@@ -221,11 +230,11 @@ def test_per_node_directories_of_one_job_are_one_live_run(
     root = tmp_path / "live_root"
     dirs = split_job(root / "job", 5_000_000_000)
     at = _app(monkeypatch, [root])
-    assert at.sidebar.selectbox(key="run").options == ["● live_root/job (live)"]
+    assert at.sidebar.selectbox[0].options == ["● live_root/job (live)"]
     assert at.header[0].value == f"Live · {md('live_root/job')}"
     assert _metric(at, "State") == "running"
     assert _metric(at, "Ranks") == "4"
-    assert _metric(at, "Lagging ranks") == "2"  # analyze's straggler, across the nodes
+    assert _metric(at, "Lagging ranks") == "rank 2"  # analyze's straggler, across the nodes
     assert any(w.startswith("Lagging: rank 2 (node 1) over") for w in _texts(at.warning))
     ranks = at.table[0].value
     assert list(ranks["node"]) == ["0", "0", "1", "1"]
@@ -318,7 +327,7 @@ def test_real_job_live_names_the_slow_rank_then_finished(
         _until("rank 1 named lagging", job, lagging_shown)
         assert at.header[0].value == f"Live · {md('jobs/slow')}"
         assert _metric(at, "State") == "running"
-        assert _metric(at, "Lagging ranks") == "1"
+        assert _metric(at, "Lagging ranks") == "rank 1"
         ranks = at.table[0].value
         assert list(ranks["rank"]) == ["0", "1"]
         assert list(ranks["lagging"]) == ["", "lagging"]

@@ -4,6 +4,7 @@ unmodified run, a rank that raises and a rank that hangs."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -112,9 +113,9 @@ def test_slow_rank_is_named_as_the_only_straggler(gloo_runs):
     assert res.run.world_size == 4
     straggler = _kinds(res)["straggler"]
     assert straggler.ranks == [2]
-    # capped at low (and said so) only when other processes saturated the host's CPUs
-    contended = straggler.evidence.get("host_cpu", {}).get("contended")
-    assert straggler.severity in ("high", "medium") or contended
+    # it sleeps: slow by itself, never hedged as short of CPU, however loaded the host
+    assert straggler.severity in ("high", "medium"), straggler.title
+    assert straggler.evidence.get("starved_of_cpu") is False
     # 50 ms of sleep per step on rank 2: the others wait for most of it
     assert 20 < straggler.cost_ms_per_step < 80
     # that wait is the straggler's cost, not "exposed communication" as well
@@ -149,7 +150,10 @@ def test_slow_dataloader_gives_dataloader_stall(gloo_runs):
 def test_large_model_tiny_batch_gives_exposed_communication(gloo_runs):
     res = gloo_runs["big_model"]
     exposed = _kinds(res)["exposed_communication"]
-    assert exposed.severity in ("high", "medium")
+    # medium or high, unless the ranks measurably waited for a CPU (a loaded host): then
+    # low, and the title says that part of it is the host's load
+    starved = fnd.host_starved(exposed.evidence.get("runq_share_of_step"))
+    assert exposed.severity in ("high", "medium") or (starved and "host's load" in exposed.title)
     assert exposed.ranks
     assert exposed.cost_ms_per_step > 10
     assert res.ranks["comm_exposed"].min() > 5
@@ -255,7 +259,7 @@ def test_failed_run_every_view_names_the_cause_only(suite_runs, monkeypatch):
     buf = io.StringIO()
     print_report(res, console=Console(file=buf, width=200, color_system=None))
     header = next(line for line in buf.getvalue().splitlines() if "rank_failed" in line)
-    assert "ranks 1 " in header + " " and "ranks 0" not in header, header
+    assert re.search(r"\branks? 1\b", header) and not re.search(r"\branks? 0\b", header), header
     (finding,) = [
         f for f in json.loads(json.dumps(res.to_json()))["findings"] if f["kind"] == "rank_failed"
     ]

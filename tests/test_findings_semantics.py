@@ -201,10 +201,11 @@ def test_completed_steps_are_those_every_rank_finished() -> None:
     assert completed_steps(cut) == set(range(10))
 
 
-def test_findings_are_returned_failures_first_then_by_cost(analysed: dict) -> None:
+def test_findings_are_returned_by_severity_then_by_cost(analysed: dict) -> None:
+    rank = {"high": 0, "medium": 1, "low": 2}
     for result in analysed.values():
-        costs = [f.cost_ms_per_step for f in result.findings]
-        assert costs == sorted(costs, reverse=True)
+        keys = [(rank[f.severity], -f.cost_ms_per_step) for f in result.findings]
+        assert keys == sorted(keys)
 
 
 def test_straggler_of_a_run_that_failed_or_hung_is_at_most_low(analysed) -> None:

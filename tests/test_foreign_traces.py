@@ -94,6 +94,10 @@ def test_gpu_idle_without_profiler_steps(shared_traces: Path) -> None:
     assert "no ProfilerStep" in idle.title
     (busy,) = res.gpu.kernel_busy
     assert busy.busy_fraction < 0.2 and busy.window_ms == pytest.approx(row["step_ms_mean"])
+    # the 2.6 ms before the first GPU event is start-up: outside the window, said apart
+    assert busy.startup_ms == pytest.approx(2.64, abs=0.01)
+    assert idle.evidence["startup_ms"] == {"0": pytest.approx(2.642, abs=0.001)}
+    assert "2.6 ms of start-up before the first GPU event not counted" in idle.title
 
 
 def test_gpus_listed_but_no_kernels_is_said_once() -> None:
@@ -166,3 +170,84 @@ def test_html_report_shows_overlap_and_the_no_kernels_warning(tmp_path: Path) ->
     text = out.read_text()
     assert "comm_comp_overlap_pct" in text
     assert "but holds no GPU kernels" in text
+
+
+def test_gpu_idle_numbers_are_the_tables_columns(shared_traces: Path) -> None:
+    """GPU runs: the table's `other` is GPU idle while the host is busy, `idle` GPU idle
+    while the host is in no event; the gpu_idle finding gives both, with the table's
+    numbers (issue 31: "GPU idle 169.9 ms/step" beside a table of idle 0.22, other
+    169.65), and the GPU metrics' idle (no GPU work at all) is data_loading + other + idle
+    (Megatron rank 0: 230.5 beside a table idle of 29.86)."""
+    res = analyze(shared_traces / "hta_nccl_a100")
+    (row,) = res.ranks.to_dict(orient="records")
+    idle = {f.kind: f for f in res.findings}["gpu_idle"]
+    assert idle.evidence["host_busy_ms_per_step"] == pytest.approx(row["other"], abs=0.001)
+    assert idle.evidence["host_idle_ms_per_step"] == pytest.approx(row["idle"], abs=0.001)
+    assert idle.cost_ms_per_step == pytest.approx(row["other"] + row["idle"])
+    assert f"host busy {row['other']:.1f} ms, host idle {row['idle']:.1f} ms" in idle.title
+    megatron = analyze(shared_traces / "astrasim_megatron_tp8")
+    table = megatron.ranks.set_index("rank")
+    assert len(megatron.gpu.kernel_busy) == 8
+    for busy in megatron.gpu.kernel_busy:
+        r = table.loc[busy.rank]
+        no_gpu_work = r["data_loading"] + r["other"] + r["idle"]
+        assert busy.idle_ms_per_step == pytest.approx(no_gpu_work, abs=1e-6), busy.rank
+    assert table.loc[0, "idle"] == pytest.approx(29.86, abs=0.01)
+    assert megatron.gpu.kernel_busy[0].idle_ms_per_step == pytest.approx(230.51, abs=0.01)
+
+
+def _without_profiler_steps(src: Path, out_dir: Path) -> Path:
+    """The same recorded trace with its ProfilerStep# events left out (nothing else
+    changes): a trace profiled without step marks."""
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    doc["traceEvents"] = [
+        e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
+    out = out_dir / src.name.removesuffix(".gz")
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def test_trace_without_steps_keeps_its_data_wait_and_syncs(tmp_path: Path) -> None:
+    """Issue 29: traces without ProfilerStep lost the data wait (`dataloader.steps: 0`,
+    no finding beside 41 % data loading) and the syncs (`host_sync` 0). Without steps the
+    trace from its first GPU event is one window, as in the breakdown."""
+    (src,) = find_traces(KINETO_2021)
+    path = _without_profiler_steps(src, tmp_path)
+    res = analyze(path)
+    (wait,) = res.dataloader.trace
+    assert wait.steps == 1 and wait.whole_trace and wait.events == 2
+    # the first __next__ (69 ms) runs before the first GPU event: start-up; the second counts
+    assert wait.data_ms_per_step == pytest.approx(68.78, abs=0.01)
+    stall = {f.kind: f for f in res.findings}["dataloader_stall"]
+    assert stall.cost_ms_per_step == pytest.approx(wait.data_ms_per_step)
+    assert "no ProfilerStep" in stall.evidence["source"] and "traced" in stall.title
+    (sync,) = res.dataloader.host_sync
+    assert sync.by_name["cudaStreamSynchronize"].count == 4
+    assert sync.count_per_step == 4 and sync.host_blocking_ms_per_step > 0
+    assert sync.ms_per_step > 0  # the GPU idle they cause
+
+
+def test_mtia_device_events_are_device_work() -> None:
+    """Issue 29: an MTIA trace with 25,814 device events (category mtia_ccp_events) was
+    said to hold "no GPU kernels (CUPTI off?)". An excerpt of it: its 400 device events
+    are device work (dma_request: copies), its busy time their union."""
+    path = FIXTURES / "hta_mtia_excerpt" / "mtia_rank_0.excerpt.json.gz"
+    res = analyze(path)
+    assert not any("no GPU kernels" in w for w in res.warnings)
+    assert res.run.has_gpu_trace
+    (trace,) = res.traces
+    ev = trace.events
+    device = ev[ev["is_gpu"]]
+    assert len(device) == 400
+    names = device["name"].astype(str)
+    assert set(device.loc[names.str.startswith("dma"), "kind"]) == {"memcpy"}
+    assert set(device.loc[~names.str.startswith("dma"), "kind"]) == {"compute"}
+    raw = [e for e in _raw_events(path) if e.get("cat") == "mtia_ccp_events"]
+    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in raw)
+    covered, reach = 0.0, -math.inf
+    for a, b in spans:
+        covered += max(0.0, b - max(a, reach))
+        reach = max(reach, b)
+    (busy,) = res.gpu.kernel_busy
+    assert busy.busy_fraction * busy.window_ms == pytest.approx(covered / 1e3, rel=1e-6)

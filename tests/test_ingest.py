@@ -154,6 +154,15 @@ def test_full_comm_args_on_kernels(loaded) -> None:
             "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*)",
             "all_reduce",
         ),
+        # issue 29: communication libraries with kernels of their own (names as DeepSeek's
+        # public profile-data train.json and DeepEP's sources write them)
+        ("void dpsk::ep::internode::dispatch<false, 8, true, 8>(int4*, float*)", "all_to_all"),
+        ("void dpsk::ep::internode::notify_dispatch<false, 4>(int const*, long*)", "all_to_all"),
+        ("void dpsk::ep::internode::combine_ll<1>(void*)", "all_to_all"),
+        ("void deep_ep::intranode::combine<__nv_bfloat16, 8, 768>(int4*)", "all_to_all"),
+        ("void deep_ep::internode_ll::dispatch<false, 7168>(void*)", "all_to_all"),
+        ("void nvshmemi_transfer_rma_nbi_translate_kernel(void*)", None),
+        ("void mscclpp::allreduce6<__half>(__half*)", "all_reduce"),
     ],
 )
 def test_classifier_every_kernel_naming(name: str, op: str | None) -> None:
@@ -163,6 +172,16 @@ def test_classifier_every_kernel_naming(name: str, op: str | None) -> None:
 
 def test_classifier_cpu_side_and_compute() -> None:
     assert cls.classify_one("void at::native::reduce_kernel<512, 1>", "kernel") == "compute"
+    # DeepEP's layout computation and a CUB scan in a look-alike namespace are compute
+    assert cls.classify_one("void dpsk::ep::cuda::get_dispatch_layout<256>(long*)", "kernel") == (
+        "compute"
+    )
+    assert cls.classify_one("void cdpsk::ep::CUB_201::DeviceScanKernel<int>(int*)", "kernel") == (
+        "compute"
+    )
+    # MTIA's device events: copies (dma*) and compute
+    assert cls.canonical_category("mtia_ccp_events") == "kernel"
+    assert cls.classify_one("dma_request", "kernel") == "memcpy"
     assert cls.classify_one("gloo:all_reduce", "user_annotation") == "comm"
     assert cls.classify_one("c10d::allreduce_", "cpu_op") == "comm_cpu"
     assert cls.classify_one("record_param_comms", "cpu_op") == "comm_cpu"
@@ -195,10 +214,19 @@ def test_classifier_cpu_side_and_compute() -> None:
         ("megatron_kineto_6.json", 6),
         ("worker2_step_12.1694128201554.pt.trace.json.gz", 2),
         ("host_1234.1694128201554.pt.trace.json", None),
+        # issue 29: a job or process id, not rank 1016001
+        ("libkineto_activities__1016001.json.gz", None),
+        ("trace_65535.json", 65535),
     ],
 )
 def test_rank_from_file_name(file_name: str, rank: int | None) -> None:
     assert rank_from_name(Path(file_name)) == rank
+
+
+def test_bare_number_above_the_world_size_is_no_rank() -> None:
+    assert rank_from_name(Path("megatron_kineto_6.json"), world_size=8) == 6
+    assert rank_from_name(Path("megatron_kineto_9.json"), world_size=8) is None
+    assert rank_from_name(Path("rank9.json"), world_size=8) == 9  # said so: kept
 
 
 def _write(path: Path, doc: dict, gz: bool) -> None:

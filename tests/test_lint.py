@@ -119,9 +119,9 @@ def test_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
         assert finding["path"] == path and finding["end_line"] >= finding["line"] >= 1
     by_code = {f["code"]: f for f in data["findings"]}
     assert by_code["GD703"]["relates_to"] == "exposed_communication"
-    assert by_code["GD301"]["relates_to"] == "host_sync"
+    assert by_code["GD303"]["relates_to"] == "host_sync"
     assert by_code["GD401"]["line"] == 82
-    assert data["counts"] == {"GD202": 1, "GD301": 1, "GD401": 1, "GD701": 1, "GD703": 1}
+    assert data["counts"] == {"GD202": 1, "GD303": 1, "GD401": 1, "GD701": 1, "GD703": 1}
 
 
 def test_to_json_relates_to_analysis_kinds() -> None:

@@ -164,6 +164,24 @@ def test_middle_rank_that_diverges_is_named_first_on_three_ranks(tmp_path: Path,
         assert "rank 1 passed 4000 B" in first.title
     else:
         assert first.location == f"{JOB}:{_line(JOB, 'rank ODD never calls this one')}"
+    _rank_failed_agrees_with_the_desync(findings, [1])
+
+
+def _rank_failed_agrees_with_the_desync(findings: list, culprits: list[int]) -> None:
+    """Issue 28 probe: rank_failed's cause_rank named the rank gloo aborted inside the
+    collective while the desync named the rank that skipped it (or passed another size).
+    Both now name the same cause; the aborted rank is one of the consequences."""
+    desync = next(f for f in findings if f.kind == "desync")
+    failed = next(f for f in findings if f.kind == "rank_failed")
+    ev = failed.evidence
+    assert ev["cause"] == "desync" and ev["cause_ranks"] == culprits, ev
+    assert failed.ranks == culprits and failed.location == desync.location, failed.title
+    assert ev["cause_rank"] == (culprits[0] if len(culprits) == 1 else None), ev
+    consequences = {c["rank"] for c in ev["consequences"]}
+    assert not consequences & set(culprits), ev["consequences"]
+    assert set(desync.evidence["aborted_ranks"]) - set(culprits) <= consequences, ev
+    who = f"Rank{'s' if len(culprits) > 1 else ''} {', '.join(map(str, culprits))} diverged"
+    assert failed.title.startswith(who) if culprits else "no majority" in failed.title
 
 
 def test_two_ranks_that_disagree_show_both_calls_first(tmp_path: Path) -> None:
@@ -177,6 +195,12 @@ def test_two_ranks_that_disagree_show_both_calls_first(tmp_path: Path) -> None:
     assert first.evidence["mismatch"] == "tie" and first.evidence["culprit_ranks"] == []
     assert {r: c["bytes"] for r, c in first.evidence["calls"].items()} == {"0": 4, "1": 4000}
     assert "either may be" in first.title
+    findings = analyze(out).findings
+    failed = next(f for f in findings if f.kind == "rank_failed")
+    ev = failed.evidence  # no majority: no cause named, the aborted rank not blamed
+    assert ev["cause"] == "desync" and ev["cause_rank"] is None and ev["cause_ranks"] == []
+    assert failed.ranks == [0, 1] and "no majority" in failed.title, failed.title
+    assert set(first.evidence["aborted_ranks"]) <= {c["rank"] for c in ev["consequences"]}
 
 
 def test_rank_sent_sigterm_from_outside_is_the_cause(tmp_path: Path) -> None:
@@ -250,6 +274,7 @@ def test_rank_that_skips_an_all_reduce_is_named_with_the_collective(tmp_path: Pa
     assert ev["calls"]["2"]["callsite"] is None  # DDP's bucket: no user line
     assert f"seq {ev['seq']}" in finding.title
     assert finding.location == f"{JOB}:{line}"
+    _rank_failed_agrees_with_the_desync(analyze(out).findings, [2])
 
 
 def test_same_op_different_sizes_names_the_rank_and_the_collective(tmp_path: Path) -> None:
@@ -266,3 +291,4 @@ def test_same_op_different_sizes_names_the_rank_and_the_collective(tmp_path: Pat
     assert set(known.values()) <= {4096, 2048}
     # whichever rank gloo aborted, the culprit is rank 2 (the others agree on 4096 B)
     assert finding.ranks == [2]
+    _rank_failed_agrees_with_the_desync(analyze(out).findings, [2])

@@ -57,7 +57,8 @@ def test_html_escapes_and_inlines(result):
     html = render_html([result])
     # plotly.js inlined exactly once (it defines window.PlotlyConfig); charts use it
     assert html.count("window.PlotlyConfig") == 1 and "Plotly.newPlot" in html
-    assert "Step breakdown" in html and "Timeline" in html
+    assert "Where each rank" in html and "Timeline" in html  # the per-rank split first
+    assert html.index("class='verdict'") < html.index("Where each rank") < html.index("Findings")
     assert "<script src" not in html
 
 

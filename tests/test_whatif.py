@@ -27,7 +27,9 @@ def test_projection_is_the_findings_cost(name: str) -> None:
     """Every view shows one number: a scenario's saving is its finding's cost (the
     realistic bucketing gain: at most that, the cost less the last bucket's all-reduce)."""
     result = analyze(SAMPLES / name)
-    step = mean_step_ms(result.ranks)
+    # projected from the steady step of every recorded step (the headline step time)
+    step = result.run.steady_step_ms
+    assert step is not None and step != pytest.approx(mean_step_ms(result.ranks))
     kinds = {s.name: s.finding_kind for s in SCENARIOS}
     for p in result.whatif:
         costs = [f.cost_ms_per_step for f in result.findings if f.kind == kinds[p.scenario]]
@@ -45,13 +47,15 @@ def test_projection_is_the_findings_cost(name: str) -> None:
 
 
 def test_html_report_shows_the_projections() -> None:
+    from gpudiag.report import numbers
     from gpudiag.report.html import render_html
 
     result = analyze(SAMPLES / "ddp4_straggler")
     page = render_html([result])
     assert "What if: projected step time per fix" in page
     straggler = next(p for p in result.whatif if p.scenario == "straggler_fixed")
-    assert f"<td>{round(straggler.projected_step_ms, 2):.3f}</td>" in page
+    # the one number formatter of every view (gpudiag/report/numbers.py)
+    assert f"<td>{numbers.num(straggler.projected_step_ms)}</td>" in page
 
 
 def test_whatif_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -198,14 +198,84 @@ def step_window_bounds(rank_trace: RankTrace) -> tuple[np.ndarray, np.ndarray]:
 
 def _step_windows(rank_trace: RankTrace) -> pd.DataFrame:
     steps = rank_trace.steps
-    if len(steps):
-        return steps[["step", "start_ns", "end_ns"]].reset_index(drop=True)
     ev = rank_trace.events
+    if len(steps):
+        windows = steps[["step", "start_ns", "end_ns"]].reset_index(drop=True)
+        return _device_windows(ev, windows)
     if ev.empty:
         return pd.DataFrame({"step": [], "start_ns": [], "end_ns": []}, dtype="int64")
     return pd.DataFrame(
-        {"step": [-1], "start_ns": [int(ev["start_ns"].min())], "end_ns": [int(ev["end_ns"].max())]}
+        {"step": [-1], "start_ns": [_traced_start(ev)], "end_ns": [int(ev["end_ns"].max())]}
     )
+
+
+def _gpu_work(ev: pd.DataFrame) -> np.ndarray:
+    return ev["is_gpu"].to_numpy(dtype=bool) & cls.kind_in(
+        cls.kinds(ev), ["compute", "comm", "memcpy", "memset"]
+    )
+
+
+def _traced_start(ev: pd.DataFrame) -> int:
+    """Where a trace without ProfilerStep marks starts to count: at its first GPU event on
+    a GPU trace (what runs before it is start-up: CUDA initialisation, a first
+    ``aten::to`` of 29.9 s, reported apart as :func:`startup_ns`), else its first event."""
+    gpu = _gpu_work(ev)
+    if gpu.any():
+        return int(ev["start_ns"].to_numpy()[gpu].min())
+    return int(ev["start_ns"].min())
+
+
+def startup_ns(rank_trace: RankTrace) -> int:
+    """A trace without ProfilerStep marks: the time from its first event to its first GPU
+    event (start-up: CUDA initialisation, the first copies), which the one window over
+    the trace leaves out; 0 otherwise."""
+    ev = rank_trace.events
+    if len(rank_trace.steps) or ev.empty:
+        return 0
+    return _traced_start(ev) - int(ev["start_ns"].min())
+
+
+def _device_windows(ev: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    """GPU traces: each step's window as torch-tb-profiler's ``StepParser`` sets it. A
+    step ends when its CPU side ends or when the last GPU event it launched ends, which
+    ever is later, and starts when its CPU side starts or the previous step ends,
+    whichever is later; the first step starts after the GPU work launched before
+    profiling began (the last GPU event not launched inside any step that ends before
+    the first GPU event the first step launched): kernels queued before the profiler
+    started are not the first step's work. CPU traces, or a GPU trace whose steps
+    launched nothing: the CPU step boundaries."""
+    gpu = _gpu_work(ev)
+    if not gpu.any():
+        return windows
+    corr = ev["correlation"].to_numpy()
+    step = ev["step"].to_numpy()
+    cpu_in_step = ~ev["is_gpu"].to_numpy(dtype=bool) & (corr >= 0) & (step >= 0)
+    # a GPU event's step is its launch's (ingest) when the launch is inside a step
+    launched = gpu & (corr >= 0) & np.isin(corr, corr[cpu_in_step])
+    if not launched.any():
+        return windows
+    starts = ev["start_ns"].to_numpy(dtype=np.int64)
+    ends = ev["end_ns"].to_numpy(dtype=np.int64)
+    of_step = pd.DataFrame({"step": step[launched], "s": starts[launched], "e": ends[launched]})
+    device = of_step.groupby("step").agg(s=("s", "min"), e=("e", "max"))
+    numbers = windows["step"].to_numpy()
+    cpu_s = windows["start_ns"].to_numpy(dtype=np.int64)
+    cpu_e = windows["end_ns"].to_numpy(dtype=np.int64)
+    dev_s = device["s"].reindex(numbers).to_numpy(dtype=float)
+    dev_e = device["e"].reindex(numbers).to_numpy(dtype=float)
+    prev = int(cpu_s[0])
+    if not np.isnan(dev_s[0]):
+        before = gpu & ~launched & (ends < dev_s[0])
+        if before.any():
+            prev = max(prev, int(ends[before].max()))
+    out_s = np.empty(len(windows), dtype=np.int64)
+    out_e = np.empty(len(windows), dtype=np.int64)
+    for i in range(len(windows)):
+        start = max(prev, int(cpu_s[i]))
+        end = int(cpu_e[i]) if np.isnan(dev_e[i]) else max(int(cpu_e[i]), int(dev_e[i]))
+        out_s[i], out_e[i] = start, max(end, start)
+        prev = out_e[i]
+    return pd.DataFrame({"step": numbers, "start_ns": out_s, "end_ns": out_e})
 
 
 def step_breakdown(rank_trace: RankTrace) -> pd.DataFrame:

@@ -43,6 +43,9 @@ CATEGORY_ALIASES = {
     "xpu_runtime": "cuda_runtime",
     "xpu_driver": "cuda_driver",
     "mtia_runtime": "cuda_runtime",
+    # MTIA's device events (HTA's kernel categories: kernel, gpu_mem*, mtia_ccp_events);
+    # those named dma* are its copies (HTA's MTIAMemoryKernelGroupingPattern)
+    "mtia_ccp_events": "kernel",
     "privateuse1_runtime": "cuda_runtime",
     "privateuse1_driver": "cuda_driver",
 }
@@ -92,6 +95,17 @@ _NON_NCCL_COMM_KERNEL = re.compile(
     r"reduce_scatter_kernel|msccl|symmetric_memory)",
     re.IGNORECASE,
 )
+# Communication libraries that launch their own kernels (their own name, at the start):
+# DeepEP's MoE all-to-all (``deep_ep::intranode::dispatch``, DeepSeek's build
+# ``dpsk::ep::internode::combine_ll``; not ``dpsk::ep::cuda::get_dispatch_layout``, a
+# layout computation, nor ``cdpsk::ep::CUB_...`` scans) and NVSHMEM's device kernels.
+# MSCCL / MSCCL++ (``mscclpp::...``) match ``msccl`` above.
+_LIBRARY_COMM_KERNEL = re.compile(
+    r"^(?:void\s+)?(?:(?:dpsk::ep|deep_ep)::(?:intranode|internode|internode_ll)::|"
+    r"(?:\w+::)*nvshmemi?_)",
+    re.IGNORECASE,
+)
+_EP_KERNEL = re.compile(r"^(?:void\s+)?(?:dpsk::ep|deep_ep)::", re.IGNORECASE)
 _CPU_COMM_PREFIXES = ("c10d::", "nccl:", "gloo:", "mpi:", "ucc:", "xccl:")
 _SYNC_NAMES = frozenset(
     {
@@ -207,7 +221,11 @@ def _normalise_op(raw: str) -> str | None:
 
 
 def is_comm_kernel(name: str) -> bool:
-    return bool(_NCCL_KERNEL.match(name) or _NON_NCCL_COMM_KERNEL.search(name))
+    return bool(
+        _NCCL_KERNEL.match(name)
+        or _NON_NCCL_COMM_KERNEL.search(name)
+        or _LIBRARY_COMM_KERNEL.match(name)
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -217,6 +235,8 @@ def kernel_comm_op(name: str) -> str | None:
     m = re.search(r"(?:Kernel|DevKernel)_([A-Za-z]+)", name)
     if m:
         return normalise_op(m.group(1))
+    if _EP_KERNEL.match(name):  # DeepEP: dispatch / combine (and their notify) are all-to-all
+        return "all_to_all"
     low = name.lower()
     for token in ("all_reduce", "all_gather", "reduce_scatter", "allreduce", "allgather"):
         if token in low:
@@ -250,6 +270,8 @@ def is_cpu_comm_name(name: str) -> bool:
 @lru_cache(maxsize=65536)
 def classify_one(name: str, cat: str) -> str:
     if cat == "kernel":
+        if name.startswith("dma"):  # MTIA's copies (mtia_ccp_events named dma*)
+            return "memcpy"
         return "comm" if is_comm_kernel(name) else "compute"
     if cat == "gpu_memcpy":
         return "memcpy"

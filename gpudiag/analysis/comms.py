@@ -266,7 +266,13 @@ def _run_rows(run: Any, traces: list[RankTrace]) -> pd.DataFrame:
             "start_ns": c["enqueue_ns"].fillna(c["start_ns"]),
             "end_ns": c["end_ns"],
             "step": pd.to_numeric(c["step"], errors="coerce").fillna(-1),
-            "source": "run:" + c["source"].fillna("unknown").astype(str),
+            # who timed the call, when someone did (dist: the Python API's wrapper; a DDP
+            # comm hook), else who recorded it (flight_recorder)
+            "source": "run:"
+            + c.get("time_source", pd.Series(None, index=c.index, dtype=object))
+            .fillna(c["source"])
+            .fillna("unknown")
+            .astype(str),
             "link": rank.map(lambda r: links.get(r, ("unknown", np.nan))[0]),
             "peak_gbs": rank.map(lambda r: links.get(r, ("unknown", np.nan))[1]).astype(float),
         }
@@ -479,6 +485,93 @@ class _LargeGroups:
             "peak_gbs": peak,
             "ranks": n_ranks,
         }
+
+
+WALL_COLUMNS = (
+    "op",
+    "pg_name",
+    "caller",
+    "calls_per_step",
+    "timed_share",
+    "bytes_median_per_call",
+    "wall_ms_per_step",
+    "summed_ms_per_step",
+    "ranks",
+)
+_USER_SOURCES = ("run:dist",)
+_HOOK_SOURCES = ("run:ddp_hook", "run:user_comm_hook")
+
+
+def collective_caller(table: pd.DataFrame) -> np.ndarray:
+    """Who issued each call: ``user`` (through torch.distributed's Python API, which a
+    gpudiag run times), ``ddp`` (DDP's gradient buckets: timed by its comm hook, or an
+    all-reduce inside a step that did not go through the Python API: DDP's C++ reducer),
+    ``internal`` (other calls outside the Python API: DDP's start-up parameter
+    broadcasts) or ``unknown`` (a trace's calls: the caller is not recorded)."""
+    source = table["source"].astype(str).to_numpy()
+    op = table["op"].astype(object).to_numpy()
+    step = pd.to_numeric(table["step"], errors="coerce").fillna(-1).to_numpy()
+    run = np.char.startswith(source.astype(str), "run:")
+    user = np.isin(source, _USER_SOURCES)
+    hook = np.isin(source, _HOOK_SOURCES)
+    reducer = run & ~user & ~hook & (op == "all_reduce") & (step >= 0)
+    return np.select(
+        [user, hook | reducer, run], ["user", "ddp", "internal"], default="unknown"
+    ).astype(object)
+
+
+def collective_wall_per_step(table: pd.DataFrame) -> pd.DataFrame:
+    """Per (op, group, caller): how long collectives run per step as wall time, the
+    union of the calls' intervals in each step (overlapping DDP buckets count once),
+    mean over each rank's steps, then over ranks; beside it the sum of the calls'
+    durations (``summed_ms_per_step``, what overlapping calls exceed the step with).
+    DDP's bucket traffic and the user's own calls are kept apart (``caller``): a run's
+    table times the user's calls but not DDP's C++ buckets (``timed_share``, the share
+    of calls with an end time; ``wall_ms_per_step`` NaN where none has one).
+    ``bytes_median_per_call`` is the median size of one call. Steps: the step windows
+    the calls carry (``step`` >= 0); a rank's steps are those any of its calls carry."""
+    if table is None or len(table) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in WALL_COLUMNS})
+    t = table.loc[pd.to_numeric(table["step"], errors="coerce").fillna(-1) >= 0].copy()
+    if t.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in WALL_COLUMNS})
+    t["op"] = t["op"].fillna("unknown")
+    t["caller"] = collective_caller(t)
+    t["step"] = t["step"].astype(np.int64)
+    start = pd.to_numeric(t["start_ns"], errors="coerce")
+    end = pd.to_numeric(t["end_ns"], errors="coerce")
+    t["timed"] = end.notna() & start.notna() & (end >= start)
+    steps_of_rank = t.groupby("rank")["step"].nunique()
+    keys = ["op", "pg_name", "caller"]
+    rows = []
+    for key, g in t.groupby(keys, sort=True):
+        per_rank_wall, per_rank_sum, per_rank_calls = [], [], []
+        for rank, r in g.groupby("rank"):
+            n_steps = int(steps_of_rank[rank])
+            per_rank_calls.append(len(r) / n_steps)
+            timed = r[r["timed"].to_numpy()]
+            if timed.empty:
+                continue
+            wall = 0
+            for _, s in timed.groupby("step"):
+                union = iv.union(
+                    s["start_ns"].to_numpy(dtype=np.int64), s["end_ns"].to_numpy(dtype=np.int64)
+                )
+                wall += iv.length(union)
+            per_rank_wall.append(wall / 1e6 / n_steps)
+            per_rank_sum.append(float(timed["dur_ms"].astype(float).sum()) / n_steps)
+        rows.append(
+            {
+                **dict(zip(keys, key, strict=True)),
+                "calls_per_step": float(np.mean(per_rank_calls)),
+                "timed_share": float(g["timed"].mean()),
+                "bytes_median_per_call": float(pd.to_numeric(g["bytes"]).median()),
+                "wall_ms_per_step": float(np.mean(per_rank_wall)) if per_rank_wall else np.nan,
+                "summed_ms_per_step": float(np.mean(per_rank_sum)) if per_rank_sum else np.nan,
+                "ranks": int(g["rank"].nunique()),
+            }
+        )
+    return pd.DataFrame(rows)[list(WALL_COLUMNS)]
 
 
 def ddp_buckets(table: pd.DataFrame) -> pd.DataFrame:

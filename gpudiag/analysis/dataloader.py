@@ -2,7 +2,13 @@
 GPU sits idle meanwhile, and the host synchronisation points inside the step.
 
 Two sources: the trace's ``dataloader`` events (DataLoader ``__next__``, profiled window
-only) and the run directory's steps table ``data_ns`` (every step of the run).
+only; a trace without ProfilerStep marks is one window over its events, as in the
+breakdown) and the run directory's steps table ``data_ns`` (every step of the run).
+
+A one-off start-up wait (the first step waiting seconds for DataLoader workers to start)
+is set apart (``startup_ms``), never averaged into the per-step wait: see
+:func:`startup_split`. A wait on some ranks only is reported for those ranks, with their
+own ms per step, not the mean over every rank.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpudiag.analysis import intervals as iv
+from gpudiag.analysis.breakdown import step_windows
 from gpudiag.analysis.findings import Finding, ms, severity_for
 from gpudiag.analysis.jsonable import rows_of, whole
 
@@ -38,6 +46,10 @@ class TraceDataWait:
     data_ms_per_step: float
     data_ms_max_step: float
     gpu_idle_waiting_ms_per_step: float | None  # None without GPU events
+    # the first profiled step's one-off wait, set apart from the per-step wait (None: none)
+    startup_ms: float | None = None
+    # no ProfilerStep marks: the whole trace is one window (``steps`` is then 1)
+    whole_trace: bool = False
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,8 @@ class RunDataWait:
     data_ms_per_step: float
     data_ms_max_step: float | None
     step_ms_mean: float | None
+    # the first step's one-off wait (workers starting), set apart from the per-step wait
+    startup_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -122,8 +136,9 @@ def overlap_ns(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarra
     return int(np.sum(np.diff(points)[both]))
 
 
-def _step_of(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
-    """Step number containing each time (-1 outside every step)."""
+def _window_of(times: np.ndarray, steps: pd.DataFrame | None) -> np.ndarray:
+    """Row position (in start order) of the step window containing each time, -1 outside
+    every window."""
     if steps is None or steps.empty or len(times) == 0:
         return np.full(len(times), -1, dtype=np.int64)
     st = steps.sort_values("start_ns")
@@ -131,19 +146,51 @@ def _step_of(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     ends = st["end_ns"].to_numpy(np.int64)
     idx = np.searchsorted(starts, times, side="right") - 1
     ok = (idx >= 0) & (times < ends[np.clip(idx, 0, None)])
+    return np.where(ok, idx, -1)
+
+
+def _step_of(times: np.ndarray, steps: pd.DataFrame | None) -> np.ndarray:
+    """Step number containing each time (-1 outside every step)."""
+    pos = _window_of(times, steps)
     out = np.full(len(times), -1, dtype=np.int64)
-    out[ok] = st["step"].to_numpy(np.int64)[idx[ok]]
+    if steps is not None and len(steps) and (pos >= 0).any():
+        numbers = steps.sort_values("start_ns")["step"].to_numpy(np.int64)
+        out[pos >= 0] = numbers[pos[pos >= 0]]
     return out
 
 
-def _per_step_union_ms(events: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
-    """ms per step covered by the union of the events (nested events counted once)."""
-    if events.empty:
+def _per_step_union_ms(events: pd.DataFrame, steps: pd.DataFrame | None) -> pd.Series:
+    """ms per step window covered by the union of the events (nested events counted
+    once), indexed by step number (-1: a trace without ProfilerStep marks)."""
+    if events.empty or steps is None or steps.empty:
         return pd.Series(dtype=float)
     s, e = merge_intervals(events["start_ns"].to_numpy(), events["end_ns"].to_numpy())
-    step = _step_of(s, steps)
-    frame = pd.DataFrame({"step": step, "dur": (e - s) / 1e6})
-    return frame[frame["step"] >= 0].groupby("step")["dur"].sum()
+    pos = _window_of(s, steps)
+    numbers = steps.sort_values("start_ns")["step"].to_numpy(np.int64)
+    inside = pos >= 0
+    frame = pd.DataFrame({"step": numbers[pos[inside]], "dur": (e - s)[inside] / 1e6})
+    return frame.groupby("step")["dur"].sum()
+
+
+# A first step whose data wait is this many times the longest wait of every later step
+# (and at least STARTUP_MIN_NS longer) waited for the loader to start: a one-off.
+STARTUP_FACTOR = 3.0
+STARTUP_MIN_NS = 10_000_000
+
+
+def startup_split(waits_ns: np.ndarray) -> tuple[float | None, np.ndarray]:
+    """(start-up wait in ms or None, the per-step waits in ns without it), from one rank's
+    data wait per step in step order. The first step's wait is start-up when at least two
+    later steps exist and it exceeds STARTUP_FACTOR x the longest of them by at least
+    STARTUP_MIN_NS: the DataLoader's workers starting (torchvision imagenet with
+    ``-j 2``: 5.4 s at step 0, at most 10 ms after). A wait that recurs is per-step."""
+    waits = np.asarray(waits_ns, dtype=float)
+    if len(waits) < 3:
+        return None, waits
+    first, later = float(waits[0]), float(np.max(waits[1:]))
+    if first >= STARTUP_FACTOR * later and first - later >= STARTUP_MIN_NS:
+        return first / 1e6, waits[1:]
+    return None, waits
 
 
 _GPU_WORK = ["compute", "comm", "memcpy", "memset"]
@@ -157,23 +204,33 @@ def trace_dataloader(trace: Any) -> TraceDataWait:
 
 def _trace_dataloader(trace: Any) -> TraceDataWait:
     ev = trace.events
-    steps = trace.steps
-    n_steps = int(len(steps)) if steps is not None else 0
+    # the breakdown's windows: the ProfilerSteps, else the whole trace as one window
+    windows = step_windows(trace)
+    n_steps = int(len(windows))
     dl = ev[ev["kind"] == "dataloader"]
-    per_step = _per_step_union_ms(dl, steps)
+    per_step = _per_step_union_ms(dl, windows).reindex(windows["step"], fill_value=0.0)
+    startup, waits = startup_split(per_step.to_numpy(dtype=float) * 1e6)
+    counted = len(waits)
     gpu = ev["is_gpu"].to_numpy(dtype=bool) & ev["kind"].isin(_GPU_WORK).to_numpy()
     gpu_idle_ms = 0.0
     if not dl.empty and gpu.any():
-        ds, de = merge_intervals(dl["start_ns"].to_numpy(), dl["end_ns"].to_numpy())
+        # the waits inside the counted windows (the start-up step's is not a per-step cost)
+        counted_windows = windows.iloc[1:] if startup is not None else windows
+        ds, de = iv.intersect(
+            iv.union(dl["start_ns"].to_numpy(), dl["end_ns"].to_numpy()),
+            iv.union(counted_windows["start_ns"].to_numpy(), counted_windows["end_ns"].to_numpy()),
+        )
         gs, ge = merge_intervals(ev["start_ns"].to_numpy()[gpu], ev["end_ns"].to_numpy()[gpu])
         gpu_idle_ms = (int(np.sum(de - ds)) - overlap_ns(ds, de, gs, ge)) / 1e6
     return TraceDataWait(
         rank=int(trace.meta.rank),
         events=int(len(dl)),
         steps=n_steps,
-        data_ms_per_step=float(per_step.sum() / n_steps) if n_steps else 0.0,
-        data_ms_max_step=float(per_step.max()) if len(per_step) else 0.0,
-        gpu_idle_waiting_ms_per_step=gpu_idle_ms / n_steps if n_steps and gpu.any() else None,
+        data_ms_per_step=float(waits.sum() / 1e6 / counted) if counted else 0.0,
+        data_ms_max_step=float(waits.max() / 1e6) if counted else 0.0,
+        gpu_idle_waiting_ms_per_step=gpu_idle_ms / counted if counted and gpu.any() else None,
+        startup_ms=startup,
+        whole_trace=n_steps > 0 and not len(trace.steps),
     )
 
 
@@ -222,27 +279,26 @@ def trace_host_sync(trace: Any) -> HostSync:
 
 def _trace_host_sync(trace: Any) -> HostSync:
     ev = trace.events
-    steps = trace.steps
-    n_steps = int(len(steps)) if steps is not None and len(steps) else 0
-    sync = ev[(ev["kind"] == "sync") & (ev["step"] >= 0)] if n_steps else ev[ev["kind"] == "sync"]
+    # the breakdown's windows: the ProfilerSteps, else the whole trace as one window
+    # (357 cudaEventSynchronize calls in a trace without steps are still syncs)
+    windows = step_windows(trace)
+    n_steps = int(len(windows))
+    in_window = _window_of(ev["start_ns"].to_numpy(dtype=np.int64), windows) >= 0
+    sync = ev[(ev["kind"] == "sync").to_numpy() & in_window]
     by_name = sync.groupby("name", observed=True)["dur_ns"].agg(["count", "sum"])
-    blocking_ms = _per_step_union_ms(sync, steps).sum() if n_steps else sync["dur_ns"].sum() / 1e6
+    blocking_ms = float(_per_step_union_ms(sync, windows).sum()) if n_steps else 0.0
     is_gpu = bool(
         (ev["is_gpu"].to_numpy(dtype=bool) & ev["kind"].isin(["compute", "comm"]).to_numpy()).any()
     )
     idle_ms = 0.0
     if is_gpu and len(sync):
         s, e = _gpu_idle_caused(ev, sync)
-        if n_steps:
-            step = _step_of(s, steps)
-            idle_ms = float(((e - s)[step >= 0]).sum() / 1e6)
-        else:
-            idle_ms = float((e - s).sum() / 1e6)
+        idle_ms = float(((e - s)[_window_of(s, windows) >= 0]).sum() / 1e6)
     return HostSync(
         rank=int(trace.meta.rank),
-        count_per_step=float(len(sync) / n_steps) if n_steps else float(len(sync)),
+        count_per_step=float(len(sync) / n_steps) if n_steps else 0.0,
         ms_per_step=idle_ms / n_steps if n_steps else 0.0,
-        host_blocking_ms_per_step=float(blocking_ms / n_steps) if n_steps else 0.0,
+        host_blocking_ms_per_step=blocking_ms / n_steps if n_steps else 0.0,
         gpu_trace=is_gpu,
         by_name={
             str(name): SyncCalls(count=int(row["count"]), total_ms=float(row["sum"] / 1e6))
@@ -252,19 +308,26 @@ def _trace_host_sync(trace: Any) -> HostSync:
 
 
 def run_dataloader(run: Any) -> dict[int, RunDataWait]:
-    """Per rank mean/max data wait over every step of the run (steps table data_ns)."""
+    """Per rank mean/max data wait over every step of the run (steps table data_ns), the
+    first step's one-off start-up wait set apart (:func:`startup_split`)."""
     steps = getattr(run, "steps", None)
     if steps is None or steps.empty or "data_ns" not in steps.columns:
         return {}
     data = steps.dropna(subset=["data_ns"])
+    if "step" in data.columns:
+        data = data.sort_values(["rank", "step"], kind="stable")
     out: dict[int, RunDataWait] = {}
     for rank, g in data.groupby("rank"):
-        step_ns = (g["end_ns"] - g["start_ns"]).astype(float)
+        step_ns = (g["end_ns"] - g["start_ns"]).astype(float).to_numpy()
+        startup, waits = startup_split(g["data_ns"].astype(float).to_numpy())
+        if startup is not None:
+            step_ns = step_ns[1:]
         out[int(rank)] = RunDataWait(
-            steps=int(len(g)),
-            data_ms_per_step=float(g["data_ns"].astype(float).mean() / 1e6),
-            data_ms_max_step=float(g["data_ns"].astype(float).max() / 1e6),
+            steps=int(len(waits)),
+            data_ms_per_step=float(waits.mean() / 1e6),
+            data_ms_max_step=float(waits.max() / 1e6),
             step_ms_mean=float(step_ns.mean() / 1e6),
+            startup_ms=startup,
         )
     return out
 
@@ -277,45 +340,129 @@ def analyze_dataloader(traces: list[Any], run: Any | None) -> DataLoaderResult:
     )
 
 
+# A first-batch wait is worth a (one-off, low) finding from this many ms, and this many
+# steady steps: below, it is start-up noise.
+STARTUP_MIN_MS = 100.0
+STARTUP_MIN_STEPS = 5.0
+STARTUP_FIX = (
+    "Paid once per DataLoader iterator: keep the workers between epochs "
+    "(persistent_workers=True; without it the wait comes back every epoch), keep the "
+    "Dataset's __init__ and worker_init_fn light (open files lazily, in the worker), and "
+    "use no more num_workers than the step needs."
+)
+
+
+def startup_findings(info: DataLoaderResult, step_ms: dict[int, float]) -> list[Finding]:
+    """The first batch's one-off wait (DataLoader workers starting; :func:`startup_split`
+    set it apart from the per-step wait): reported once, as start-up, low, with no
+    per-step cost: it is not paid again per step (per epoch without persistent_workers)."""
+    if info.run:
+        startup = {r: w.startup_ms for r, w in info.run.items() if w.startup_ms is not None}
+    else:
+        startup = {w.rank: w.startup_ms for w in info.trace if w.startup_ms is not None}
+    if not startup:
+        return []
+    worst = max(startup.values())
+    steps = [v for v in step_ms.values() if v > 0]
+    step = float(np.median(steps)) if steps else 0.0
+    if worst < STARTUP_MIN_MS or (step > 0 and worst < STARTUP_MIN_STEPS * step):
+        return []
+    ranks = sorted(r for r, v in startup.items() if v >= 0.5 * worst)
+    per_rank = ", ".join(f"rank {r}: {startup[r] / 1000:.2f} s" for r in sorted(startup))
+    return [
+        Finding(
+            kind="dataloader_startup",
+            severity="low",
+            cost_ms_per_step=0.0,
+            ranks=ranks,
+            title=(
+                f"The first batch waited {worst / 1000:.2f} s for the DataLoader to start "
+                f"({per_rank}): once, not per step"
+            ),
+            evidence={
+                "startup_ms_per_rank": {str(r): ms(v) for r, v in sorted(startup.items())},
+                "startup_ms": ms(worst),
+                "step_ms": ms(step),
+            },
+            fix=STARTUP_FIX,
+        )
+    ]
+
+
 def dataloader_findings(info: DataLoaderResult, step_ms: dict[int, float]) -> list[Finding]:
     """dataloader_stall from the whole-run steps table when present (it covers every
-    step), else from the profiled window."""
+    step), else from the profiled window (a trace without ProfilerStep marks: its whole
+    span as one window). The cost is per step, the start-up wait set apart (evidence
+    ``startup_ms_per_rank``). When only some ranks wait (rank 1's collate_fn sleeps), the
+    finding names those ranks and costs their own wait, not the mean over every rank;
+    ``per_rank_data_ms`` keeps every rank's wait (ms per step)."""
     per_rank: dict[int, float] = {}
+    startup: dict[int, float] = {}
     source = "run steps table (every step)"
     for rank, row in info.run.items():
         per_rank[rank] = row.data_ms_per_step
+        if row.startup_ms is not None:
+            startup[rank] = row.startup_ms
+    whole_trace = False
     if not per_rank:
         source = "trace DataLoader events (profiled window)"
-        per_rank = {r.rank: r.data_ms_per_step for r in info.trace if r.steps}
+        rows = [r for r in info.trace if r.steps]
+        per_rank = {r.rank: r.data_ms_per_step for r in rows}
+        startup = {r.rank: r.startup_ms for r in rows if r.startup_ms is not None}
+        whole_trace = bool(rows) and all(r.whole_trace for r in rows)
+        if whole_trace:
+            source = "trace DataLoader events (whole trace: no ProfilerStep marks)"
     if not per_rank:
         return []
-    cost = float(np.mean(list(per_rank.values())))
-    mean_step = float(np.mean([step_ms.get(r, np.nan) for r in per_rank]))
+    all_step = float(np.mean([step_ms.get(r, np.nan) for r in per_rank]))
+    hit = sorted(r for r, v in per_rank.items() if severity_for(v, step_ms.get(r, all_step)))
+    # some ranks only: their own wait (the others do not wait for data)
+    waiting = hit if hit and len(hit) < len(per_rank) else sorted(per_rank)
+    cost = float(np.mean([per_rank[r] for r in waiting]))
+    mean_step = float(np.mean([step_ms.get(r, np.nan) for r in waiting]))
     severity = severity_for(cost, mean_step)
     if severity is None:
         return []
-    ranks = [r for r, v in per_rank.items() if severity_for(v, step_ms.get(r, mean_step))]
     idle = [
         r.gpu_idle_waiting_ms_per_step
         for r in info.trace
-        if r.gpu_idle_waiting_ms_per_step is not None
+        if r.gpu_idle_waiting_ms_per_step is not None and r.rank in waiting
     ]
-    evidence = {
+    evidence: dict[str, Any] = {
         "data_ms_per_step": ms(cost),
         "step_ms": ms(mean_step),
         "share_of_step": round(cost / mean_step, 3),
         "per_rank_data_ms": {str(r): ms(v) for r, v in sorted(per_rank.items())},
         "source": source,
     }
+    if len(waiting) < len(per_rank):
+        evidence["rank_specific"] = True
+        evidence["other_ranks_data_ms"] = ms(
+            float(np.mean([v for r, v in per_rank.items() if r not in waiting]))
+        )
+    if startup:
+        evidence["startup_ms_per_rank"] = {str(r): ms(v) for r, v in sorted(startup.items())}
     if idle:
         evidence["gpu_idle_waiting_ms_per_step"] = ms(float(np.mean(idle)))
+    share = f"{100 * cost / mean_step:.0f}%"
+    if len(waiting) < len(per_rank):
+        who = ", ".join(str(r) for r in waiting)
+        title = (
+            f"Rank{'s' if len(waiting) > 1 else ''} {who} wait{'' if len(waiting) > 1 else 's'} "
+            f"{cost:.1f} ms per step for data ({share} of the step; the other ranks "
+            f"{evidence['other_ranks_data_ms']:.1f} ms)"
+        )
+    elif whole_trace:
+        title = f"Data loading takes {cost:.1f} ms of the {mean_step:.1f} ms traced ({share})"
+    else:
+        title = f"Steps wait {cost:.1f} ms for data ({share} of the step)"
     return [
         Finding(
             kind="dataloader_stall",
             severity=severity,
             cost_ms_per_step=cost,
-            ranks=sorted(ranks),
-            title=f"Steps wait {cost:.1f} ms for data ({100 * cost / mean_step:.0f}% of the step)",
+            ranks=hit,
+            title=title,
             evidence=evidence,
             fix=DATALOADER_FIX,
         )

@@ -8,6 +8,7 @@ op and sizes every rank called). All three kinds are high severity.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -355,4 +356,92 @@ def failure_findings(run: Any | None) -> list[Finding]:
     )
     if not any(f.kind == "desync" for f in findings):
         findings += desync_findings(run)
-    return findings
+    return _cause_agrees_with_desync(findings)
+
+
+def _desync_culprits(desync: Finding) -> tuple[list[int], bool]:
+    """(the ranks a desync finding names as the ones that diverged, whether it names
+    them): the mismatch's ``culprit_ranks`` (none on a tie), else the odd ranks out of
+    the ranks whose calls it compared (all of them: no majority, no culprit)."""
+    ev = desync.evidence
+    if "culprit_ranks" in ev:
+        culprits = _as_int_list(ev.get("culprit_ranks"))
+        return culprits, bool(culprits) and ev.get("mismatch") != "tie"
+    compared = ev.get("calls") if isinstance(ev.get("calls"), dict) else ev.get("ops")
+    members = set(_as_int_list(list(compared))) if isinstance(compared, dict) else set()
+    culprits = sorted(int(r) for r in desync.ranks)
+    return culprits, bool(culprits) and bool(members) and not members <= set(culprits)
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def _cause_agrees_with_desync(findings: list[Finding]) -> list[Finding]:
+    """When a desync explains a failed run, the ``rank_failed`` finding names the same
+    cause: the rank that skipped the collective or called it differently, not the rank
+    gloo aborted inside it (gloo aborts the rank that *received* the odd data, which is
+    often another one). The aborted rank, and the ranks that then lost the connection,
+    are its consequences. On a tie (two ranks, no majority) no rank is the cause."""
+    desync = next((f for f in findings if f.kind == "desync"), None)
+    at = next((i for i, f in enumerate(findings) if f.kind == "rank_failed"), None)
+    if desync is None or at is None:
+        return findings
+    failed = findings[at]
+    ev = dict(failed.evidence)
+    culprits, named = _desync_culprits(desync)
+    observed = ev.get("cause_rank")  # the rank whose failure the launcher saw first
+    dev = desync.evidence
+    aborted = _as_int_list(dev.get("aborted_ranks"))
+    if not aborted and isinstance(observed, int) and observed not in culprits:
+        aborted = [observed]
+    # a culprit gloo aborted in its own odd call is the cause, not a consequence
+    aborted = [r for r in aborted if not (named and r in culprits)]
+    where = f"{dev.get('op') or 'a collective'} seq {dev.get('seq')} (group {dev.get('pg_name')})"
+    before = [c for c in ev.get("consequences") or [] if isinstance(c, dict)]
+    signal = ev.get("signal")
+    rows = [
+        {
+            "rank": r,
+            "status": "died",
+            "exc_type": signal if r == observed else None,
+            "message": f"aborted by gloo inside {where}: a consequence of the collective "
+            + (
+                "mismatch, not its cause"
+                if named
+                else "mismatch (with no majority it may also be the rank that diverged)"
+            ),
+        }
+        for r in aborted
+    ]
+    shown = {row["rank"] for row in rows} | (set(culprits) if named else set())
+    rows += [c for c in before if c.get("rank") not in shown]
+    ev.update(
+        cause="desync",
+        cause_rank=culprits[0] if named and len(culprits) == 1 else None,
+        cause_ranks=culprits if named else [],
+        signal=None if named and observed not in culprits else signal,
+        consequences=rows,
+    )
+    who = f"Rank{'s' if len(culprits) > 1 else ''} {', '.join(map(str, culprits))}"
+    lost = sorted({r for c in rows if isinstance(r := c.get("rank"), int)} - set(aborted))
+    parts = [f"gloo aborted {_ranks_text(aborted)} inside it"] if aborted else []
+    parts += [f"{_ranks_text(lost)} then failed"] if lost else []
+    after = f"; {' and '.join(parts)} (consequences)" if parts else ""
+    if named:
+        title = (
+            f"{who} diverged at {where}, the collective mismatch above, and the run failed{after}"
+        )
+    else:
+        title = (
+            f"The run failed at a collective mismatch at {where} (above; no majority "
+            f"says which of ranks {', '.join(map(str, desync.ranks))} diverged){after}"
+        )
+    fixed = replace(
+        failed,
+        ranks=culprits if named else sorted(int(r) for r in desync.ranks),
+        title=title,
+        evidence=ev,
+        location=desync.location or failed.location,
+    )
+    return [*findings[:at], fixed, *findings[at + 1 :]]

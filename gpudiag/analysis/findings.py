@@ -4,8 +4,8 @@ A finding is data (kind, severity, cost, ranks, evidence, fix, location); the te
 report, the JSON, the HTML and the dashboard only render it. Kind names are stable:
 scripts and CI jobs key on them (see docs/findings.md).
 
-Severity comes from the cost's share of the mean step time (:func:`severity_for`),
-except for failures (``hang``, ``desync``, ``rank_failed``: always high) and
+Severity comes from the cost's share of the run's steady step time (:func:`severity_for`,
+analysis/steady.py), except for failures (``hang``, ``desync``, ``rank_failed``: always high) and
 ``dp_on_cpu`` (informational: low).
 """
 
@@ -19,12 +19,14 @@ from typing import Any
 import numpy as np
 
 from gpudiag import frames
+from gpudiag.analysis.slow_rank import SlowRankCause
 from gpudiag.rundir import LintDiagnostic, LintReport
 
 KINDS = (
     "straggler",
     "exposed_communication",
     "dataloader_stall",
+    "dataloader_startup",
     "dataparallel_overhead",
     "gpu0_imbalance",
     "gpu_idle",
@@ -40,7 +42,7 @@ KINDS = (
 SEVERITIES = ("high", "medium", "low")
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
 
-# Share of the mean step time a cost must reach for each severity.
+# Share of the steady step time a cost must reach for each severity.
 HIGH_SHARE = 0.25
 MEDIUM_SHARE = 0.10
 LOW_SHARE = 0.02
@@ -90,7 +92,8 @@ def severity_for(cost_ms: float, step_ms: float) -> str | None:
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Failures first (a run that hung is the first thing to know), then most costly."""
+    """Failures first (a run that hung is the first thing to know), then by severity
+    (high, medium, low), then most costly first: the order of every view."""
     failure_kinds = {"rank_failed": 0, "hang": 1, "desync": 2}
 
     def failure_order(f: Finding) -> int:
@@ -104,8 +107,8 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
         findings,
         key=lambda f: (
             failure_order(f),
-            -(f.cost_ms_per_step if math.isfinite(f.cost_ms_per_step) else 0.0),
             SEVERITY_RANK.get(f.severity, 3),
+            -(f.cost_ms_per_step if math.isfinite(f.cost_ms_per_step) else 0.0),
         ),
     )
 
@@ -260,21 +263,53 @@ def _chance_of_lateness(named: Any, n_ranks: int) -> float | None:
     return worst
 
 
+STRAGGLER_FIXES = {
+    "data": (
+        "This rank waits longer for its batches than the others: check its data shard "
+        "(uneven sample sizes or sequence lengths, a slower file system path), give its "
+        "DataLoader more num_workers / prefetch_factor, and move rank-specific "
+        "preprocessing out of the step."
+    ),
+    "starved": (
+        "This rank was runnable but waiting for a CPU: other processes (or too many "
+        "threads of the job itself) held the host's cores. Keep other work off the host, "
+        "set OMP_NUM_THREADS to the cores per rank, or pin each rank to its own cores."
+    ),
+    "compute": (
+        "This rank computes more per step than the others: look for rank-specific work "
+        "inside the step (logging, metrics, evaluation or checkpointing on one rank), "
+        "uneven inputs (sequence lengths, batch sizes) and, on GPUs, a slower or "
+        "throttled device."
+    ),
+    "blocked": (
+        "This rank sleeps or blocks outside data loading and collectives: look for "
+        "rank-specific blocking work in the step (writing logs or checkpoints, a lock, a "
+        "time.sleep, a blocking call to another service) and move it out of the step or "
+        "to a background thread."
+    ),
+}
+
+
 def straggler_findings(
     stragglers: Any,
     step_ms: float,
     contention: dict[str, Any] | None = None,
     rank_nodes: dict[int, int] | None = None,
     ended_early: bool = False,
+    causes: dict[int, SlowRankCause] | None = None,
+    run_steps: int | None = None,
 ) -> list[Finding]:
     """Ranks flagged by stragglers.py, costed net of the mutual waiting: what the others
     wait for a rank minus the most any other rank makes them wait (two ranks that take
-    turns arriving last are jitter, not a straggler). Capped at low severity when fewer
-    than stragglers.MIN_STEPS steps were matched, when other processes kept the host's
-    CPUs saturated (``contention`` from host.host_contention): the rank may then be late
-    because it got less CPU, not because of anything it does; or when the run failed or
-    hung (``ended_early``): its failure is the finding, and the few steps before it say
-    little about a rank's pace."""
+    turns arriving last are jitter, not a straggler). ``run_steps``: the steps of the run
+    (its steady steps); when the collectives matched fewer (one end-of-epoch call), the
+    cost is spread over the run's steps, not over the steps that had a collective.
+    ``causes`` (slow_rank.explain) say where the named rank's extra time goes; the
+    severity is capped at low (docs/findings.md) when fewer than stragglers.MIN_STEPS
+    steps were matched, when lateness that often is likely by chance, when the run failed
+    or hung (``ended_early``: its failure is the finding), and when the rank was starved
+    of CPU by other processes: from its run-queue delay where the run recorded it, else
+    from the host's CPU samples (``contention``, host.host_contention)."""
     if stragglers is None or len(stragglers) == 0 or "is_straggler" not in stragglers:
         return []
     # The median over steps resists a few steps where one rank was descheduled (shared
@@ -284,6 +319,8 @@ def straggler_findings(
     flagged = stragglers["is_straggler"].astype(bool).to_numpy()
     if not flagged.any() or (len(stragglers) > 1 and flagged.all()):
         return []
+    spread = spread_over_run(stragglers, run_steps)
+    cost = cost * spread
     best_other = max((c for c, f in zip(cost, flagged, strict=False) if not f), default=0.0)
     net = {
         int(r): float(c - best_other)
@@ -294,92 +331,184 @@ def straggler_findings(
         return []
     ranks = sorted(net)
     worst = max(net.values())
-    all_skew = zip(stragglers["rank"], stragglers["mean_skew_ms"], strict=False)
     named = stragglers[stragglers["rank"].isin(ranks)]
     consistent = bool(named["consistent"].all()) if "consistent" in named else True
-    severity = severity_for(worst, step_ms) or "low"
-    if not consistent:  # too few steps to tell a straggler from a hiccup: say less
-        severity = "low"
     chance = _chance_of_lateness(named, len(stragglers))
-    if chance is not None and chance > MAX_CHANCE_OF_LATENESS:
-        severity = "low"  # late that often by chance alone (e.g. 9 of 11 steps of 2 ranks)
-    contended = bool(contention and contention.get("contended"))
-    if contended:  # other processes held the CPUs: the scheduler may be the cause
+    by_chance = chance is not None and chance > MAX_CHANCE_OF_LATENESS
+    known = {r: causes[r] for r in ranks if causes and r in causes}
+    if known:
+        starved = any(c.starved for c in known.values())
+    else:  # no run-queue figures: the host's samples are all there is
+        starved = bool(contention and contention.get("contended"))
+    severity = severity_for(worst, step_ms) or "low"
+    if not consistent or by_chance or starved or ended_early:
         severity = "low"
-    if ended_early:
-        severity = "low"
-    consistency: dict[str, Any] = {}
-    if "last_share" in named:
-        consistency = {
-            "steps_matched": int(named["steps"].max()),
-            "late_share_of_steps": {
-                str(int(r)): round(float(v), 2)
-                for r, v in zip(named["rank"], named["last_share"], strict=False)
-            },
-            "noise_floor_ms": {
-                str(int(r)): ms(v) for r, v in zip(named["rank"], named["noise_ms"], strict=False)
-            },
-            "consistent": consistent,
-            **({"chance_p": float(f"{chance:.2g}")} if chance is not None else {}),
-        }
+    consistency = _consistency(named, consistent, chance)
     # a multi-node job: say on which node each named rank runs
     nodes = rank_nodes if rank_nodes and len(set(rank_nodes.values())) > 1 else {}
     where = {r: f"{r} (node {nodes[r]})" if r in nodes else str(r) for r in ranks}
+    title = (
+        f"Rank{'s' if len(ranks) > 1 else ''} {', '.join(where[r] for r in ranks)} arrive"
+        f"{'' if len(ranks) > 1 else 's'} last at collectives; the others wait "
+        f"{worst:.1f} ms per step"
+        + _straggler_hedges(consistency, consistent, chance if by_chance else None, run_steps)
+        + _starved_words(starved, bool(known))
+    )
+    # where its time goes is a per-step claim: only for a straggler late step after step
+    cause = known.get(ranks[0]) if len(ranks) == 1 and consistent and not by_chance else None
+    why = cause.sentence() if cause is not None else ""
     return [
         Finding(
             kind="straggler",
             severity=severity,
             cost_ms_per_step=worst,
             ranks=ranks,
-            title=(
-                f"Rank{'s' if len(ranks) > 1 else ''} {', '.join(where[r] for r in ranks)} arrive"
-                f"{'' if len(ranks) > 1 else 's'} last at collectives; the others wait "
-                f"{worst:.1f} ms per step"
-                + (
-                    ""
-                    if consistent
-                    else f" (only {consistency.get('steps_matched', 0)} step(s) matched: "
-                    "not shown to be consistent)"
-                )
-                + (
-                    f" (late in {min(consistency.get('late_share_of_steps', {}).values(), default=0):.0%}"
-                    f" of {consistency.get('steps_matched', 0)} matched steps, which chance alone"
-                    f" gives with p = {chance:.2g}: not shown to be consistent)"
-                    if consistent and chance is not None and chance > MAX_CHANCE_OF_LATENESS
-                    else ""
-                )
-                + (
-                    "; other processes kept the host's CPUs saturated, so it may just have "
-                    "had less CPU time"
-                    if contended
-                    else ""
-                )
-            ),
+            title=title + (f". {why}" if why else ""),
             evidence={
                 "net_wait_ms_per_step": {str(r): ms(v) for r, v in net.items()},
                 "others_max_wait_caused_ms": ms(best_other),
                 "cost_basis": column,
-                "mean_cost_ms_per_step": {
-                    str(int(r)): ms(c)
-                    for r, c in zip(
-                        stragglers["rank"], stragglers["cost_ms_per_step"], strict=False
-                    )
-                },
-                "mean_skew_ms": {str(int(r)): ms(v) for r, v in all_skew},
-                "last_arrivals": {
-                    str(int(r)): int(n)
-                    for r, n in zip(
-                        stragglers["rank"], stragglers.get("last_count", []), strict=False
-                    )
-                },
+                **({"spread_over_run_steps": run_steps} if spread < 1 else {}),
+                **_per_rank_evidence(stragglers),
                 "step_ms": ms(step_ms),
                 **({"nodes": {str(r): nodes[r] for r in ranks if r in nodes}} if nodes else {}),
                 **consistency,
                 **({"host_cpu": contention} if contention else {}),
+                **({"starved_of_cpu": starved}),
+                **(cause.evidence() if cause is not None else {}),
             },
-            fix=STRAGGLER_FIX,
+            fix=STRAGGLER_FIXES.get(cause.main or "", STRAGGLER_FIX)
+            if cause is not None
+            else STRAGGLER_FIX,
         )
     ]
+
+
+# Kinds measured across ranks: a rank missing from the run makes them unsure.
+_CROSS_RANK_KINDS = ("straggler", "exposed_communication", "bucket_size")
+
+
+def note_untraced_ranks(findings: list[Finding], missing: list[int], world_size: int) -> None:
+    """A run that recorded fewer ranks than its world (a launcher gpudiag did not follow, a
+    node's directory not given): the communication findings cannot tell waiting for an
+    unrecorded peer from transfer, and a straggler may be one of the missing ranks. Each
+    such finding says so in its title, is an upper bound, and is capped at low."""
+    if not missing:
+        return
+    shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+    for f in findings:
+        if f.kind not in _CROSS_RANK_KINDS:
+            continue
+        f.title += (
+            f" (an upper bound: rank{'s' if len(missing) > 1 else ''} {shown} of the world of "
+            f"{world_size} {'were' if len(missing) > 1 else 'was'} not recorded, and waiting "
+            "for them cannot be told from the rest)"
+        )
+        f.evidence["cost_is_upper_bound"] = True
+        f.evidence["unrecorded_ranks"] = list(missing)
+        f.severity = "low"
+
+
+# A straggler whose extra time is mostly of one part (slow_rank.PARTS) is caused by the
+# finding of this kind on the same rank, when there is one.
+_CAUSE_KINDS = {"data": "dataloader_stall"}
+
+
+def link_straggler_causes(findings: list[Finding]) -> None:
+    """Link a straggler to the finding on the same rank that causes it (its data wait:
+    ``dataloader_stall``): the straggler's evidence names it (``caused_by``) and its title
+    says so, so the same milliseconds are read, and projected (whatif), once."""
+    for straggler in (f for f in findings if f.kind == "straggler"):
+        kind = _CAUSE_KINDS.get(str(straggler.evidence.get("main_cause")))
+        cause = next(
+            (
+                f
+                for f in findings
+                if f.kind == kind and set(straggler.ranks) <= set(f.ranks) and f is not straggler
+            ),
+            None,
+        )
+        if cause is None:
+            continue
+        straggler.evidence["caused_by"] = cause.kind
+        straggler.title += (
+            f" Its cause is the {cause.kind} finding on the same rank: fixing that gives "
+            "this time back (not in addition to it)."
+        )
+
+
+def spread_over_run(stragglers: Any, run_steps: int | None) -> float:
+    """The share of the run's steps that had matched collectives (1 when they all did or
+    the run's steps are unknown): a wait at one end-of-epoch call is spread over them."""
+    if not run_steps or "steps" not in stragglers or not len(stragglers):
+        return 1.0
+    matched = int(stragglers["steps"].astype(float).max())
+    return min(matched / run_steps, 1.0) if matched > 0 else 1.0
+
+
+def _consistency(named: Any, consistent: bool, chance: float | None) -> dict[str, Any]:
+    if "last_share" not in named:
+        return {}
+    return {
+        "steps_matched": int(named["steps"].max()),
+        "late_share_of_steps": {
+            str(int(r)): round(float(v), 2)
+            for r, v in zip(named["rank"], named["last_share"], strict=False)
+        },
+        "noise_floor_ms": {
+            str(int(r)): ms(v) for r, v in zip(named["rank"], named["noise_ms"], strict=False)
+        },
+        "consistent": consistent,
+        **({"chance_p": float(f"{chance:.2g}")} if chance is not None else {}),
+    }
+
+
+def _straggler_hedges(
+    consistency: dict[str, Any], consistent: bool, chance: float | None, run_steps: int | None
+) -> str:
+    matched = consistency.get("steps_matched", 0)
+    if not consistent:
+        spread = (
+            f", the wait spread over the run's {run_steps} steps"
+            if run_steps and matched < run_steps
+            else ""
+        )
+        return f" (collectives in only {matched} step(s){spread}: not shown to be consistent)"
+    if chance is not None:
+        late = min(consistency.get("late_share_of_steps", {}).values(), default=0)
+        return (
+            f" (late in {late:.0%} of {matched} matched steps, which chance alone gives "
+            f"with p = {chance:.2g}: not shown to be consistent)"
+        )
+    return ""
+
+
+def _starved_words(starved: bool, measured: bool) -> str:
+    if not starved:
+        return ""
+    if measured:
+        return (
+            "; most of its extra time it was runnable but waiting for a CPU (other "
+            "processes held the cores): the host, not the rank, made it late"
+        )
+    return "; other processes kept the host's CPUs saturated, so it may just have had less CPU time"
+
+
+def _per_rank_evidence(stragglers: Any) -> dict[str, Any]:
+    return {
+        "mean_cost_ms_per_step": {
+            str(int(r)): ms(c)
+            for r, c in zip(stragglers["rank"], stragglers["cost_ms_per_step"], strict=False)
+        },
+        "mean_skew_ms": {
+            str(int(r)): ms(v)
+            for r, v in zip(stragglers["rank"], stragglers["mean_skew_ms"], strict=False)
+        },
+        "last_arrivals": {
+            str(int(r)): int(n)
+            for r, n in zip(stragglers["rank"], stragglers.get("last_count", []), strict=False)
+        },
+    }
 
 
 def waiting_share(ranks: Any, straggler_ranks: list[int], straggler_ms: float) -> float:
@@ -434,6 +563,12 @@ class ExposedSplit:
     def known_transfer_ms(self) -> float:
         return max(self.transfer_ms - self.unknown_ms, 0.0)
 
+    def scaled(self, factor: float) -> ExposedSplit:
+        """Every part times ``factor`` (the profiled window's step to the steady step)."""
+        return ExposedSplit(
+            self.gross_ms * factor, self.waiting_ms * factor, self.unknown_ms * factor
+        )
+
     @property
     def upper_bound(self) -> bool:
         """Enough of the transfer is unknown to rate only the known part."""
@@ -467,6 +602,8 @@ def exposed_comm_findings(
     straggler_ms: float = 0.0,
     largest_bytes: float | None = None,
     peer_wait: Any = None,
+    runq_share: float | None = None,
+    window_step_ms: float | None = None,
 ) -> list[Finding]:
     """Exposed communication net of the waiting for peers: the cost is the transfer part,
     what better overlap gives back. ``peer_wait`` (comms.peer_wait) gives each rank's
@@ -475,11 +612,19 @@ def exposed_comm_findings(
     is then an upper bound, and the severity comes from the part known to be transfer,
     low at least). ``straggler_ms``: the mean over ranks of the wait for a named straggler
     (:func:`waiting_share`), set apart at least. When even the largest collective is tiny
-    (``largest_bytes``), the advice is about latency, not bandwidth."""
+    (``largest_bytes``), the advice is about latency, not bandwidth. ``runq_share``
+    (steady.runq_share): when the ranks' training threads waited that share of the step
+    for a CPU (:data:`STARVED_RUNQ_SHARE` or more), other processes held the host and
+    the transfer's time includes theirs: the finding is capped at low and says so.
+    ``window_step_ms``: the profiled window's mean step, where the steady step
+    (``step_ms``) is shorter (the profiler slowed the steps it recorded): the window's
+    times are scaled to the steady step (:func:`window_scale`) and the title says so."""
     if ranks is None or len(ranks) == 0 or "comm_exposed" not in ranks:
         return []
     exposed = ranks["comm_exposed"].astype(float)
-    split = exposed_split(ranks, peer_wait, straggler_ms)
+    scale = window_scale(step_ms, window_step_ms)
+    window = exposed_split(ranks, peer_wait, straggler_ms / scale)
+    split = window.scaled(scale)
     gross, waiting, unknown, cost = (
         split.gross_ms,
         split.waiting_ms,
@@ -491,6 +636,9 @@ def exposed_comm_findings(
         return []
     if split.upper_bound:  # say less: rate only what is known to be transfer
         severity = severity_for(split.known_transfer_ms, step_ms) or "low"
+    starved = host_starved(runq_share)
+    if starved:
+        severity = "low"
     per_rank_wait = _by_rank(ranks, peer_wait, "peer_wait_ms")
     steps = ranks["step_ms_mean"].astype(float)
     hit = [
@@ -508,7 +656,9 @@ def exposed_comm_findings(
             severity=severity,
             cost_ms_per_step=cost,
             ranks=hit,
-            title=_exposed_title(split, step_ms, straggler_ms > 0),
+            title=_exposed_title(split, step_ms, straggler_ms > 0)
+            + (_scaled_words(window, window_step_ms) if scale < 1 else "")
+            + (_STARVED_HOST_WORDS.format(share=runq_share) if starved else ""),
             evidence={
                 "comm_exposed_ms": ms(gross),
                 "waiting_for_peers_ms": ms(waiting),
@@ -524,6 +674,7 @@ def exposed_comm_findings(
                 if overlapped + cost > 0
                 else None,
                 "step_ms": ms(step_ms),
+                **_window_evidence(window, window_step_ms, scale, runq_share),
                 "allreduce_stall_ms_per_step": stall_ms,
                 "per_rank_exposed_ms": {
                     str(int(r)): ms(e) for r, e in zip(ranks["rank"], exposed, strict=False)
@@ -540,6 +691,50 @@ def exposed_comm_findings(
             fix=EXPOSED_COMM_FIX_LATENCY if latency_bound(largest_bytes) else EXPOSED_COMM_FIX,
         )
     ]
+
+
+def window_scale(step_ms: float, window_step_ms: float | None) -> float:
+    """steady step / profiled window's step, when the window's steps were longer (the
+    profiler slows the steps it records): times measured in the window, times this, are
+    per steady step. 1 otherwise."""
+    if window_step_ms is None or not (window_step_ms > step_ms > 0):
+        return 1.0
+    return step_ms / window_step_ms
+
+
+def _window_evidence(
+    window: ExposedSplit, window_step_ms: float | None, scale: float, runq_share: float | None
+) -> dict[str, Any]:
+    """The profiled window's own numbers where they were scaled, and the run queue."""
+    out: dict[str, Any] = {}
+    if scale < 1:
+        out["window_step_ms"] = ms(window_step_ms or 0.0)
+        out["window_transfer_ms"] = ms(window.transfer_ms)
+        out["window_scale"] = round(scale, 4)
+    if runq_share is not None:
+        out["runq_share_of_step"] = round(runq_share, 3)
+    return out
+
+
+def _scaled_words(window: ExposedSplit, window_step_ms: float | None) -> str:
+    return (
+        f" (measured in the profiled steps, which took {window_step_ms or 0:.1f} ms: "
+        f"{window.gross_ms:.1f} ms exposed, {window.transfer_ms:.1f} ms transfer; scaled "
+        "to the steady step)"
+    )
+
+
+# The job's training threads waited at least this share of the step for a CPU: the host
+# was starving the job, and communication (whose threads wait too) is slowed by it.
+STARVED_RUNQ_SHARE = 0.10
+_STARVED_HOST_WORDS = (
+    "; the ranks waited {share:.0%} of the step for a CPU (other processes held the "
+    "host's cores), so part of this is the host's load, not the communication"
+)
+
+
+def host_starved(runq_share: float | None) -> bool:
+    return runq_share is not None and runq_share >= STARVED_RUNQ_SHARE
 
 
 def _exposed_title(split: ExposedSplit, step_ms: float, straggler: bool = False) -> str:
@@ -574,6 +769,7 @@ def bucket_findings(
     step_ms: float,
     split: ExposedSplit | None = None,
     largest_bytes: float | None = None,
+    runq_share: float | None = None,
 ) -> list[Finding]:
     """Fires only when communication is exposed beyond waiting for peers (``split``,
     :func:`exposed_split`; rated on the part known to be transfer): bucket
@@ -606,7 +802,7 @@ def bucket_findings(
     return [
         Finding(
             kind="bucket_size",
-            severity=severity_for(known, step_ms) or "low",
+            severity="low" if host_starved(runq_share) else severity_for(known, step_ms) or "low",
             cost_ms_per_step=cost,
             ranks=[],
             title=f"DDP uses {why} gradient buckets ({count:.0f} per step) while {exposed:.1f} ms/step of communication transfer is exposed",

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpudiag.analysis.breakdown import step_windows
+from gpudiag.analysis import intervals as iv
+from gpudiag.analysis.breakdown import startup_ns, step_windows
 from gpudiag.analysis.classify import name_mask
-from gpudiag.analysis.dataloader import merge_intervals
 from gpudiag.analysis.findings import Finding, ms, severity_for
 from gpudiag.analysis.jsonable import rows_of, whole
 
@@ -57,9 +57,14 @@ class KernelBusy:
     rank: int
     busy_fraction: float  # some kernel or copy runs
     compute_fraction: float  # some compute kernel runs
-    window_ms: float
+    window_ms: float  # the step windows' summed length (the breakdown's steps)
     steps: int
-    idle_ms_per_step: float | None  # None without step markers
+    # no kernel, copy or collective on the device, per step: the breakdown's data_loading
+    # + other (GPU idle, host busy) + idle (GPU idle, host idle), over the same windows
+    idle_ms_per_step: float | None
+    # a trace without ProfilerStep marks: the time before its first GPU event (CUDA
+    # start-up, first copies), left out of the window and of every per-step number
+    startup_ms: float | None = None
 
 
 # NvmlGpu fields written to JSON only when the samples had them (docs/json-schema.md).
@@ -126,24 +131,25 @@ def _kernel_busy(trace: Any) -> KernelBusy | None:
     gpu = ev[ev["is_gpu"].astype(bool) & ev["kind"].isin(GPU_KINDS)]
     if gpu.empty:
         return None
-    s, e = merge_intervals(gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy())
-    # the breakdown's windows: the ProfilerSteps, else the whole trace as one step
+    # the breakdown's windows: the ProfilerSteps, else the trace from its first GPU event
     windows = step_windows(trace)
-    lo, hi = int(windows["start_ns"].min()), int(windows["end_ns"].max())
+    lo = windows["start_ns"].to_numpy(dtype=np.int64)
+    hi = windows["end_ns"].to_numpy(dtype=np.int64)
     n_steps = len(windows)
-    span = max(hi - lo, 1)
-    busy = np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None).sum()
+    span = max(int(np.sum(hi - lo)), 1)
+    busy_set = iv.union(gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy())
+    busy = int(iv.per_window_length(busy_set, lo, hi).sum())
     compute = gpu[gpu["kind"] == "compute"]
-    cs, ce = merge_intervals(compute["start_ns"].to_numpy(), compute["end_ns"].to_numpy())
+    compute_set = iv.union(compute["start_ns"].to_numpy(), compute["end_ns"].to_numpy())
+    startup = startup_ns(trace)
     return KernelBusy(
         rank=int(trace.meta.rank),
         busy_fraction=float(busy / span),
-        compute_fraction=float(
-            np.clip(np.minimum(ce, hi) - np.maximum(cs, lo), 0, None).sum() / span
-        ),
+        compute_fraction=float(iv.per_window_length(compute_set, lo, hi).sum() / span),
         window_ms=span / 1e6,
         steps=n_steps if len(trace.steps) else 0,
         idle_ms_per_step=(span - busy) / 1e6 / n_steps,
+        startup_ms=startup / 1e6 if startup > 0 else None,
     )
 
 
@@ -203,27 +209,42 @@ def gpu_findings(
 
 
 def _idle_finding(info: GpuResult, step_ms: float, ranks: pd.DataFrame | None) -> list[Finding]:
-    """GPU traces: the step's time with no kernel, no communication and no data wait
-    (breakdown ``other`` + ``idle``), so it never double counts exposed communication or
-    data loading. Without traces: NVML utilisation over the run."""
+    """GPU traces: the step's time with no kernel, no communication and no data wait:
+    the per-rank table's ``other`` (GPU idle, host busy) + ``idle`` (GPU idle, host idle),
+    so it never double counts exposed communication or data loading, and its numbers are
+    the table's columns. Start-up before a step-less trace's first GPU event is outside
+    the window (``startup_ms`` in the evidence), not per-step idle. Without traces: NVML
+    utilisation over the run."""
     busy = [b for b in info.kernel_busy if b.idle_ms_per_step is not None]
     if busy and ranks is not None and len(ranks) and {"other", "idle"} <= set(ranks.columns):
+        host_busy = float(ranks["other"].astype(float).mean())
+        host_idle = float(ranks["idle"].astype(float).mean())
         unexplained = ranks["other"].astype(float) + ranks["idle"].astype(float)
         cost = float(unexplained.mean())
         step = float(ranks["step_ms_mean"].astype(float).mean())
-        evidence = {
+        evidence: dict[str, Any] = {
             "kernel_busy_fraction": round(float(np.mean([b.busy_fraction for b in busy])), 3),
+            # = host_busy_ms_per_step + host_idle_ms_per_step (the cost)
             "idle_ms_per_step": ms(cost),
+            "host_busy_ms_per_step": ms(host_busy),  # the table's `other`
+            "host_idle_ms_per_step": ms(host_idle),  # the table's `idle`
+            # no GPU work at all, data loading included (the GPU metrics' idle)
             "gpu_idle_total_ms_per_step": ms(
                 float(np.mean([b.idle_ms_per_step or 0.0 for b in busy]))
             ),
             "step_ms": ms(step),
             "source": "trace GPU streams (idle not explained by communication or data loading)",
         }
+        startup = {b.rank: b.startup_ms for b in busy if b.startup_ms is not None}
+        if startup:
+            evidence["startup_ms"] = {str(r): ms(v) for r, v in sorted(startup.items())}
+        first_startup = max(startup.values(), default=None)
         per_rank = zip(ranks["rank"], unexplained, ranks["step_ms_mean"], strict=False)
         hit = sorted(int(r) for r, u, s in per_rank if severity_for(u, s))
         if not any(b.steps for b in busy):
-            evidence["window"] = "the whole trace as one step (no ProfilerStep marks)"
+            evidence["window"] = (
+                "the trace from its first GPU event as one step (no ProfilerStep marks)"
+            )
     else:
         util = [n.util_gpu_mean for n in info.nvml if n.util_gpu_mean is not None]
         if not util or not (step_ms > 0):
@@ -237,19 +258,35 @@ def _idle_finding(info: GpuResult, step_ms: float, ranks: pd.DataFrame | None) -
             "source": "NVML utilisation over the run",
         }
         hit = []
+        first_startup = None
     severity = severity_for(cost, step)
     if severity is None:
         return []
+    share = f"{100 * cost / step:.0f}%"
+    if "host_busy_ms_per_step" in evidence:
+        split = (
+            f"host busy {evidence['host_busy_ms_per_step']:.1f} ms, "
+            f"host idle {evidence['host_idle_ms_per_step']:.1f} ms"
+        )
+        if "window" in evidence:
+            title = f"GPU idle {cost:.1f} ms of the {step:.1f} ms traced ({share}: {split}"
+            title += "; no ProfilerStep marks"
+            if first_startup is not None:
+                title += (
+                    f"; {first_startup:.1f} ms of start-up before the first GPU event not counted"
+                )
+            title += ")"
+        else:
+            title = f"GPU idle {cost:.1f} ms per step ({share} of the step: {split})"
+    else:
+        title = f"GPU idle {cost:.1f} ms per step ({share} of the step)"
     return [
         Finding(
             kind="gpu_idle",
             severity=severity,
             cost_ms_per_step=cost,
             ranks=hit,
-            title=f"GPU idle {cost:.1f} ms per step ({100 * cost / step:.0f}% of the step)"
-            if "window" not in evidence
-            else f"GPU idle {cost:.1f} ms of the {step:.1f} ms traced ({100 * cost / step:.0f}%; "
-            "no ProfilerStep marks)",
+            title=title,
             evidence=evidence,
             fix=GPU_IDLE_FIX,
         )

@@ -314,7 +314,12 @@ def with_comm(rows: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
 # --------------------------------------------------------------------------- finding files
 
 
-def rank_from_name(path: Path) -> int | None:
+# A bare trailing number (``name_7``) is a rank only below this (and below the trace's
+# world size when it has one): ``trace__1016001.json.gz`` ends with a job or process id.
+MAX_BARE_RANK = 65536
+
+
+def rank_from_name(path: Path, world_size: int | None = None) -> int | None:
     stem = trace_name_stem(path.name)
     patterns: tuple[re.Pattern[str], ...] = _RANK_IN_NAME_RES
     handler = _TB_HANDLER_RE.match(stem)
@@ -323,8 +328,15 @@ def rank_from_name(path: Path) -> int | None:
     for pattern in patterns:
         m = pattern.search(stem)
         if m:
-            return int(m.group(1))
+            rank = int(m.group(1))
+            if pattern is _RANK_IN_NAME_RES[2] and not _plausible_rank(rank, world_size):
+                return None
+            return rank
     return None
+
+
+def _plausible_rank(rank: int, world_size: int | None) -> bool:
+    return rank < (world_size if world_size else MAX_BARE_RANK)
 
 
 # --------------------------------------------------------------------------- reading one file
@@ -1615,7 +1627,7 @@ def _assign_ranks(traces: list[RankTrace], warnings: list[str]) -> list[RankTrac
     pending: list[RankTrace] = []
     for t in sorted(traces, key=lambda t: str(t.meta.path)):
         if t.meta.rank < 0:
-            from_name = rank_from_name(t.meta.path)
+            from_name = rank_from_name(t.meta.path, t.meta.world_size)
             if from_name is None:
                 pending.append(t)
                 continue

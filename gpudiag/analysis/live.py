@@ -96,9 +96,14 @@ class LiveSnapshot:
     stuck: list[StuckCollective]
     nodes: list[NodeLive]
     lagging_window: list[int] | None = None  # [first, last] step the lagging ranks cover
+    # one line per file of the run that is there but could not be read at this refresh
+    # (permission denied, a directory or a FIFO in its place, not JSON), each naming it
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["warnings"] = [str(w) for w in self.warnings]
+        return out
 
 
 class LiveWindow:
@@ -513,6 +518,7 @@ def snapshot(
         stuck=stuck,
         nodes=node_views(win),
         lagging_window=span,
+        warnings=list(dict.fromkeys(batch.warnings)),
     )
 
 

@@ -96,7 +96,7 @@ def _aborted_call(run: Any, rank: int) -> Call | None:
 def _entered_call(run: Any, rank: int) -> Call | None:
     """The call the rank had entered last (its last_call.json): for a rank that died in
     it (gloo aborted it), what it was passing."""
-    doc = rundir.read_last_call(run.path, rank)
+    doc = rundir.read_last_call(run.path, rank, run.warnings)
     if doc is None or not isinstance(doc.get("seq"), int) or doc.get("pg_name") is None:
         return None
     size = doc.get("bytes")

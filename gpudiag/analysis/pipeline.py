@@ -17,7 +17,16 @@ import numpy as np
 import pandas as pd
 
 from gpudiag.analysis import classify as cls
-from gpudiag.analysis import dataloader, dataparallel, failures, gpu, host, whatif
+from gpudiag.analysis import (
+    dataloader,
+    dataparallel,
+    failures,
+    gpu,
+    host,
+    slow_rank,
+    steady,
+    whatif,
+)
 from gpudiag.analysis import findings as fnd
 from gpudiag.analysis.dataloader import DataLoaderResult
 from gpudiag.analysis.findings import Finding, attach_locations, sort_findings
@@ -30,6 +39,7 @@ from gpudiag.analysis.result import (
     AnalysisResult,
     RunInfo,
 )
+from gpudiag.analysis.slow_rank import SlowRankCause
 from gpudiag.analysis.spill import SpilledTable, SpillFile
 
 if TYPE_CHECKING:
@@ -161,7 +171,13 @@ def rank_table(breakdown: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()[list(RANK_COLUMNS)]
 
 
-def _run_info(path: Path, run: Any, traces: list[Any], breakdown: pd.DataFrame) -> RunInfo:
+def _run_info(
+    path: Path,
+    run: Any,
+    traces: list[Any],
+    breakdown: pd.DataFrame,
+    steady_ms: float | None = None,
+) -> RunInfo:
     manifest = getattr(run, "manifest", None) or {}
     metas = [t.meta for t in traces]
     devices: list[str] = []
@@ -199,6 +215,7 @@ def _run_info(path: Path, run: Any, traces: list[Any], breakdown: pd.DataFrame) 
         nodes=len(_hosts(manifest)) or None,
         cores_per_node=_cores_per_node(manifest),
         threads_per_rank=_threads_per_rank(manifest),
+        steady_step_ms=steady_ms,
     )
 
 
@@ -420,6 +437,121 @@ def _has_gpu_events(trace: Any) -> bool:
     return bool(trace.cached("has_gpu_events", lambda: bool(trace.events["is_gpu"].any())))
 
 
+@dataclass(frozen=True)
+class _StepBase:
+    """The step times findings are rated against: the steady step (every recorded step
+    after warm-up; else the profiled mean), the profiled window's mean step, and the
+    per-rank steady figures (steady.py)."""
+
+    step_ms: float
+    window_ms: float | None
+    rank_times: dict[int, steady.RankTime]
+    run_steps: pd.DataFrame | None
+
+
+@dataclass(frozen=True)
+class _CommInputs:
+    """What the straggler and communication findings read."""
+
+    ranks: pd.DataFrame
+    slow: pd.DataFrame | None
+    stall: pd.DataFrame | None
+    coll: SpilledTable
+    buckets: SpilledTable | None
+    comms: Any
+    traces: list[Any]
+    spill: SpillFile
+
+
+def _communication_findings(
+    base: _StepBase, inputs: _CommInputs, run: Any, warnings: list[str]
+) -> list[Finding]:
+    """straggler, then exposed_communication and bucket_size net of the wait for it."""
+    contention = _guard(warnings, "host CPU", host.host_contention, run) if run else None
+    ended_early = run is not None and (run.manifest or {}).get("status") in ("failed", "hang")
+    steady_count = steady.steady_step_count(base.run_steps) or None
+    straggler = fnd.straggler_findings(
+        inputs.slow,
+        base.step_ms,
+        contention,
+        run.rank_nodes if run is not None else {},
+        ended_early,
+        causes=_slow_rank_causes(inputs.slow, base.rank_times, inputs.traces, steady_count),
+        run_steps=steady_count,
+    )
+    runq_share = steady.runq_share(base.rank_times)
+    ranks = inputs.ranks
+    waited = sum(fnd.waiting_share(ranks, f.ranks, f.cost_ms_per_step) for f in straggler)
+    largest = _largest_bytes(inputs.coll)
+    comms = inputs.comms
+    peer_wait = (
+        _peer_wait(inputs.traces, inputs.coll, run, comms, warnings, inputs.spill)
+        if comms is not None
+        else None
+    )
+    found = straggler + fnd.exposed_comm_findings(
+        ranks,
+        base.step_ms,
+        inputs.stall,
+        straggler_ms=waited,
+        largest_bytes=largest,
+        peer_wait=peer_wait,
+        runq_share=runq_share,
+        window_step_ms=base.window_ms,
+    )
+    if _uses_ddp(inputs.traces, run):
+        scale = fnd.window_scale(base.step_ms, base.window_ms)
+        split = fnd.exposed_split(ranks, peer_wait, waited / scale).scaled(scale)
+        found += fnd.bucket_findings(
+            _lowest_rank_rows(inputs.buckets),
+            ranks,
+            base.step_ms,
+            split=split,
+            largest_bytes=largest,
+            runq_share=runq_share,
+        )
+    return found
+
+
+# Up to this many collective calls, the wall time per step is computed in memory (one
+# frame of the calls); a many-rank run's table stays on disk and goes without it.
+WALL_MAX_CALLS = 2_000_000
+
+
+def _collective_wall(coll: SpilledTable, comms: Any, warnings: list[str]) -> pd.DataFrame:
+    """comms.collective_wall_per_step of the run's calls (empty above WALL_MAX_CALLS)."""
+    if comms is None or not len(coll) or len(coll) > WALL_MAX_CALLS:
+        return pd.DataFrame()
+    reads = ("rank", "op", "pg_name", "step", "start_ns", "end_ns", "dur_ms", "bytes", "source")
+    columns = [c for c in reads if c in coll.columns]
+    result = _guard(
+        warnings,
+        "collective wall time",
+        lambda: comms.collective_wall_per_step(coll.frame(columns)),
+    )
+    return result if result is not None else pd.DataFrame()
+
+
+def _slow_rank_causes(
+    slow: pd.DataFrame | None,
+    times: dict[int, steady.RankTime],
+    traces: list[Any],
+    run_steps: int | None,
+) -> dict[int, SlowRankCause]:
+    """Where each flagged straggler's extra time per step goes (slow_rank.explain)."""
+    if slow is None or not len(slow) or "is_straggler" not in slow or not times:
+        return {}
+    column = "median_cost_ms" if "median_cost_ms" in slow else "cost_ms_per_step"
+    flagged = slow[slow["is_straggler"].astype(bool)]
+    spread = fnd.spread_over_run(slow, run_steps)
+    causes = {}
+    for rank, lead in zip(flagged["rank"], flagged[column], strict=False):
+        cause = slow_rank.explain(int(rank), float(lead) * spread, times, traces)
+        if cause is not None:
+            causes[int(rank)] = cause
+    return causes
+
+
 def _mean_step_ms(ranks: pd.DataFrame, run: Any) -> float:
     if len(ranks):
         return float(ranks["step_ms_mean"].astype(float).mean())
@@ -576,7 +708,13 @@ def analyze(
         ranks["comm_comp_overlap_pct"] = _guard(
             warnings, "comm/comp overlap", bd.overlap_by_rank, traces, ranks["rank"]
         )
-    step_ms = _mean_step_ms(ranks, run)
+    run_steps = run.steps if run is not None else None
+    steady_ms = steady.steady_step_ms(run_steps)
+    rank_times = steady.rank_times(run_steps)
+    # severities and shares: the steady step of every recorded step (the profiled window
+    # is slowed by the profiler); foreign traces have only their window
+    window_ms = _mean_step_ms(ranks, run) if traces else None  # the profiled steps
+    step_ms = steady_ms if steady_ms is not None else _mean_step_ms(ranks, run)
 
     if comms is None or strag is None:
         warnings.append("communication and straggler analysis unavailable in this build")
@@ -654,42 +792,40 @@ def analyze(
         warnings, "GPU health", gpu.analyze_gpu, traces, gpu_samples, default=GpuResult()
     )
 
-    step_by_rank = dict(
+    step_by_rank = {r: t.step_ms for r, t in rank_times.items()} or dict(
         zip(ranks["rank"].astype(int), ranks["step_ms_mean"].astype(float), strict=False)
     )
     found: list[Finding] = []
+    seen_warnings = len(run.warnings) if run is not None else 0
     found += failures.failure_findings(run)
-    contention = _guard(warnings, "host CPU", host.host_contention, run) if run else None
-    ended_early = run is not None and (run.manifest or {}).get("status") in ("failed", "hang")
-    straggler = fnd.straggler_findings(slow, step_ms, contention, rank_nodes, ended_early)
-    waited = sum(fnd.waiting_share(ranks, f.ranks, f.cost_ms_per_step) for f in straggler)
-    found += straggler
-    largest = _largest_bytes(coll)
-    peer_wait = (
-        _peer_wait(traces, coll, run, comms, warnings, folded.spill) if comms is not None else None
+    if run is not None:  # files the failure analysis could not read (last_call.json)
+        warnings += [w for w in run.warnings[seen_warnings:] if w not in warnings]
+    found += _communication_findings(
+        _StepBase(step_ms, window_ms, rank_times, run_steps),
+        _CommInputs(ranks, slow, stall, coll, buckets, comms, traces, folded.spill),
+        run,
+        warnings,
     )
-    found += fnd.exposed_comm_findings(
-        ranks, step_ms, stall, straggler_ms=waited, largest_bytes=largest, peer_wait=peer_wait
-    )
-    if _uses_ddp(traces, run):
-        split = fnd.exposed_split(ranks, peer_wait, waited)
-        found += fnd.bucket_findings(
-            _lowest_rank_rows(buckets), ranks, step_ms, split=split, largest_bytes=largest
-        )
     found += dataloader.dataloader_findings(dl, step_by_rank)
+    found += dataloader.startup_findings(dl, step_by_rank)
     found += dataloader.host_sync_findings(dl, step_by_rank)
     found += dataparallel.dataparallel_findings(dp, step_ms)
     found += gpu.gpu_findings(
         gpu_info, step_ms, dp_active=dp is not None and not dp.on_cpu, ranks=ranks
     )
     found += gpu.no_amp_findings(traces, step_ms)
+    fnd.link_straggler_causes(found)
+    info = _run_info(path, run, traces, breakdown, steady_ms)
+    if info.world_size and info.kind == "gpudiag_run":
+        missing = sorted(set(range(info.world_size)) - set(info.ranks_present))
+        fnd.note_untraced_ranks(found, missing, info.world_size)
     lint = getattr(run, "lint", None)
     attach_locations(found, lint)
 
     sorted_findings = sort_findings(found)
     return AnalysisResult(
         source=path,
-        run=_run_info(path, run, traces, breakdown),
+        run=info,
         ranks=ranks,
         breakdown=breakdown,
         collectives=coll,
@@ -709,11 +845,13 @@ def analyze(
         traces=traces,
         allreduce_stall=stall if stall is not None else pd.DataFrame(),
         run_steps=run.steps if run is not None else pd.DataFrame(),
+        collective_wall=_collective_wall(coll, comms, warnings),
         whatif=whatif.project(
             sorted_findings,
             ranks,
             breakdown,
             coll if _uses_ddp(traces, run) else None,
             folded.spill,
+            steady_ms=steady_ms,
         ),
     )

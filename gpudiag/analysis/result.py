@@ -83,13 +83,16 @@ class RunInfo:
     nodes: int | None = None
     cores_per_node: int | None = None  # the smallest host's os.cpu_count()
     threads_per_rank: int | None = None  # OMP_NUM_THREADS when the run set it
+    # Median step over every step the run recorded after warm-up (steady.py); the base of
+    # every share and severity. None for foreign traces (no steps table).
+    steady_step_ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         order = (
             "kind", "path", "world_size", "backend", "devices", "ranks_present",
-            "traced_ranks", "steps_analysed", "has_gpu_trace", "status", "exit_code",
-            "script", "total_steps", "rank_statuses", "synthetic",
+            "traced_ranks", "steps_analysed", "steady_step_ms", "has_gpu_trace", "status",
+            "exit_code", "script", "total_steps", "rank_statuses", "synthetic",
         )  # fmt: skip
         return {
             k: out[k]
@@ -126,6 +129,9 @@ class AnalysisResult:
     # Every step of the run tables (rundir.STEP_COLUMNS); empty for foreign traces.
     run_steps: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     whatif: list[Projection] = field(default_factory=list)
+    # Per (op, group, caller: DDP buckets apart from the user's calls): wall time per step
+    # (comms.collective_wall_per_step); empty when not computed (many-rank runs).
+    collective_wall: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {key: whole(build()) for key, build in self.json_sections()}
@@ -142,6 +148,7 @@ class AnalysisResult:
             ("run", lambda: plain(self.run.to_json())),
             ("ranks", lambda: record_rows(self.ranks)),
             ("collectives", lambda: records(self.collective_summary)),
+            ("collective_wall", lambda: records(self.collective_wall)),
             ("stragglers", lambda: record_rows(self.stragglers)),
             ("dataparallel", lambda: plain(dp.to_json() if dp else None)),
             ("dataloader", lambda: plain(self.dataloader.json_rows())),

@@ -365,104 +365,23 @@ def project_scale(
         return None
     n0 = max(run.world_size, 1)
     fits = fit_collectives(collectives, n0)
-    crosses = nodes > 1 and run.nodes <= 1
     cap = inter_node_gbps if (nodes > 1 and inter_node_gbps) else None
     model0 = comm_ms_per_step(collectives, fits, n0, n0, algorithm="ring")
     model_n = comm_ms_per_step(
         collectives, fits, n0, world_size, algorithm=algorithm, busbw_cap_gbs=cap
     )
-    exposed = _mean(ranks, "comm_exposed")
-    idle = _mean(ranks, "idle")
-    busy = step_ms - exposed - idle  # compute, overlapped comm, data loading, host work
-    # CPU run: the measured communication, waiting for peers included (on a shared host
-    # mostly each hop's wake-up, a latency), scales as the model's time per step does.
-    # GPU run: the waiting (skew between ranks) is kept and the transfer scales.
-    measured_comm = _mean(ranks, "comm_overlapped") + exposed
-    waiting = 0.0 if run.cpu_run else max(measured_comm - model0, 0.0)
+    measured = _measured_step(ranks, step_ms)
+    waiting = _waiting_for_peers(measured, model0, run.cpu_run)
     comm_ratio = (model_n + waiting) / (model0 + waiting) if model0 > 0 else 1.0
-    per_node0 = n0 / max(run.nodes, 1)
     per_node = world_size / nodes
-    cores = run.cores_per_node
-    over = 1.0
-    measured_demand = run.cores_used_per_rank is not None
-    per_rank = (
-        run.cores_used_per_rank
-        if run.cores_used_per_rank is not None
-        else float(run.threads_per_rank)
-    )
-    others = run.others_cores or 0.0
-    if run.cpu_run:
-        over = oversubscription(per_node, per_rank, cores, others) / oversubscription(
-            per_node0, per_rank, cores, others
-        )
-    busy_n = busy * over
-    exposed_n = exposed * comm_ratio
-    projected = idle + busy_n + exposed_n
+    over = _core_slowdown(run, per_node)
+    busy_n = measured.busy * over
+    exposed_n = measured.exposed * comm_ratio
+    projected = measured.idle + busy_n + exposed_n
     low, high = step_range(breakdown, step_ms)
     scale = projected / step_ms
-
-    if nodes <= 1:
-        link = "none (one node)"
-    elif inter_node_gbps:
-        link = f"{inter_node_gbps:g} GB/s bus bandwidth per rank (given)"
-    else:
-        link = "the link this run measured (no --inter-node-gbps given)"
-    assumptions = [
-        "weak scaling: the per-rank batch stays the same, so each rank's compute is kept "
-        "(the global batch grows with the world size)",
-        f"collectives: {algorithm} alpha-beta model fitted to this run's "
-        + (
-            ", ".join(
-                f"{f.op} ({f.calls} calls, {f.sizes} sizes: alpha {f.alpha_us:.1f} us/hop, "
-                + (
-                    f"busbw {f.busbw_gbs:.3g} GB/s)"
-                    if math.isfinite(f.busbw_gbs)
-                    else "no bandwidth term: larger calls were not slower)"
-                )
-                for f in fits
-            )
-            or "collectives (none with a duration: communication kept as measured)"
-        ),
-        "the same gradient bytes per step at every world size; "
-        + (
-            "the measured communication (waiting for peers included) scales as the "
-            "model's time per step"
-            if run.cpu_run
-            else f"the waiting for peers ({waiting:.2f} ms/step) is kept and the transfer "
-            "scales as the model"
-        )
-        + "; the exposed share of communication stays as measured",
-    ]
-    unmatched = [f.op for f in fits if not f.matched]
-    if unmatched:
-        assumptions.append(
-            f"{', '.join(unmatched)}: calls not seen on every rank (traces missing), so "
-            "their durations, waiting for peers included, were fitted as transfer"
-        )
-    if fits and any(f.sizes < 2 for f in fits):
-        assumptions.append(
-            "one message size only: latency and bandwidth cannot be told apart "
-            "(all of it taken as bandwidth, or latency below 64 KiB)"
-        )
-    if nodes > 1:
-        assumptions.append(
-            f"across {nodes} nodes the slowest link sets the bus bandwidth: {link}"
-            + ("; latency per hop as measured" if crosses else "")
-        )
-    if run.cpu_run:
-        cpr = (cores / per_node) if cores else None
-        demand = (
-            f"each rank used {per_rank:.2f} cores and other processes {others:.2f} "
-            "(host samples, medians during the steps; the other load assumed unchanged)"
-            if measured_demand
-            else f"each rank wants {run.threads_per_rank} core(s) (no host samples)"
-        )
-        assumptions.append(
-            f"CPU run: {per_node:g} ranks per node on {cores or 'unknown'} cores"
-            + (f" ({cpr:.2f} cores per rank)" if cpr else "")
-            + f"; {demand}; compute and host work slowed {over:.2f}x: busy time scales "
-            "with the cores asked for over the cores there are, once that exceeds 1"
-        )
+    link = _link_text(nodes, inter_node_gbps)
+    cores = run.cores_per_node
     return ScaleProjection(
         from_world_size=n0,
         world_size=world_size,
@@ -474,11 +393,11 @@ def project_scale(
         projected_step_ms=projected,
         projected_low_ms=low * scale,
         projected_high_ms=high * scale,
-        compute_ms=busy,
+        compute_ms=measured.busy,
         projected_compute_ms=busy_n,
-        comm_exposed_ms=exposed,
+        comm_exposed_ms=measured.exposed,
         projected_comm_exposed_ms=exposed_n,
-        idle_ms=idle,
+        idle_ms=measured.idle,
         model_comm_ms=model0,
         projected_model_comm_ms=model_n,
         cores_per_node=cores,
@@ -486,7 +405,179 @@ def project_scale(
         cores_per_rank=(cores / per_node) if cores else None,
         oversubscription=over,
         fits=tuple(fits),
-        assumptions=tuple(assumptions),
+        assumptions=_assumptions(
+            run,
+            fits,
+            algorithm=algorithm,
+            waiting=waiting,
+            nodes=nodes,
+            link=link,
+            ranks_per_node=per_node,
+            over=over,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class _MeasuredStep:
+    """The measured step's parts (means over ranks, ms): ``busy`` is compute, overlapped
+    communication, data loading and host work; ``comm`` all communication, overlapped
+    and exposed."""
+
+    exposed: float
+    idle: float
+    busy: float
+    comm: float
+
+
+def _measured_step(ranks: pd.DataFrame, step_ms: float) -> _MeasuredStep:
+    exposed = _mean(ranks, "comm_exposed")
+    idle = _mean(ranks, "idle")
+    return _MeasuredStep(
+        exposed=exposed,
+        idle=idle,
+        busy=step_ms - exposed - idle,
+        comm=_mean(ranks, "comm_overlapped") + exposed,
+    )
+
+
+def _waiting_for_peers(measured: _MeasuredStep, model0_ms: float, cpu_run: bool) -> float:
+    """The part of the measured communication that is not the model's transfer, kept
+    as it is at any size. CPU run: none (on a shared host the waiting is mostly each
+    hop's wake-up, a latency, and scales as the model's time does). GPU run: the skew
+    between ranks."""
+    return 0.0 if cpu_run else max(measured.comm - model0_ms, 0.0)
+
+
+def _cores_per_rank(run: ScaleInputs) -> float:
+    """The cores a rank asks for: as the host samples measured, else its threads."""
+    if run.cores_used_per_rank is not None:
+        return run.cores_used_per_rank
+    return float(run.threads_per_rank)
+
+
+def _core_slowdown(run: ScaleInputs, ranks_per_node: float) -> float:
+    """How much slower the busy part of the step gets at ``ranks_per_node``: the node's
+    oversubscription there over the measured run's (CPU runs; 1 on GPU runs)."""
+    if not run.cpu_run:
+        return 1.0
+    measured_per_node = max(run.world_size, 1) / max(run.nodes, 1)
+    per_rank = _cores_per_rank(run)
+    others = run.others_cores or 0.0
+    cores = run.cores_per_node
+    return oversubscription(ranks_per_node, per_rank, cores, others) / oversubscription(
+        measured_per_node, per_rank, cores, others
+    )
+
+
+def _link_text(nodes: int, inter_node_gbps: float | None) -> str:
+    if nodes <= 1:
+        return "none (one node)"
+    if inter_node_gbps:
+        return f"{inter_node_gbps:g} GB/s bus bandwidth per rank (given)"
+    return "the link this run measured (no --inter-node-gbps given)"
+
+
+WEAK_SCALING = (
+    "weak scaling: the per-rank batch stays the same, so each rank's compute is kept "
+    "(the global batch grows with the world size)"
+)
+
+
+def _assumptions(
+    run: ScaleInputs,
+    fits: list[CollectiveFit],
+    *,
+    algorithm: str,
+    waiting: float,
+    nodes: int,
+    link: str,
+    ranks_per_node: float,
+    over: float,
+) -> tuple[str, ...]:
+    """What the projection assumed, in the order the report lists it."""
+    found = [
+        WEAK_SCALING,
+        _model_assumption(algorithm, fits),
+        _comm_scaling_assumption(run.cpu_run, waiting),
+        *_fit_caveats(fits),
+    ]
+    if nodes > 1:
+        crosses = run.nodes <= 1
+        found.append(
+            f"across {nodes} nodes the slowest link sets the bus bandwidth: {link}"
+            + ("; latency per hop as measured" if crosses else "")
+        )
+    if run.cpu_run:
+        found.append(_cpu_assumption(run, ranks_per_node, over))
+    return tuple(found)
+
+
+def _fit_text(fit: CollectiveFit) -> str:
+    bandwidth = (
+        f"busbw {fit.busbw_gbs:.3g} GB/s)"
+        if math.isfinite(fit.busbw_gbs)
+        else "no bandwidth term: larger calls were not slower)"
+    )
+    latency = f"alpha {fit.alpha_us:.1f} us/hop"
+    return f"{fit.op} ({fit.calls} calls, {fit.sizes} sizes: {latency}, {bandwidth}"
+
+
+def _model_assumption(algorithm: str, fits: list[CollectiveFit]) -> str:
+    fitted = ", ".join(_fit_text(f) for f in fits)
+    return f"collectives: {algorithm} alpha-beta model fitted to this run's " + (
+        fitted or "collectives (none with a duration: communication kept as measured)"
+    )
+
+
+def _comm_scaling_assumption(cpu_run: bool, waiting: float) -> str:
+    how = (
+        "the measured communication (waiting for peers included) scales as the "
+        "model's time per step"
+        if cpu_run
+        else f"the waiting for peers ({waiting:.2f} ms/step) is kept and the transfer "
+        "scales as the model"
+    )
+    return (
+        "the same gradient bytes per step at every world size; "
+        + how
+        + "; the exposed share of communication stays as measured"
+    )
+
+
+def _fit_caveats(fits: list[CollectiveFit]) -> list[str]:
+    """What weakens the fits: calls missing on some ranks, a single message size."""
+    caveats = []
+    unmatched = [f.op for f in fits if not f.matched]
+    if unmatched:
+        caveats.append(
+            f"{', '.join(unmatched)}: calls not seen on every rank (traces missing), so "
+            "their durations, waiting for peers included, were fitted as transfer"
+        )
+    if fits and any(f.sizes < 2 for f in fits):
+        caveats.append(
+            "one message size only: latency and bandwidth cannot be told apart "
+            "(all of it taken as bandwidth, or latency below 64 KiB)"
+        )
+    return caveats
+
+
+def _cpu_assumption(run: ScaleInputs, ranks_per_node: float, over: float) -> str:
+    """How the ranks share a node's cores at the projected size (CPU runs)."""
+    cores = run.cores_per_node
+    cpr = (cores / ranks_per_node) if cores else None
+    demand = (
+        f"each rank used {_cores_per_rank(run):.2f} cores and other processes "
+        f"{run.others_cores or 0.0:.2f} "
+        "(host samples, medians during the steps; the other load assumed unchanged)"
+        if run.cores_used_per_rank is not None
+        else f"each rank wants {run.threads_per_rank} core(s) (no host samples)"
+    )
+    return (
+        f"CPU run: {ranks_per_node:g} ranks per node on {cores or 'unknown'} cores"
+        + (f" ({cpr:.2f} cores per rank)" if cpr else "")
+        + f"; {demand}; compute and host work slowed {over:.2f}x: busy time scales "
+        "with the cores asked for over the cores there are, once that exceeds 1"
     )
 
 

@@ -11,16 +11,25 @@ is what the others wait for it per step. Where completion times were not recorde
 (gloo without `--time-buckets`), the recorder's ``arrival_ms_mean`` (how far into its
 step a rank issues its collectives; steps end together) is used instead: the rank that
 issues them last is the one the others wait for.
+
+A rank that left no readable summary.json (SIGKILLed, OOM-killed, or still running) but
+a steps table is read from that table instead (:func:`summaries_from_steps`): its step
+statistics and data-loading time, with its status.json when there is one. Its collective
+totals are unknown, so it is left out of the straggler comparison (one warning names
+those ranks). Only a run with neither is refused.
 """
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from gpudiag import rundir
 from gpudiag.analysis.dataloader import DataLoaderResult, RunDataWait, dataloader_findings
 from gpudiag.analysis.failures import rank_failed_findings
 from gpudiag.analysis.findings import sort_findings, straggler_findings
@@ -130,14 +139,98 @@ def summary_stragglers(frame: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def analyze_summaries(path: str | Path) -> AnalysisResult:
-    from gpudiag import rundir
+def step_stats_from_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A summary.json's ``steps`` from a rank's steps table rows: what the rank's step
+    tracker would have written at its end (capture/steps.py ``step_stats``)."""
+    ms = sorted((row["end_ns"] - row["start_ns"]) / 1e6 for row in rows)
+    count = len(ms)
+    data_ns = sum(row.get("data_ns") or 0 for row in rows)
+    optimizer_ns = sum(row.get("optimizer_ns") or 0 for row in rows)
+    if not count:
+        return {"count": 0, "data_ns_total": 0, "optimizer_ns_total": 0}
+    return {
+        "count": count,
+        "mean_ms": statistics.fmean(ms),
+        "median_ms": statistics.median(ms),
+        "p90_ms": ms[min(count - 1, int(round(0.9 * (count - 1))))],
+        "min_ms": ms[0],
+        "max_ms": ms[-1],
+        "total_ms": sum(ms),
+        "data_ns_total": data_ns,
+        "optimizer_ns_total": optimizer_ns,
+        "data_ms_mean": data_ns / count / 1e6,
+        "optimizer_ms_mean": optimizer_ns / count / 1e6,
+    }
 
+
+def _rank_dirs(path: Path) -> dict[int, Path]:
+    """Each rank's directory: in the run, or in the node directories of a multi-node
+    job (rundir.node_parts), as rundir.load_summaries reads them."""
+    parts = rundir.node_parts(path) or [path]
+    return {r: rundir.rank_dir(part, r) for part in parts for r in rundir.list_ranks(part)}
+
+
+def _timed_steps(rank_dir: Path, warnings: list[str]) -> list[dict[str, Any]]:
+    table = rundir.table_path(rank_dir, rundir.STEPS)
+    if not rundir.is_regular_file(table):
+        return []
+    rows = rundir.iter_jsonl(table, warnings, schema=rundir.STEPS)
+    return [
+        r for r in rows if isinstance(r.get("start_ns"), int) and isinstance(r.get("end_ns"), int)
+    ]
+
+
+def _status_of(rank_dir: Path, warnings: list[str]) -> dict[str, Any]:
+    status = rank_dir / rundir.STATUS
+    if not rundir.is_regular_file(status):
+        return {}
+    return rundir.read_object(status, rundir.STATUS, warnings) or {}
+
+
+def summaries_from_steps(
+    path: Path, have: Collection[int], warnings: list[str]
+) -> dict[int, dict[str, Any]]:
+    """A stand-in summary for each rank not in ``have`` whose steps table has timed
+    steps: its status.json's fields (``status`` "unknown" without one), the step
+    statistics from the table, no collectives."""
+    found: dict[int, dict[str, Any]] = {}
+    for rank, rank_dir in _rank_dirs(path).items():
+        if rank in have:
+            continue
+        rows = _timed_steps(rank_dir, warnings)
+        if not rows:
+            continue
+        status = _status_of(rank_dir, warnings)
+        found[rank] = {
+            **status,
+            "rank": rank,
+            "status": status.get("status") or "unknown",
+            "steps": step_stats_from_rows(rows),
+            "collectives": {},
+        }
+    if found:
+        warnings.append(
+            f"{path}: {len(found)} rank(s) without a readable summary.json "
+            f"({_rank_list(sorted(found))}): read from their steps tables; their "
+            "collectives are unknown, so they are left out of the straggler comparison"
+        )
+    return found
+
+
+def _rank_list(ranks: list[int], shown: int = 10) -> str:
+    text = ", ".join(str(r) for r in ranks[:shown])
+    return f"ranks {text}" + (f" and {len(ranks) - shown} more" if len(ranks) > shown else "")
+
+
+def analyze_summaries(path: str | Path) -> AnalysisResult:
     path = Path(path)
     warnings: list[str] = []
     manifest, summaries = rundir.load_summaries(path, warnings)
+    summaries.update(summaries_from_steps(path, set(summaries), warnings))
     if not summaries:
-        raise AnalysisInputError(f"{path}: no rank*/summary.json to analyse", warnings)
+        raise AnalysisInputError(
+            f"{path}: no rank*/summary.json or rank*/steps table to analyse", warnings
+        )
     frame = summary_frame(summaries)
     ranks = frame[["rank", "steps", "step_ms_mean", "step_ms_median", "step_ms_p90"]].copy()
     for key in BREAKDOWN_KEYS:

@@ -6,7 +6,8 @@ projection and the finding always show the same number. When a kind has several 
 (one per rank), the largest cost is taken: the job waits for its slowest rank, and the
 others' costs overlap with it.
 
-Projected step = measured mean step − saving. The range shifts the measured per-step
+Projected step = the run's steady step (else the measured mean step) − saving. The
+range shifts the measured per-step
 times (10th to 90th percentile of the analysed steps) by the same saving. Projections are
 checked against re-recorded jobs in tests/test_whatif.py and docs/whatif.md.
 """
@@ -151,6 +152,26 @@ def _costliest(findings: list[Finding], kind: str) -> Finding | None:
     return max(of_kind, key=lambda f: f.cost_ms_per_step, default=None)
 
 
+def _caused_elsewhere(finding: Finding, findings: list[Finding]) -> bool:
+    """A finding another one causes (findings.link_straggler_causes: a straggler slowed
+    by its own data wait): its time is projected once, by the cause's scenario."""
+    cause = finding.evidence.get("caused_by") if isinstance(finding.evidence, dict) else None
+    return bool(cause) and any(f.kind == cause for f in findings)
+
+
+def _also_gives_back(finding: Finding, findings: list[Finding]) -> tuple[str, ...]:
+    """The assumption a cause's projection adds: the findings it also removes."""
+    caused = [
+        f.kind
+        for f in findings
+        if isinstance(f.evidence, dict) and f.evidence.get("caused_by") == finding.kind
+    ]
+    return tuple(
+        f"this also removes the {kind} finding it causes (the same time, counted once)"
+        for kind in caused
+    )
+
+
 # The collective table's columns last_bucket_ms reads (pipeline.analyze reads only these
 # back from disk)
 COLLECTIVE_READS = (
@@ -236,18 +257,26 @@ def project(
     breakdown: pd.DataFrame,
     collectives: Table | None = None,
     spill: SpillFile | None = None,
+    steady_ms: float | None = None,
 ) -> list[Projection]:
     """One projection per scenario whose finding is present with a positive cost, from the
     run's findings, per-rank table and per-step breakdown (AnalysisResult's fields).
-    ``collectives`` (a DDP run's collective table) gives the realistic bucketing gain."""
-    step_ms = mean_step_ms(ranks)
+    ``collectives`` (a DDP run's collective table) gives the realistic bucketing gain.
+    ``steady_ms`` (the run's steady step, steady.py) is the step projected from when the
+    run has one, with the profiled window's spread around it."""
+    step_ms = steady_ms if steady_ms is not None and steady_ms > 0 else mean_step_ms(ranks)
     if not (step_ms > 0):
         return []
-    low, high = step_range(breakdown, step_ms)
+    low, high = step_range(breakdown, mean_step_ms(ranks))
+    if steady_ms is not None and steady_ms > 0:  # the window's spread, around the steady step
+        shift = steady_ms - mean_step_ms(ranks)
+        low, high = (low + shift, high + shift) if math.isfinite(shift) else (step_ms, step_ms)
     projections = []
     for scenario in SCENARIOS:
         finding = _costliest(findings, scenario.finding_kind)
         if finding is None or not (finding.cost_ms_per_step > 0):
+            continue
+        if _caused_elsewhere(finding, findings):
             continue
         saving = min(_saving(scenario, finding.cost_ms_per_step, collectives, spill), step_ms)
         if not (saving > 0):
@@ -264,7 +293,7 @@ def project(
                 projected_high_ms=max(high - saving, 0.0),
                 saving_ms=saving,
                 saving_pct=100.0 * saving / step_ms,
-                assumptions=scenario.assumptions,
+                assumptions=scenario.assumptions + _also_gives_back(finding, findings),
             )
         )
     return projections

@@ -46,6 +46,9 @@ PIDS_RESCAN_S = 5.0  # the sampler's view of the job's processes (Job.known_pids
 # later.
 HANG_FLUSH_WAIT_S = 25.0
 HANG_KILL_GRACE_S = 5.0
+# Ranks the job's process did not outlive (a rank re-executed by a traced rank that
+# failed: it notices at that process's exit) get this long to write their status.
+ORPHAN_WAIT_S = 30.0
 
 
 @dataclass
@@ -400,6 +403,10 @@ def decide_outcome(
     # fail. A rank that left nothing here at all ran under another launcher (a script
     # started once per rank with its own `gpudiag trace`), or untraced.
     present = set(rundir.list_ranks(run_dir))
+    if own is not None:
+        present_here = present & own
+    else:
+        present_here = present
     elsewhere = [r for r in missing if r not in present] if returncode == 0 else []
     missing = [r for r in missing if r not in elsewhere]
     unwritten = missing if returncode == 0 and not failed and signal_received is None else []
@@ -443,11 +450,24 @@ def decide_outcome(
         "missing_status_ranks": missing,
         "unwritten_status_ranks": unwritten,
         "ranks_elsewhere": elsewhere,
+        "traced_ranks": sorted(present_here),
+        "untraced_ranks": [
+            r for r in range(world) if r not in present and (own is None or r in own)
+        ],
         "backend": next((i["backend"] for i in infos.values() if i.get("backend")), None),
+        "init_method": _init_method(infos),
         "world_size": world or None,
         "rank_versions": infos[min(infos)].get("versions") if infos else None,
         "steps_completed": {r: s.get("steps_completed") for r, s in sorted(statuses.items())},
     }
+
+
+def _init_method(infos: dict[int, dict[str, Any]]) -> str | None:
+    """The ranks' rendezvous (rank_info ``init_method``) when they name one and agree."""
+    methods = {
+        i.get("init_method") for i in infos.values() if isinstance(i.get("init_method"), str)
+    }
+    return methods.pop() if len(methods) == 1 else None
 
 
 def _node_lost(run_dir: Path, info: dict[str, Any] | None) -> str:
@@ -546,6 +566,26 @@ def _wait_for_ranks_to_finish(
             # torchrun notices its workers' exit and ends on its own: give it the time
             deadline = min(deadline, time.monotonic() + HANG_KILL_GRACE_S)
         time.sleep(0.2)
+
+
+def _wait_for_orphan_ranks(run_dir: Path, exits: RankExits, limit_s: float) -> None:
+    """After the job's process ended: until every local rank that is still running has
+    written status.json and exited, or ``limit_s``. Those are ranks it did not start
+    through torchrun's agent, which waits for its own (a rank Lightning re-executed, its
+    parent gone); they end on their parent-death signal or their peer's closed socket."""
+    exits._ranks_due = 0.0
+    exits.poll()
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        exits.poll()
+        running = [
+            r
+            for r, pid in exits.pids.items()
+            if r not in exits.gone_ns and not (rundir.rank_dir(run_dir, r) / rundir.STATUS).exists()
+        ]
+        if not running:
+            return
+        time.sleep(TICK_S)
 
 
 def _start_watchdog(
@@ -836,6 +876,8 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
         _stop_quietly(sampler, "sampler")
     if lint_thread is not None:
         lint_thread.join(timeout=30)
+    if not (hang.is_set() or getattr(watchdog, "fired", False)):
+        _wait_for_orphan_ranks(run_dir, exits, ORPHAN_WAIT_S)
     if join is not None:
         join.poll(on_join)  # the job may have ended right after its rendezvous
         if join.node is None:  # the rendezvous never numbered this node
@@ -867,6 +909,9 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
                 "failure",
                 "missing_status_ranks",
                 "ranks_elsewhere",
+                "traced_ranks",
+                "untraced_ranks",
+                "init_method",
                 "steps_completed",
             )
         },
@@ -933,6 +978,41 @@ class NodeJoin:
             on_join(self.node)
 
 
+def ranks_line(manifest: dict[str, Any]) -> str:
+    """The ranks of the run for the final line: how many of the world were traced,
+    which left nothing, which wrote no status, and the steps per rank."""
+    steps = manifest.get("steps_completed") or {}
+    traced = manifest.get("traced_ranks")
+    traced = list(traced) if isinstance(traced, list) else sorted(steps)
+    world = manifest.get("world_size") if isinstance(manifest.get("world_size"), int) else None
+    untraced = manifest.get("untraced_ranks") or []
+    if world and world > 1 and untraced:
+        text = f"{len(traced)} of {world} rank(s) traced; rank(s) {_ranks(untraced)} left nothing"
+        launch = manifest.get("launch")
+        if not (isinstance(launch, dict) and launch.get("torchrun")):  # torchrun's died
+            text += " (untraced, or started by another launcher)"
+    elif world and world > len(traced):
+        text = f"{len(traced)} of {world} rank(s)"
+    else:
+        text = f"{len(traced)} rank(s)"
+    no_status = [r for r in traced if r not in steps and str(r) not in steps]
+    if no_status:
+        text += f"; rank(s) {_ranks(no_status)} wrote no status"
+    values = sorted({v for v in steps.values() if isinstance(v, int)})
+    return f"{text}, steps per rank {values or '-'}"
+
+
+def _ranks(ranks: list[int]) -> str:
+    """[1, 2, 3, 7] -> '1-3, 7'."""
+    parts: list[str] = []
+    for r in sorted(ranks):
+        if parts and isinstance(parts[-1], str) and parts[-1].split("-")[-1] == str(r - 1):
+            parts[-1] = f"{parts[-1].split('-')[0]}-{r}"
+        else:
+            parts.append(str(r))
+    return ", ".join(parts)
+
+
 def _unjoined(run_dir: Path, returncode: int, signum: int | None) -> int:
     """The job ended before the rendezvous numbered this node: no manifest (its name
     needs the number); one line, and the job's exit code."""
@@ -943,9 +1023,7 @@ def _unjoined(run_dir: Path, returncode: int, signum: int | None) -> int:
 
 
 def _report(run_dir: Path, manifest: dict[str, Any]) -> None:
-    steps = manifest.get("steps_completed") or {}
-    text = f"run {manifest['status']} (exit code {manifest['exit_code']}), "
-    text += f"{len(steps)} rank(s), steps per rank {sorted(set(steps.values())) or '-'}"
+    text = f"run {manifest['status']} (exit code {manifest['exit_code']}), {ranks_line(manifest)}"
     failure = manifest.get("failure")
     if failure and failure.get("rank") is None:
         text += f"; {failure.get('message')}"

@@ -12,7 +12,8 @@ import time
 from importlib import metadata
 from typing import Any
 
-from gpudiag import __version__, rundir
+from gpudiag import rundir
+from gpudiag._version import __version__
 
 ENV_PREFIXES = ("NCCL_", "TORCH_", "CUDA_", "GLOO_", "MASTER_", "OMP_", "MKL_", "PYTORCH_")
 ENV_NAMES = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "RANK", "LOCAL_RANK")

@@ -5,7 +5,10 @@ loop with two optimizers does not count double) or at ``gpudiag.step()``. The fi
 starts at the first DataLoader batch or the first module forward, whichever comes first;
 every later step starts where the previous one ended. Per step we also keep the time
 spent inside DataLoader ``__next__`` (data_ns) and inside ``optimizer.step`` (pre hook
-to post hook, every optimizer; optimizer_ns).
+to post hook, every optimizer; optimizer_ns), and, where Linux gives it
+(``/proc/self/task/<tid>/schedstat``), the training thread's time on a CPU (cpu_ns) and
+runnable but waiting for one (runq_ns): what tells a rank starved by other processes
+from one that is slow by itself (docs/findings.md).
 
 Everything here runs on the training hot path: a boundary costs one JSON line written
 and flushed plus a few attribute updates.
@@ -13,7 +16,9 @@ and flushed plus a few attribute updates.
 
 from __future__ import annotations
 
+import os
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +51,7 @@ class StepTracker:
         self._handles: list[Any] = []
         self._dataloader_patch: tuple[Any, Any] | None = None
         self._first_forward_handle: Any = None
+        self._sched = ThreadSchedStat()
 
     # ------------------------------------------------------------------ installation
 
@@ -110,6 +116,7 @@ class StepTracker:
 
     def begin_first_step(self, now_ns: int | None = None) -> None:
         self.start_ns = now_ns or time.time_ns()
+        self._sched.open_for_this_thread()
         self._start_step_in_profiler()
 
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -136,7 +143,8 @@ class StepTracker:
         # formatted directly (all ints, source a fixed word): this is the per-step hot path
         self._writer.write_text(
             f'{{"step":{step},"start_ns":{start},"end_ns":{now},"data_ns":{self.data_ns},'
-            f'"optimizer_ns":{self.optimizer_ns},"source":"{source}"}}\n'
+            f'"optimizer_ns":{self.optimizer_ns},{self._sched.step_fields()}'
+            f'"source":"{source}"}}\n'
         )
         self.durations_ns.append(now - start)
         self.data_total_ns += self.data_ns
@@ -188,9 +196,129 @@ class StepTracker:
         return step_stats(self.durations_ns, self.data_total_ns, self.optimizer_total_ns)
 
     def close(self) -> None:
+        self._sched.close()
         self._writer.close()
         if self._regions is not None:
             self._regions.close()
+
+
+class ThreadSchedStat:
+    """The training thread's scheduler counters (``/proc/self/task/<tid>/schedstat``:
+    ns on a CPU, ns runnable waiting for one) read at each step boundary, one ``pread``
+    (about 1 µs). Opened by the thread that runs the steps; silent where Linux does not
+    give the file (other OS, no CONFIG_SCHED_INFO): the steps then lack the two fields."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._last: tuple[int, int] | None = None
+        self._threads = ThreadsRunQueue()
+
+    def open_for_this_thread(self) -> None:
+        if self._fd is not None:
+            return
+        try:
+            self._fd = os.open(
+                f"/proc/self/task/{threading.get_native_id()}/schedstat",
+                os.O_RDONLY | os.O_CLOEXEC,
+            )
+        except (OSError, AttributeError):
+            self._fd = None
+            return
+        self._last = self._read()
+
+    def _read(self) -> tuple[int, int] | None:
+        if self._fd is None:
+            return None
+        try:
+            on_cpu, waiting = os.pread(self._fd, 96, 0).split()[:2]
+            return int(on_cpu), int(waiting)
+        except (OSError, ValueError):
+            return None
+
+    def step_fields(self) -> str:
+        """``"cpu_ns":N,"runq_ns":M,"threads_runq_ns":T,`` for the step that just ended
+        ('' when unknown; T only where every thread could be read)."""
+        now = self._read()
+        last, self._last = self._last, now
+        if now is None or last is None:
+            return ""
+        threads = self._threads.step_delay()
+        every = f'"threads_runq_ns":{threads},' if threads is not None else ""
+        return f'"cpu_ns":{now[0] - last[0]},"runq_ns":{now[1] - last[1]},{every}'
+
+    def close(self) -> None:
+        self._threads.close()
+        fd, self._fd = self._fd, None
+        _close_quietly(fd)
+
+
+def _close_quietly(fd: int | None) -> None:
+    """Close a /proc file the counters kept open (gone already: nothing to do)."""
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+class ThreadsRunQueue:
+    """The run-queue delay of every thread of the process per step (the sum over its
+    threads: the training thread, gloo's transfer threads, intra-op and loader-pinning
+    threads), so that a rank whose helper threads wait for a CPU shows as starved, not
+    as blocked. One ``pread`` per thread per step, the thread list re-read every
+    :data:`REFRESH_STEPS` steps; a thread that ended is dropped, one that started
+    counts from its first reading."""
+
+    REFRESH_STEPS = 16
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+        self._last: dict[str, int] = {}
+        self._steps = 0
+        self._broken = False
+
+    def step_delay(self) -> int | None:
+        if self._broken:
+            return None
+        if self._steps % self.REFRESH_STEPS == 0:
+            self._refresh()
+        self._steps += 1
+        total = 0
+        for tid, fd in list(self._fds.items()):
+            try:
+                delay = int(os.pread(fd, 96, 0).split()[1])
+            except (OSError, ValueError, IndexError):
+                self._drop(tid)
+                continue
+            before = self._last.get(tid)
+            self._last[tid] = delay
+            if before is not None and delay > before:
+                total += delay - before
+        return total if not self._broken else None
+
+    def _refresh(self) -> None:
+        try:
+            tids = set(os.listdir("/proc/self/task"))
+        except OSError:
+            self._broken = True
+            return
+        for tid in set(self._fds) - tids:
+            self._drop(tid)
+        for tid in tids - set(self._fds):
+            try:
+                self._fds[tid] = os.open(
+                    f"/proc/self/task/{tid}/schedstat", os.O_RDONLY | os.O_CLOEXEC
+                )
+            except OSError:
+                continue
+
+    def _drop(self, tid: str) -> None:
+        self._last.pop(tid, None)
+        _close_quietly(self._fds.pop(tid, None))
+
+    def close(self) -> None:
+        for tid in list(self._fds):
+            self._drop(tid)
 
 
 def step_stats(

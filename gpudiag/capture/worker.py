@@ -37,6 +37,9 @@ ENV_PROFILE_STEPS = "GPUDIAG_PROFILE_STEPS"  # "A-B" or "off"
 ENV_PROFILE_DEFAULT = "GPUDIAG_PROFILE_DEFAULT"  # "1": window not chosen by the user
 ENV_NODE_RANK = "GPUDIAG_NODE_RANK"
 ENV_FINISH_TIMEOUT = "GPUDIAG_FINISH_TIMEOUT_S"
+# Set by a traced rank for a process that re-executes the traced script (Lightning's
+# subprocess launcher and the like, see install_reexec_hook): that rank's pid.
+ENV_REEXEC = "GPUDIAG_REEXEC_PARENT"
 
 EXIT_EXCEPTION = 1
 EXIT_HANG = 1
@@ -44,6 +47,12 @@ EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 RANK_RESERVE_BYTES = 64 * 1024  # kept for summary.json and status.json on a full disk
 LAUNCHER_LOST_GRACE_S = 15.0
+# How long a rank that re-executed the script and ended ok waits, once it has written
+# everything, for those ranks to finish writing theirs (they would get the parent-death
+# signal), within the finish timeout. A rank that failed does not wait: a peer blocked
+# in a collective notices only when this process's connections close, at its exit; the
+# launcher then waits for it (launcher.ORPHAN_WAIT_S).
+REEXEC_WAIT_S = 45.0
 # A rank ended on a hang finishes from the poller thread: short, since the launcher
 # kills what is left after its own grace (launcher.HANG_FLUSH_WAIT_S).
 HANG_FINISH_TIMEOUT_S = 15.0
@@ -149,6 +158,21 @@ class Worker:
         self._finish_lock = threading.Lock()
         self.set_up = False
         self.handed_over = False  # the script spawned its own ranks (spawn.py)
+        # gpudiag started this one process (no torchrun): its rank and world size are
+        # known only when the script calls init_process_group
+        self.launched_alone = "RANK" not in os.environ
+        # where rank and world size came from (rank_info.json ``rank_source``):
+        # "environment" (torchrun), "default" (one process, no process group yet),
+        # "init_process_group"
+        self.rank_source = "default" if self.launched_alone else "environment"
+        # how this process was started (rank_info.json ``started_by``): "gpudiag",
+        # "torchrun", "spawn" (torch.multiprocessing), "reexec" (the script re-executed
+        # by a traced rank, e.g. Lightning's subprocess launcher)
+        self.started_by = "gpudiag" if self.launched_alone else "torchrun"
+        self.reexec_children: list[Any] = []  # subprocess.Popen of re-executed ranks
+        # how the script's init_process_group met its peers (rank_info ``init_method``):
+        # what ties together the directories of ranks started by separate launches
+        self.init_method: str | None = None
 
     # ------------------------------------------------------------------ set-up
 
@@ -164,7 +188,12 @@ class Worker:
             "device": _device(self.local_rank),
             "versions": _torch_versions(),
             "start_ns": self.start_ns,
+            "rank_source": self.rank_source,
+            "started_by": self.started_by,
+            "init_method": self.init_method,
         }
+        if self.started_by == "reexec":
+            self.rank_info["parent_pid"] = _int_env(ENV_REEXEC)
         self._write_rank_info()
         self._reserve = rundir.reserve_space(
             rundir.rank_dir(self.run_dir, self.rank) / rundir.RESERVE, RANK_RESERVE_BYTES
@@ -175,17 +204,26 @@ class Worker:
         self._install_steps()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _on_sigterm)
-        if "RANK" not in os.environ and self.target:  # gpudiag started this one process
+        if self.launched_alone and self.target:  # gpudiag started this one process
             self._guard("spawn hook", lambda: spawn.install(self.hand_over_rank, run_spawned_rank))
+            self._guard(
+                "re-exec hook", lambda: install_reexec_hook(self.target, self.reexec_children)
+            )
+            if self.rank_source == "default":
+                self._guard("init_process_group hook", self.setup_at_init_process_group)
 
     def hand_over_rank(self) -> None:
         """The script spawns its own workers (torch.multiprocessing): they become the
         ranks of the run, rank 0 included. This process stops recording and removes
         what it wrote as rank 0; it keeps the job's exit code."""
+        self.handed_over = True
+        self._stop_recording()
+
+    def _stop_recording(self) -> None:
+        """Undo set-up and remove this rank's directory (nothing of it is kept)."""
         from gpudiag.capture import api
         from gpudiag.capture.hangdump import set_finisher, uninstall_hang_dump
 
-        self.handed_over = True
         set_finisher(None)
         self._guard("hang dump", uninstall_hang_dump)
         if self.tracker is not None:
@@ -202,11 +240,15 @@ class Worker:
             self.recorder._coll_writer = self.recorder._times_writer = None
             self.recorder._closed = True
         self.tracker = self.profiler = self.recorder = None
+        _join_threads("gpudiag-hangdump", 2.0)  # its poller writes under the old rank
         shutil.rmtree(rundir.rank_dir(self.run_dir, self.rank), ignore_errors=True)
+        self.set_up = False
 
     def setup_at_init_process_group(self) -> None:
-        """A spawned rank: set up once init_process_group tells the rank and world size
-        (the spawn index until then)."""
+        """Take the rank and world size from init_process_group: a spawned or
+        re-executed rank sets up only then (the spawn index or LOCAL_RANK is assumed
+        until then); a process gpudiag started alone, set up as rank 0 of 1, adopts
+        them (see :meth:`adopt_process_group`)."""
         import torch.distributed as dist
         import torch.distributed.distributed_c10d as c10d
 
@@ -219,16 +261,63 @@ class Worker:
             c10d.init_process_group = original
             if dist.init_process_group is init_process_group:
                 dist.init_process_group = original
-            if not worker.set_up:
-                worker.rank, worker.world_size = dist.get_rank(), dist.get_world_size()
-                try:
-                    worker.setup()
-                except Exception as exc:  # noqa: BLE001 - never stop the training
-                    worker._warn(f"instrumentation incomplete ({type(exc).__name__}: {exc})")
+            try:
+                worker.init_method = _init_method(args, kwargs)
+                worker.adopt_process_group(dist.get_rank(), dist.get_world_size())
+            except Exception as exc:  # noqa: BLE001 - never stop the training
+                worker._warn(f"instrumentation incomplete ({type(exc).__name__}: {exc})")
             return result
 
         c10d.init_process_group = init_process_group
         dist.init_process_group = init_process_group
+
+    def adopt_process_group(self, rank: int, world_size: int) -> None:
+        """The script's init_process_group made this process ``rank`` of ``world_size``.
+        Not set up yet: set up as that rank. Set up as another rank (rank 0 of a world
+        of 1, the guess of a process gpudiag started alone, whose script passed
+        ``rank=``/``world_size=`` itself): move to it, unless steps were already
+        recorded (then the rank stays as recorded, with a warning)."""
+        if self.handed_over:  # a forked child of a process that spawned its ranks
+            return
+        if not self.set_up:
+            self.rank, self.world_size = rank, world_size
+            self.rank_source = "init_process_group"
+            if self.started_by == "reexec":
+                self.bind_to_job()
+            self.setup()
+            return
+        if (rank, world_size) == (self.rank, self.world_size):
+            return
+        if rank != self.rank:
+            started = bool(self.tracker is not None and self.tracker.steps_completed) or bool(
+                self.profiler is not None and self.profiler.active
+            )
+            if started:
+                self._warn(
+                    f"init_process_group made this process rank {rank} of {world_size} "
+                    f"after steps were recorded as rank {self.rank}; kept as rank {self.rank}"
+                )
+                return
+            self._stop_recording()
+            self.rank, self.world_size = rank, world_size
+            self.rank_source = "init_process_group"
+            self.setup()
+            return
+        self.world_size = world_size
+        self.rank_source = "init_process_group"
+        self.rank_info.update(
+            world_size=world_size, rank_source=self.rank_source, init_method=self.init_method
+        )
+        if self.profiler is not None:
+            self.profiler.world_size = world_size
+        self._write_rank_info()
+
+    def bind_to_job(self) -> None:
+        """Ranks end when their parent (torchrun's agent, the launcher, the rank that
+        re-executed the script) dies, and when the launcher dies even if their parent
+        lives on."""
+        agent.die_with_parent(signal.SIGTERM)
+        agent.watch_launcher(lambda: _end_when_launcher_lost(self.rank))
 
     def _install_collectives(self) -> None:
         from gpudiag.capture.collectives import CollectiveRecorder
@@ -340,7 +429,15 @@ class Worker:
 
     def _outcome_of(self, exc: BaseException) -> Outcome:
         if isinstance(exc, SystemExit):
-            return _outcome_of_exit(exc)
+            outcome = _outcome_of_exit(exc)
+            interrupt = exc.__context__
+            if outcome.status == "failed" and isinstance(interrupt, KeyboardInterrupt):
+                # the script's own answer to an interrupt (Lightning: shut down, end the
+                # ranks it started, sys.exit(1)): interrupted, with the script's code
+                name = "SIGTERM" if isinstance(interrupt, _Terminated) else "KeyboardInterrupt"
+                message = f"{outcome.message} while handling {name}"
+                return Outcome("interrupted", outcome.exit_code, name, message)
+            return outcome
         if isinstance(exc, _Terminated):
             ended_by_watchdog = self._ended_by_watchdog(exc)
             if ended_by_watchdog is not None:
@@ -412,7 +509,10 @@ class Worker:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         timeout = HANG_FINISH_TIMEOUT_S if hang else float(os.environ.get(ENV_FINISH_TIMEOUT, "60"))
         _exit_after(timeout, outcome.exit_code)
-        if self.handed_over:  # its spawned ranks wrote the run; only the exit code is ours
+        deadline = time.monotonic() + timeout - 2.0
+        if self.handed_over or (self.started_by == "reexec" and not self.set_up):
+            # its spawned ranks wrote the run, or a re-executed script that never became a
+            # rank: only the exit code is ours
             self._guard("atexit handlers", atexit._run_exitfuncs)
             self._guard("flush", _flush_open_files)
             os._exit(outcome.exit_code)
@@ -446,6 +546,11 @@ class Worker:
             self._guard("process group", _destroy_process_group)
             self._guard("atexit handlers", atexit._run_exitfuncs)
         self._guard("flush", _flush_open_files)
+        if self.reexec_children and outcome.status == "ok":
+            self._guard(
+                "re-executed ranks",
+                lambda: wait_for_children(self.run_dir, self.reexec_children, deadline),
+            )
         os._exit(outcome.exit_code)
 
     def _drop_open_profile(self) -> None:
@@ -465,9 +570,12 @@ class Worker:
         self.profiler.finish()
         if self.profiler.exported is None and self.profiler.export_error is None:
             steps = self.tracker.steps_completed if self.tracker else 0
+            window = f"profile window {self.profiler.first}-{self.profiler.last}"
             self.profiler.export_error = (
-                f"profile window {self.profiler.first}-{self.profiler.last} not reached "
-                f"(the run completed {steps} steps): no trace"
+                f"{window} not reached (the run completed {steps} steps): no trace"
+                if steps <= self.profiler.last
+                else f"{window} not exported (the run completed {steps} steps: ended while "
+                "the trace was being written?): no trace"
             )
             if self.rank == 0:
                 self._warn(self.profiler.export_error)
@@ -662,11 +770,169 @@ def _end_when_launcher_lost(rank: int) -> None:
     os._exit(EXIT_SIGTERM)
 
 
+# --------------------------------------------------------------------------- re-exec
+# Launchers that start the other ranks by running the script again (Lightning's
+# _SubprocessScriptLauncher: ``sys.executable /abs/script.py args`` with LOCAL_RANK,
+# WORLD_SIZE... in the environment; the same for ``-m module``): in a process gpudiag
+# started alone, such a command is run under gpudiag's worker instead, and the child
+# becomes a rank of the same run once its init_process_group names its rank.
+
+_PYTHON_NAME = re.compile(r"python[0-9.]*(?:\.exe)?$")
+_PYTHON_FLAGS_WITH_VALUE = ("-W", "-X")
+WORKER_MODULE = "gpudiag.capture.rank"
+
+
+def reexec_command(command: Any, target: dict[str, str], cwd: Any = None) -> list[str] | None:
+    """``command`` run under gpudiag's worker when it runs the traced ``target`` (the
+    same script file, or ``-m`` the same module) with a Python interpreter; None for any
+    other command (a shell string, another script, ``-c``, gpudiag's own worker)."""
+    if isinstance(command, (str, bytes)) or not isinstance(command, (list, tuple)):
+        return None
+    if not command:
+        return None
+    argv = [os.fsdecode(a) for a in command]
+    if not _is_python(argv[0]):
+        return None
+    i = 1
+    while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("-m", "-"):
+        if argv[i] == "-c" or argv[i].startswith("-c"):
+            return None
+        i += 2 if argv[i] in _PYTHON_FLAGS_WITH_VALUE else 1
+    if i >= len(argv):
+        return None
+    if argv[i] == "-m":
+        if i + 1 >= len(argv) or argv[i + 1] != target.get("module"):
+            return None
+    elif "script" not in target or not _same_file(argv[i], target["script"], cwd):
+        return None
+    return [*argv[:i], "-m", WORKER_MODULE, *argv[i:]]
+
+
+def _is_python(executable: str) -> bool:
+    if os.path.basename(executable) == os.path.basename(sys.executable):
+        return True
+    try:
+        if os.path.realpath(executable) == os.path.realpath(sys.executable):
+            return True
+    except (OSError, ValueError):
+        pass
+    return bool(_PYTHON_NAME.search(os.path.basename(executable)))
+
+
+def _same_file(path: str, script: str, cwd: Any) -> bool:
+    try:
+        base = os.fsdecode(cwd) if cwd is not None else os.getcwd()
+        return os.path.samefile(os.path.join(base, path), script)
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def install_reexec_hook(target: dict[str, str], children: list[Any]) -> None:
+    """Patch ``subprocess.Popen`` so that a command re-executing the traced script runs
+    under gpudiag's worker (:func:`reexec_command`), with this process's gpudiag
+    environment and :data:`ENV_REEXEC`; each such Popen is appended to ``children``.
+    Any other command is started untouched; the patch never raises into the caller."""
+    import inspect
+    import subprocess
+
+    original = subprocess.Popen.__init__
+    if getattr(original, "_gpudiag_wrapped", False):
+        return
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self: subprocess.Popen, *args: Any, **kwargs: Any) -> None:
+        bound = None
+        try:
+            bound = _reexec_arguments(signature, self, args, kwargs, target)
+        except Exception:  # noqa: BLE001 - never the script's problem
+            bound = None
+        if bound is None:
+            original(self, *args, **kwargs)
+            return
+        original(*bound.args, **bound.kwargs)
+        children.append(self)
+
+    __init__._gpudiag_wrapped = True  # type: ignore[attr-defined]
+    subprocess.Popen.__init__ = __init__  # type: ignore[method-assign]
+
+
+def _reexec_arguments(
+    signature: Any, popen: Any, args: tuple, kwargs: dict[str, Any], target: dict[str, str]
+) -> Any:
+    """Popen's bound arguments rewritten for a re-executed rank, or None."""
+    bound = signature.bind(popen, *args, **kwargs)
+    given = bound.arguments
+    if given.get("shell") or given.get("executable") is not None:
+        return None
+    command = reexec_command(given.get("args"), target, given.get("cwd"))
+    if command is None:
+        return None
+    env = given.get("env")
+    env = dict(os.environ if env is None else env)
+    for key, value in os.environ.items():  # the run directory, the profile window...
+        if key.startswith("GPUDIAG_"):
+            env.setdefault(key, value)
+    env[ENV_REEXEC] = str(os.getpid())
+    given["args"] = command
+    given["env"] = env
+    return bound
+
+
+def wait_for_children(run_dir: Path, children: list[Any], deadline: float) -> None:
+    """Before this rank's process ends ok (its re-executed ranks would get the
+    parent-death signal): wait for those that became ranks to finish, until
+    REEXEC_WAIT_S or ``deadline`` (time.monotonic()); those still running then end with
+    this process. A re-executed script that is no rank (a helper) is not waited for."""
+    pids = set()
+    for rank in rundir.list_ranks(run_dir):
+        info = rundir.read_json(rundir.rank_dir(run_dir, rank) / rundir.RANK_INFO)
+        if isinstance(info, dict) and isinstance(info.get("pid"), int):
+            pids.add(info["pid"])
+    until = min(deadline, time.monotonic() + REEXEC_WAIT_S)
+    for child in children:
+        if child.pid not in pids:
+            continue
+        try:
+            child.wait(timeout=max(0.0, until - time.monotonic()))
+        except Exception:  # noqa: BLE001 - TimeoutExpired: it ends with this process
+            pass
+
+
+def _join_threads(name: str, limit_s: float) -> None:
+    deadline = time.monotonic() + limit_s
+    for thread in threading.enumerate():
+        if thread.name == name and thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _init_method(args: tuple, kwargs: dict[str, Any]) -> str | None:
+    """init_process_group's rendezvous: its ``init_method`` (``tcp://A:P``,
+    ``file://...``), ``store`` when given a store, else ``env://MASTER_ADDR:MASTER_PORT``."""
+    method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
+    if isinstance(method, str) and method and method != "env://":
+        return method[:500]
+    if kwargs.get("store") is not None or (len(args) > 5 and args[5] is not None):
+        return "store"
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if addr and port:
+        return f"env://{addr}:{port}"[:500]
+    return None
+
+
+def _int_env(name: str) -> int | None:
+    try:
+        return int(os.environ.get(name, ""))
+    except ValueError:
+        return None
+
+
 def spawned_worker(index: int, nprocs: int) -> Worker:
     """The Worker of a process started by torch.multiprocessing.spawn (see spawn.py)."""
     run_dir = Path(os.environ.get(ENV_RUN_DIR) or "gpudiag_run").resolve()
     worker = Worker(run_dir, {}, [])
     worker.rank, worker.local_rank, worker.world_size = index, index, nprocs
+    worker.started_by = "spawn"
     worker.setup_at_init_process_group()
     return worker
 
@@ -689,16 +955,25 @@ def main(argv: list[str] | None = None) -> None:
     from gpudiag.capture.clock import install_test_shift
 
     install_test_shift()  # tests only: a skewed host (GPUDIAG_TEST_CLOCK_SHIFT_NS)
-    # Ranks end when their parent (torchrun's agent, or the launcher) dies, and when the
-    # launcher dies even if their parent lives on.
     signal.signal(signal.SIGTERM, _on_sigterm)
-    agent.die_with_parent(signal.SIGTERM)
-    agent.watch_launcher(lambda: _end_when_launcher_lost(_rank_env()[0]))
     target, script_args = parse_target(argv)
     run_dir = Path(os.environ.get(ENV_RUN_DIR) or "gpudiag_run").resolve()
     worker = Worker(run_dir, target, script_args)
+    reexec = worker.launched_alone and _int_env(ENV_REEXEC) is not None
+    if not reexec:  # a re-executed script is bound to the job once it is a rank
+        worker.bind_to_job()
     try:
-        worker.setup()
+        if reexec:
+            # the script re-executed by a traced rank (Lightning's launcher...): a rank
+            # of the same run, set up when init_process_group names it (LOCAL_RANK and
+            # WORLD_SIZE until then: what such launchers set); one that never calls it
+            # (a helper the script runs) records nothing
+            worker.started_by = "reexec"
+            worker.rank = worker.local_rank = _int_env("LOCAL_RANK") or 0
+            worker.world_size = _int_env("WORLD_SIZE") or 1
+            worker.setup_at_init_process_group()
+        else:
+            worker.setup()
     except _Terminated:
         worker.finish(Outcome("interrupted", EXIT_SIGTERM, "SIGTERM", "terminated during set-up"))
     except KeyboardInterrupt:

@@ -70,7 +70,49 @@ def main(argv: list[str] | None = None) -> int:
     command, _ = COMMANDS[name]
     if name in _ANALYSING:
         arrow_frees_to_the_system()
-    return int(command(rest) or 0)
+    stdout_before = _stdout_identity()
+    try:
+        code = int(command(rest) or 0)
+        if sys.stdout is not None:  # here, not at the interpreter's exit, where it cannot be caught
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return _stdout_closed()
+    except SystemExit as exc:
+        # rich's Console.on_broken_pipe has already pointed stdout at /dev/null
+        if exc.code == 1 and _stdout_redirected_to_devnull(stdout_before):
+            return 0
+        raise
+    return code
+
+
+def _stdout_identity() -> tuple[int, int] | None:
+    try:
+        st = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no stdout, or not a real file
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _stdout_redirected_to_devnull(before: tuple[int, int] | None) -> bool:
+    now = _stdout_identity()
+    try:
+        null = os.stat(os.devnull)
+    except OSError:
+        return False
+    return before is not None and now != before and now == (null.st_dev, null.st_ino)
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (`gpudiag analyze RUN | head -1`): end quietly with
+    0, like other Unix tools. stdout is pointed at /dev/null so that what is still buffered
+    cannot fail again when the interpreter flushes it at exit."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return 0
 
 
 if __name__ == "__main__":

@@ -134,6 +134,8 @@ def _analyze_paths(paths: list[Path], args: argparse.Namespace, run_tasks: Any) 
 
     try:
         _render(results, args)
+    except BrokenPipeError:
+        raise  # the reader of stdout went away (`| head`): gpudiag's main ends quietly, 0
     except OSError as exc:  # --html into a directory or a full disk; stdout on a full disk
         where = args.html if args.html and exc.filename else "the report"
         return _error(f"cannot write {where} ({exc.strerror or exc})")

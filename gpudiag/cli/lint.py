@@ -35,6 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("paths", nargs="*", help="files or directories (*.py)")
     parser.add_argument("--format", choices=("text", "json", "sarif"), default="text")
     parser.add_argument(
+        "--json",
+        action="store_const",
+        const="json",
+        dest="format",
+        help="same as --format json (as in `gpudiag analyze --json`)",
+    )
+    parser.add_argument(
         "--diff", action="store_true", help="print the safe DP -> DDP rewrite as a patch"
     )
     parser.add_argument(

@@ -47,6 +47,10 @@ class UsageError(Exception):
     pass
 
 
+class LauncherRefused(UsageError):
+    """The target is a launcher (accelerate launch, torchrun): one line, no usage."""
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gpudiag trace",
@@ -200,6 +204,59 @@ def check_options(ns: argparse.Namespace) -> None:
             raise UsageError(f"--{name.replace('_', '-')}: empty value")
 
 
+# Launchers that start the training script in processes of their own, through
+# torch.distributed.run: gpudiag would trace the launcher, not the ranks. Refused at start
+# with the command that traces the script itself (its ranks then get torchrun's
+# environment, which Accelerator and Lightning read). Module -> its name for the message.
+LAUNCHER_MODULES: dict[str, str] = {
+    "accelerate.commands.launch": "accelerate launch",
+    "accelerate.commands.accelerate_cli": "accelerate",
+    "torch.distributed.run": "torchrun",
+    "torch.distributed.launch": "torch.distributed.launch",
+}
+LAUNCHER_SCRIPTS: dict[str, str] = {"accelerate": "accelerate", "torchrun": "torchrun"}
+# a console script's stub: `from accelerate.commands.accelerate_cli import main`
+_STUB_IMPORT = "from {module} import main"
+
+
+def refused_launcher(target: dict[str, str]) -> str | None:
+    """The name of the launcher ``target`` is (``-m accelerate.commands.launch``, the
+    ``accelerate`` or ``torchrun`` command, ...), or None for a training script."""
+    module = target.get("module")
+    if module is not None:
+        return LAUNCHER_MODULES.get(module)
+    path = Path(target["script"])
+    if path.suffix == ".py":
+        return None
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096).decode("utf-8", "replace")
+    except OSError:
+        head = ""
+    for mod, name in LAUNCHER_MODULES.items():
+        if _STUB_IMPORT.format(module=mod) in head:
+            return name
+    # a shell shim (pyenv, conda wrappers) named like the command
+    if head.startswith("#!") and "python" not in head.splitlines()[0]:
+        return LAUNCHER_SCRIPTS.get(path.name)
+    return None
+
+
+def _launcher_refusal(name: str) -> str:
+    if name.startswith("accelerate"):
+        return (
+            "accelerate launch starts the training script in processes of its own, which "
+            "gpudiag does not follow; trace the script itself, as torchrun would start it: "
+            "gpudiag trace --nproc-per-node N script.py [args] (Accelerator reads torchrun's "
+            "environment)"
+        )
+    return (
+        f"{name} starts the training script in processes of its own, which gpudiag does "
+        "not follow; gpudiag trace takes torchrun's options itself: gpudiag trace "
+        "--nproc-per-node N script.py [args]"
+    )
+
+
 def parse(argv: list[str]) -> TraceArgs:
     from gpudiag.capture.launcher import TraceArgs
 
@@ -208,6 +265,9 @@ def parse(argv: list[str]) -> TraceArgs:
     check_options(ns)
     if "script" in target and not Path(target["script"]).is_file():
         raise UsageError(f"{target['script']}: no such script")
+    launcher = refused_launcher(target)
+    if launcher is not None:
+        raise LauncherRefused(_launcher_refusal(launcher))
     torchrun_argv = []
     for name, takes_value in TORCHRUN_OPTIONS.items():
         value = getattr(ns, name[2:].replace("-", "_"))
@@ -257,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parse(argv)
     except UsageError as exc:
         print(f"gpudiag: trace: {exc}", file=sys.stderr)
-        print(_parser().format_usage().rstrip(), file=sys.stderr)
+        if not isinstance(exc, LauncherRefused):
+            print(_parser().format_usage().rstrip(), file=sys.stderr)
         return 2
     from gpudiag.capture import launcher
 

@@ -84,8 +84,15 @@ def main(argv: list[str] | None = None) -> int:
     if parts and not (ns.once and ns.json):
         print(f"gpudiag watch: one job from {len(parts)} node directories", file=sys.stderr)
 
+    told: set[str] = set()
+
     def refresh() -> live.LiveSnapshot:
-        return monitor.refresh().snapshot
+        snap = monitor.refresh().snapshot
+        for line in snap.warnings:  # each unreadable file once, on stderr, naming it
+            if line not in told:
+                told.add(line)
+                print(f"gpudiag: warning: {line}", file=sys.stderr, flush=True)
+        return snap
 
     if ns.once:
         snap = refresh()

@@ -15,15 +15,13 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from gpudiag.lint.project import Project
+from typing import Protocol
 
 LOOP_TYPES = (ast.For, ast.AsyncFor, ast.While)
 SCOPE_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 FUNCTION_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
 
+ACCELERATOR = "accelerate.Accelerator"  # Hugging Face accelerate
 # Public paths that name the same object; the value is the canonical name rules use.
 _CANONICAL = {
     "torch.nn.parallel.DataParallel": "torch.nn.DataParallel",
@@ -37,6 +35,7 @@ _CANONICAL = {
     "torch.cuda.amp.autocast": "torch.autocast",
     "torch.amp.autocast": "torch.autocast",
     "torch.amp.autocast_mode.autocast": "torch.autocast",
+    "accelerate.accelerator.Accelerator": ACCELERATOR,
 }
 DATA_PARALLEL = {"torch.nn.DataParallel", "torch.nn.parallel.data_parallel"}
 DDP = "torch.nn.parallel.DistributedDataParallel"
@@ -125,6 +124,31 @@ def is_const(node: ast.AST | None, value: object) -> bool:
     )
 
 
+class ProjectView(Protocol):
+    """What a module asks of the lint run it belongs to (`gpudiag.lint.project.Project`
+    provides it; declared here so that this module does not import that one)."""
+
+    modules: list[ModuleContext]
+
+    def release(self) -> None: ...
+
+    def component(self, ctx: ModuleContext) -> list[ModuleContext]: ...
+
+    def related(self, ctx: ModuleContext) -> list[ModuleContext]: ...
+
+    def module_named(self, ctx: ModuleContext, dotted: str) -> ModuleContext | None: ...
+
+    def callee(self, ctx: ModuleContext, call: ast.Call) -> tuple[int, str] | None: ...
+
+    def callers(
+        self, ctx: ModuleContext, function: str
+    ) -> list[tuple[ModuleContext, ast.Call]]: ...
+
+    def callers_guarded(self, ctx: ModuleContext, function: str, depth: int) -> bool: ...
+
+    def definitions(self, key: tuple[int, str]) -> list[ast.FunctionDef | ast.AsyncFunctionDef]: ...
+
+
 class ModuleContext:
     def __init__(self, tree: ast.Module, path: str | None = None) -> None:
         """`path` (a file on disk) lets the project index resolve this module's imports.
@@ -168,6 +192,9 @@ class ModuleContext:
                 self.loops.append(parent)
             elif isinstance(parent, FUNCTION_TYPES):
                 self.functions.setdefault(parent.name, []).append(parent)
+                key = self.function_key(parent)
+                if key != parent.name:  # a method, also under `Class.method`
+                    self.functions.setdefault(key, []).append(parent)
             elif isinstance(parent, ast.ClassDef):
                 self.classes.setdefault(parent.name, parent)
             elif (
@@ -176,8 +203,7 @@ class ModuleContext:
                 and isinstance(parent.targets[0], ast.Name)
                 and isinstance(parent.value, ast.Call)
             ):  # `agent = Agent(...)`: what `agent.run_episode()` may call
-                name = parent.targets[0].id
-                self.instances[name] = None if name in self.instances else parent.value
+                self._bind_instance(parent.targets[0].id, parent.value)
             elif isinstance(parent, (ast.Import, ast.ImportFrom)):
                 self._add_import(parent)
             elif isinstance(parent, ast.Constant) and isinstance(parent.value, str):
@@ -197,23 +223,43 @@ class ModuleContext:
                 self._calls_by_name.setdefault(qualified, []).append(call)
         self.optimizer_names = self._optimizer_names()
         self.dataloader_names = self._bound_names(DATALOADER)
+        # `accelerator = Accelerator(...)`: Hugging Face accelerate places the model on
+        # `accelerator.device` and wraps it in DDP in `accelerator.prepare(...)`
+        self.accelerators = self._bound_names(ACCELERATOR)
         self.uses_cuda = self._uses_cuda()  # this file on its own
         self.gpu_job = self.uses_cuda  # Project adds: a script importing this file uses CUDA
         self.ddp_code = any(
             name == DDP or name.startswith("torch.distributed.")
             for name in self.call_names.values()
-        )
+        ) or bool(self._accelerator_calls("prepare"))
         self._references: dict[str, list[ast.AST]] | None = None
         self._rank_only_names: set[str] | None = None
+        self._rank_configured: set[str] | None = None
+        self._rank_flags: tuple[set[str], set[str]] | None = None
+        self._assignments: dict[ast.AST, dict[str, list[ast.expr]]] = {}
         # set by Project.link: the files of this lint run this module is connected to
-        self.project: Project | None = None
+        self.project: ProjectView | None = None
         self.callees: dict[ast.Call, tuple[int, str]] = {}  # call -> project function
         self.step_functions: set[str] = set()
         self.step_loops: list[ast.For | ast.AsyncFor | ast.While] = []
         self.step_nodes: set[ast.AST] = set()
+        # step loops that train (backward / optimizer.step per iteration), and their code;
+        # the other step loops only iterate a DataLoader (evaluation, inference)
+        self.train_loops: set[ast.AST] = set()
+        self.train_step_nodes: set[ast.AST] = set()
         self.training_nodes: set[ast.AST] = set()
 
     # ----------------------------------------------------------------- names
+
+    def _bind_instance(self, name: str, value: ast.Call) -> None:
+        """A name bound once, or each time to the same callable (`metric_logger =
+        MetricLogger(...)` in train and in evaluate), is an instance of that class."""
+        if name not in self.instances:
+            self.instances[name] = value
+            return
+        known = self.instances[name]
+        if known is None or ast.unparse(known.func) != ast.unparse(value.func):
+            self.instances[name] = None
 
     def _add_import(self, node: ast.Import | ast.ImportFrom) -> None:
         if isinstance(node, ast.Import):
@@ -337,7 +383,7 @@ class ModuleContext:
         expression), `.cuda()`, a torch.cuda / torch.accelerator call that needs a device (not
         is_available / device_count / seeding), `.to(rank)` / `.to(0)` (an integer device is a CUDA index),
         or device_ids given to DP/DDP."""
-        if self.method_calls("cuda"):
+        if self.method_calls("cuda") or self._accelerator_device_used():
             return True
         if any(
             name.startswith(("torch.cuda.", "torch.accelerator.")) and name not in _CUDA_QUERIES
@@ -354,6 +400,23 @@ class ModuleContext:
             not is_const(keyword(call, "device_ids"), None)
             for call in wrappers
             if keyword(call, "device_ids") or len(call.args) >= 2
+        )
+
+    def _accelerator_calls(self, method: str) -> list[ast.Call]:
+        """`accelerator.<method>(...)` on a name bound to accelerate's Accelerator."""
+        return [
+            call
+            for call in self.method_calls(method)
+            if terminal_name(call.func.value) in self.accelerators  # type: ignore[attr-defined]
+        ]
+
+    def _accelerator_device_used(self) -> bool:
+        """`accelerator.device` read: the tensors go to the accelerator's GPU."""
+        return bool(self.accelerators) and any(
+            isinstance(node, ast.Attribute)
+            and node.attr == "device"
+            and terminal_name(node.value) in self.accelerators
+            for node in self.parents
         )
 
     def _string_used(self, node: ast.AST) -> bool:
@@ -393,8 +456,17 @@ class ModuleContext:
     def is_step_call(self, call: ast.Call) -> bool:
         return self.is_backward(call) or self.is_optimizer_step(call)
 
+    def function_key(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+        """`Class.method` for a method (so that `update` of three classes are three
+        functions), the name for any other function."""
+        parent = self.parents.get(function)
+        return (
+            f"{parent.name}.{function.name}" if isinstance(parent, ast.ClassDef) else function.name
+        )
+
     def local_callee(self, call: ast.Call) -> str | None:
-        """Name of a function/method of this file that `call` may call (`f()`, `self.f()`)."""
+        """Function/method of this file that `call` may call (`f()`; `self.f()`, as
+        `Class.f` when the class around the call defines it)."""
         func = call.func
         if isinstance(func, ast.Name) and func.id in self.functions:
             return func.id
@@ -404,7 +476,9 @@ class ModuleContext:
             and func.value.id in ("self", "cls")
             and func.attr in self.functions
         ):
-            return func.attr
+            owner = next((a for a in self.ancestors(call) if isinstance(a, ast.ClassDef)), None)
+            method = f"{owner.name}.{func.attr}" if owner is not None else ""
+            return method if method in self.functions else func.attr
         return None
 
     def iterates_loader(self, loop: ast.AST) -> bool:
@@ -418,14 +492,25 @@ class ModuleContext:
             ]
         else:
             return False
-        return any(
-            name in self.dataloader_names or _LOADER_NAME.search(name)
+        return any(self._names_loader(source) for source in sources) or any(
+            self._names_loader(value)
             for source in sources
-            for name in names_in(source)
+            for name in _iterated_names(source)
+            for value in self.assigned_values(name, loop)
+        )
+
+    def _names_loader(self, node: ast.AST) -> bool:
+        return any(
+            name in self.dataloader_names or _LOADER_NAME.search(name) for name in names_in(node)
         )
 
     def in_step_loop(self, node: ast.AST) -> bool:
         return node in self.step_nodes
+
+    def in_eval_loop_only(self, node: ast.AST) -> bool:
+        """Per-step code of a loop that only iterates a DataLoader (evaluation, inference):
+        no backward or optimizer step runs there."""
+        return node in self.step_nodes and node not in self.train_step_nodes
 
     def in_training_loop(self, node: ast.AST) -> bool:
         """Per-step code, or code of a loop around the step loop (the epoch loop, also when
@@ -456,10 +541,11 @@ class ModuleContext:
         or after `if not should_log: return` in the same block."""
         child = node
         for ancestor in self.ancestors(node):
+            # not the `else` of `if step % n == 0:`: that runs on the other steps
             if (
                 isinstance(ancestor, (ast.If, ast.IfExp))
-                and child is not ancestor.test
-                and _is_occasional_test(ancestor.test)
+                and _in_then_branch(ancestor, child)
+                and self.is_occasional_test(ancestor.test, ancestor)
             ):
                 return True
             if _early_return_before(ancestor, child, _skips_most_steps):
@@ -468,6 +554,17 @@ class ModuleContext:
                 return False
             child = ancestor
         return False
+
+    def is_occasional_test(self, test: ast.expr, site: ast.AST) -> bool:
+        """An occasional test, also through a local name bound only to one
+        (`is_metric_step = (step % n == 0) or last_batch`, then `if is_metric_step:`)."""
+        return _is_occasional_test(test) or any(
+            self._holds_occasional_test(name, site) for name in _truth_names(test)
+        )
+
+    def _holds_occasional_test(self, name: str, site: ast.AST) -> bool:
+        values = self.assigned_values(name, site)
+        return bool(values) and all(_is_occasional_test(value) for value in values)
 
     def device_conditional(self, node: ast.AST) -> bool:
         """Under `if torch.cuda.is_available():` / `if args.cpu:` or its else: a branch for
@@ -521,7 +618,7 @@ class ModuleContext:
                 if self._all_callers_guarded(ancestor.name, depth + 1):
                     return True
                 return self.project is not None and self.project.callers_guarded(
-                    self, ancestor.name, depth + 1
+                    self, self.function_key(ancestor), depth + 1
                 )
             if isinstance(ancestor, (ast.ClassDef, ast.Lambda)):
                 return False
@@ -571,6 +668,11 @@ class ModuleContext:
         """This module and the files of the lint run connected to it by imports."""
         return self.project.component(self) if self.project is not None else [self]
 
+    def related(self) -> list[ModuleContext]:
+        """This module, the files importing it and what they import (not a second script
+        that only shares a helper with this one's)."""
+        return self.project.related(self) if self.project is not None else [self]
+
     def component_gpu_job(self) -> bool:
         return any(module.uses_cuda for module in self.component())
 
@@ -587,7 +689,75 @@ class ModuleContext:
         if _is_rank_test(test):
             return True
         names = {terminal_name(node) for node in _tested_names(test)} - {""}
-        return bool(names) and not names.isdisjoint(self.rank_only_names())
+        if not names:
+            return False
+        # `log_writer = TensorboardLogger(...)` only on rank 0 in main.py, passed to
+        # engine.py's train_one_epoch and tested there as `if log_writer is not None:`
+        if any(not names.isdisjoint(m.rank_only_names()) for m in self.component()):
+            return True
+        return self._rank_flag(test)
+
+    def _rank_flag(self, test: ast.expr) -> bool:
+        """`if args.save_logs:` where every assignment of `save_logs` in the component is
+        a rank-0 condition (`args.save_logs = args.logs and is_master(args)`)."""
+        names = {terminal_name(node) for node in _truth_operands(test)} - {""}
+        modules = self.component()
+        flags = set().union(*(m.rank_flags()[0] for m in modules))
+        others = set().union(*(m.rank_flags()[1] for m in modules))
+        return not names.isdisjoint(flags - others)
+
+    def rank_flags(self) -> tuple[set[str], set[str]]:
+        """(names assigned a rank-0 condition here, names assigned anything else here)."""
+        if self._rank_flags is None:
+            flags: set[str] = set()
+            others: set[str] = set()
+            for node in self.parents:
+                if isinstance(node, ast.Assign):
+                    names = {terminal_name(target) for target in node.targets} - {""}
+                    (flags if _is_rank_zero_condition(node.value) else others).update(names)
+            self._rank_flags = (flags, others)
+        return self._rank_flags
+
+    def assigned_values(self, name: str, site: ast.AST) -> list[ast.expr]:
+        """Values assigned to `name` (`x = v`, `x += v`, `x: T = v`) in the function around
+        `site` (or the module), indexed once per scope."""
+        scope = self.scope_of(site)
+        if scope not in self._assignments:
+            index: dict[str, list[ast.expr]] = {}
+            for node in self.body_nodes(scope.body):  # type: ignore[attr-defined]
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            index.setdefault(target.id, []).append(node.value)
+                elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(
+                    node.target, ast.Name
+                ):
+                    index.setdefault(node.target.id, []).append(node.value or ast.Constant(None))
+            self._assignments[scope] = index
+        return self._assignments[scope].get(name, [])
+
+    def rank_configured_names(self) -> set[str]:
+        """Names bound from a call that is given the rank (`logger = create_logger(out,
+        dist_rank=rank)`, `setup_logger(distributed_rank=...)`): objects that decide per
+        rank themselves."""
+        if self._rank_configured is None:
+            self._rank_configured = set()
+            for node in self.parents:
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                    call = node.value
+                    values = [*call.args, *(kw.value for kw in call.keywords)]
+                    if any(RANK_NAME.search(kw.arg or "") for kw in call.keywords) or any(
+                        RANK_NAME.search(n) for v in values for n in names_in(v)
+                    ):
+                        self._rank_configured.update(terminal_name(t) for t in node.targets)
+            self._rank_configured.discard("")
+        return self._rank_configured
+
+    def tests_rank(self) -> bool:
+        """Some `if` of this module tests the rank (a logger module that decides per rank)."""
+        return bool(self.rank_only_names()) or any(
+            isinstance(node, ast.If) and _is_rank_test(node.test) for node in self.parents
+        )
 
     def rank_only_names(self) -> set[str]:
         if self._rank_only_names is None:
@@ -607,11 +777,16 @@ class ModuleContext:
         return self._rank_only_names
 
 
-_COUNTER_NAME = re.compile(r"step|iter|epoch|batch_idx|batch_num|^i$|^it$|^idx$", re.I)
+_COUNTER_NAME = re.compile(r"step|iter|epoch|batch_idx|batch_num|^i$|^it$|^idx$|^len$", re.I)
+
+
+_TIME_NAME = re.compile(r"time|last_log|elapsed|^now$|^t\d?$", re.I)
 
 
 def _is_occasional_test(test: ast.expr) -> bool:
     for node in ast.walk(test):
+        if _is_time_throttle(node):
+            return True
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
             return True
         if (
@@ -627,6 +802,67 @@ def _is_occasional_test(test: ast.expr) -> bool:
         ):
             return True
     return False
+
+
+def _truth_operands(test: ast.expr) -> list[ast.expr]:
+    """The names and attributes a test requires to be true: `x`, `a.x`, `x and y`."""
+    if isinstance(test, (ast.Name, ast.Attribute)):
+        return [test]
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return [operand for value in test.values for operand in _truth_operands(value)]
+    return []
+
+
+def _is_rank_zero_condition(value: ast.expr) -> bool:
+    """A boolean that is true on one rank only: `is_master(args)`, `rank == 0`, or a
+    conjunction with one (`args.logs and is_master(args)`)."""
+    if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.And):
+        return any(_is_rank_zero_condition(operand) for operand in value.values)
+    if isinstance(value, ast.Compare):
+        return all(isinstance(op, (ast.Eq, ast.In, ast.Is)) for op in value.ops) and _is_rank_test(
+            value
+        )
+    if isinstance(value, ast.Call):
+        return bool(RANK_NAME.search(terminal_name(value.func))) and terminal_name(
+            value.func
+        ).startswith("is_")
+    return False
+
+
+def _iterated_names(source: ast.AST) -> list[str]:
+    """The local names a loop iterates: `it` in `for b in it`, `enumerate(it)`, `next(it)`
+    (`it = tqdm(test_loader)` wraps the loader in a name that does not say loader)."""
+    if isinstance(source, ast.Name):
+        return [source.id]
+    if isinstance(source, ast.Call) and terminal_name(source.func) in _ITERATOR_WRAPPERS:
+        return [name for arg in source.args[:1] for name in _iterated_names(arg)]
+    return []
+
+
+_ITERATOR_WRAPPERS = {"enumerate", "iter", "next", "tqdm", "zip"}
+
+
+def _in_then_branch(node: ast.AST, child: ast.AST) -> bool:
+    if isinstance(node, ast.If):
+        return child in node.body
+    return isinstance(node, ast.IfExp) and child is node.body
+
+
+def _truth_names(test: ast.expr) -> list[str]:
+    """The local names a test requires to be true: `x`, `x and y`."""
+    return [node.id for node in _truth_operands(test) if isinstance(node, ast.Name)]
+
+
+def _is_time_throttle(node: ast.AST) -> bool:
+    """`now - last_logging > log_freq_time`: runs once every so many seconds, not per step."""
+    return (
+        isinstance(node, ast.Compare)
+        and len(node.ops) == 1
+        and isinstance(node.ops[0], (ast.Gt, ast.GtE))
+        and isinstance(node.left, ast.BinOp)
+        and isinstance(node.left.op, ast.Sub)
+        and any(_TIME_NAME.search(name) for name in names_in(node.left))
+    )
 
 
 def _skips_most_steps(test: ast.expr) -> bool:
@@ -656,7 +892,14 @@ def _tested_names(test: ast.expr) -> list[ast.expr]:
 
 
 def _is_rank_test(test: ast.expr) -> bool:
-    return any(RANK_NAME.search(name) for name in names_in(test))
+    """Names a rank: `rank == 0`, `is_main_process()`, or reads the launcher's variable
+    (`int(os.environ.get("RANK", 0)) == 0`)."""
+    return any(RANK_NAME.search(name) for name in names_in(test)) or any(
+        isinstance(node, ast.Constant) and node.value in _RANK_VARIABLES for node in ast.walk(test)
+    )
+
+
+_RANK_VARIABLES = {"RANK", "LOCAL_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}
 
 
 def _is_device_test(test: ast.expr) -> bool:
@@ -690,8 +933,22 @@ def _ends_block(parent: ast.AST, stmt: ast.stmt) -> bool:
     for field in ("body", "orelse", "finalbody"):
         block = getattr(parent, field, None)
         if isinstance(block, list) and stmt in block:
-            return isinstance(block[-1], (ast.Break, ast.Return, ast.Raise))
+            return isinstance(block[-1], (ast.Break, ast.Return, ast.Raise)) or _exits(block[-1])
     return False
+
+
+_EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit", "os.abort"}
+
+
+def _exits(stmt: ast.stmt) -> bool:
+    """`sys.exit(1)` / `exit()` as a statement: the abort path runs once, not every step."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+        return False
+    func = stmt.value.func
+    name = func.id if isinstance(func, ast.Name) else ""
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        name = f"{func.value.id}.{func.attr}"
+    return name in _EXIT_CALLS
 
 
 def _early_return_before(

@@ -160,16 +160,20 @@ def _importers(parsed: list[tuple[str, str, ModuleContext]], known: set[str]) ->
         if stem.isidentifier() and stem != "__init__":
             stems_by_folder.setdefault(folder, []).append(stem)
     found: list[str] = []
+    searches: list[tuple[str, re.Pattern[str]]] = []
     for folder, stems in stems_by_folder.items():
         names = "|".join(re.escape(stem) for stem in stems)
         pattern = re.compile(rf"^\s*(from\s+\.?({names})\s+import|import\s+({names})\b)", re.M)
+        searches.append((folder, pattern))
+        searches += _package_importer_searches(folder)
+    for folder, pattern in searches:
         try:
             entries = sorted(os.listdir(folder))
         except OSError:
             continue
         for entry in entries:
             file = os.path.join(folder, entry)
-            if not entry.endswith(".py") or os.path.realpath(file) in known:
+            if not entry.endswith(".py") or os.path.realpath(file) in known or file in found:
                 continue
             try:
                 if os.path.getsize(file) <= _MAX_SIBLING_BYTES and pattern.search(_read(file)):
@@ -179,6 +183,28 @@ def _importers(parsed: list[tuple[str, str, ModuleContext]], known: set[str]) ->
             if len(found) >= _MAX_SIBLINGS:
                 return found
     return found
+
+
+def _package_importer_searches(folder: str) -> list[tuple[str, re.Pattern[str]]]:
+    """A linted module of a package (`improved_diffusion/dist_util.py`): the scripts next to
+    the package or in a folder beside it (`scripts/image_train.py`) that import the package,
+    often through its `__init__.py` re-exports."""
+    if not os.path.isfile(os.path.join(folder, "__init__.py")):
+        return []
+    parent, package = os.path.split(folder)
+    if not package.isidentifier():
+        return []
+    name = re.escape(package)
+    pattern = re.compile(rf"^\s*(from\s+{name}(\.\w+)*\s+import|import\s+{name}\b)", re.M)
+    try:
+        beside = sorted(
+            os.path.join(parent, entry)
+            for entry in os.listdir(parent)
+            if not entry.startswith(".") and os.path.isdir(os.path.join(parent, entry))
+        )
+    except OSError:
+        return []
+    return [(path, pattern) for path in [parent, *beside] if path != folder]
 
 
 def _file_error(path: str, error: Exception) -> FileError:

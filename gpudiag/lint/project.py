@@ -21,10 +21,17 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from gpudiag.lint.context import FUNCTION_TYPES, LOOP_TYPES, SCOPE_TYPES, ModuleContext
+from gpudiag.lint.context import (
+    FUNCTION_TYPES,
+    LOOP_TYPES,
+    SCOPE_TYPES,
+    ModuleContext,
+    names_in,
+)
 
 FunctionKey = tuple[int, str]  # (index of the module in the project, function name)
 
@@ -105,6 +112,8 @@ class Project:
         self._own_calls: dict[FunctionKey, list[tuple[ModuleContext, ast.Call]]] = {}
         self._body_calls: dict[FunctionKey, list[tuple[ModuleContext, ast.Call]]] = {}
         self._edges: set[tuple[int, int]] = set()  # (importer, imported)
+        self._imports_of: dict[int, list[int]] | None = None  # adjacency, built on first use
+        self._importers_of: dict[int, list[int]] | None = None
         self._component_of = self._components()
         for ctx in self.modules:
             ctx.project = self
@@ -138,16 +147,11 @@ class Project:
 
     def _gpu_jobs(self) -> None:
         """A module runs in a GPU job when it uses CUDA itself or a script that imports it
-        does (trainer.py of a main.py that moves the model to cuda:local_rank)."""
-        gpu = [ctx.uses_cuda for ctx in self.modules]
-        changed = any(gpu)
-        while changed:
-            changed = False
-            for i, j in self._edges:
-                if gpu[i] and not gpu[j]:
-                    gpu[j] = changed = True
-        for ctx, flag in zip(self.modules, gpu, strict=True):
-            ctx.gpu_job = flag
+        does (trainer.py of a main.py that moves the model to cuda:local_rank), or a module
+        imported by such a script does (`dist_util.dev()` returns the rank's CUDA device
+        for `image_train.py`, whose `image_datasets.py` builds the DataLoader)."""
+        for ctx in self.modules:
+            ctx.gpu_job = ctx.uses_cuda or any(m.uses_cuda for m in self.related(ctx))
 
     def _components(self) -> list[int]:
         parent = list(range(len(self.modules)))
@@ -171,6 +175,19 @@ class Project:
         """`ctx` and the files of this run it is connected to by imports (either way)."""
         mine = self._component_of[self._index[id(ctx)]]
         return [m for i, m in enumerate(self.modules) if self._component_of[i] == mine]
+
+    def related(self, ctx: ModuleContext) -> list[ModuleContext]:
+        """`ctx`, the files that import it (transitively) and every file those import: the
+        code that can run in one job with `ctx`. Unlike the component, a second script that
+        only shares a helper module with `ctx`'s script is not included."""
+        if self._imports_of is None:
+            self._imports_of, self._importers_of = {}, {}
+            for i, j in self._edges:
+                self._imports_of.setdefault(i, []).append(j)
+                self._importers_of.setdefault(j, []).append(i)
+        importers = _reachable({self._index[id(ctx)]}, self._importers_of or {})
+        reached = _reachable(importers, self._imports_of)
+        return [self.modules[i] for i in sorted(reached)]
 
     def others(self, ctx: ModuleContext) -> list[ModuleContext]:
         return [m for m in self.component(ctx) if m is not ctx]
@@ -211,14 +228,7 @@ class Project:
         func = call.func
         if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
             return None
-        made = ctx.instances.get(func.value.id)
-        if made is None:
-            return None
-        if isinstance(made.func, ast.Name) and made.func.id in ctx.classes:
-            found: FunctionKey | None = (index, made.func.id)
-        else:
-            dotted = _dotted(made.func, ctx)
-            found = self._resolve_function(index, dotted, 0, classes=True) if dotted else None
+        found = self._class_of(index, ctx, func.value.id)
         if found is None:
             return None
         module, class_name = found
@@ -226,8 +236,32 @@ class Project:
         if definition is not None and any(
             isinstance(stmt, FUNCTION_TYPES) and stmt.name == func.attr for stmt in definition.body
         ):
-            return (module, func.attr)
+            return (module, f"{class_name}.{func.attr}")
         return None
+
+    def _class_of(self, index: int, ctx: ModuleContext, name: str) -> FunctionKey | None:
+        """The project class `name` is an instance of: bound once in this file, or (a
+        parameter here, `log_writer` of `train_one_epoch`) bound in the files of the
+        component to instances of one class only (`log_writer = TensorboardLogger(...)`
+        in main.py)."""
+        if name in ctx.instances:
+            return self._instance_class(index, ctx, ctx.instances[name])
+        found = {
+            self._instance_class(self._index[id(other)], other, other.instances[name])
+            for other in self.component(ctx)
+            if name in other.instances
+        }
+        return found.pop() if len(found) == 1 else None
+
+    def _instance_class(
+        self, index: int, ctx: ModuleContext, made: ast.Call | None
+    ) -> FunctionKey | None:
+        if made is None:
+            return None
+        if isinstance(made.func, ast.Name) and made.func.id in ctx.classes:
+            return (index, made.func.id)
+        dotted = _dotted(made.func, ctx)
+        return self._resolve_function(index, dotted, 0, classes=True) if dotted else None
 
     def _resolve_function(
         self, index: int, dotted: str, depth: int, classes: bool = False
@@ -276,7 +310,7 @@ class Project:
                     if own:
                         self._own_calls.setdefault(key, []).append((ctx, node))
                 if isinstance(node, FUNCTION_TYPES):
-                    key, own = (index, node.name), True
+                    key, own = (index, ctx.function_key(node)), True
                 elif isinstance(node, SCOPE_TYPES):
                     key, own = None, False
                 elif isinstance(node, LOOP_TYPES):
@@ -300,27 +334,45 @@ class Project:
         for index, ctx in enumerate(self.modules):
             ctx.step_functions = {name for i, name in steps if i == index}
             ctx.step_loops = [loop for loop in ctx.loops if self._is_step_loop(ctx, loop, steps)]
+            ctx.train_loops = {
+                loop
+                for loop in ctx.step_loops
+                if self._is_training_loop(ctx, loop, steps) or not _evaluates(ctx, loop)
+            }
         self._per_step_code()
         self._training_code()
 
     def _is_step_loop(self, ctx: ModuleContext, loop: ast.AST, steps: set[FunctionKey]) -> bool:
+        body = getattr(loop, "body", [])
+        if body and isinstance(body[-1], (ast.Return, ast.Break, ast.Raise)):
+            return False  # `for batch in loader: ...; return`: runs once (a benchmark, a probe)
+        return self._is_training_loop(ctx, loop, steps) or ctx.iterates_loader(loop)
+
+    def _is_training_loop(self, ctx: ModuleContext, loop: ast.AST, steps: set[FunctionKey]) -> bool:
+        """The loop's own body runs backward() / optimizer.step(), here or in a callee."""
         for node in ctx.own_nodes(loop.body):  # type: ignore[attr-defined]
             if isinstance(node, ast.Call) and (
                 ctx.is_step_call(node) or self.callee(ctx, node) in steps
             ):
                 return True
-        return ctx.iterates_loader(loop)
+        return False
 
     def _per_step_code(self) -> None:
         """Step-loop bodies, and the functions they call (any file), run once per step."""
         frontier: list[tuple[ModuleContext, ast.AST]] = []
+        train_frontier: list[tuple[ModuleContext, ast.AST]] = []
         for ctx in self.modules:
             ctx.step_nodes = set()
+            ctx.train_step_nodes = set()
             for loop in ctx.step_loops:
                 new = list(ctx.per_iteration_nodes(loop.body))
                 ctx.step_nodes.update(new)
                 frontier.extend((ctx, node) for node in new)
+                if loop in ctx.train_loops:
+                    ctx.train_step_nodes.update(new)
+                    train_frontier.extend((ctx, node) for node in new)
         self._spread(frontier, "step_nodes")
+        self._spread(train_frontier, "train_step_nodes")
 
     def _training_code(self) -> None:
         """Loops around a step loop (in the same function, or around a call of a function
@@ -330,7 +382,7 @@ class Project:
             for loop in ctx.step_loops:
                 function = ctx.enclosing_function(loop)
                 if function is not None:
-                    runs_loop.add((index, function.name))
+                    runs_loop.add((index, ctx.function_key(function)))
         changed = True
         while changed:
             changed = False
@@ -388,10 +440,25 @@ class Project:
 
     # ---------------------------------------------------------------- guards
 
+    def module_named(self, ctx: ModuleContext, dotted: str) -> ModuleContext | None:
+        """The file of this run that `import <dotted>` in `ctx` loads, if any."""
+        found = self._resolve_module(self._index[id(ctx)], dotted)
+        return None if found is None else self.modules[found]
+
+    def callers(self, ctx: ModuleContext, function: str) -> list[tuple[ModuleContext, ast.Call]]:
+        """Every call of the component that resolves to `function` of `ctx`."""
+        index = self._index[id(ctx)]
+        return [
+            (module, call)
+            for module in self.component(ctx)
+            for call in module.calls
+            if self.callee(module, call) == (index, function)
+        ]
+
     def callers_guarded(self, ctx: ModuleContext, function: str, depth: int) -> bool:
         """A function of `ctx` used nowhere in its own file but called from other files of
         its component: every such call is rank-guarded there."""
-        if ctx.references_to(function):
+        if ctx.references_to(function.rsplit(".", 1)[-1]):
             return False
         index = self._index[id(ctx)]
         calls = [
@@ -401,6 +468,48 @@ class Project:
             if self.callee(other, call) == (index, function)
         ]
         return bool(calls) and all(other.rank_guarded(call, depth) for other, call in calls)
+
+
+_EVAL_FUNCTION = re.compile(r"eval|valid|test|infer|predict|sample|generate", re.I)
+_NO_GRAD = {"no_grad", "inference_mode"}
+
+
+def _evaluates(ctx: ModuleContext, loop: ast.AST) -> bool:
+    """A DataLoader loop without backward that evaluates: inside `torch.no_grad()` /
+    `torch.inference_mode()` (a `with` around or inside the loop, or the function's
+    decorator), after `model.eval()` in its function, or in a function named for it
+    (`evaluate`, `validate`, `test`, `predict`...)."""
+    function = ctx.enclosing_function(loop)
+    if any(_NO_GRAD & set(names_in(node)) for node in ctx.own_nodes(loop.body)):  # type: ignore[attr-defined]
+        return True
+    if any(isinstance(a, ast.With) and _NO_GRAD & set(names_in(a)) for a in ctx.ancestors(loop)):
+        return True
+    if function is None:
+        return False
+    if _EVAL_FUNCTION.search(function.name) or any(
+        _NO_GRAD & set(names_in(d)) for d in function.decorator_list
+    ):
+        return True
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "eval"
+        and not node.args
+        and node.lineno < getattr(loop, "lineno", 0)
+        for node in ctx.body_nodes(function.body)
+    )
+
+
+def _reachable(start: set[int], edges: dict[int, list[int]]) -> set[int]:
+    """`start` and every module reachable from it along `edges`."""
+    found = set(start)
+    pending = list(start)
+    while pending:
+        for target in edges.get(pending.pop(), []):
+            if target not in found:
+                found.add(target)
+                pending.append(target)
+    return found
 
 
 def _position(node: ast.AST) -> tuple[int, int]:

@@ -26,14 +26,16 @@ _RULES = [
         "GD101",
         "dataparallel",
         "high",
-        "nn.DataParallel used: single-process multi-GPU training pays scatter/replicate/gather every step",
+        "nn.DataParallel used: single-process multi-GPU work pays scatter/replicate/gather every forward",
         "Every forward, DataParallel scatters the batch from GPU 0, replicates the whole model to "
         "every GPU (broadcast_coalesced), runs one Python thread per GPU under the GIL, gathers the "
         "outputs back to GPU 0 and reduces gradients there in backward; GPU 0 also holds more memory.",
         "Use DistributedDataParallel with one process per GPU: launch with torchrun, "
         "dist.init_process_group('nccl'), torch.cuda.set_device(local_rank), "
-        "DDP(model.to(local_rank), device_ids=[local_rank]) and a DistributedSampler "
-        "(`gpudiag lint --diff` writes this for the simple pattern).",
+        "DDP(model.to(local_rank), device_ids=[local_rank]) and, for training, a DistributedSampler "
+        "(`gpudiag lint --diff` writes this for the simple pattern). For inference no gradients are "
+        "reduced: run one process per GPU on its own shard of the inputs (or one model copy per "
+        "GPU), without DDP.",
         "dataparallel_overhead",
     ),
     Rule(
@@ -109,7 +111,7 @@ _RULES = [
     Rule(
         "GD301",
         "host-sync-in-step-loop",
-        "medium",
+        "low",
         "host synchronisation inside the step loop",
         "`.item()`, `.cpu()`, `.numpy()`, `.tolist()`, `print(tensor)` and torch.cuda.synchronize() "
         "make the CPU wait until the GPU has finished all queued work, every step: the launch queue "
@@ -127,6 +129,19 @@ _RULES = [
         "pays cudaMalloc again.",
         "Remove it from the loop; if memory is fragmented, set "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True instead.",
+        "host_sync",
+    ),
+    Rule(
+        "GD303",
+        "host-sync-in-eval-loop",
+        "low",
+        "host synchronisation inside an evaluation loop",
+        "`.item()`, `.cpu()`, `.numpy()`, `.tolist()` or torch.cuda.synchronize() in a loop that "
+        "only evaluates (no backward or optimizer step per batch) makes the CPU wait for each batch "
+        "before it launches the next one: no backward is stalled, but the GPU idles between "
+        "batches while Python reads the value.",
+        "Accumulate the metric in a GPU tensor (`correct += (pred == target).sum()`) and read it "
+        "once after the loop.",
         "host_sync",
     ),
     Rule(
@@ -153,7 +168,7 @@ _RULES = [
     Rule(
         "GD403",
         "ddp-without-set-device",
-        "medium",
+        "low",
         "DDP on GPU without torch.cuda.set_device(local_rank) before it",
         "Without set_device every rank's default CUDA device is GPU 0: NCCL communicators, "
         ".cuda() and torch.device('cuda') tensors of all ranks land on GPU 0, which runs out of "
@@ -206,8 +221,9 @@ _RULES = [
         "init-without-destroy",
         "low",
         "init_process_group without destroy_process_group",
-        "Without destroy_process_group the communicators are torn down at interpreter exit, which "
-        "can hang or abort the rank after training and loses the exit status.",
+        "Without destroy_process_group the communicators are left to interpreter exit: recent "
+        "PyTorch warns there that the process group was not destroyed, and older releases or "
+        "other backends may leak resources or delay the exit; a clean teardown is explicit.",
         "Call dist.destroy_process_group() once training is finished (in a finally: block).",
     ),
     Rule(
@@ -217,14 +233,16 @@ _RULES = [
         "GPU training without autocast (mixed precision)",
         "fp32 matmuls and convolutions do not use the tensor cores at full rate and move twice the "
         "bytes; bf16/fp16 autocast typically speeds a step up 1.5-3x on recent GPUs.",
-        "Wrap forward and loss in `with torch.autocast('cuda', dtype=torch.bfloat16):` (fp16 needs "
-        "torch.amp.GradScaler as well).",
+        "On GPUs with bf16 tensor cores (A100, H100, L4, RTX 30xx and later: "
+        "torch.cuda.is_bf16_supported()) wrap forward and loss in `with torch.autocast('cuda', "
+        "dtype=torch.bfloat16):`; on V100, T4 and older GPUs (no bf16 tensor cores) use "
+        "`dtype=torch.float16` with torch.amp.GradScaler('cuda') scaling the loss.",
         "no_amp",
     ),
     Rule(
         "GD602",
         "grad-accumulation-without-no-sync",
-        "medium",
+        "low",
         "gradient accumulation under DDP without model.no_sync(): gradients are all-reduced every micro-step",
         "DDP all-reduces in every backward; with accumulation only the last micro-batch's "
         "reduction is needed, so the others are pure communication cost.",
@@ -234,7 +252,7 @@ _RULES = [
     Rule(
         "GD701",
         "save-on-every-rank",
-        "medium",
+        "low",
         "checkpoint saved from every rank",
         "Every rank writes the same file at the same time: N times the I/O, races that can "
         "corrupt the checkpoint, and slow ranks that hold the others up at the next collective.",
@@ -263,7 +281,7 @@ _RULES = [
     Rule(
         "GD704",
         "collective-in-step-loop",
-        "medium",
+        "low",
         "explicit collective inside the step loop",
         "A collective called from the training loop (loss averaging, manual gradient all-reduce) "
         "blocks the step and is not overlapped with backward the way DDP's bucketed all-reduce is.",

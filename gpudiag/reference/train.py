@@ -226,6 +226,26 @@ def _step_budget(args: argparse.Namespace, batches_per_epoch: int) -> int:
 # --------------------------------------------------------------------------- training
 
 
+@dataclass
+class _RankData:
+    """This rank's training data: the loader and its sampler, the global batch, and the
+    held-out split the loss is evaluated on."""
+
+    loader: Any
+    sampler: Any
+    global_batch: int
+    eval_x: torch.Tensor
+    eval_y: torch.Tensor
+
+
+@dataclass
+class _Optimization:
+    """What one training step updates the model with."""
+
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+
+
 def train(
     args: argparse.Namespace,
     *,
@@ -236,25 +256,88 @@ def train(
 ) -> TrainReport:
     """Build model, data and optimizer for this rank and train. ``mode`` is the mode
     actually run (dp falls back to single when allowed)."""
-    device = (
-        torch.device(args.device, torch.cuda.current_device())
-        if args.device == "cuda"
-        else torch.device("cpu")
+    device = _rank_device(args)
+    model, per_loader_batch = _wrapped_model(args, rank, mode, device, device_ids)
+    data = _rank_data(args, per_loader_batch, rank, world_size, device)
+    optimization = _Optimization(
+        optimizer=torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9),
+        scaler=torch.amp.GradScaler("cuda", enabled=args.amp and device.type == "cuda"),
     )
-    slow_s = slow_forward_s(args, rank)
-    model: nn.Module = build_model(args.model, args.seed, slow_s).to(device)
-    per_loader_batch = args.batch_size
+    total_steps = _step_budget(args, len(data.loader))
+    initial_loss = evaluate(model, data.eval_x, data.eval_y)
+    if rank == 0:
+        _log(
+            rank,
+            f"mode={mode} model={args.model} world_size={world_size} device={device} "
+            f"batch/rank={args.batch_size} global_batch={data.global_batch} "
+            f"steps={total_steps} initial_loss={initial_loss:.5f}",
+        )
+    started = time.perf_counter()
+    records = _train_steps(args, model, data, optimization, device, total_steps, rank)
+    wall_s = _wall_s_since(started, device)
+    final_loss = evaluate(model, data.eval_x, data.eval_y)
+    peak, peak_kind = _peak_memory(device)
+    report = TrainReport(
+        mode=mode,
+        model=args.model,
+        rank=rank,
+        world_size=world_size,
+        device=str(device),
+        backend=args.backend if mode == "ddp" else None,
+        amp=args.amp,
+        batch_size=args.batch_size,
+        global_batch=data.global_batch,
+        steps=len(records),
+        initial_loss=initial_loss,
+        final_loss=final_loss,
+        wall_s=wall_s,
+        samples_per_s=data.global_batch * len(records) / wall_s if wall_s > 0 else 0.0,
+        peak_memory_bytes=peak,
+        peak_memory_kind=peak_kind,
+        step_records=records,
+        ddp_logging=_ddp_logging(model) if mode == "ddp" else {},
+    )
+    _finish(args, model, report)
+    return report
+
+
+def _rank_device(args: argparse.Namespace) -> torch.device:
+    if args.device == "cuda":
+        return torch.device(args.device, torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _wrapped_model(
+    args: argparse.Namespace,
+    rank: int,
+    mode: str,
+    device: torch.device,
+    device_ids: list[int] | None,
+) -> tuple[nn.Module, int]:
+    """(the model as ``mode`` trains it, the batch each DataLoader yields): DDP and
+    single-device load a batch per rank, DataParallel one per GPU."""
+    model: nn.Module = build_model(args.model, args.seed, slow_forward_s(args, rank)).to(device)
     if mode == "ddp":
         ddp_kwargs: dict[str, Any] = {}
         if args.bucket_cap_mb is not None:
             ddp_kwargs["bucket_cap_mb"] = args.bucket_cap_mb
-        model = nn.parallel.DistributedDataParallel(
+        wrapped = nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None, **ddp_kwargs
         )
-    elif mode == "dp":
-        model = nn.DataParallel(model, device_ids=device_ids)
+        return wrapped, args.batch_size
+    if mode == "dp":
         per_loader_batch = args.batch_size * len(device_ids or [])
+        return nn.DataParallel(model, device_ids=device_ids), per_loader_batch
+    return model, args.batch_size
 
+
+def _rank_data(
+    args: argparse.Namespace,
+    per_loader_batch: int,
+    rank: int,
+    world_size: int,
+    device: torch.device,
+) -> _RankData:
     workload = WORKLOADS[args.model]
     dataset = TeacherDataset(workload, args.dataset_size, args.seed)
     global_batch = per_loader_batch * world_size
@@ -273,84 +356,93 @@ def train(
         pin_memory=device.type == "cuda",
     )
     held_out = TeacherDataset(workload, EVAL_SAMPLES, args.seed, split="eval")
-    eval_x, eval_y = held_out.inputs.to(device), held_out.targets.to(device)
+    return _RankData(
+        loader=loader,
+        sampler=sampler,
+        global_batch=global_batch,
+        eval_x=held_out.inputs.to(device),
+        eval_y=held_out.targets.to(device),
+    )
 
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    scaler = torch.amp.GradScaler("cuda", enabled=args.amp and device.type == "cuda")
-    total_steps = _step_budget(args, len(loader))
-    initial_loss = evaluate(model, eval_x, eval_y)
-    if rank == 0:
-        _log(
-            rank,
-            f"mode={mode} model={args.model} world_size={world_size} device={device} "
-            f"batch/rank={args.batch_size} global_batch={global_batch} steps={total_steps} "
-            f"initial_loss={initial_loss:.5f}",
-        )
 
+def _train_steps(
+    args: argparse.Namespace,
+    model: nn.Module,
+    data: _RankData,
+    optimization: _Optimization,
+    device: torch.device,
+    total_steps: int,
+    rank: int,
+) -> list[StepRecord]:
+    """``total_steps`` steps, epoch after epoch (each reshuffled by its sampler)."""
     records: list[StepRecord] = []
-    started = time.perf_counter()
     epoch = 0
     while len(records) < total_steps:
-        sampler.set_epoch(epoch)
-        batches = iter(loader)
+        data.sampler.set_epoch(epoch)
         steps_before = len(records)
-        while len(records) < total_steps:
-            t0 = time.perf_counter()
-            batch = next(batches, None)
-            if batch is None:
-                break
-            t_data = time.perf_counter()
-            inputs = batch[0].to(device, non_blocking=True)
-            targets = batch[1].to(device, non_blocking=True)
-            optimizer.zero_grad(set_to_none=True)
-            with _autocast(args, device):
-                loss = nn.functional.mse_loss(model(inputs).float(), targets)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            if args.host_sync:
-                loss.item()
-            t_end = time.perf_counter()
-            record = StepRecord(len(records), (t_end - t0) * 1e3, (t_data - t0) * 1e3)
-            records.append(record)
-            if rank == 0 and not args.quiet:
-                _log(
-                    rank,
-                    f"step {record.step:4d}  {record.step_ms:8.2f} ms  "
-                    f"(data {record.data_ms:.2f} ms)",
-                )
+        _train_epoch(args, model, data, optimization, device, total_steps, rank, records)
         if len(records) == steps_before:
             raise UsageError("the DataLoader yielded no full batch; raise --dataset-size")
         epoch += 1
-    wall_s = time.perf_counter() - started
+    return records
+
+
+def _train_epoch(
+    args: argparse.Namespace,
+    model: nn.Module,
+    data: _RankData,
+    optimization: _Optimization,
+    device: torch.device,
+    total_steps: int,
+    rank: int,
+    records: list[StepRecord],
+) -> None:
+    """Steps over one pass of the loader, appended to ``records``, until the loader
+    ends or ``total_steps`` are done."""
+    batches = iter(data.loader)
+    while len(records) < total_steps:
+        t0 = time.perf_counter()
+        batch = next(batches, None)
+        if batch is None:
+            break
+        t_data = time.perf_counter()
+        _train_step(args, model, batch, optimization, device)
+        t_end = time.perf_counter()
+        record = StepRecord(len(records), (t_end - t0) * 1e3, (t_data - t0) * 1e3)
+        records.append(record)
+        if rank == 0 and not args.quiet:
+            _log(
+                rank,
+                f"step {record.step:4d}  {record.step_ms:8.2f} ms  (data {record.data_ms:.2f} ms)",
+            )
+
+
+def _train_step(
+    args: argparse.Namespace,
+    model: nn.Module,
+    batch: Any,
+    optimization: _Optimization,
+    device: torch.device,
+) -> None:
+    """One optimizer step on ``batch``: forward (under autocast with --amp), backward,
+    step; with --host-sync, ``loss.item()`` after it."""
+    inputs = batch[0].to(device, non_blocking=True)
+    targets = batch[1].to(device, non_blocking=True)
+    optimization.optimizer.zero_grad(set_to_none=True)
+    with _autocast(args, device):
+        loss = nn.functional.mse_loss(model(inputs).float(), targets)
+    optimization.scaler.scale(loss).backward()
+    optimization.scaler.step(optimization.optimizer)
+    optimization.scaler.update()
+    if args.host_sync:
+        loss.item()
+
+
+def _wall_s_since(started: float, device: torch.device) -> float:
+    """Seconds since ``started``, once the device's queued work is done."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-        wall_s = time.perf_counter() - started
-
-    final_loss = evaluate(model, eval_x, eval_y)
-    peak, peak_kind = _peak_memory(device)
-    report = TrainReport(
-        mode=mode,
-        model=args.model,
-        rank=rank,
-        world_size=world_size,
-        device=str(device),
-        backend=args.backend if mode == "ddp" else None,
-        amp=args.amp,
-        batch_size=args.batch_size,
-        global_batch=global_batch,
-        steps=len(records),
-        initial_loss=initial_loss,
-        final_loss=final_loss,
-        wall_s=wall_s,
-        samples_per_s=global_batch * len(records) / wall_s if wall_s > 0 else 0.0,
-        peak_memory_bytes=peak,
-        peak_memory_kind=peak_kind,
-        step_records=records,
-        ddp_logging=_ddp_logging(model) if mode == "ddp" else {},
-    )
-    _finish(args, model, report)
-    return report
+    return time.perf_counter() - started
 
 
 def _ddp_logging(model: nn.Module) -> dict[str, Any]:

@@ -7,26 +7,26 @@ imports this module.
 
 from __future__ import annotations
 
+import html
+import math
+
 import pandas as pd
 import plotly.graph_objects as go
 
 from gpudiag.analysis.gpu import PERF_THROTTLE_MASK
+from gpudiag.analysis.live import LiveSnapshot
 from gpudiag.analysis.result import BREAKDOWN_KEYS, LANES
+from gpudiag.report import numbers
+from gpudiag.report.overview import COMPONENT_COLORS, RankParts
 
-BREAKDOWN_COLORS = {
-    "compute": "#4c78a8",
-    "comm_overlapped": "#72b7b2",
-    "comm_exposed": "#e45756",
-    "data_loading": "#f58518",
-    "idle": "#bab0ac",
-    "other": "#9d755d",
-}
+# One colour per component in every chart (gpudiag/report/overview.py).
+BREAKDOWN_COLORS = {k: COMPONENT_COLORS[k] for k in BREAKDOWN_KEYS}
 LANE_COLORS = {
-    "compute": "#4c78a8",
-    "communication": "#e45756",
-    "data_loading": "#f58518",
-    "other": "#9d755d",
-    "idle": "#bab0ac",
+    "compute": COMPONENT_COLORS["compute"],
+    "communication": COMPONENT_COLORS["comm_exposed"],
+    "data_loading": COMPONENT_COLORS["data_loading"],
+    "other": COMPONENT_COLORS["other"],
+    "idle": COMPONENT_COLORS["idle"],
 }
 COLORS = {**BREAKDOWN_COLORS, **LANE_COLORS, "step": "#444444"}
 # Byte-valued metrics are drawn in GiB (or MiB when small), never as plotly's "1.6B".
@@ -97,31 +97,153 @@ def timeline_figure(timeline: pd.DataFrame, title: str = "Timeline") -> go.Figur
     return fig
 
 
-def rank_breakdown_figure(ranks: pd.DataFrame) -> go.Figure:
-    """Stacked bars, one per rank: where the mean step's time goes (``result.ranks``)."""
+def rank_parts_figure(parts: RankParts, title: str | None = None) -> go.Figure:
+    """Stacked bars, one per rank: where the step goes (:func:`overview.rank_parts`),
+    exposed communication split into the wait for the named rank and the transfer; the
+    ranks the top finding names outlined."""
     fig = go.Figure()
-    for key, color in BREAKDOWN_COLORS.items():
-        if key in ranks:
-            fig.add_bar(
-                name=key,
-                x=[f"rank {int(r)}" for r in ranks["rank"]],
-                y=ranks[key],
-                marker_color=color,
-            )
+    frame = parts.frame
+    x = [rank_tick(int(r), parts.named) for r in frame["rank"]]
+    outline = [2.5 if int(r) in parts.named else 0.0 for r in frame["rank"]]
+    for key in parts.keys:
+        fig.add_bar(
+            name=parts.labels[key],
+            x=x,
+            y=frame[key],
+            marker=dict(color=COMPONENT_COLORS[key], line=dict(color="#111", width=outline)),
+            hovertemplate="%{x} · " + parts.labels[key] + ": %{y:.2f} ms/step<extra></extra>",
+        )
     fig.update_layout(
-        barmode="stack", title="Step breakdown (ms per step)", yaxis_title="ms", **_LAYOUT
+        barmode="stack",
+        title=title or "Where each rank's step goes (ms per step)",
+        yaxis_title="ms per step",
+        **_LAYOUT,
     )
     return fig
 
 
-def step_breakdown_figure(breakdown: pd.DataFrame, max_bars: int = 400) -> go.Figure:
-    """Stacked bars, one per (rank, step) (``result.breakdown``)."""
+def rank_tick(rank: int, named: list[int]) -> str:
+    return f"rank {rank} ◀" if rank in named else f"rank {rank}"
+
+
+def _nice_step(top: float, ticks: int = 5) -> float:
+    raw = top / ticks if top > 0 else 1.0
+    mag = 10 ** math.floor(math.log10(raw))
+    return next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+
+
+def rank_parts_svg(parts: RankParts, title: str, width: int = 1100, height: int = 330) -> str:
+    """The same chart as :func:`rank_parts_figure` as one inline SVG (no script to load,
+    so it is on the first screen as soon as the page's text is): hover a segment for its
+    value."""
+    frame = parts.frame
+    keys = parts.keys
+    n = max(len(frame), 1)
+    legend_rows = _legend_rows([(parts.labels[k], k) for k in keys], width - 20)
+    top_pad, left, right, bottom = 34 + 20 * len(legend_rows), 56, 12, 34
+    plot_w, plot_h = width - left - right, height - top_pad - bottom
+    totals = frame[keys].sum(axis=1) if keys else pd.Series([0.0])
+    top = float(totals.max()) if len(totals) and numbers.number(totals.max()) else 1.0
+    step = _nice_step(top)
+    y_max = step * math.ceil(top / step) if top > 0 else 1.0
+    scale = plot_h / y_max
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+        f'width="100%" role="img" aria-label="{_x(title)}" class="gpudiag-rank-parts" '
+        'style="font-family:sans-serif;font-size:12px;max-width:1100px">',
+        f'<text x="0" y="16" font-size="15" font-weight="600">{_x(title)}</text>',
+    ]
+    for i, row in enumerate(legend_rows):
+        x = 0.0
+        for label, key in row:
+            y_text = 34 + 20 * i
+            out.append(
+                f'<rect x="{x:.0f}" y="{y_text - 10}" width="12" height="12" '
+                f'fill="{COMPONENT_COLORS[key]}"/><text x="{x + 16:.0f}" y="{y_text}">{_x(label)}</text>'
+            )
+            x += 28 + 6.5 * len(label)
+    for k in range(int(round(y_max / step)) + 1):
+        value = k * step
+        y = top_pad + plot_h - value * scale
+        out.append(
+            f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e5e5e5"/>'
+            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{numbers.num(value, 0 if step >= 1 else 1)}</text>'
+        )
+    out.append(
+        f'<text x="12" y="{top_pad + plot_h / 2:.0f}" transform="rotate(-90 12 '
+        f'{top_pad + plot_h / 2:.0f})" text-anchor="middle">ms per step</text>'
+    )
+    band = plot_w / n
+    bar = min(band * 0.7, 90.0)
+    for i, row in enumerate(frame.itertuples(index=False)):
+        rank = int(row.rank)
+        cx = left + band * (i + 0.5)
+        base = float(top_pad + plot_h)
+        named = rank in parts.named
+        for key in keys:
+            value = numbers.number(getattr(row, key)) or 0.0
+            h = value * scale
+            if h <= 0:
+                continue
+            base -= h
+            out.append(
+                f'<rect x="{cx - bar / 2:.1f}" y="{base:.1f}" width="{bar:.1f}" height="{h:.1f}" '
+                f'fill="{COMPONENT_COLORS[key]}" data-component="{key}" data-rank="{rank}" '
+                f'data-ms="{value:.4f}"><title>rank {rank} · {_x(parts.labels[key])}: '
+                f"{numbers.ms(value, 'ms/step')}</title></rect>"
+            )
+        total = numbers.number(row.step_ms)
+        out.append(
+            f'<text x="{cx:.1f}" y="{base - 4:.1f}" text-anchor="middle">{numbers.num(total)}</text>'
+        )
+        if named:
+            out.append(
+                f'<rect x="{cx - bar / 2 - 2:.1f}" y="{base - 2:.1f}" width="{bar + 4:.1f}" '
+                f'height="{top_pad + plot_h - base + 2:.1f}" fill="none" stroke="#111" '
+                'stroke-width="2.5" class="named-rank"/>'
+            )
+        weight = ' font-weight="700"' if named else ""
+        if n <= 32 or i % math.ceil(n / 32) == 0 or named:
+            out.append(
+                f'<text x="{cx:.1f}" y="{height - 14}" text-anchor="middle"{weight}>'
+                f"{_x(rank_tick(rank, parts.named))}</text>"
+            )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _legend_rows(items: list[tuple[str, str]], width: float) -> list[list[tuple[str, str]]]:
+    """Legend entries (label, key) laid out in rows that fit ``width``."""
+    rows: list[list[tuple[str, str]]] = [[]]
+    used = 0.0
+    for label, key in items:
+        need = 28 + 6.5 * len(label)
+        if rows[-1] and used + need > width:
+            rows.append([])
+            used = 0.0
+        rows[-1].append((label, key))
+        used += need
+    return rows
+
+
+def _x(text: str) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def step_breakdown_figure(
+    breakdown: pd.DataFrame, max_bars: int = 400, labels: dict[str, str] | None = None
+) -> go.Figure:
+    """Stacked bars, one per (rank, step) (``result.breakdown``), each component named
+    as the Overview names it (``labels``, :func:`overview.component_labels`)."""
     bd = breakdown.sort_values(["rank", "step"]).tail(max_bars)
     x = [f"r{r} s{s}" for r, s in zip(bd["rank"], bd["step"], strict=False)]
+    names = labels or {}
     fig = go.Figure()
     for key in BREAKDOWN_KEYS:
         if key in bd:
-            fig.add_trace(go.Bar(x=x, y=bd[key], name=key, marker_color=COLORS[key]))
+            fig.add_trace(
+                go.Bar(x=x, y=bd[key], name=names.get(key, key), marker_color=COLORS[key])
+            )
     fig.update_layout(
         barmode="stack", title="Step time per rank and step", yaxis_title="ms", **_LAYOUT
     )
@@ -154,25 +276,49 @@ def busbw_figure(summary: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def bucket_figure(buckets: pd.DataFrame, start: str, end: str, label: str) -> go.Figure:
-    """DDP buckets as horizontal bars on a time axis (ms from the first bucket)."""
-    b = buckets.dropna(subset=[start, end]).head(2000).copy()
-    t0 = b[start].min()
-    b["s"] = (b[start] - t0) / 1e6
-    b["d"] = (b[end] - b[start]) / 1e6
-    ylab = [f"rank {r}" for r in b["rank"]] if "rank" in b else ["all"] * len(b)
-    fig = go.Figure(
-        go.Bar(
-            x=b["d"],
-            base=b["s"],
-            y=ylab,
-            orientation="h",
-            text=b[label].astype(str) if label in b else None,
-            marker_color="#1f77b4",
-            hovertemplate="bucket %{text}<br>start %{base:.3f} ms, %{x:.3f} ms<extra></extra>",
+MAX_BUCKET_LANES = 64
+_RANK_PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#eeca3b",
+                 "#9d755d", "#ff9da6", "#bab0ac")  # fmt: skip
+
+
+def bucket_figure(buckets: pd.DataFrame, max_lanes: int = MAX_BUCKET_LANES) -> go.Figure:
+    """All-reduces per step, one lane per call in issue order (``bucket``), each drawn
+    from its start in the step (``start_ms``) for its duration (``dur_ms``), one colour
+    per rank; every step of a lane overlaid, so a lane's spread is the variation over
+    steps. No text on the bars (hover for values): readable with many buckets."""
+    b = buckets.dropna(subset=["start_ms", "dur_ms"])
+    b = b[b["bucket"] < max_lanes]
+    fig = go.Figure()
+    ranks = sorted(b["rank"].unique()) if "rank" in b else []
+    for i, rank in enumerate(ranks):
+        part = b[b["rank"] == rank]
+        fig.add_trace(
+            go.Bar(
+                x=part["dur_ms"],
+                base=part["start_ms"],
+                y=[f"#{int(k)}" for k in part["bucket"]],
+                orientation="h",
+                name=f"rank {int(rank)}",
+                marker_color=_RANK_PALETTE[i % len(_RANK_PALETTE)],
+                opacity=0.6,
+                customdata=part[["step"]].to_numpy() if "step" in part else None,
+                hovertemplate=f"rank {int(rank)} · call %{{y}} · step %{{customdata[0]}}<br>"
+                "starts %{base:.2f} ms into the step, lasts %{x:.2f} ms<extra></extra>",
+            )
         )
+    lanes = int(b["bucket"].max()) + 1 if len(b) else 1
+    order = [f"#{k}" for k in range(lanes)]
+    fig.update_yaxes(
+        categoryorder="array", categoryarray=order[::-1], title="call in the step (issue order)"
     )
-    fig.update_layout(title="DDP buckets over time", xaxis_title="ms", **_LAYOUT)
+    fig.update_xaxes(title="ms from the step's first all-reduce")
+    fig.update_layout(
+        title="All-reduces per step, one lane per call",
+        barmode="group",
+        bargap=0.25,
+        height=min(1800, max(260, (6 + 4 * len(ranks)) * lanes + 140)),
+        **_LAYOUT,
+    )
     return fig
 
 
@@ -198,7 +344,7 @@ def skew_heatmap(skew: pd.DataFrame, max_columns: int = 300) -> go.Figure:
         )
     )
     fig.update_layout(
-        title="Arrival skew per collective (straggler arrives last)",
+        title="Arrival skew: ms each rank arrives after the first, per collective",
         height=max(260, 30 * len(pivot) + 120),
         **_LAYOUT,
     )
@@ -278,12 +424,12 @@ def host_metric_figure(samples: pd.DataFrame, metric: str, unit: str) -> go.Figu
 
 
 def stacked_columns_figure(
-    frame: pd.DataFrame, x: str, columns: list[str], title: str
+    frame: pd.DataFrame, x: str, columns: list[str], title: str, barmode: str = "stack"
 ) -> go.Figure:
     fig = go.Figure()
     for col in columns:
         fig.add_trace(go.Bar(x=frame[x].astype(str), y=frame[col], name=col))
-    fig.update_layout(barmode="stack", title=title, yaxis_title="ms", **_LAYOUT)
+    fig.update_layout(barmode=barmode, title=title, yaxis_title="ms", **_LAYOUT)
     return fig
 
 
@@ -305,9 +451,17 @@ def busy_figure(busy: pd.DataFrame) -> go.Figure:
     fig = go.Figure(
         [
             go.Bar(
-                x=x, y=100 * busy["busy_fraction"], name="any kernel/copy", marker_color="#1f77b4"
+                x=x,
+                y=100 * busy["busy_fraction"],
+                name="any kernel/copy",
+                marker_color=COMPONENT_COLORS["comm_overlapped"],
             ),
-            go.Bar(x=x, y=100 * busy["compute_fraction"], name="compute", marker_color="#2ca02c"),
+            go.Bar(
+                x=x,
+                y=100 * busy["compute_fraction"],
+                name="compute",
+                marker_color=COMPONENT_COLORS["compute"],
+            ),
         ]
     )
     fig.update_layout(barmode="group", title="GPU busy (% of window)", yaxis_title="%", **_LAYOUT)
@@ -329,4 +483,36 @@ def dp_figure(
             annotation_text=f"projected DDP step {float(projected):.2f} ms",
         )
     fig.update_layout(title="DataParallel stages (ms per step)", yaxis_title="ms", **_LAYOUT)
+    return fig
+
+
+def live_rank_figure(snap: LiveSnapshot) -> go.Figure:
+    """Live: each rank's median step time over the recent window (bars, the lagging
+    ranks outlined) and its last step (markers), ms."""
+    x = [rank_tick(r.rank, snap.lagging) for r in snap.ranks]
+    outline = [2.5 if r.rank in snap.lagging else 0.0 for r in snap.ranks]
+    fig = go.Figure(
+        [
+            go.Bar(
+                x=x,
+                y=[r.median_step_ms for r in snap.ranks],
+                name=f"median step, last {snap.window_steps} steps",
+                marker=dict(
+                    color=COMPONENT_COLORS["compute"], line=dict(color="#111", width=outline)
+                ),
+                hovertemplate="%{x}: median %{y:.2f} ms<extra></extra>",
+            ),
+            go.Scatter(
+                x=x,
+                y=[r.last_step_ms for r in snap.ranks],
+                mode="markers",
+                name="last step",
+                marker=dict(color=COMPONENT_COLORS["comm_wait"], size=10, symbol="diamond"),
+                hovertemplate="%{x}: last step %{y:.2f} ms<extra></extra>",
+            ),
+        ]
+    )
+    fig.update_layout(
+        title="Step time per rank (ms; ◀ lagging)", yaxis_title="ms", height=320, **_LAYOUT
+    )
     return fig

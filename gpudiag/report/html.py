@@ -11,7 +11,8 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudiag.report import figures
+from gpudiag.report import figures, numbers, overview
+from gpudiag.report.overview import evidence_lines, ordered_findings
 from gpudiag.report.tables import whatif_frame
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
 td.l,th.l{text-align:left}.sev{color:#fff;padding:2px 6px;border-radius:3px;font-weight:bold}
 .finding{border-left:4px solid #888;padding:.5em 1em;margin:1em 0;background:#fafafa}
-code{background:#eee;padding:1px 4px}
+code{background:#eee;padding:1px 4px}.verdict{font-size:1.15em;background:#fdecea;padding:.6em 1em}
 """
 
 
@@ -36,23 +37,25 @@ def _findings_html(findings: list[Any]) -> str:
     if not findings:
         return "<p>No findings: nothing costs a noticeable share of the step.</p>"
     parts = []
-    for f in findings:
+    for f in ordered_findings(findings):
         color = SEVERITY_COLORS.get(f.severity, "#888")
-        evidence = "".join(f"<li><code>{_e(k)}</code>: {_e(v)}</li>" for k, v in f.evidence.items())
+        evidence = "".join(f"<li>{_e(line)}</li>" for line in evidence_lines(f.evidence))
         loc = f"<p>location: <code>{_e(f.location)}</code></p>" if f.location else ""
         parts.append(
             f'<div class="finding" style="border-color:{color}">'
             f'<span class="sev" style="background:{color}">{_e(f.severity.upper())}</span> '
-            f"<b>{_e(f.kind)}</b> — {f.cost_ms_per_step:.2f} ms/step — ranks {_e(f.ranks)}"
+            f"<b>{_e(f.kind)}</b> — {_e(numbers.ms(f.cost_ms_per_step, 'ms/step'))} — "
+            f"{_e(numbers.ranks(f.ranks))}"
             f"<p>{_e(f.title)}</p><ul>{evidence}</ul><p><b>fix:</b> {_e(f.fix)}</p>{loc}</div>"
         )
     return "\n".join(parts)
 
 
-def _frame_html(frame: Any) -> str:
+def _frame_html(frame: Any, digits: dict[str, int] | None = None) -> str:
     if frame is None or frame.empty:
         return "<p>(none)</p>"
-    return frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", border=0, escape=True)
+    shown = numbers.frame_text(frame, digits)
+    return shown.to_html(index=False, border=0, escape=True)
 
 
 TIMELINE_INTERVALS = 4000
@@ -79,7 +82,10 @@ def _timeline_title(result: AnalysisResult) -> str:
 def _result_section(result: AnalysisResult, include_js: bool) -> str:
     from plotly.io import to_html
 
-    figs = [figures.rank_breakdown_figure(result.ranks)]
+    verdict = overview.verdict(result)
+    figs = []
+    if len(result.ranks):
+        figs.append(figures.rank_parts_figure(overview.rank_parts(result)))
     timeline = result.timeline(max_intervals=TIMELINE_INTERVALS)
     if len(timeline):
         figs.append(figures.timeline_figure(timeline, _timeline_title(result)))
@@ -92,13 +98,17 @@ def _result_section(result: AnalysisResult, include_js: bool) -> str:
         f"<h1>gpudiag: {_e(result.source)}</h1>"
         f"<p>{_e(run.kind)} · world size {_e(run.world_size)} · backend "
         f"{_e(run.backend)} · {_e(run.steps_analysed)} steps analysed · devices "
-        f"{_e(', '.join(run.devices) or 'CPU')}</p>"
-        f"<h2>Findings</h2>{_findings_html(result.findings)}"
+        f"{_e(', '.join(run.devices) or 'CPU')} · {_e(' '.join(overview.step_time(result)[::-1]))}</p>"
+        f"<p class='verdict'><b>{_e(verdict.headline)}</b>"
+        + (f"<br><b>Fix:</b> {_e(verdict.fix)}" if verdict.fix else "")
+        + "</p>"
+        + "".join(charts[:1])
+        + f"<h2>Findings</h2>{_findings_html(result.findings)}"
         + _whatif_html(result)
-        + f"<h2>Per rank (ms per step; comm_comp_overlap_pct: % of communication overlapped "
-        f"with compute)</h2>{_frame_html(result.ranks)}"
-        + "".join(charts)
-        + f"<h2>Collectives</h2>{_frame_html(result.collective_summary)}"
+        + "<h2>Per rank (ms per step, mean over the profiled steps)</h2>"
+        + _frame_html(overview.rank_table(result), overview.rank_table_digits())
+        + "".join(charts[1:])
+        + f"<h2>Collectives</h2>{_frame_html(overview.collectives_frame(result.collective_summary))}"
         + (f"<h2>Warnings</h2><ul>{warnings}</ul>" if warnings else "")
     )
 

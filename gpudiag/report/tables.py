@@ -6,6 +6,7 @@ import pandas as pd
 
 from gpudiag.analysis.live import LiveSnapshot
 from gpudiag.analysis.whatif import Projection
+from gpudiag.report import numbers
 
 
 def whatif_frame(projections: list[Projection]) -> pd.DataFrame:
@@ -18,7 +19,8 @@ def whatif_frame(projections: list[Projection]) -> pd.DataFrame:
             "step ms": [round(p.step_ms, 2) for p in projections],
             "projected ms": [round(p.projected_step_ms, 2) for p in projections],
             "range ms": [
-                f"{p.projected_low_ms:.2f}–{p.projected_high_ms:.2f}" for p in projections
+                f"{numbers.num(p.projected_low_ms)} to {numbers.num(p.projected_high_ms)}"
+                for p in projections
             ],
             "saving ms": [round(p.saving_ms, 2) for p in projections],
             "saving %": [round(p.saving_pct, 1) for p in projections],

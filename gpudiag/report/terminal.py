@@ -12,6 +12,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gpudiag.report import numbers
+from gpudiag.report.overview import COLLECTIVE_HEADERS, evidence_lines, ordered_findings
+
 if TYPE_CHECKING:
     from gpudiag.analysis.result import AnalysisResult
 
@@ -32,25 +35,20 @@ RANK_COLUMNS = (
 _MEASURE_WIDTH = 1000
 
 
-def _num(value: Any, digits: int = 2) -> str:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return "-"
-    if not math.isfinite(v):
-        return "-"
-    return f"{v:.0f}" if digits == 0 else f"{v:.{digits}f}"
+def _num(value: Any, digits: int = numbers.MS_DIGITS) -> str:
+    return numbers.num(value, digits)
 
 
 def _evidence_text(evidence: dict[str, Any], limit: int = 8) -> str:
-    parts = []
-    for key, value in list(evidence.items())[:limit]:
-        if isinstance(value, float):
-            value = _num(value, 3)
-        elif isinstance(value, dict) and len(value) > 8:
-            value = f"{{{len(value)} entries}}"
-        parts.append(f"{key}={value}")
-    return ", ".join(parts)
+    """The evidence as a person reads it, one item a line (``net wait: rank 2: 39.05
+    ms/step``); a per-rank list longer than 8 ranks is cut to its first 8."""
+    lines = []
+    for line in evidence_lines(dict(list(evidence.items())[:limit])):
+        parts = line.split(", rank ")
+        if len(parts) > 8:
+            line = ", rank ".join(parts[:8]) + f", … ({len(parts)} ranks)"
+        lines.append("  " + line)
+    return "\n".join(lines)
 
 
 def _header(result: AnalysisResult) -> Text:
@@ -79,18 +77,18 @@ def render_findings(console: Console, findings: list[Any]) -> None:
             Panel("No findings: nothing costs a noticeable share of the step.", title="Findings")
         )
         return
-    console.print(Text(f"Findings ({len(findings)}, most important first)", style="bold"))
-    for i, f in enumerate(findings, 1):
+    console.print(Text(f"Findings ({len(findings)}: severity, then cost per step)", style="bold"))
+    for i, f in enumerate(ordered_findings(findings), 1):
         style = SEVERITY_STYLE.get(f.severity, "")
         head = Text()
         head.append(f"{i}. [{f.severity.upper()}] ", style=style)
         head.append(f"{f.kind}", style="bold")
-        head.append(f"  {_num(f.cost_ms_per_step)} ms/step")
+        head.append(f"  {numbers.ms(f.cost_ms_per_step, 'ms/step')}")
         if f.ranks:
-            head.append(f"  ranks {', '.join(map(str, f.ranks))}")
+            head.append(f"  {numbers.ranks(f.ranks)}")
         body = Text()
         body.append(f.title + "\n")
-        body.append("evidence: ", style="dim")
+        body.append("evidence:\n", style="dim")
         body.append(_evidence_text(f.evidence) + "\n")
         body.append("fix: ", style="green")
         body.append(f.fix)
@@ -100,14 +98,21 @@ def render_findings(console: Console, findings: list[Any]) -> None:
         console.print(Panel(body, title=head, title_align="left", border_style=style or "white"))
 
 
-def ranks_table(ranks: Any, rank: int | None = None) -> Table | None:
+def ranks_table(ranks: Any, rank: int | None = None, gpu: bool = False) -> Table | None:
+    """Per rank; on a GPU run ``other`` and ``idle`` are named as every view names them
+    (no kernel on the device, the host busy or not)."""
     if ranks is None or ranks.empty:
         return None
     if rank is not None:
         ranks = ranks[ranks["rank"] == rank]
-    table = Table(title="Per rank (ms per step, mean over analysed steps; overlap: % of comm)")
+    table = Table(title="Per rank (ms per step, mean over the profiled steps; overlap: % of comm)")
     table.add_column("rank", justify="right")
-    columns = [(k, label) for k, label in RANK_COLUMNS if k in ranks]
+    names = dict(RANK_COLUMNS)
+    if gpu:
+        names.update(other="GPU idle host busy", idle="GPU idle host idle")
+    else:
+        names.update(other="host busy no op")
+    columns = [(k, names[k]) for k, _ in RANK_COLUMNS if k in ranks]
     for _, label in columns:
         table.add_column(label, justify="right")
     for row in ranks.to_dict(orient="records"):
@@ -121,22 +126,18 @@ def ranks_table(ranks: Any, rank: int | None = None) -> Table | None:
 _DIGITS = {"steps": 0, "comm_comp_overlap_pct": 1}
 
 
-def render_ranks(console: Console, ranks: Any, rank: int | None = None) -> None:
-    table = ranks_table(ranks, rank)
+def render_ranks(console: Console, ranks: Any, rank: int | None = None, gpu: bool = False) -> None:
+    table = ranks_table(ranks, rank, gpu)
     console.print(table if table is not None else "No per-rank step data.")
 
 
 def collectives_table(summary: Any) -> Table | None:
     if summary is None or not len(summary):
         return None
-    table = Table(title="Collectives")
-    cols = [
-        c
-        for c in ("op", "pg_name", "count", "bytes", "total_ms", "busbw_gbs_median", "peak_gbs")
-        if c in summary
-    ]
+    table = Table(title="Collectives (per op and process group)")
+    cols = [c for c in COLLECTIVE_HEADERS if c in summary]
     for c in cols:
-        table.add_column(c, justify="right")
+        table.add_column(COLLECTIVE_HEADERS[c], justify="right")
     for row in summary.head(20).to_dict(orient="records"):
         table.add_row(*(_collective_cell(c, row[c]) for c in cols))
     return table
@@ -154,7 +155,7 @@ def output_console(tables: list[RenderableType | None]) -> Console:
 
 
 def print_report(result: Any, *, rank: int | None = None, console: Console | None = None) -> None:
-    per_rank = ranks_table(result.ranks, rank)
+    per_rank = ranks_table(result.ranks, rank, bool(result.run.has_gpu_trace))
     collectives = collectives_table(result.collective_summary)
     console = console or output_console([per_rank, collectives])
     console.print(_header(result))
@@ -168,7 +169,8 @@ def summary_line(result: Any) -> str:
     """One line per run for the end of a multi-run report."""
     counts = {s: sum(f.severity == s for f in result.findings) for s in ("high", "medium", "low")}
     step = result.ranks["step_ms_mean"].astype(float).mean() if len(result.ranks) else math.nan
-    top = result.findings[0] if result.findings else None
+    ordered = ordered_findings(result.findings)
+    top = ordered[0] if ordered else None
     worst = (
         f"; first: {top.kind} {_num(top.cost_ms_per_step)} ms/step ({top.severity})"
         if top is not None
@@ -200,17 +202,7 @@ def _collective_cell(column: str, value: Any) -> str:
 
 
 def _bytes(value: Any) -> str:
-    try:
-        size = float(value)
-    except (TypeError, ValueError):
-        return "-"
-    if size != size:  # NaN
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GiB"
+    return numbers.size(value)
 
 
 def print_comparison(comparison: Any, console: Console | None = None) -> None:

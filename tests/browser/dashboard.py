@@ -33,6 +33,9 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 PLOTLY = ".js-plotly-plot .main-svg"
+# The Overview's per-rank chart is an inline SVG (no chart script to load); the other
+# views' charts are plotly's.
+FIRST_CHART = f"svg.gpudiag-rank-parts, {PLOTLY}"
 EXCEPTION = '[data-testid="stException"]'
 RUNNING = '[data-testid="stStatusWidget"]'
 
@@ -154,5 +157,5 @@ def paint_times_s(page: Any, url: str, timeout_ms: int = 60_000) -> tuple[float,
     page.goto(url)
     page.wait_for_selector(RUN_CONTENT, timeout=timeout_ms)
     content = time.perf_counter() - start
-    page.wait_for_selector(PLOTLY, timeout=timeout_ms)
+    page.wait_for_selector(FIRST_CHART, timeout=timeout_ms)
     return content, time.perf_counter() - start

@@ -65,7 +65,7 @@ def evaluate(model, loader, device):
             images = images.to(device, non_blocking=True)
             target = target.to(device, non_blocking=True)
             pred = model(images).argmax(dim=1)
-            correct += (pred == target).sum().item()  # expect: GD301
+            correct += (pred == target).sum().item()  # expect: GD303
             total += target.numel()
     return correct / total
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from gpudiag.lint.checks import Hit
@@ -28,10 +29,13 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
         no_device_ids = keyword(ddp, "device_ids") is None and len(ddp.args) < 2
         if ctx.gpu_job and no_device_ids and not ctx.device_conditional(ddp):
             yield Hit("GD404", ddp)
-    if ddp_calls and ctx.gpu_job and not _device_set_before(ctx, ddp_calls[0]):
-        yield Hit("GD403", ddp_calls[0])
-    if ddp_calls and not _seeded_before(ctx, ddp_calls[0]):
+    framework = _framework_setup(ctx)
+    unset = [ddp for ddp in ddp_calls if not _device_set_before(ctx, ddp)]
+    if unset and ctx.gpu_job and not framework:
+        yield Hit("GD403", unset[0])
+    if ddp_calls and not framework and not _seeded_before(ctx, ddp_calls[0]):
         yield Hit("GD405", ddp_calls[0])
+    yield from _seeded_only_in_parent(ctx)
 
 
 def _statement_of(ctx: ModuleContext, node: ast.AST) -> ast.AST:
@@ -78,8 +82,47 @@ def _device_set_before(ctx: ModuleContext, ddp: ast.Call) -> bool:
             module.calls_to(*_SET_DEVICE) or _device_id_inits(module) for module in ctx.component()
         )
     same_scope = [call for call in setters if ctx.scope_of(call) is ctx.scope_of(ddp)]
-    first = _first_line(same_scope)
+    # `if args.gpu is not None: set_device(args.gpu); DDP(model, device_ids=[args.gpu])
+    # else: model.cuda(); DDP(model)`: the set_device of the other branch never runs here
+    reachable = [call for call in same_scope if not _never_together(ctx, call, ddp)]
+    if same_scope and not reachable:
+        return False
+    first = _first_line(reachable)
     return first is None or first < ddp.lineno
+
+
+def _never_together(ctx: ModuleContext, first: ast.AST, second: ast.AST) -> bool:
+    """Different branches of one `if`, or of two `if`s on the same condition
+    (`if args.gpu is not None: set_device(...)` early, `if args.gpu is not None: ...
+    else: DDP(model)` later)."""
+    if ctx.exclusive_branches(first, second):
+        return True
+    conditions = dict(_conditions(ctx, first))
+    return any(
+        test in conditions and conditions[test] != branch
+        for test, branch in _conditions(ctx, second)
+    )
+
+
+def _conditions(ctx: ModuleContext, node: ast.AST) -> list[tuple[str, bool]]:
+    """(test, taken) of every `if` around `node`; `x is None` is `x is not None` not taken."""
+    found: list[tuple[str, bool]] = []
+    child = node
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, ast.If) and child is not ancestor.test:
+            taken = child in ancestor.body
+            test = ancestor.test
+            if (
+                isinstance(test, ast.Compare)
+                and len(test.ops) == 1
+                and isinstance(test.ops[0], ast.Is)
+                and is_const(test.comparators[0], None)
+            ):
+                test = ast.Compare(test.left, [ast.IsNot()], test.comparators)
+                taken = not taken
+            found.append((ast.unparse(test), taken))
+        child = ancestor
+    return found
 
 
 def _device_id_inits(ctx: ModuleContext) -> list[ast.Call]:
@@ -113,3 +156,64 @@ def _seed_calls(ctx: ModuleContext) -> list[ast.Call]:
             for seed in _SEEDS
         )
     ]
+
+
+_SPAWN = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"}
+
+
+def _seeded_only_in_parent(ctx: ModuleContext) -> Iterator[Hit]:
+    """`torch.manual_seed(args.seed)` (or `cudnn.deterministic = True`) in the parent, then
+    `mp.spawn(main_worker, ...)`: the spawned interpreters start with fresh RNG and cuDNN
+    state, so the workers are never seeded and `--seed` does nothing."""
+    for spawn in ctx.calls_to(*_SPAWN):
+        worker = spawn.args[0] if spawn.args else keyword(spawn, "fn")
+        if not isinstance(worker, ast.Name) or worker.id not in ctx.functions:
+            continue
+        in_worker = _reached_from(ctx, worker.id)
+        seeds = [
+            call
+            for call in _seed_calls(ctx)
+            if ctx.scope_of(call) is ctx.scope_of(spawn) and call.lineno < spawn.lineno
+        ]
+        if seeds and not any(
+            ctx.enclosing_function(call) in in_worker for call in _seed_calls(ctx)
+        ):
+            yield Hit(
+                "GD405",
+                seeds[0],
+                ": seeded in the parent before mp.spawn; the spawned workers start unseeded",
+            )
+
+
+def _reached_from(ctx: ModuleContext, name: str) -> set[ast.AST]:
+    """The worker function and the functions of this file it calls, transitively."""
+    reached: set[ast.AST] = set()
+    pending = [name]
+    while pending:
+        for definition in ctx.functions.get(pending.pop(), []):
+            if definition in reached:
+                continue
+            reached.add(definition)
+            for node in ctx.body_nodes(definition.body):
+                if isinstance(node, ast.Call) and (callee := ctx.local_callee(node)):
+                    pending.append(callee)
+    return reached
+
+
+_FRAMEWORK_SETUP = re.compile(r"^(launch|default_setup|setup_distributed|init_distributed\w*)$")
+
+
+def _framework_setup(ctx: ModuleContext) -> bool:
+    """The component hands process set-up to a framework it imports (detectron2's
+    `launch(main, ...)` sets each worker's device, `default_setup(cfg, args)` seeds it):
+    what that code does cannot be read here, so GD403 / GD405 trust it."""
+    for module in ctx.component():
+        for qualified in module.call_names.values():
+            top = qualified.split(".", 1)[0]
+            if top in ("torch", "os", "sys") or module.project is None:
+                continue
+            if module.project.module_named(module, top) is not None:
+                continue  # a module of the project: its code is read, not trusted
+            if _FRAMEWORK_SETUP.match(qualified.rsplit(".", 1)[-1]):
+                return True
+    return False

@@ -24,21 +24,27 @@ _REDUCED_PRECISION = {
     "use_amp",
 }
 _ACCUMULATION = re.compile(r"accum", re.I)
+_SKIPS_SYNC = {"no_sync", "require_backward_grad_sync", "accumulate"}
 
 
 def check(ctx: ModuleContext) -> Iterator[Hit]:
     backwards = [call for call in ctx.calls if ctx.is_backward(call) and ctx.in_step_loop(call)]
     if ctx.gpu_job and backwards and not _uses_reduced_precision(ctx):
         yield Hit("GD601", backwards[0])
-    # no_sync(), or nanoGPT's `model.require_backward_grad_sync = last_micro_step`
-    if ctx.ddp_code and ctx.identifiers.isdisjoint({"no_sync", "require_backward_grad_sync"}):
+    # no_sync(), nanoGPT's `model.require_backward_grad_sync = last_micro_step`, or
+    # accelerate's `with accelerator.accumulate(model):` (no_sync on the non-final micro-steps)
+    component = ctx.component()
+    if any(m.ddp_code for m in component) and all(
+        m.identifiers.isdisjoint(_SKIPS_SYNC) for m in component
+    ):
         yield from _accumulation_without_no_sync(ctx)
 
 
 def _uses_reduced_precision(ctx: ModuleContext) -> bool:
-    """Anywhere in the file or the files connected to it (an FSDP MixedPrecision policy in
-    policies/, autocast in the train() helper of utils.py)."""
-    return any(not _REDUCED_PRECISION.isdisjoint(m.identifiers) for m in ctx.component())
+    """In the file or the files of its job (an FSDP MixedPrecision policy in policies/,
+    autocast in the train() helper of utils.py), not in another script that only shares a
+    helper module with this one (an fp32 evaluation script next to an AMP trainer)."""
+    return any(not _REDUCED_PRECISION.isdisjoint(m.identifiers) for m in ctx.related())
 
 
 def _accumulation_without_no_sync(ctx: ModuleContext) -> Iterator[Hit]:
@@ -47,22 +53,30 @@ def _accumulation_without_no_sync(ctx: ModuleContext) -> Iterator[Hit]:
     for loop in [*ctx.step_loops, *step_functions]:
         calls = [node for node in ctx.own_nodes(loop.body) if isinstance(node, ast.Call)]
         unguarded_backward = [
-            c for c in calls if ctx.is_backward(c) and not _under_if(ctx, c, loop)
+            c for c in calls if ctx.is_backward(c) and not _accumulation_guard(ctx, c, loop)
         ]
         guarded_steps = [
             c for c in calls if ctx.is_optimizer_step(c) and _accumulation_guard(ctx, c, loop)
         ]
         if unguarded_backward and guarded_steps:
             yield Hit("GD602", unguarded_backward[0])
+        elif scaled := [c for c in calls if _steps_every_nth_call(c)]:
+            yield Hit("GD602", scaled[0])
 
 
-def _under_if(ctx: ModuleContext, node: ast.AST, loop: ast.AST) -> bool:
-    for ancestor in ctx.ancestors(node):
-        if ancestor is loop or isinstance(ancestor, ast.FunctionDef):
-            return False
-        if isinstance(ancestor, ast.If):
-            return True
-    return False
+_UPDATE_KEYWORD = re.compile(r"update|step|sync|accum", re.I)
+
+
+def _steps_every_nth_call(call: ast.Call) -> bool:
+    """`loss_scaler(loss, optimizer, update_grad=(it + 1) % update_freq == 0)`: a helper that
+    runs backward every call and the optimizer step only on every n-th (DeiT / ConvNeXt /
+    MAE's NativeScaler)."""
+    return any(
+        kw.arg is not None
+        and _UPDATE_KEYWORD.search(kw.arg)
+        and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(kw.value))
+        for kw in call.keywords
+    )
 
 
 def _accumulation_guard(ctx: ModuleContext, node: ast.AST, loop: ast.AST) -> bool:

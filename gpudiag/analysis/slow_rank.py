@@ -1,0 +1,166 @@
+"""Why a straggler is slow: where its extra time per step goes, against the median rank.
+
+A rank that arrives last by ``lead_ms`` per step spends that much more on something
+the others do not. From the run's steady steps (steady.rank_times: every step, not only
+the profiled window) it is split, in this order, into:
+
+* ``data``: more time waiting for its batch (DataLoader ``__next__``);
+* ``starved``: more time runnable but waiting for a CPU than its CPU work explains (its
+  run-queue delay beyond the others' per ms on a CPU: other processes held its cores),
+  nothing the rank does; the training thread's, at most the lead;
+* ``compute``: more time on a CPU (ops, or Python between them), with the run-queue wait
+  that extra work brings on a shared host (the other ranks' wait per ms on a CPU, times
+  its CPU time); the profiled window names the ops (or kernels, on a GPU) whose time per
+  step grew the most;
+* ``blocked``: the rest, off the CPU and not waiting for data: sleeping, blocking I/O,
+  a lock, a host-side wait of its own.
+
+Each part is the slow rank's median per steady step minus the median of the other ranks'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from gpudiag.analysis import classify as cls
+from gpudiag.analysis.steady import RankTime
+
+PARTS = ("data", "starved", "compute", "blocked")
+# A part explains the lead when it is at least this share of it.
+MAIN_SHARE = 0.5
+# The slow rank is called starved when its extra run-queue delay is at least this share
+# of its lead: the scheduler, not the rank, made it late.
+STARVED_SHARE = 0.5
+_CPU_OP_KINDS = ("cpu_op",)
+_GPU_OP_KINDS = ("compute",)
+TOP_OPS = 3
+
+
+@dataclass(frozen=True)
+class SlowRankCause:
+    """The extra ms per step of ``rank`` against the median of the others, by part;
+    ``main`` the part that explains most of the lead (None: none does alone)."""
+
+    rank: int
+    lead_ms: float
+    extra_ms: dict[str, float]
+    main: str | None
+    ops: list[tuple[str, float]] = field(default_factory=list)
+
+    @property
+    def starved(self) -> bool:
+        return self.extra_ms.get("starved", 0.0) >= STARVED_SHARE * self.lead_ms > 0
+
+    def sentence(self) -> str:
+        """One line a person reads: where the rank's extra time goes."""
+        parts = {
+            "data": "waiting for its batches (DataLoader)",
+            "starved": "runnable but waiting for a CPU (other processes held the cores)",
+            "compute": "on the CPU (or waiting for it while computing)",
+            "blocked": "off the CPU, outside data loading and collectives (sleeping, "
+            "blocking I/O, a lock, or waiting for its own threads)",
+        }
+        shown = [
+            f"{self.extra_ms[p]:.1f} ms {parts[p]}"
+            for p in PARTS
+            if self.extra_ms.get(p, 0.0) >= 0.15 * self.lead_ms and self.extra_ms[p] > 0
+        ]
+        if not shown:
+            return ""
+        text = (
+            f"Per step, rank {self.rank} spends " + "; ".join(shown) + " more than the median rank"
+        )
+        if self.ops and self.main == "compute":
+            text += " (most in " + ", ".join(f"{n} +{v:.1f} ms" for n, v in self.ops) + ")"
+        return text + "."
+
+    def evidence(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "extra_ms_per_step": {p: round(v, 3) for p, v in self.extra_ms.items()},
+            "main_cause": self.main,
+        }
+        if self.ops:
+            out["ops_extra_ms_per_step"] = {n: round(v, 3) for n, v in self.ops}
+        return out
+
+
+def explain(
+    rank: int, lead_ms: float, times: dict[int, RankTime], traces: Sequence[object] = ()
+) -> SlowRankCause | None:
+    """Where ``rank``'s extra time per step goes; None without its steady steps, a peer's,
+    or the scheduler counters."""
+    mine = times.get(rank)
+    others = [t for r, t in times.items() if r != rank]
+    if mine is None or not others or mine.cpu_ms is None or mine.runq_ms is None:
+        return None
+    if any(t.cpu_ms is None or t.runq_ms is None for t in others):
+        return None
+    data = max(mine.data_ms - _median(t.data_ms for t in others), 0.0)
+    runq_others = _median(t.runq_ms or 0.0 for t in others)
+    cpu_others = _median(t.cpu_ms or 0.0 for t in others)
+    # On a shared host every rank waits in the run queue in proportion to its CPU work
+    # (its "stretch", the others' run-queue delay per ms on a CPU): a rank with more work
+    # waits more for that reason alone, and that wait is its work's. Only the wait beyond
+    # its stretch was other processes taking its CPU.
+    stretch = runq_others / cpu_others if cpu_others > 0 else 0.0
+    induced = max(min(mine.runq_ms, mine.cpu_ms * stretch) - runq_others, 0.0)
+    starved = max(mine.runq_ms - runq_others - induced, 0.0)
+    # (all its threads' run-queue delay, threads_runq_ms, is not used here: a rank whose
+    # training thread spins makes its own gloo threads wait for a CPU, which would read
+    # as starvation: seen on a Lightning rank with 40 ms of extra compute per step)
+    starved = min(starved, max(lead_ms, 0.0))
+    cpu = mine.cpu_ms - cpu_others
+    # loading in the training thread is on its CPU too: counted once, as data; the run
+    # queue its extra work made it wait counts with that work
+    compute = max(cpu - data, 0.0) + induced
+    blocked = max(lead_ms - data - starved - compute, 0.0)
+    extra = {"data": data, "starved": starved, "compute": compute, "blocked": blocked}
+    main = max(extra, key=lambda p: extra[p])
+    if lead_ms <= 0 or extra[main] < MAIN_SHARE * lead_ms:
+        main_part: str | None = None
+    else:
+        main_part = main
+    ops = _extra_ops(rank, traces) if main_part == "compute" else []
+    return SlowRankCause(rank, lead_ms, extra, main_part, ops)
+
+
+def _median(values: object) -> float:
+    arr = np.fromiter(values, dtype=float)  # type: ignore[call-overload]
+    return float(np.median(arr)) if len(arr) else 0.0
+
+
+def _extra_ops(rank: int, traces: Sequence[object]) -> list[tuple[str, float]]:
+    """The ops (CPU traces) or kernels (GPU traces) whose time per profiled step is the
+    most above the other ranks' median, with that excess in ms."""
+    per_rank: dict[int, pd.Series] = {}
+    for trace in traces:
+        table = _op_ms_per_step(trace)
+        if table is not None:
+            per_rank[int(trace.meta.rank)] = table  # type: ignore[attr-defined]
+    if rank not in per_rank or len(per_rank) < 2:
+        return []
+    frame = pd.DataFrame(per_rank).fillna(0.0)
+    others = frame.drop(columns=[rank]).median(axis=1)
+    excess = (frame[rank] - others).sort_values(ascending=False)
+    return [(str(n), float(v)) for n, v in excess.head(TOP_OPS).items() if v > 0]
+
+
+def _op_ms_per_step(trace: object) -> pd.Series | None:
+    events = getattr(trace, "events", None)
+    if events is None or len(events) == 0 or "step" not in events:
+        return None
+    kind = cls.kinds(events)
+    gpu = events["is_gpu"].to_numpy()
+    if gpu.any():
+        mask = gpu & cls.kind_in(kind, _GPU_OP_KINDS)
+    else:
+        mask = events["main_thread"].to_numpy() & cls.kind_in(kind, _CPU_OP_KINDS)
+    ops = events[mask & (pd.to_numeric(events["step"], errors="coerce").fillna(-1) >= 0).to_numpy()]
+    steps = ops["step"].nunique()
+    if not steps:
+        return None
+    return ops.groupby(ops["name"].astype(str), observed=True)["dur_ns"].sum() / steps / 1e6

@@ -1,0 +1,131 @@
+"""The run's steady step time, and where each rank's steady steps go on its CPU.
+
+Read from the run's steps table (every step the run recorded, not only the profiled
+window, which the profiler slows: docs/findings.md "Severity"):
+
+* the **steady step time**: the median step over the steps every rank completed, after
+  warm-up (:data:`WARMUP_SHARE` of them, at least the first, at most :data:`WARMUP_MAX`);
+* per rank, from the training thread's scheduler counters (``cpu_ns``, ``runq_ns``,
+  capture/steps.py): the time per step on a CPU, **runnable but waiting for a CPU** (the
+  run queue: other processes or the rank's own threads held the cores) and off the CPU
+  (sleeping or blocked: waiting for data, peers, I/O, a ``time.sleep``).
+
+A rank whose extra time is run-queue delay was *starved*; one whose extra time is on the
+CPU or off it was slow by itself (stragglers: findings.straggler_findings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+# Warm-up: this share of a run's completed steps (at least the first step of a run of 3
+# or more, at most WARMUP_MAX steps) is left out of the steady figures.
+WARMUP_SHARE = 0.1
+WARMUP_MAX = 5
+
+
+@dataclass(frozen=True)
+class RankTime:
+    """One rank's median per steady step (ms); ``cpu_ms`` / ``runq_ms`` None where the
+    steps table has no scheduler counters (not Linux, or an older run)."""
+
+    rank: int
+    steps: int
+    step_ms: float
+    data_ms: float
+    cpu_ms: float | None
+    runq_ms: float | None
+    # the run-queue delay of all its threads together (gloo's, intra-op, loader pinning)
+    threads_runq_ms: float | None = None
+    # mean over its steady steps of the training thread's run-queue share of the step
+    runq_share: float | None = None
+
+    @property
+    def off_cpu_ms(self) -> float | None:
+        """Sleeping or blocked: the step minus its time on a CPU and in the run queue."""
+        if self.cpu_ms is None or self.runq_ms is None:
+            return None
+        return max(self.step_ms - self.cpu_ms - self.runq_ms, 0.0)
+
+
+def steady_steps(steps: pd.DataFrame | None) -> pd.DataFrame:
+    """The rows of the steps every rank completed, after warm-up (empty when none)."""
+    if steps is None or steps.empty or not {"rank", "step", "start_ns", "end_ns"} <= set(steps):
+        return pd.DataFrame(columns=["rank", "step", "step_ms"])
+    rows = steps.dropna(subset=["start_ns", "end_ns"])
+    n_ranks = rows["rank"].nunique()
+    per_step = rows.groupby("step")["rank"].nunique()
+    done = np.sort(per_step.index[per_step.to_numpy() >= n_ranks].to_numpy())
+    warmup = min(max(int(round(WARMUP_SHARE * len(done))), 1), WARMUP_MAX) if len(done) >= 3 else 0
+    kept = rows[rows["step"].isin(done[warmup:])]
+    # subtracted as integers: epoch ns as floats lose the last ~256 ns
+    step_ms = (kept["end_ns"].astype("int64") - kept["start_ns"].astype("int64")) / 1e6
+    return kept.assign(step_ms=step_ms)
+
+
+def steady_step_ms(steps: pd.DataFrame | None) -> float | None:
+    """Median step (ms) over every rank's steady steps; None without a steps table."""
+    rows = steady_steps(steps)
+    if rows.empty:
+        return None
+    value = float(np.median(rows["step_ms"].to_numpy()))
+    return value if value > 0 else None
+
+
+def steady_step_count(steps: pd.DataFrame | None) -> int:
+    """How many distinct steady steps the run has (0 without a steps table)."""
+    rows = steady_steps(steps)
+    return int(rows["step"].nunique()) if len(rows) else 0
+
+
+def rank_times(steps: pd.DataFrame | None) -> dict[int, RankTime]:
+    """Per rank, the median over its steady steps of its step, data wait and scheduler
+    figures (medians: one step that took a profiler's export, or a descheduled one,
+    does not move them)."""
+    rows = steady_steps(steps)
+    out: dict[int, RankTime] = {}
+    for rank, part in rows.groupby("rank"):
+        out[int(rank)] = RankTime(
+            rank=int(rank),
+            steps=len(part),
+            step_ms=float(part["step_ms"].median()),
+            data_ms=_mean_ms(part, "data_ns") or 0.0,
+            cpu_ms=_mean_ms(part, "cpu_ns"),
+            runq_ms=_mean_ms(part, "runq_ns"),
+            threads_runq_ms=_mean_ms(part, "threads_runq_ns"),
+            runq_share=_runq_share(part),
+        )
+    return out
+
+
+def _mean_ms(part: pd.DataFrame, column: str) -> float | None:
+    if column not in part:
+        return None
+    values = pd.to_numeric(part[column], errors="coerce")
+    if values.isna().all():
+        return None
+    return float(values.fillna(0).median()) / 1e6
+
+
+def _runq_share(part: pd.DataFrame) -> float | None:
+    """Mean over the steps of run-queue delay / step (each at most 1: a step shortened by
+    a profiler's export keeps the delay the export had)."""
+    if "runq_ns" not in part:
+        return None
+    runq = pd.to_numeric(part["runq_ns"], errors="coerce") / 1e6
+    if runq.isna().all():
+        return None
+    share = (runq / part["step_ms"].where(part["step_ms"] > 0)).clip(upper=1.0)
+    return float(share.mean()) if share.notna().any() else None
+
+
+def runq_share(times: dict[int, RankTime]) -> float | None:
+    """The median rank's share of its steps spent runnable but waiting for a CPU (its
+    training thread's run queue, the mean over its steady steps: descheduled bursts
+    count): how much of the job's time the host's other processes took (None without
+    the counters)."""
+    shares = [t.runq_share for t in times.values() if t.runq_share is not None]
+    return float(np.median(shares)) if shares else None

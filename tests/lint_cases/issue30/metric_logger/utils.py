@@ -1,0 +1,14 @@
+from collections import defaultdict
+
+import torch
+
+
+class MetricLogger:
+    def __init__(self, delimiter="\t"):
+        self.meters = defaultdict(list)
+
+    def update(self, **kwargs):
+        for k, v in kwargs.items():
+            if isinstance(v, torch.Tensor):
+                v = v.item()  # expect: GD301
+            self.meters[k].append(v)

@@ -1,0 +1,279 @@
+"""The answer on the first screen (issue 31): the Overview's step time, verdict line and
+per-rank chart, on the recorded straggler sample and public GPU trace sets, with the
+real Streamlit AppTest; the labels agree across the finding, the chart and the tables;
+the findings are in one order in every report. Marked `browser`: the first screen at
+1440x900 in headless Chromium, and the live marker once a run ends.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from streamlit.testing.v1 import AppTest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # dashboards/ and tests/browser/ are not installed packages
+
+from gpudiag.analysis import analyze  # noqa: E402
+from gpudiag.analysis.result import AnalysisResult  # noqa: E402
+from gpudiag.report import overview  # noqa: E402
+from gpudiag.report.html import render_html  # noqa: E402
+from gpudiag.report.terminal import print_report  # noqa: E402
+
+APP = REPO / "dashboards" / "app.py"
+STRAGGLER = REPO / "sample_runs" / "ddp4_straggler"
+SEGMENT = re.compile(
+    r'data-component="(?P<key>\w+)" data-rank="(?P<rank>\d+)" data-ms="(?P<ms>[0-9.]+)"'
+)
+
+
+@pytest.fixture(scope="module")
+def straggler() -> AnalysisResult:
+    return analyze(STRAGGLER)
+
+
+def _app(monkeypatch: pytest.MonkeyPatch, run: Path) -> AppTest:
+    monkeypatch.setattr(sys, "argv", ["app.py", str(run)])
+    at = AppTest.from_file(str(APP), default_timeout=180)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _svg(at: AppTest) -> str:
+    found = [m.value for m in at.markdown if "gpudiag-rank-parts" in m.value]
+    assert len(found) == 1
+    return found[0]
+
+
+def _segments(svg: str) -> dict[tuple[int, str], float]:
+    return {(int(m["rank"]), m["key"]): float(m["ms"]) for m in SEGMENT.finditer(svg)}
+
+
+def _plain(text: str) -> str:
+    return text.replace("\\", "")
+
+
+def test_first_screen_is_step_time_verdict_and_chart(
+    monkeypatch: pytest.MonkeyPatch, straggler: AnalysisResult
+) -> None:
+    at = _app(monkeypatch, STRAGGLER)
+    # the step time, the verdict and the chart come before the findings' table
+    names = [type(e).__name__ for e in at.main]
+    assert names.index("Metric") < names.index("Markdown") < names.index("Table")
+    metric = next(m for m in at.metric if m.label == "Step time")
+    assert _plain(metric.value) == overview.step_time(straggler)[1]
+    verdict = _plain(at.error[0].value)
+    assert "Rank 2 is the straggler" in verdict
+    top = overview.ordered_findings(straggler.findings)[0]
+    assert top.kind == "straggler" and top.ranks == [2]
+    assert f"{top.cost_ms_per_step:.2f} ms/step" in verdict and "Fix:" in verdict
+    assert at.button[0].label.startswith("Evidence: arrival skew")
+    svg = _svg(at)
+    # exposed communication split into the wait for rank 2 and the transfer
+    assert "waiting for rank 2" in svg and "transfer (exposed communication)" in svg
+    assert 'class="named-rank"' in svg and svg.count('class="named-rank"') == 1
+    assert re.search(r'font-weight="700">rank 2 ◀</text>', svg)
+    # the evidence link opens the Communication view, with the skew heatmap first
+    at.button[0].click().run()
+    assert at.header[0].value.startswith("Communication")
+
+
+def test_chart_columns_are_the_analysis_numbers(
+    monkeypatch: pytest.MonkeyPatch, straggler: AnalysisResult
+) -> None:
+    """Label agreement: each segment is a column of the per-rank table; waiting plus
+    transfer is that rank's exposed communication; the wait is the exposed-communication
+    finding's per-rank wait."""
+    segments = _segments(_svg(_app(monkeypatch, STRAGGLER)))
+    exposed = next(f for f in straggler.findings if f.kind == "exposed_communication")
+    waits = exposed.evidence["per_rank_waiting_for_peers_ms"]
+    for row in straggler.ranks.itertuples(index=False):
+        rank = int(row.rank)
+        wait = segments.get((rank, "comm_wait"), 0.0)
+        transfer = segments.get((rank, "comm_transfer"), 0.0)
+        assert wait == pytest.approx(min(waits[str(rank)], row.comm_exposed), abs=1e-3)
+        assert wait + transfer == pytest.approx(row.comm_exposed, abs=1e-3)
+        for key in ("compute", "comm_overlapped", "data_loading", "other", "idle"):
+            assert segments.get((rank, key), 0.0) == pytest.approx(getattr(row, key), abs=1e-3)
+        drawn = sum(v for (r, _), v in segments.items() if r == rank)
+        assert drawn == pytest.approx(row.step_ms_mean, rel=1e-3)
+    # rank 2 waits for nobody; the others wait for it most of their exposed time
+    assert segments.get((2, "comm_wait"), 0.0) == 0.0
+    assert all(segments[(r, "comm_wait")] > 30 for r in (0, 1, 3))
+
+
+@pytest.mark.parametrize("trace_set", ["astrasim_megatron_tp8", "param_dlrm_ddp8"])
+def test_gpu_idle_finding_adds_up_to_the_chart(
+    monkeypatch: pytest.MonkeyPatch, shared_traces: Path, trace_set: str
+) -> None:
+    """On a GPU run "GPU idle" is one thing: no kernel on the device. The gpu_idle
+    finding's ms/step is the mean over ranks of the chart's two GPU-idle segments (host
+    busy, host idle), the per-rank table names those columns so, and the GPU metrics
+    view's idle per rank adds the chart's data loading (GPU idle) to it."""
+    run = shared_traces / trace_set
+    result = analyze(run)
+    finding = next(f for f in result.findings if f.kind == "gpu_idle")
+    at = _app(monkeypatch, run)
+    segments = _segments(_svg(at))
+    ranks = sorted({r for r, _ in segments})
+    idle = [segments.get((r, "other"), 0.0) + segments.get((r, "idle"), 0.0) for r in ranks]
+    chart_mean = sum(idle) / len(idle)
+    assert finding.cost_ms_per_step == pytest.approx(chart_mean, abs=0.01)
+    svg = _svg(at)
+    assert "GPU idle · host busy" in svg and "GPU idle · host idle" in svg
+    assert "host busy, no op" not in svg  # the CPU runs' name for the same column
+    verdicts = [_plain(e.value) for e in [*at.error, *at.warning, *at.info]]
+    if overview.ordered_findings(result.findings)[0].kind == "gpu_idle":
+        assert any(f"GPU idle {finding.cost_ms_per_step:.2f} ms/step" in v for v in verdicts)
+    table = at.dataframe[0].value
+    assert "GPU idle · host busy ms/step" in table.columns
+    assert "GPU idle · host idle ms/step" in table.columns
+    at.sidebar.radio(key="view").set_value("GPU metrics").run()
+    busy = next(d.value for d in at.dataframe if "GPU idle ms/step" in d.value.columns)
+    for rank, want in zip(ranks, idle, strict=True):
+        want += segments.get((rank, "data_loading"), 0.0)
+        got = float(busy.loc[busy["rank"] == rank, "GPU idle ms/step"].iloc[0])
+        assert got == pytest.approx(want, abs=0.05), rank
+
+
+def test_findings_in_one_order_everywhere(
+    monkeypatch: pytest.MonkeyPatch, shared_traces: Path
+) -> None:
+    """Severity, then cost: on Megatron a medium gpu_idle (70 ms) is listed above a low
+    straggler (145 ms) in the terminal, the HTML report and the dashboard alike."""
+    run = shared_traces / "astrasim_megatron_tp8"
+    result = analyze(run)
+    want = [f.kind for f in overview.ordered_findings(result.findings)]
+    severities = [f.severity for f in overview.ordered_findings(result.findings)]
+    assert severities == sorted(severities, key=["high", "medium", "low"].index)
+    assert want.index("gpu_idle") < want.index("straggler")
+    buf = io.StringIO()
+    print_report(result, console=Console(file=buf, width=200, color_system=None))
+    terminal = re.findall(r"\d+\. \[\w+\] (\w+)", buf.getvalue())
+    assert terminal == want
+    html = render_html([result])
+    html_kinds = re.findall(r"</span> <b>(\w+)</b>", html)
+    assert html_kinds == want
+    at = _app(monkeypatch, run)
+    assert [_plain(k) for k in at.table[0].value["kind"]] == want
+
+
+def test_terminal_evidence_reads_as_words(straggler: AnalysisResult) -> None:
+    buf = io.StringIO()
+    print_report(straggler, console=Console(file=buf, width=200, color_system=None))
+    text = buf.getvalue()
+    assert "{'" not in text and "'}" not in text  # no Python dict repr
+    assert "net wait: rank 2: 39.05 ms/step" in text
+    assert "straggler  39.05 ms/step  rank 2 " in text
+    assert "ranks 2" not in text
+    assert "ranks 0, 1, 2 and 3" in text
+    assert "nan" not in text.lower().split() and " - " not in text
+
+
+# --------------------------------------------------------------------------- browser
+
+
+@pytest.mark.browser
+def test_browser_first_chart_is_above_the_fold(tmp_path: Path) -> None:
+    """At 1440x900, the verdict and the whole per-rank chart are visible without
+    scrolling, the named rank outlined."""
+    from tests.browser import dashboard as browser
+
+    server = browser.Dashboard([STRAGGLER])
+    try:
+        server.wait_ready()
+        with browser.browser() as page:
+            page.set_viewport_size({"width": 1440, "height": 900})
+            page.goto(browser.view_url(server.url, "ddp4_straggler", "Overview"))
+            chart = page.locator(browser.FIRST_CHART).first
+            chart.wait_for(timeout=120_000)
+            browser.wait_idle(page)
+            box = chart.bounding_box()
+            assert box is not None and box["height"] > 200
+            assert box["y"] + box["height"] <= 900, box
+            verdict = page.get_by_text("Rank 2 is the straggler", exact=False).first
+            vbox = verdict.bounding_box()
+            assert vbox is not None and vbox["y"] + vbox["height"] <= 900
+            assert page.locator("svg.gpudiag-rank-parts rect.named-rank").count() == 1
+            assert page.locator(browser.EXCEPTION).count() == 0
+            page.screenshot(path=str(tmp_path / "first_screen.png"))
+    finally:
+        server.close()
+
+
+@pytest.mark.browser
+def test_browser_live_marker_goes_when_the_run_ends(tmp_path: Path) -> None:
+    """A run shown live (its launcher: a `sleep` this test starts) loses its "● (live)"
+    in the run select as soon as the launcher is gone, without a reload."""
+    from bench.dashboard_shots import live_copy
+    from tests.browser import dashboard as browser
+
+    root = tmp_path / "live"
+    root.mkdir()
+    sleeper = subprocess.Popen(["sleep", "600"])
+    server = None
+    try:
+        live_copy(root, STRAGGLER, sleeper.pid)
+        server = browser.Dashboard([root])
+        server.wait_ready()
+        with browser.browser() as page:
+            page.goto(browser.view_url(server.url, "live/live_run", "Overview"))
+            page.wait_for_selector('h2:has-text("Live")', timeout=120_000)
+            select = page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"] input')
+            assert select.first.input_value() == "● live/live_run (live)"
+            page.evaluate("window.__gpudiagMarker = 'same page'")
+            sleeper.terminate()
+            sleeper.wait()
+            page.wait_for_selector('h2:has-text("Overview")', timeout=120_000)
+            browser.wait_idle(page)
+            deadline = time.monotonic() + 10
+            shown = [i.input_value() for i in select.all()]
+            while shown != ["live/live_run"]:  # one select, without the marker
+                assert time.monotonic() < deadline, shown
+                time.sleep(0.25)
+                shown = [i.input_value() for i in select.all()]
+            assert page.evaluate("window.__gpudiagMarker") == "same page"  # no reload
+    finally:
+        if sleeper.poll() is None:
+            sleeper.terminate()
+            sleeper.wait()
+        if server is not None:
+            server.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_one_number_format_everywhere(
+    monkeypatch: pytest.MonkeyPatch, straggler: AnalysisResult
+) -> None:
+    """A cost reads the same (two decimals) in the terminal, the HTML report and the
+    dashboard; a missing value (the CPU run's unknown link peak) is the same dash."""
+    exposed = next(f for f in straggler.findings if f.kind == "exposed_communication")
+    cost = f"{exposed.cost_ms_per_step:.2f}"
+    buf = io.StringIO()
+    print_report(straggler, console=Console(file=buf, width=200, color_system=None))
+    terminal = buf.getvalue()
+    html = render_html([straggler])
+    at = _app(monkeypatch, STRAGGLER)
+    table = at.table[0].value
+    shown = table.loc[table["kind"] == "exposed\\_communication", "cost ms/step"].iloc[0]
+    assert _plain(shown) == cost
+    assert f"exposed_communication  {cost} ms/step" in terminal
+    assert f"<b>exposed_communication</b> — {cost} ms/step" in html
+    # the link peak is unknown on gloo: the dash, never nan / None / "-"
+    assert straggler.collective_summary["peak_gbs"].isna().all()
+    collectives = terminal[terminal.index("Collectives") :]
+    assert " – " in collectives
+    assert "nan" not in collectives.lower() and "None" not in collectives
+    assert "<td>–</td>" in html and "<td>nan</td>" not in html
+    at.sidebar.radio(key="view").set_value("Communication").run()
+    frame = next(d for d in at.dataframe if "link peak GB/s" in d.value.columns)
+    assert frame.value["link peak GB/s"].tolist() == ["–"]
