@@ -571,3 +571,30 @@ def test_a_script_that_creates_its_own_profiler_is_told_apart(
     script = tmp_path / "train.py"
     script.write_text(f"import torch\n{line}\n")
     assert _profiles_itself({"script": str(script)}) is profiles
+
+
+def test_a_rank_interrupted_after_a_peer_failed_is_not_blamed_as_signalled_from_outside() -> None:
+    """Seen under load on a 2-node job whose node 1 launcher was SIGKILLed: node 0's
+    rank 0 failed with a peer's connection error, then node 0's torchrun ended rank 1
+    (SIGTERM). Rank 1 was blamed as "ended from outside the job"; the ranks of the lost
+    node are the cause. A rank interrupted before anyone failed still is."""
+    from gpudiag.capture import blame
+
+    def ends(interrupted_at: int) -> dict[int, blame.RankEnd]:
+        peer_error = {
+            "status": "failed",
+            "end_ns": 1_000,
+            "exc_type": "DistStoreError",
+            "message": "Connection closed by peer",
+        }
+        return {
+            0: blame.RankEnd(0, status=peer_error),
+            1: blame.RankEnd(1, status={"status": "interrupted", "end_ns": interrupted_at}),
+            2: blame.RankEnd(2, lost="node 1's launcher gone", last_write_ns=900),
+        }
+
+    assert blame.is_peer_error(ends(0)[0].status or {})
+    after = blame.find_cause(ends(2_000), signalled_from_outside=True)
+    assert after is not None and after[0] == 2
+    before = blame.find_cause(ends(500), signalled_from_outside=True)
+    assert before is not None and before[0] == 1

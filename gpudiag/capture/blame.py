@@ -178,11 +178,23 @@ def find_cause(
     died without a status comes next, when the others only lost their connection to it
     (earliest last sign of life first); then, when ``signalled_from_outside`` (the job's
     launcher was sent no signal, so neither it nor the elastic agent's shutdown after a
-    failure above sent it), a rank interrupted by a signal; peers' connection errors
-    come last."""
+    failure above sent it), a rank interrupted by a signal before any rank failed;
+    peers' connection errors come last."""
     own = [e for e in ends.values() if e.failed and not is_peer_error(e.status or {})]
     died = [e for e in ends.values() if e.died_without_status]
-    signalled = [e for e in ends.values() if signalled_from_outside and e.interrupted]
+    # a rank interrupted after another rank had already failed (a peer error too) was
+    # most likely ended by the elastic agent's shutdown of the failed job, not from outside
+    # (seen on a loaded host: node 1's launcher killed, node 0's torchrun then ended rank 1)
+    first_failure = min(
+        (e.when_ns for e in ends.values() if e.failed or e.died_without_status), default=None
+    )
+    signalled = [
+        e
+        for e in ends.values()
+        if signalled_from_outside
+        and e.interrupted
+        and (first_failure is None or e.when_ns <= first_failure)
+    ]
     lost = [e for e in ends.values() if e.lost and e.status is None]
     peer = [e for e in ends.values() if e.failed and is_peer_error(e.status or {})]
     for group in (own, died, signalled, lost, peer):
