@@ -20,7 +20,7 @@ Each part is the slow rank's median per steady step minus the median of the othe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -128,8 +128,8 @@ def explain(
     return SlowRankCause(rank, lead_ms, extra, main_part, ops)
 
 
-def _median(values: object) -> float:
-    arr = np.fromiter(values, dtype=float)  # type: ignore[call-overload]
+def _median(values: Iterable[float]) -> float:
+    arr = np.fromiter(values, dtype=float)
     return float(np.median(arr)) if len(arr) else 0.0
 
 
