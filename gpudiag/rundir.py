@@ -465,6 +465,9 @@ def read_last_call(
     None when the rank never entered one (no file), or, with one warning naming the
     file, when it cannot be read."""
     path = rank_dir(run, rank) / LAST_CALL
+    st = path_stat(path) if lexists(path) else None
+    if st is not None and stat.S_ISREG(st.st_mode) and st.st_size == 0:
+        return None  # the slot its writer creates at start: the rank entered no call
     if not lexists(path):
         return None
     return read_object(path, "call", warnings)

@@ -566,3 +566,37 @@ def test_surrogate_escape_across_a_block_boundary_is_replaced(tmp_path: Path) ->
             f"{path}: 3 string(s) (first at line 1) with a lone surrogate "
             "(not valid Unicode); replaced with U+FFFD"
         ]
+
+
+def test_an_empty_last_call_slot_and_an_absurd_world_size_are_not_errors(tmp_path: Path) -> None:
+    """Issue 28 probe (2026-12-02): a rank's last_call.json is created empty at start and
+    stays so when it never enters a user collective (any plain DDP job); a dead rank's
+    empty slot was reported as invalid JSON and `analyze` exited 2 on runs gpudiag wrote.
+    And a manifest whose world_size is 10**15 made the "ranks not recorded" note build
+    a set of that size (MemoryError)."""
+    from gpudiag.analysis import analyze
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parents[1] / "sample_runs" / "ddp4_straggler", run)
+    (run / "rank1" / "status.json").unlink()  # rank 1 died: its slot is read
+    (run / "rank1" / "last_call.json").write_bytes(b"")
+    result = analyze(run)
+    assert not [w for w in result.warnings if "last_call.json" in w], result.warnings
+
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["world_size"] = 10**15
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "analyze", str(run), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit_memory,
+        check=False,
+    )
+    assert "Traceback" not in proc.stderr and "MemoryError" not in proc.stderr, proc.stderr
+    findings = json.loads(proc.stdout)["findings"]
+    noted = [f for f in findings if "not recorded" in f["title"]]
+    assert noted and all(f["severity"] == "low" for f in noted)
+    assert f"{10**15 - 4} ranks" in noted[0]["title"]
+    assert len(noted[0]["evidence"]["unrecorded_ranks"]) <= 64

@@ -388,7 +388,9 @@ def straggler_findings(
 _CROSS_RANK_KINDS = ("straggler", "exposed_communication", "bucket_size")
 
 
-def note_untraced_ranks(findings: list[Finding], missing: list[int], world_size: int) -> None:
+def note_untraced_ranks(
+    findings: list[Finding], missing: list[int], world_size: int, total_missing: int
+) -> None:
     """A run that recorded fewer ranks than its world (a launcher gpudiag did not follow, a
     node's directory not given): the communication findings cannot tell waiting for an
     unrecorded peer from transfer, and a straggler may be one of the missing ranks. Each
@@ -396,16 +398,17 @@ def note_untraced_ranks(findings: list[Finding], missing: list[int], world_size:
     if not missing:
         return
     shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+    count = f"{total_missing} ranks: " if total_missing > 8 else ""
     for f in findings:
         if f.kind not in _CROSS_RANK_KINDS:
             continue
         f.title += (
-            f" (an upper bound: rank{'s' if len(missing) > 1 else ''} {shown} of the world of "
-            f"{world_size} {'were' if len(missing) > 1 else 'was'} not recorded, and waiting "
+            f" (an upper bound: {count}rank{'s' if total_missing > 1 else ''} {shown} of the world of "
+            f"{world_size} {'were' if total_missing > 1 else 'was'} not recorded, and waiting "
             "for them cannot be told from the rest)"
         )
         f.evidence["cost_is_upper_bound"] = True
-        f.evidence["unrecorded_ranks"] = list(missing)
+        f.evidence["unrecorded_ranks"] = list(missing[:64])
         f.severity = "low"
 
 

@@ -532,6 +532,23 @@ def _collective_wall(coll: SpilledTable, comms: Any, warnings: list[str]) -> pd.
     return result if result is not None else pd.DataFrame()
 
 
+# A run file may claim any world size: at most this many missing ranks are listed (the
+# rest are counted), so a corrupt size never becomes an allocation.
+MAX_LISTED_UNRECORDED = 1024
+
+
+def _unrecorded_ranks(world_size: int, present: list[int]) -> list[int]:
+    """The ranks of the world that left nothing here, the first MAX_LISTED_UNRECORDED."""
+    seen = set(present)
+    out: list[int] = []
+    for rank in range(world_size):
+        if rank not in seen:
+            out.append(rank)
+            if len(out) >= MAX_LISTED_UNRECORDED:
+                break
+    return out
+
+
 def _slow_rank_causes(
     slow: pd.DataFrame | None,
     times: dict[int, steady.RankTime],
@@ -817,8 +834,13 @@ def analyze(
     fnd.link_straggler_causes(found)
     info = _run_info(path, run, traces, breakdown, steady_ms)
     if info.world_size and info.kind == "gpudiag_run":
-        missing = sorted(set(range(info.world_size)) - set(info.ranks_present))
-        fnd.note_untraced_ranks(found, missing, info.world_size)
+        present = {r for r in info.ranks_present if 0 <= r < info.world_size}
+        fnd.note_untraced_ranks(
+            found,
+            _unrecorded_ranks(info.world_size, info.ranks_present),
+            info.world_size,
+            info.world_size - len(present),
+        )
     lint = getattr(run, "lint", None)
     attach_locations(found, lint)
 
