@@ -80,3 +80,39 @@ def test_script_with_its_own_profiler_keeps_it_and_is_never_crashed(
         manifest = json.loads((out / rundir.MANIFEST).read_text())
         assert manifest["status"] == "ok" and manifest["steps_completed"] == {"0": steps}
         assert not rundir.trace_path(out, 0).exists()
+
+
+def test_region_names_a_script_passes_by_mistake_never_raise_into_the_step(
+    tmp_path: Path,
+) -> None:
+    """None, a number, a lone surrogate, a 10,000-character name: gpudiag.region took
+    them to torch's record_function, which raised into the step (the job failed) where
+    untraced the region ignores its argument. The run is analysed without a bad row."""
+    out = tmp_path / "run"
+    script = Path(__file__).parent / "scripts" / "region_names.py"
+    cmd = [sys.executable, "-m", "gpudiag", "trace", "--no-lint", "--out", str(out), str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((out / rundir.MANIFEST).read_text())["steps_completed"] == {"0": 20}
+    rows = [json.loads(line) for line in (out / "rank0" / "regions.jsonl").read_text().splitlines()]
+    assert {r["name"] for r in rows} >= {"None", "123", "f?", "ok"}
+    assert max(len(r["name"]) for r in rows) <= 200
+    analyzed = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "analyze", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert analyzed.returncode == 0, analyzed.stderr[-2000:]
+
+
+def test_step_from_another_thread_never_crashes_the_job(tmp_path: Path) -> None:
+    """Only the thread that runs the steps starts, stops and exports the profiler."""
+    script = Path(__file__).parent / "scripts" / "step_from_thread.py"
+    for i in range(2):
+        out = tmp_path / f"run{i}"
+        cmd = [sys.executable, "-m", "gpudiag", "trace", "--no-lint", "--out", str(out)]
+        proc = subprocess.run([*cmd, str(script)], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, (i, proc.stderr[-2000:])
+        assert "done" in proc.stdout
+        assert json.loads((out / rundir.MANIFEST).read_text())["status"] == "ok"

@@ -38,9 +38,22 @@ def region(name: str) -> Iterator[None]:
         return
     from torch.autograd.profiler import record_function
 
+    label = region_label(name)
     start_ns = time.time_ns()
     try:
-        with record_function(name):
+        with record_function(label):
             yield
     finally:
-        tracker.record_region(name, start_ns, time.time_ns())
+        tracker.record_region(label, start_ns, time.time_ns())
+
+
+# The longest region name kept (the rest is cut): torch and the run's tables take any.
+MAX_REGION_NAME = 200
+
+
+def region_label(name: object) -> str:
+    """The name as the profiler and the run's tables can take it, whatever the script
+    passed: untraced, ``region`` ignores its argument, so traced it must not raise
+    either (None, a number, a name with a lone surrogate: issue 28 probe)."""
+    text = name if isinstance(name, str) else str(name)
+    return text.encode("utf-8", "replace").decode("utf-8")[:MAX_REGION_NAME]

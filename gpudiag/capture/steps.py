@@ -52,6 +52,9 @@ class StepTracker:
         self._dataloader_patch: tuple[Any, Any] | None = None
         self._first_forward_handle: Any = None
         self._sched = ThreadSchedStat()
+        # the thread that runs the steps: only it may start, stop or export the profiler
+        # (gpudiag.step() from another thread stopped and exported it there: SIGSEGV)
+        self._owner = threading.get_ident()
 
     # ------------------------------------------------------------------ installation
 
@@ -151,7 +154,8 @@ class StepTracker:
         self.optimizer_total_ns += self.optimizer_ns
         self.data_ns = 0
         self.optimizer_ns = 0
-        if self.profiler is not None:
+        in_owner = threading.get_ident() == self._owner
+        if self.profiler is not None and in_owner:
             self.profiler.on_step_end(step, inside_optimizer=source == "optimizer")
             if self.profiler.stop_pending and self._first_forward_handle is None:
                 # the window closes at the next batch or forward, outside Optimizer.step
@@ -162,7 +166,8 @@ class StepTracker:
             callback(step, now)
         self.step = step + 1
         self.start_ns = now
-        self._start_step_in_profiler()
+        if in_owner:
+            self._start_step_in_profiler()
 
     def _start_step_in_profiler(self) -> None:
         if self.profiler is not None and self.profiler.on_step_start(self.step):
