@@ -52,7 +52,8 @@ class StepTracker:
         self._dataloader_patch: tuple[Any, Any] | None = None
         self._first_forward_handle: Any = None
         self._sched = ThreadSchedStat()
-        # the thread that runs the steps: only it may start, stop or export the profiler
+        # the thread that runs the steps (the one that began the first; until then the one
+        # that installed the tracker): only it may start, stop or export the profiler
         # (gpudiag.step() from another thread stopped and exported it there: SIGSEGV)
         self._owner = threading.get_ident()
 
@@ -119,6 +120,7 @@ class StepTracker:
 
     def begin_first_step(self, now_ns: int | None = None) -> None:
         self.start_ns = now_ns or time.time_ns()
+        self._owner = threading.get_ident()
         self._sched.open_for_this_thread()
         self._start_step_in_profiler()
 
