@@ -298,6 +298,7 @@ def straggler_findings(
     ended_early: bool = False,
     causes: dict[int, SlowRankCause] | None = None,
     run_steps: int | None = None,
+    runq_ms: float | None = None,
 ) -> list[Finding]:
     """Ranks flagged by stragglers.py, costed net of the mutual waiting: what the others
     wait for a rank minus the most any other rank makes them wait (two ranks that take
@@ -341,7 +342,10 @@ def straggler_findings(
     else:  # no run-queue figures: the host's samples are all there is
         starved = bool(contention and contention.get("contended"))
     severity = severity_for(worst, step_ms) or "low"
-    if not consistent or by_chance or starved or ended_early:
+    # a lead no longer than the ranks' own wait for a CPU per step (``runq_ms``, the
+    # median rank's): the scheduler alone can make a rank that late on a busy host
+    scheduler_sized = runq_ms is not None and worst <= runq_ms
+    if not consistent or by_chance or starved or ended_early or scheduler_sized:
         severity = "low"
     consistency = _consistency(named, consistent, chance)
     # a multi-node job: say on which node each named rank runs
@@ -353,6 +357,12 @@ def straggler_findings(
         f"{worst:.1f} ms per step"
         + _straggler_hedges(consistency, consistent, chance if by_chance else None, run_steps)
         + _starved_words(starved, bool(known))
+        + (
+            f" (no more than the ranks' own wait for a CPU, {runq_ms:.1f} ms per step: the "
+            "scheduler alone can make a rank this late)"
+            if scheduler_sized and runq_ms is not None
+            else ""
+        )
     )
     # where its time goes is a per-step claim: only for a straggler late step after step
     cause = known.get(ranks[0]) if len(ranks) == 1 and consistent and not by_chance else None

@@ -478,6 +478,7 @@ def _communication_findings(
         ended_early,
         causes=_slow_rank_causes(inputs.slow, base.rank_times, inputs.traces, steady_count),
         run_steps=steady_count,
+        runq_ms=steady.median_runq_ms(base.rank_times),
     )
     runq_share = steady.runq_share(base.rank_times)
     ranks = inputs.ranks

@@ -129,3 +129,9 @@ def runq_share(times: dict[int, RankTime]) -> float | None:
     the counters)."""
     shares = [t.runq_share for t in times.values() if t.runq_share is not None]
     return float(np.median(shares)) if shares else None
+
+
+def median_runq_ms(times: dict[int, RankTime]) -> float | None:
+    """The median rank's run-queue delay per steady step (ms), None without counters."""
+    values = [t.runq_ms for t in times.values() if t.runq_ms is not None]
+    return float(np.median(values)) if values else None
