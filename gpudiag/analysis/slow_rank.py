@@ -109,7 +109,7 @@ def explain(
     stretch = runq_others / cpu_others if cpu_others > 0 else 0.0
     induced = max(min(mine.runq_ms, mine.cpu_ms * stretch) - runq_others, 0.0)
     starved = max(mine.runq_ms - runq_others - induced, 0.0)
-    # (all its threads' run-queue delay, threads_runq_ms, is not used here: a rank whose
+    # (all its threads' run-queue delay, the steps' threads_runq_ns, is not used: a rank whose
     # training thread spins makes its own gloo threads wait for a CPU, which would read
     # as starvation: seen on a Lightning rank with 40 ms of extra compute per step)
     starved = min(starved, max(lead_ms, 0.0))

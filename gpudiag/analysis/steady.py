@@ -38,8 +38,6 @@ class RankTime:
     data_ms: float
     cpu_ms: float | None
     runq_ms: float | None
-    # the run-queue delay of all its threads together (gloo's, intra-op, loader pinning)
-    threads_runq_ms: float | None = None
     # mean over its steady steps of the training thread's run-queue share of the step
     runq_share: float | None = None
 
@@ -95,7 +93,6 @@ def rank_times(steps: pd.DataFrame | None) -> dict[int, RankTime]:
             data_ms=_mean_ms(part, "data_ns") or 0.0,
             cpu_ms=_mean_ms(part, "cpu_ns"),
             runq_ms=_mean_ms(part, "runq_ns"),
-            threads_runq_ms=_mean_ms(part, "threads_runq_ns"),
             runq_share=_runq_share(part),
         )
     return out
