@@ -19,7 +19,9 @@ each of its workers (the kernel's VmHWM, read every 20 ms, and wait4's maxrss fo
 process; shared pages count once per process, so an upper bound). --code runs
 another checkout's gpudiag (for before/after). Cases under 5M events run --repeat times
 (median and range printed); larger ones once. Goal (issue 16 item 10): peak <= 3x the
-uncompressed trace, and <= 2 GB for 10 million events.
+uncompressed trace, and <= 2 GB for 10 million events; issue 28: <= 1.6 GB for 10 million
+small events (measured 1,268 MiB, docs/reliability.md). A single trace loads in the analyze
+process itself, so the sum is that one process's peak there.
 """
 
 from __future__ import annotations

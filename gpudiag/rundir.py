@@ -208,7 +208,57 @@ def _json_default(value: Any) -> Any:
 
 
 def dumps_line(row: dict[str, Any]) -> str:
-    return json.dumps(row, separators=(",", ":"), default=_json_default) + "\n"
+    text = json.dumps(row, separators=(",", ":"), default=_json_default)
+    if "\\ud" in text:  # maybe a lone surrogate (a path or argument that is not UTF-8)
+        text = json.dumps(fs_safe(row), separators=(",", ":"), default=_json_default)
+    return text + "\n"
+
+
+# Bytes of a path or argument that are not UTF-8 reach Python as U+DC80-U+DCFF
+# (surrogateescape); JSON readers (orjson, pyarrow, gpudiag's own) refuse them.
+_FS_ESCAPED = re.compile("[\udc80-\udcff]")
+
+
+def fs_text(text: str) -> str:
+    """A path or argument as valid Unicode, for run files and messages: each byte that
+    is not UTF-8 becomes the four characters ``\\xNN`` (what
+    ``os.fsencode(text).decode("utf-8", "backslashreplace")`` gives); any other lone
+    surrogate becomes U+FFFD. Text that is valid already is returned as it is."""
+    if _LONE_SURROGATE.search(text) is None:
+        return text
+    text = _FS_ESCAPED.sub(lambda m: f"\\x{ord(m.group()) - 0xDC00:02x}", text)
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` (a message naming a path) on one line: :func:`fs_text`, and each control
+    character (a newline in a directory name...) written as its escape (``\\n``,
+    ``\\x1b``), so a warning is one line whatever the path holds."""
+    text = fs_text(text)
+    if _CONTROL.search(text) is None:
+        return text
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def has_control_chars(text: str) -> bool:
+    """True when ``text`` holds a newline or another control character."""
+    return _CONTROL.search(text) is not None
+
+
+def fs_safe(value: Any) -> Any:
+    """``value`` with :func:`fs_text` applied to every string, key and path in it."""
+    if isinstance(value, str):
+        return fs_text(value)
+    if isinstance(value, Path):
+        return fs_text(str(value))
+    if isinstance(value, (list, tuple)):
+        return [fs_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {fs_safe(k): fs_safe(v) for k, v in value.items()}
+    return value
 
 
 # --------------------------------------------------------------------------- write problems
@@ -227,22 +277,50 @@ def note_write_problem(path: str | os.PathLike[str], exc: BaseException, what: s
     """Record that writing ``path`` failed; the first time in this process, say so on
     stderr. Returns the reason as recorded."""
     detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else _short(exc)
-    reason = f"{path}: {detail}" + (f" ({what})" if what else "")
+    if (
+        isinstance(exc, OSError)
+        and exc.errno == errno.EFBIG
+        and "RLIMIT_FSIZE" not in detail
+        and (limit := file_size_limit())
+    ):
+        detail = f"{detail}: the file size limit (RLIMIT_FSIZE, ulimit -f) is {_size_text(limit)}"
+    return note_problem(
+        f"{path}: {detail}" + (f" ({what})" if what else ""),
+        f"cannot write {path} ({detail}): gpudiag stops recording it and the run will be "
+        "marked incomplete; training goes on",
+    )
+
+
+def note_problem(reason: str, message: str = "") -> str:
+    """Record ``reason`` (why the run's record is incomplete); the first problem of this
+    process is said on stderr (``message``, else the reason), on one line."""
     with _PROBLEMS_LOCK:
         first = not _PROBLEMS
         if reason not in _PROBLEMS:
             _PROBLEMS.append(reason)
     if first:
         try:
-            print(
-                f"gpudiag: cannot write {path} ({detail}): gpudiag stops recording it and "
-                "the run will be marked incomplete; training goes on",
-                file=sys.stderr,
-                flush=True,
-            )
+            print(f"gpudiag: {one_line(message or reason)}", file=sys.stderr, flush=True)
         except (OSError, ValueError):
             pass
     return reason
+
+
+def file_size_limit() -> int | None:
+    """This process's file size limit in bytes (RLIMIT_FSIZE, ``ulimit -f``), or None
+    when there is none. Python ignores SIGXFSZ, so a write past it fails with EFBIG."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY or soft < 0 else int(soft)
+
+
+def deleted_while_written(path: str | os.PathLike[str]) -> str:
+    """The reason recorded when a file or directory the run wrote was deleted."""
+    return f"{path} was deleted while the run wrote it; its rows are lost"
 
 
 def write_problems() -> list[str]:
@@ -254,10 +332,18 @@ def write_problems() -> list[str]:
 # --------------------------------------------------------------------------- writing
 
 
-def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
+def write_json_atomic(path: str | os.PathLike[str], obj: Any, reserve: Path | None = None) -> None:
     """Write JSON so that a reader sees the old file or the new one, never half of one.
-    On failure (full disk...) the temporary file is removed and the error raised."""
+    On failure (full disk...) the temporary file is removed and the error raised.
+
+    ``reserve`` (a file of :func:`reserve_space`, consumed): the document is written over
+    that file's blocks, so it lands on a full disk (on filesystems that overwrite in
+    place: ext4, xfs, tmpfs); when that fails, the reserve is freed and the document
+    written as usual."""
     path = Path(path)
+    if reserve is not None and _write_json_into(reserve, path, obj):
+        return
+    release_space(reserve)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
@@ -289,11 +375,48 @@ def write_json_exclusive(path: str | os.PathLike[str], obj: Any) -> None:
 
 
 def _write_json_file(path: Path, obj: Any) -> None:
+    text = json.dumps(obj, indent=2, default=_json_default)
+    if "\\ud" in text:  # maybe a lone surrogate: a path or argument that is not UTF-8
+        text = json.dumps(fs_safe(obj), indent=2, default=_json_default)
     with open(path, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=2, default=_json_default)
+        fh.write(text)
         fh.write("\n")
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _write_json_into(reserve: Path, path: Path, obj: Any) -> bool:
+    """Write ``obj`` as ``path`` over the blocks of the file ``reserve`` (renamed to a
+    temporary name, overwritten from its start, cut to the document's length, renamed
+    to ``path``). False, with the reserve left where it was, when that fails."""
+    text = json.dumps(obj, indent=2, default=_json_default)
+    if "\\ud" in text:  # maybe a lone surrogate: a path or argument that is not UTF-8
+        text = json.dumps(fs_safe(obj), indent=2, default=_json_default)
+    data = (text + "\n").encode("utf-8")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        os.rename(reserve, tmp)
+    except OSError:
+        return False
+    try:
+        fd = os.open(tmp, os.O_WRONLY)
+        try:
+            view = memoryview(data)
+            offset = 0
+            while offset < len(data):
+                offset += os.pwrite(fd, view[offset:], offset)
+            os.ftruncate(fd, len(data))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.rename(tmp, reserve)
+        except OSError:
+            _unlink_quietly(tmp)
+        return False
+    return True
 
 
 def _unlink_quietly(path: Path) -> None:
@@ -337,6 +460,69 @@ def reserve_space(path: str | os.PathLike[str], nbytes: int) -> Path | None:
 def release_space(path: Path | None) -> None:
     if path is not None:
         _unlink_quietly(path)
+
+
+# Each rank's reserve: summary.json and status.json on a full disk. The launcher writes
+# one per local rank before anything else (:func:`handed_reserve_path`) and refuses the
+# run when it cannot; a rank takes its own by renaming it (no new blocks), and writes
+# status.json over the reserve's own blocks (:func:`write_json_atomic` ``reserve=``).
+RANK_RESERVE_BYTES = 64 * 1024
+STATUS_RESERVE_BYTES = 32 * 1024  # of which kept for status.json until it is written
+
+
+def handed_reserve_path(run: str | os.PathLike[str], node: int, local_rank: int) -> Path:
+    """The reserve the launcher of ``node`` wrote for its local rank ``local_rank``."""
+    return Path(run) / f"{RESERVE}.node{node}.local{local_rank}"
+
+
+def reserve_for_ranks(run: str | os.PathLike[str], node: int, count: int) -> list[Path] | None:
+    """The launcher's reserves for its ``count`` local ranks (:data:`RANK_RESERVE_BYTES`
+    each), or None (and none left behind) when the disk cannot hold them all."""
+    made: list[Path] = []
+    for local in range(count):
+        path = reserve_space(handed_reserve_path(run, node, local), RANK_RESERVE_BYTES)
+        if path is None:
+            for done in made:
+                release_space(done)
+            return None
+        made.append(path)
+    return made
+
+
+def adopt_reserve(source: Path | None, target: str | os.PathLike[str]) -> Path | None:
+    """Move a reserve (a launcher's handed one, or a rank's own when the rank changes)
+    to ``target`` without writing a block: a rename. None when there is none to take
+    (another process took it, or none was made)."""
+    if source is None:
+        return None
+    target = Path(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        # a directory needs a block on most filesystems: take it from the reserve
+        try:
+            size = os.stat(source).st_size
+            os.truncate(source, max(0, size - 8192))
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return None
+    try:
+        os.rename(source, target)
+    except OSError:
+        return None
+    return target
+
+
+def shrink_reserve(path: Path | None, nbytes: int) -> None:
+    """Free all of a reserve but its first ``nbytes`` (kept for :func:`write_json_atomic`
+    with ``reserve=``)."""
+    if path is None:
+        return
+    try:
+        if os.stat(path).st_size > nbytes:
+            os.truncate(path, nbytes)
+    except OSError:
+        pass
 
 
 class JsonlWriter:
@@ -406,6 +592,11 @@ class JsonlWriter:
         with self._lock:
             fd, self._fd = self._fd, None
         if fd is not None:
+            try:
+                if os.fstat(fd).st_nlink == 0:  # deleted (rm -rf of the run) while open
+                    self.failed = note_problem(deleted_while_written(self.path))
+            except OSError:
+                pass
             try:
                 os.close(fd)
             except OSError:
@@ -481,8 +672,10 @@ def open_node_table(run: str | os.PathLike[str], node: int, table: str) -> Jsonl
     return JsonlWriter(table_path(node_dir(run, node), table))
 
 
-def write_rank_json(run: str | os.PathLike[str], rank: int, name: str, obj: Any) -> None:
-    write_json_atomic(rank_dir(run, rank) / name, obj)
+def write_rank_json(
+    run: str | os.PathLike[str], rank: int, name: str, obj: Any, reserve: Path | None = None
+) -> None:
+    write_json_atomic(rank_dir(run, rank) / name, obj, reserve)
 
 
 # --------------------------------------------------------------------------- reading
@@ -1387,7 +1580,9 @@ def _rank_layout(
             if m:
                 r = int(m.group(1))
                 ranks.add(r)
-                if name == trace_path(run, r).name and not is_dir(tdir / name):
+                # trace_path's .gz, else the uncompressed rank<R>.pt.trace.json (read, so
+                # that a bad one is a warning, not a silently missing rank)
+                if not is_dir(tdir / name) and (name == trace_path(run, r).name or r not in traces):
                     traces[r] = tdir / name
     return sorted(ranks), traces
 
@@ -1604,6 +1799,137 @@ def _frame(rows: list[dict], columns: Iterable[str]) -> Any:
     return pd.DataFrame.from_records(rows)
 
 
+# A table's rows as Python dicts cost ~10x its columns (issue 28: a 380 MB steps.jsonl took
+# `analyze` to 3 GB), so a table is turned into columns this many rows at a time.
+TABLE_BLOCK_ROWS = 1 << 12
+
+
+def _release_free_memory() -> None:
+    """Give the C heap's free pages back to the OS (glibc's ``malloc_trim``; elsewhere
+    nothing): a column joined from its blocks leaves their small arrays free on the heap,
+    which glibc keeps (with 2.8M rows the steps table's load peaked at 2x its columns)."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        import ctypes
+
+        try:
+            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):  # not glibc (musl, macOS)
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM: Any = None
+
+
+class _Table:
+    """A table built from rows a block at a time, at most TABLE_BLOCK_ROWS row dicts alive:
+    each block becomes a DataFrame as the whole table did (``pd.DataFrame.from_records``)
+    and is kept as one array per column; :meth:`frame` joins each column's arrays.
+
+    The frame is the one ``from_records`` makes of all the rows at once: the same columns
+    in the same order (first appearance), dtypes and values (a column of one dtype in
+    every block, or of ints and floats with rows that lack it, is joined as it is; any
+    other mix is re-inferred by pandas from its values as objects). One difference, only
+    where a column mixes kinds that pandas keeps as objects (e.g. strings and numbers): a
+    block whose part of it pandas made floats holds floats and NaN there where the rows
+    held ints and nulls. A table of one block is that block's frame."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self.lengths: list[int] = []
+        self._first: Any = None  # the first block's frame, split into columns at the second
+        self._columns: dict[str, list[tuple[int, Any]]] = {}  # name -> [(block, array)]
+
+    def append(self, row: dict) -> None:
+        self.rows.append(row)
+        if len(self.rows) >= TABLE_BLOCK_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.rows:
+            return
+        import pandas as pd
+
+        block = pd.DataFrame.from_records(self.rows)
+        self.rows = []
+        self.lengths.append(len(block))
+        if len(self.lengths) == 1:
+            self._first = block
+            return
+        if self._first is not None:
+            self._split(self._first, 0)
+            self._first = None
+        self._split(block, len(self.lengths) - 1)
+
+    def _split(self, block: Any, index: int) -> None:
+        """Copy each column of ``block`` out on its own (a column of a 2-D block would
+        keep the whole block alive until its last column is joined)."""
+        import numpy as np
+
+        for name in block.columns:
+            column = block[name]
+            if isinstance(column.dtype, np.dtype):
+                values = column.to_numpy(copy=True)
+            else:
+                values = column.array.copy()
+            self._columns.setdefault(name, []).append((index, values))
+
+    def frame(self, columns: Iterable[str]) -> Any:
+        """The table as a DataFrame (``columns``, no rows, when it has no rows)."""
+        import pandas as pd
+
+        self._flush()
+        if not self.lengths:
+            return pd.DataFrame(columns=list(columns))
+        if self._first is not None:
+            frame, self._first = self._first, None
+            return frame
+        joined = {}
+        large = sum(self.lengths) > 16 * TABLE_BLOCK_ROWS
+        for name in list(self._columns):
+            joined[name] = self._join(self._columns.pop(name))
+            if large:  # the blocks' arrays come from the C heap, which keeps what they free
+                _release_free_memory()
+        self.lengths = []
+        return pd.DataFrame(joined, copy=False)
+
+    def _join(self, pieces: list[tuple[int, Any]]) -> Any:
+        """One column from its blocks' arrays (rows of a block without it: NaN, as in
+        ``from_records``), each piece dropped once copied."""
+        import numpy as np
+
+        whole = len(pieces) == len(self.lengths)
+        kinds = {values.dtype for _, values in pieces}
+        numeric = kinds <= {np.dtype(np.int64), np.dtype(np.float64)}
+        if whole and len(kinds) == 1 and next(iter(kinds)) != np.dtype(object):
+            first = pieces[0][1]
+            if isinstance(first, np.ndarray):
+                return np.concatenate([values for _, values in pieces])
+            return type(first)._concat_same_type([values for _, values in pieces])
+        if numeric or (whole and kinds == {np.dtype(object)}):
+            dtype = np.dtype(object) if not numeric else np.dtype(np.float64)
+            return self._fill(pieces, dtype)
+        from pandas.core.internals.construction import convert_object_array
+
+        return convert_object_array([self._fill(pieces, np.dtype(object))], dtype=None)[0]
+
+    def _fill(self, pieces: list[tuple[int, Any]], dtype: Any) -> Any:
+        """The column as one ``dtype`` array, NaN in the blocks without it."""
+        import numpy as np
+
+        out = np.full(sum(self.lengths), np.nan, dtype=dtype)
+        starts = np.concatenate([[0], np.cumsum(self.lengths)])
+        while pieces:
+            index, values = pieces.pop(0)
+            start = starts[index]
+            if dtype == np.dtype(object) and not isinstance(values, np.ndarray):
+                values = values.to_numpy(dtype=object)
+            out[start : start + len(values)] = values
+        return out
+
+
 STEP_COLUMNS = (
     "rank",
     "step",
@@ -1701,6 +2027,31 @@ def _read_rank_table(
     return rows
 
 
+def _read_rank_frame(
+    run: Path,
+    ranks: list[int],
+    table: str,
+    warnings: list[str],
+    listing: _Listing,
+    offsets: Mapping[int, int],
+    columns: Iterable[str],
+) -> Any:
+    """A per-rank table as a DataFrame, built a block of rows at a time (:class:`_Table`),
+    each row's instants moved by its rank's clock offset (``offsets``) as it is read."""
+    built = _Table()
+    for r in ranks:
+        path = table_path(rank_dir(run, r), table)
+        if not listing.has(path):
+            continue
+        offset = offsets.get(r)
+        for row in iter_jsonl(path, warnings, schema=table):
+            row["rank"] = r
+            if offset:
+                _shift_instants([row], offset)
+            built.append(row)
+    return built.frame(columns)
+
+
 def _merge_collective_times(collectives: list[dict], times: list[dict]) -> None:
     """Fill start/end stamps recorded separately (e.g. by a DDP comm hook) into the
     collective rows, matched on (rank, pg_name, seq)."""
@@ -1794,35 +2145,32 @@ def _load_one(run: Path) -> Run:
         collectives, _read_rank_table(run, ranks, COLLECTIVE_TIMES, warnings, listing)
     )
 
-    node_rows: dict[str, list[dict]] = {t: [] for t in NODE_TABLES}
+    node_tables: dict[str, _Table] = {t: _Table() for t in NODE_TABLES}
     for n in nodes:
         for table in NODE_TABLES:
             p = table_path(node_dir(run, n), table)
             if listing.has(p):
                 for row in iter_jsonl(p, warnings, schema=table):
                     row["node"] = n
-                    node_rows[table].append(row)
-    tables = {
-        STEPS: _read_rank_table(run, ranks, STEPS, warnings, listing),
-        COLLECTIVES: collectives,
-        REGIONS: _read_rank_table(run, ranks, REGIONS, warnings, listing),
-        DDP_STATS: _read_rank_table(run, ranks, DDP_STATS, warnings, listing),
-    }
+                    if offsets.get(n):
+                        _shift_instants([row], offsets[n])
+                    node_tables[table].append(row)
     if offsets:
-        for rows in tables.values():
-            _shift_rows(rows, "rank", rank_offsets)
-        for rows in node_rows.values():
-            _shift_rows(rows, "node", offsets)
+        _shift_rows(collectives, "rank", rank_offsets)
 
     result = Run(
         path=run,
         manifest=manifest,
-        steps=_frame(tables[STEPS], STEP_COLUMNS),
+        steps=_read_rank_frame(run, ranks, STEPS, warnings, listing, rank_offsets, STEP_COLUMNS),
         collectives=_frame(collectives, COLLECTIVE_COLUMNS),
-        regions=_frame(tables[REGIONS], REGION_COLUMNS),
-        ddp_stats=_frame(tables[DDP_STATS], ("rank", "step")),
-        gpu_samples=_frame(node_rows[GPU_SAMPLES], GPU_COLUMNS),
-        host_samples=_frame(node_rows[HOST_SAMPLES], HOST_COLUMNS),
+        regions=_read_rank_frame(
+            run, ranks, REGIONS, warnings, listing, rank_offsets, REGION_COLUMNS
+        ),
+        ddp_stats=_read_rank_frame(
+            run, ranks, DDP_STATS, warnings, listing, rank_offsets, ("rank", "step")
+        ),
+        gpu_samples=node_tables[GPU_SAMPLES].frame(GPU_COLUMNS),
+        host_samples=node_tables[HOST_SAMPLES].frame(HOST_COLUMNS),
         lint=read_lint(run, warnings) if LINT in names else None,
         hang_report=read_hang_reports(run, warnings),
         warnings=warnings,
@@ -1930,12 +2278,21 @@ def _worst_status(statuses: Iterable[Any]) -> Any:
     return min(known, key=_STATUS_ORDER.index) if known else None
 
 
-def merge_manifests(parts: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+def merge_manifests(
+    parts: Sequence[tuple[int, dict[str, Any]]],
+    statuses: Mapping[int, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     """One job's manifest from its nodes' (node rank, manifest): the lowest node's
     (node 0's), with every other node's under ``nodes`` ({node: manifest}), every
     node's ``hosts``, the worst status, and the union of failed ranks and steps. A
-    failure and exit code come from node 0 unless only another node has one."""
-    ordered = sorted(parts, key=lambda p: p[0])
+    failure and exit code come from node 0 unless only another node has one.
+
+    Ranks launched separately (:func:`_separately_launched`: every part says node 0)
+    are ordered by their lowest traced rank, and the failure is decided again across
+    the parts (:func:`decide_failure`, with the ranks' ``statuses`` when given): each
+    launcher saw only its own rank, so the order of the arguments must not pick it."""
+    apart = len(parts) > 1 and _separately_launched([m for _, m in parts])
+    ordered = sorted(parts, key=lambda p: (p[0], _lowest_rank(p[1]) if apart else 0))
     main = dict(ordered[0][1])
     others = ordered[1:]
     if not others:
@@ -1960,12 +2317,17 @@ def merge_manifests(parts: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, An
         failed += [r for r in m.get("failed_ranks") or [] if r not in failed]
     main["steps_completed"] = dict(sorted(steps.items(), key=lambda kv: str(kv[0])))
     main["failed_ranks"] = failed
-    if main.get("failure") is None:
+    if apart:
+        _decide_merged_failure(main, manifests, statuses)
+    elif main.get("failure") is None:
         other = next((m for m in manifests if isinstance(m.get("failure"), dict)), None)
         if other is not None:
             main["failure"] = other["failure"]
             main["exit_code"] = other.get("exit_code")
-    incomplete = [x for m in manifests for x in m.get("incomplete") or []]
+    if apart:
+        incomplete, main["ranks_elsewhere"] = _apart_incomplete(manifests)
+    else:
+        incomplete = [x for m in manifests for x in m.get("incomplete") or []]
     main["incomplete"] = incomplete or None
     traced = sorted({r for m in manifests for r in m.get("traced_ranks") or [] if _is_int(r)})
     if traced:
@@ -2075,6 +2437,247 @@ def _separately_launched(manifests: Sequence[Mapping[str, Any]]) -> bool:
     return len(flat) == len(set(flat)) and all(isinstance(r, int) and 0 <= r < size for r in flat)
 
 
+def _own_incomplete(manifest: Mapping[str, Any]) -> list[Any]:
+    """A separately launched part's ``incomplete`` reasons without its launcher's "rank(s)
+    [...] left nothing in this directory: started by another launcher": read with the
+    other parts, those ranks are in another part, or named once for the whole run
+    (:func:`_apart_incomplete`)."""
+    reasons = list(manifest.get("incomplete") or [])
+    elsewhere = manifest.get("ranks_elsewhere")
+    if not isinstance(elsewhere, list) or not elsewhere:
+        return reasons
+    note = f"rank(s) {elsewhere} of the world of "
+    return [
+        x
+        for x in reasons
+        if not (isinstance(x, str) and x.startswith(note) and "left nothing in this" in x)
+    ]
+
+
+def _apart_incomplete(manifests: Sequence[Mapping[str, Any]]) -> tuple[list[Any], list[int]]:
+    """The ``incomplete`` reasons and ``ranks_elsewhere`` of separately launched parts read
+    as one run: each part's own reasons, less its note on the ranks it left to the other
+    launchers; the ranks of the world that no part traced, named once."""
+    traced = {r for m in manifests for r in m.get("traced_ranks") or [] if _is_int(r)}
+    reasons = [x for m in manifests for x in _own_incomplete(m)]
+    missing = sorted(
+        {
+            r
+            for m in manifests
+            for r in m.get("ranks_elsewhere") or []
+            if _is_int(r) and r not in traced
+        }
+    )
+    if missing:
+        sizes = [w for m in manifests if isinstance(w := m.get("world_size"), int)]
+        reasons.append(
+            f"rank(s) {missing} of the world of {max(sizes) if sizes else '?'} left nothing "
+            "in any of the directories given: started by another launcher (give its --out "
+            "too) or not traced"
+        )
+    return reasons, missing
+
+
+def _apart_warnings(part: Run) -> list[str]:
+    """A separately launched part's warnings, its "run incomplete" note (written when its
+    manifest was read alone) redone without its note on the ranks it left to the other
+    launchers (:func:`_own_incomplete`)."""
+    reasons = part.manifest.get("incomplete")
+    if not isinstance(reasons, list) or not reasons:
+        return list(part.warnings)
+    own = _own_incomplete(part.manifest)
+    if len(own) == len(reasons):
+        return list(part.warnings)
+
+    def note(items: list[Any]) -> str:
+        shown = "; ".join(str(x) for x in items[:3])
+        more = f" (+{len(items) - 3} more)" if len(items) > 3 else ""
+        return f"run incomplete: {shown}{more}"
+
+    old, new = note(reasons), note(own) if own else None
+    out: list[str] = []
+    for w in part.warnings:
+        if w.startswith(str(part.path)) and w.endswith(f": {old}"):
+            if new is not None:
+                out.append(w[: -len(old)] + new)
+            continue
+        out.append(w)
+    return out
+
+
+def _lowest_rank(manifest: Mapping[str, Any]) -> int:
+    """The lowest rank a separately launched part traced (the order of the parts)."""
+    listed = manifest.get("traced_ranks")
+    traced = [r for r in listed if _is_int(r)] if isinstance(listed, list) else []
+    return min(traced) if traced else 1 << 62
+
+
+# --------------------------------------------------------------------------- the cause
+# Which rank caused a failed job. The launcher decides it when the job ends
+# (gpudiag/capture/blame.py, with the agent's exit codes and the order of deaths); the
+# functions below decide it again from the ranks' statuses and the parts' failures when
+# one launcher saw only part of the job (ranks launched separately), and for `analyze`.
+
+EARLY_EXIT = "early_exit"  # a failure's exc_type: the rank left the job with exit code 0
+# a failure's exc_type when the rank ended without an error of its own
+_ENDED_TYPES = frozenset({"died", "node_lost", "KeyboardInterrupt", EARLY_EXIT})
+
+
+def cause_kind(failure: Mapping[str, Any]) -> int:
+    """How a failure (a status.json, or a manifest's ``failure``) ranks as the cause of
+    a failed job: 0 an error of the rank's own, 1 the rank died, was ended by a signal or
+    left the job early with exit code 0 (its peers then lost their connection), 2 a
+    peer's connection error (a consequence of another rank's end)."""
+    if is_peer_error(failure):
+        return 2
+    exc = failure.get("exc_type")
+    if (
+        failure.get("signal")
+        or failure.get("status") == "interrupted"
+        or exc in _ENDED_TYPES
+        or (isinstance(exc, str) and exc.startswith("SIG"))
+    ):
+        return 1
+    return 0
+
+
+def _end_ns(status: Any) -> int | None:
+    end = status.get("end_ns") if isinstance(status, Mapping) else None
+    return end if _is_int(end) else None
+
+
+def left_early(statuses: Mapping[int, Mapping[str, Any]]) -> list[int]:
+    """Ranks that ended ok (exit code 0) before any rank failed, in a job whose failures
+    include a peer's connection error: they left while their peers still needed them
+    (``sys.exit(0)``, a return before a collective the others are in), the peers'
+    connection errors followed. Earliest first. A rank that ended ok after a peer had
+    failed, or in a job with no peer error, is never one."""
+    ends = {r: e for r, s in statuses.items() if (e := _end_ns(s)) is not None}
+    failed = [r for r in ends if is_failed(statuses[r].get("status"))]
+    if not any(is_peer_error(statuses[r]) for r in failed):
+        return []
+    first = min(ends[r] for r in failed)
+    early = [r for r in ends if statuses[r].get("status") == "ok" and ends[r] < first]
+    return sorted(early, key=lambda r: (ends[r], r))
+
+
+def early_exit_failure(
+    rank: int,
+    peers: Sequence[int],
+    steps: int | None,
+    end_ns: int | None,
+    without_status: bool = False,
+) -> dict[str, Any]:
+    """The manifest's ``failure`` for a rank that left the job with exit code 0 while
+    its peers were still in it (``steps``: the steps it completed)."""
+    how = "exit code 0, no status written: os._exit(0)?" if without_status else "exit code 0"
+    after = f" after {steps} step(s)" if steps is not None else ""
+    message = f"left the job early ({how}){after} while its peers were still in it"
+    if peers:
+        ranks = ", ".join(str(r) for r in peers)
+        message += (
+            f"; rank{'s' if len(peers) > 1 else ''} {ranks} then lost the connection to it "
+            "(a consequence, not the cause)"
+        )
+    message += (
+        ": a rank that returns or calls sys.exit(0) / os._exit(0) before its peers' last "
+        "collective leaves them without a partner"
+    )
+    return {
+        "rank": rank,
+        "exc_type": EARLY_EXIT,
+        "message": message,
+        "traceback": None,
+        "exit_code": 0,
+        "signal": None,
+        "last_step": steps - 1 if steps else None,
+        "end_ns": end_ns,
+    }
+
+
+def _ended_without_status(
+    parts: Sequence[Run], statuses: Mapping[int, Any]
+) -> dict[int, dict[str, Any]]:
+    """A separately launched rank whose launcher ended ok (exit code 0) but that wrote
+    no status.json (``os._exit(0)``): what its steps table says of its end."""
+    out: dict[int, dict[str, Any]] = {}
+    for part in parts:
+        if part.manifest.get("status") != "ok" or part.steps is None or not len(part.steps):
+            continue
+        for r in part.manifest.get("missing_status_ranks") or []:
+            if not _is_int(r) or r in statuses or "rank" not in part.steps:
+                continue
+            rows = part.steps[part.steps["rank"] == r]
+            if len(rows) and "end_ns" in rows:
+                out[r] = {
+                    "status": "ok",
+                    "exit_code": 0,
+                    "end_ns": int(rows["end_ns"].max()),
+                    "steps_completed": len(rows),
+                    "no_status": True,
+                }
+    return out
+
+
+def _decide_merged_failure(
+    main: dict[str, Any],
+    manifests: Sequence[Mapping[str, Any]],
+    statuses: Mapping[int, Mapping[str, Any]] | None,
+) -> None:
+    """The failure of ranks launched separately, decided across every part: a rank with
+    an error of its own, then one that died, was signalled or left early, then a peer's
+    connection error; among equals the earliest end, then the lowest rank."""
+    statuses = statuses or {}
+    part_of = {r: m for m in manifests for r in m.get("traced_ranks") or [] if _is_int(r)}
+    found: dict[int, tuple[int, int, dict[str, Any]]] = {}
+    for m in manifests:
+        f = m.get("failure")
+        if not isinstance(f, dict) or not _is_int(f.get("rank")):
+            continue
+        end = _end_ns(f) or _end_ns(statuses.get(f["rank"])) or _end_ns(m) or 0
+        found[f["rank"]] = (cause_kind(f), end, f)
+    early = [r for r in left_early(statuses) if r not in found]
+    peers = sorted(
+        (r for r, (kind, _, _) in found.items() if kind == 2), key=lambda r: (found[r][1], r)
+    )
+    for r in early:
+        s = statuses[r]
+        steps = s.get("steps_completed") if _is_int(s.get("steps_completed")) else None
+        failure = early_exit_failure(r, peers, steps, _end_ns(s), bool(s.get("no_status")))
+        found[r] = (1, _end_ns(s) or 0, failure)
+    if not found:
+        return
+    order = sorted(found, key=lambda r: (found[r][0], found[r][1], r))
+    cause = order[0]
+    failure = dict(found[cause][2])
+    before = failure.get("consequences")
+    rows = [c for c in before if isinstance(c, dict)] if isinstance(before, list) else []
+    seen = {cause, *(c.get("rank") for c in rows)}
+    for r in order[1:]:
+        if r in seen:
+            continue
+        other = found[r][2]
+        status = statuses.get(r)
+        rows.append(
+            {
+                "rank": r,
+                "status": status.get("status") if isinstance(status, Mapping) else "failed",
+                "exc_type": other.get("exc_type"),
+                "message": str(other.get("message") or "")[:300] or None,
+            }
+        )
+    failure["consequences"] = rows
+    main["failure"] = failure
+    codes = [part_of[r].get("exit_code") for r in order if r in part_of]
+    code = next((c for c in codes if _is_int(c) and c != 0), None)
+    if code is not None:
+        main["exit_code"] = code
+    failed = main.get("failed_ranks")
+    main["failed_ranks"] = order + [
+        r for r in (failed if isinstance(failed, list) else []) if r not in order
+    ]
+
+
 def _manifest_offset(manifest: Mapping[str, Any]) -> int:
     """The node's clock offset to node 0 its manifest records (0 when none)."""
     clock = manifest.get("clock")
@@ -2116,8 +2719,14 @@ def _concat(frames: list[Any]) -> Any:
 def merge_runs(runs: Sequence[Run], path: Path) -> Run:
     """The per-node directories of one job read as one run (ranks and nodes are
     disjoint: each node wrote its own)."""
-    parts = sorted(runs, key=lambda r: manifest_node(r.manifest))
-    manifest = merge_manifests([(manifest_node(r.manifest), r.manifest) for r in parts])
+    apart = _separately_launched([r.manifest for r in runs])
+    parts = sorted(
+        runs, key=lambda r: (manifest_node(r.manifest), _lowest_rank(r.manifest) if apart else 0)
+    )
+    statuses = {k: v for r in parts for k, v in r.statuses.items()}
+    if apart:
+        statuses.update(_ended_without_status(parts, statuses))
+    manifest = merge_manifests([(manifest_node(r.manifest), r.manifest) for r in parts], statuses)
     merged = Run(
         path=path,
         manifest=manifest,
@@ -2133,6 +2742,10 @@ def merge_runs(runs: Sequence[Run], path: Path) -> Run:
         ),
         warnings=[w for r in parts for w in r.warnings],
     )
+    if apart:  # a part's ranks elsewhere are in another part, or named once here
+        merged.warnings = [w for r in parts for w in _apart_warnings(r)]
+        if manifest.get("ranks_elsewhere"):
+            merged.warnings.append(f"{path}: run incomplete: {manifest['incomplete'][-1]}")
     for r in parts:
         merged.rank_info.update(r.rank_info)
         merged.statuses.update(r.statuses)
@@ -2448,6 +3061,10 @@ class LiveReader:
         self.run = Path(run)
         if not is_dir(self.run):
             raise RunFormatError(f"{self.run}: not a directory")
+        try:
+            self._dir_id: tuple[int, int] | None = _dir_id(self.run)
+        except OSError:
+            self._dir_id = None
         self.tail_bytes = dict(LIVE_TAIL_BYTES if tail_bytes is None else tail_bytes)
         self._tails: dict[tuple[str, str, int], TableTail] = {}
         self._rank_info: dict[int, dict[str, Any]] = {}
@@ -2494,6 +3111,9 @@ class LiveReader:
         be read this time (and each table's malformed lines) is one line naming it in
         ``warnings``; the rest is read as usual."""
         warnings: list[str] = []
+        lost = self._lost()
+        if lost is not None:
+            return self._lost_batch(*lost)
         manifest = read_json(self.run / MANIFEST, warnings)
         manifest = manifest if isinstance(manifest, dict) else {}
         statuses = [self._status(manifest, self.run / MANIFEST, warnings)] if manifest else []
@@ -2554,6 +3174,42 @@ class LiveReader:
             writing="running" in statuses,
         )
 
+    def _lost(self) -> tuple[str, str] | None:
+        """(state, why) when the run directory can no longer be read at all: ``gone``
+        (deleted, moved, or replaced by another directory or a file since the reader
+        opened it) or ``unreadable`` (there, but it cannot be listed); else None."""
+        try:
+            ident = _dir_id(self.run)
+            if ident is None:
+                return "gone", "the run directory is gone (replaced by a file while watched)"
+            os.listdir(self.run)
+        except (FileNotFoundError, NotADirectoryError):
+            return "gone", "the run directory is gone (deleted or moved while watched)"
+        except (OSError, ValueError) as exc:
+            return "unreadable", f"the run directory cannot be read any more ({read_problem(exc)})"
+        if self._dir_id is not None and ident != self._dir_id:
+            return "gone", "the run directory is gone (replaced by another directory while watched)"
+        return None
+
+    def _lost_batch(self, state: str, why: str) -> LiveBatch:
+        """A poll of a run directory that is no more: ``state`` (not a run status: the
+        run's own end is unknown), one line naming the directory, the documents read
+        before; no new rows."""
+        return LiveBatch(
+            t_ns=time.time_ns(),
+            status=state,
+            manifest={},
+            node_manifests={},
+            hang_report=False,
+            rank_rows={t: {} for t in LIVE_RANK_TABLES},
+            node_rows={t: {} for t in NODE_TABLES},
+            rank_info=dict(self._rank_info),
+            statuses=dict(self._statuses),
+            inflight={},
+            warnings=[f"{self.run}: {why}"],
+            writing=False,
+        )
+
     @staticmethod
     def _status(manifest: dict[str, Any], path: Path, warnings: list[str]) -> str | None:
         """:func:`run_status`, and one line naming the manifest when its launcher record
@@ -2598,6 +3254,16 @@ class LiveReader:
                 self._inflight_problem[rank] = found[0]
         if rank in self._inflight_problem:
             bad_input(warnings, self._inflight_problem[rank])
+
+
+# What a live reader says of a run directory it can no longer read (beside RUN_STATUSES).
+LIVE_LOST_STATES = ("gone", "unreadable")
+
+
+def _dir_id(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the directory ``path``; None when it is no directory."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
 
 
 def _live_doc(path: Path, warnings: list[str]) -> dict[str, Any] | None:
@@ -2717,9 +3383,12 @@ def merge_live_batches(batches: Sequence[LiveBatch]) -> LiveBatch:
             out.update(getattr(b, attr))
         return out
 
+    status = _worst_status(statuses) if statuses else None
+    if batches and all(b.status in LIVE_LOST_STATES for b in batches):
+        status = min(str(b.status) for b in batches)  # every node directory: gone first
     return LiveBatch(
         t_ns=max(b.t_ns for b in batches),
-        status=_worst_status(statuses) if statuses else None,
+        status=status,
         manifest=merged,
         node_manifests={n: m for n, m in manifests.items() if n != first},
         hang_report=any(b.hang_report for b in batches),

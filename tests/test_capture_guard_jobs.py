@@ -5,7 +5,6 @@ launcher SIGKILLed mid-run, two launches at once, Ctrl-C to a 2-rank job."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag import rundir
+from tests.traced_jobs import mounted_tmpfs, start_trace, table_lines, wait_for_steps
 
 SCRIPTS = Path(__file__).parent / "scripts"
 DDP_SCRIPT = SCRIPTS / "capture_ddp_mlp.py"
@@ -24,34 +24,6 @@ STRESS_SCRIPT = SCRIPTS / "stress_regions.py"
 JOB_TIMEOUT_S = 240
 
 pytestmark = pytest.mark.slow
-
-
-def _trace(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gpudiag", "trace", *args],
-        cwd=cwd,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _lines(path: Path) -> int:
-    try:
-        return sum(1 for line in path.read_bytes().splitlines() if line.strip())
-    except OSError:
-        return 0
-
-
-def _wait_for_steps(out: Path, ranks: int, steps: int, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    while time.monotonic() < deadline and proc.poll() is None:
-        table = (rundir.table_path(rundir.rank_dir(out, r), rundir.STEPS) for r in range(ranks))
-        if min(_lines(p) for p in table) >= steps:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"no {steps} steps in {out}: {proc.poll()=}")
 
 
 def _alive(pid: int) -> bool:
@@ -65,29 +37,14 @@ def _alive(pid: int) -> bool:
 # --------------------------------------------------------------------------- full disk
 
 
-def _tmpfs(mount: Path, size: str) -> Iterator[Path]:
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    yield from _tmpfs(tmp_path / "disk", "640k")
+    yield from mounted_tmpfs(tmp_path / "disk", "640k")
 
 
 @pytest.fixture
 def nearly_full_disk(tmp_path: Path) -> Iterator[Path]:
-    yield from _tmpfs(tmp_path / "disk", "48k")
+    yield from mounted_tmpfs(tmp_path / "disk", "48k")
 
 
 def test_a_disk_too_full_to_record_the_end_is_refused_at_start(
@@ -96,7 +53,7 @@ def test_a_disk_too_full_to_record_the_end_is_refused_at_start(
     """Issue 28: with 48 KiB free the manifest used to stay `running` (readers said
     launcher_lost) and stdout "run ok ... 0 rank(s)": now one line, exit 2, no job."""
     out = nearly_full_disk / "run"
-    proc = _trace(["--out", str(out), "--no-lint", str(SINGLE_SCRIPT)], tmp_path)
+    proc = start_trace(["--out", str(out), "--no-lint", str(SINGLE_SCRIPT)], tmp_path)
     stdout, stderr = proc.communicate(timeout=JOB_TIMEOUT_S)
     assert proc.returncode == 2, (stdout, stderr)
     lines = [line for line in (stdout + stderr).splitlines() if line.strip()]
@@ -109,7 +66,7 @@ def test_full_disk_training_goes_on_and_run_is_incomplete(small_disk: Path, tmp_
     out = small_disk / "run"
     times = tmp_path / "times.jsonl"  # on the big disk: the script's own record
     steps = 800
-    proc = _trace(
+    proc = start_trace(
         ["--out", str(out), "--nproc-per-node", "2", "--standalone", "--no-lint",
          "--profile-steps", "3-6", str(DDP_SCRIPT), "--steps", str(steps), "--width", "16",
          "--depth", "1", "--times", str(times)],
@@ -147,19 +104,19 @@ def test_full_disk_training_goes_on_and_run_is_incomplete(small_disk: Path, tmp_
     assert "run incomplete" in analyzed.stderr and "Traceback" not in analyzed.stderr
 
 
-def test_sigterm_to_gpudiag_with_loader_workers_keeps_every_rank_and_trace(
+def test_sigterm_to_gpudiag_with_loader_workers_keeps_every_rank_andstart_trace(
     tmp_path: Path,
 ) -> None:
     """Issue 28 probe: SIGTERM to `gpudiag trace` on DDP with DataLoader workers. The
     workers die of the same signal and the DataLoader's SIGCHLD handler raised inside
     gpudiag's finish (a rank lost its status and trace) or in the rank (`failed`)."""
     out = tmp_path / "run"
-    proc = _trace(
+    proc = start_trace(
         ["--out", str(out), "--nproc-per-node", "2", "--standalone", "--no-lint",
          "--profile-steps", "1-2", str(STRESS_SCRIPT), "--workers", "2", "--steps", "3000"],
         tmp_path,
     )  # fmt: skip
-    _wait_for_steps(out, 2, 6, proc)
+    wait_for_steps(out, 2, 6, proc, JOB_TIMEOUT_S)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=JOB_TIMEOUT_S)
     assert proc.returncode == 143, stderr[-3000:]
@@ -177,12 +134,12 @@ def test_sigterm_to_gpudiag_with_loader_workers_keeps_every_rank_and_trace(
 
 def test_sigkill_of_the_launcher_ends_the_ranks_and_reads_launcher_lost(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = _trace(
+    proc = start_trace(
         ["--out", str(out), "--nproc-per-node", "2", "--standalone", "--no-lint",
          "--no-profile", str(DDP_SCRIPT), "--steps", "100000", "--sleep", "0.05"],
         tmp_path,
     )  # fmt: skip
-    _wait_for_steps(out, 2, 3, proc)
+    wait_for_steps(out, 2, 3, proc, JOB_TIMEOUT_S)
     pids = [json.loads((out / f"rank{r}" / rundir.RANK_INFO).read_text())["pid"] for r in (0, 1)]
     children = [
         int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
@@ -213,22 +170,22 @@ def test_sigkill_of_the_launcher_ends_the_ranks_and_reads_launcher_lost(tmp_path
 def test_two_launches_at_once_never_share_a_directory(tmp_path: Path) -> None:
     script = SCRIPTS / "capture_single.py"
     args = ["--no-lint", "--no-profile", str(script), "--steps", "6"]
-    procs = [_trace(args, tmp_path) for _ in range(2)]
+    procs = [start_trace(args, tmp_path) for _ in range(2)]
     shared = tmp_path / "shared_out"
-    procs += [_trace(["--out", str(shared), *args], tmp_path) for _ in range(2)]
+    procs += [start_trace(["--out", str(shared), *args], tmp_path) for _ in range(2)]
     results = [(p.wait(timeout=JOB_TIMEOUT_S), *p.communicate()) for p in procs]
     # default --out: two directories, each with one run's rows
     assert [r[0] for r in results[:2]] == [0, 0], [r[2][-2000:] for r in results[:2]]
     runs = sorted((tmp_path / "gpudiag_runs").iterdir())
     assert len(runs) == 2
     for run in runs:
-        assert _lines(rundir.table_path(rundir.rank_dir(run, 0), rundir.STEPS)) == 6
+        assert table_lines(rundir.table_path(rundir.rank_dir(run, 0), rundir.STEPS)) == 6
     # the same --out: one run owns it, the other is refused before starting anything
     codes = sorted(r[0] for r in results[2:])
     assert codes == [0, 2], [r[2][-2000:] for r in results[2:]]
     refused = next(r for r in results[2:] if r[0] == 2)
     assert "Traceback" not in refused[2]
-    assert _lines(rundir.table_path(rundir.rank_dir(shared, 0), rundir.STEPS)) == 6
+    assert table_lines(rundir.table_path(rundir.rank_dir(shared, 0), rundir.STEPS)) == 6
 
 
 # --------------------------------------------------------------------------- Ctrl-C
@@ -236,12 +193,12 @@ def test_two_launches_at_once_never_share_a_directory(tmp_path: Path) -> None:
 
 def test_ctrl_c_to_a_two_rank_job_is_quick_and_quiet(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = _trace(
+    proc = start_trace(
         ["--out", str(out), "--nproc-per-node", "2", "--standalone", "--no-lint",
          "--no-profile", str(DDP_SCRIPT), "--steps", "100000", "--sleep", "0.02"],
         tmp_path,
     )  # fmt: skip
-    _wait_for_steps(out, 2, 5, proc)
+    wait_for_steps(out, 2, 5, proc, JOB_TIMEOUT_S)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)

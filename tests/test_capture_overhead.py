@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpudiag.capture import launcher, threads
+from gpudiag.capture import launcher, proctree, threads
 from gpudiag.capture.sampler import _ProcStat
 
 LINUX = sys.platform.startswith("linux")
@@ -57,7 +57,7 @@ def test_job_processes_and_exits_from_proc_match_psutil() -> None:
             time.sleep(0.2)
             expected = {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
         assert len(expected) == 4
-        assert set(launcher._descendants(proc.pid)) == expected
+        assert set(proctree.descendants(proc.pid)) == expected
         assert all(launcher._alive(pid) for pid in expected)
         victim = min(expected)
         os.kill(victim, 9)

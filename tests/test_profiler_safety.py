@@ -116,3 +116,32 @@ def test_step_from_another_thread_never_crashes_the_job(tmp_path: Path) -> None:
         assert proc.returncode == 0, (i, proc.stderr[-2000:])
         assert "done" in proc.stdout
         assert json.loads((out / rundir.MANIFEST).read_text())["status"] == "ok"
+
+
+PREFETCH_THREAD = Path(__file__).parent / "scripts" / "prefetch_thread_ddp.py"
+
+
+def test_a_prefetch_thread_that_takes_the_first_batch_never_crashes_the_job(
+    tmp_path: Path,
+) -> None:
+    """The steps belong to the thread that ends them (runs the optimizer), not to the
+    prefetch thread that took the first batch: the profiler starts and stops there."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "gpudiag", "trace", "--no-lint", "--nproc-per-node", "2"]
+    proc = subprocess.run(
+        [*cmd, "--standalone", "--out", str(out), str(PREFETCH_THREAD)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    manifest = json.loads((out / rundir.MANIFEST).read_text())
+    assert manifest["status"] == "ok" and manifest["steps_completed"] == {"0": 32, "1": 32}
+    for rank in (0, 1):
+        with gzip.open(rundir.trace_path(out, rank)) as fh:
+            events = json.load(fh)["traceEvents"]
+        steps = {e.get("name") for e in events if str(e.get("name")).startswith("ProfilerStep#")}
+        assert steps, rank
+        # the window's ops are the training thread's: its forward and its optimizer step
+        names = {e.get("name") for e in events}
+        assert "aten::addmm" in names and any("Optimizer.step" in str(n) for n in names)

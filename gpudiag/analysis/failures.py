@@ -21,6 +21,13 @@ RANK_FAILED_FIX = (
     "If it failed on a collective, check that every rank calls the same collectives with "
     "the same shapes; NCCL/gloo timeouts usually mean another rank diverged first."
 )
+EARLY_EXIT_FIX = (
+    "The first rank ended with exit code 0 while the others still ran collectives: look "
+    "for a rank-dependent sys.exit / os._exit / return (or a loop that ends sooner on "
+    "that rank) before the others' last collective. Make every rank run the same "
+    "collectives to the end (uneven inputs: DistributedSampler(drop_last=True) or "
+    "DDP's join()), and destroy the process group only after the last one."
+)
 HANG_FIX = (
     "The ranks named as not inside the collective never reached it: look at their stack "
     "for the blocking call (data loading, a rank-dependent branch, an early exit). Make "
@@ -73,12 +80,21 @@ def rank_failed_findings(
         return []
     first_rank = failure.get("rank")
     if first_rank is None:
-        first_rank = _first_failed(failed)
+        first_rank = _first_failed(failed, statuses or {})
+        if first_rank is not None and first_rank not in failed:  # it left early
+            status = (statuses or {})[first_rank]
+            steps = status.get("steps_completed")
+            peers = sorted(r for r in failed if rundir.is_peer_error(failed[r]))
+            failure = rundir.early_exit_failure(
+                first_rank, peers, steps if isinstance(steps, int) else None, None
+            )
+    # the cause ended with exit code 0 while its peers were still in the job
+    early = first_rank is not None and failure.get("exc_type") == rundir.EARLY_EXIT
     detail = failed.get(first_rank, failure) if first_rank is not None else failure
     traceback = str(detail.get("traceback") or failure.get("traceback") or "")
     message = str(detail.get("message") or detail.get("error") or failure.get("message") or "")
     exc_type = detail.get("exc_type") or failure.get("exc_type")
-    if exc_type and message:
+    if exc_type and message and exc_type != rundir.EARLY_EXIT:
         message = f"{exc_type}: {message}"
     last_line = message or (traceback.strip().splitlines()[-1] if traceback.strip() else "")
     listed = _as_int_list(manifest.get("failed_ranks"))
@@ -87,13 +103,17 @@ def rank_failed_findings(
     )
     # the finding names the cause; the others' failures followed from it (consequences)
     ranks = [int(first_rank)] if first_rank is not None else not_finished
-    if first_rank is not None and len(not_finished) > 1:
+    if early:
+        # the message up to its explanation (the fix says what to do)
+        said = last_line.split(": a rank that ")[0] or "left the job early (exit code 0)"
+        title = f"Rank {first_rank} {said}"[:240]
+    elif first_rank is not None and len(not_finished) > 1:
         title = f"Rank {first_rank} failed first ({len(not_finished)} ranks did not finish)"
     elif first_rank is not None:
         title = f"Rank {first_rank} failed"
     else:
         title = "The run failed"
-    if last_line:
+    if last_line and not early:
         title += f": {last_line[:160]}"
     return [
         Finding(
@@ -114,19 +134,26 @@ def rank_failed_findings(
                 "last_step": failure.get("last_step"),
                 "consequences": failure.get("consequences") or [],
             },
-            fix=RANK_FAILED_FIX,
+            fix=EARLY_EXIT_FIX if early else RANK_FAILED_FIX,
             # a fatal signal's stack (faulthandler: innermost frame first) has its own
             location=_frame_path(failure.get("location")) or user_frame(traceback),
         )
     ]
 
 
-def _first_failed(failed: dict[int, dict[str, Any]]) -> int | None:
+def _first_failed(
+    failed: dict[int, dict[str, Any]], statuses: dict[int, dict[str, Any]]
+) -> int | None:
     """Without the launcher's verdict (manifest ``failure``): the rank that failed first
     with an error of its own (not a peer's connection error), earliest end first, as
-    gpudiag/capture/blame.py decides; else the earliest failed rank."""
+    gpudiag/capture/blame.py decides; else a rank that left the job early with exit
+    code 0 while its peers were in it (``rundir.left_early``); else the earliest failed
+    rank."""
     if not failed:
         return None
+    early = rundir.left_early({r: s for r, s in statuses.items() if isinstance(s, dict)})
+    if early and all(rundir.is_peer_error(s) for s in failed.values()):
+        return early[0]
 
     def order(rank: int) -> tuple[bool, int, int]:
         status = failed[rank]

@@ -345,7 +345,22 @@ def straggler_findings(
     # a lead no longer than the ranks' own wait for a CPU per step (``runq_ms``, the
     # median rank's): the scheduler alone can make a rank that late on a busy host
     scheduler_sized = runq_ms is not None and worst <= runq_ms
-    if not consistent or by_chance or starved or ended_early or scheduler_sized:
+    # other processes kept the host's CPUs busy and no part of the rank's own time (data,
+    # compute, blocked) explains the lead: it may be the scheduler's, so say less
+    unexplained_on_busy_host = (
+        bool(known)
+        and not starved
+        and all(c.main is None for c in known.values())
+        and bool(contention and contention.get("contended"))
+    )
+    if (
+        not consistent
+        or by_chance
+        or starved
+        or ended_early
+        or scheduler_sized
+        or unexplained_on_busy_host
+    ):
         severity = "low"
     consistency = _consistency(named, consistent, chance)
     # a multi-node job: say on which node each named rank runs
@@ -361,6 +376,12 @@ def straggler_findings(
             f" (no more than the ranks' own wait for a CPU, {runq_ms:.1f} ms per step: the "
             "scheduler alone can make a rank this late)"
             if scheduler_sized and runq_ms is not None
+            else ""
+        )
+        + (
+            " (other processes kept this host's CPUs busy, and no part of the rank's own "
+            "time explains the lead: it may be the scheduler's)"
+            if unexplained_on_busy_host
             else ""
         )
     )
@@ -385,6 +406,7 @@ def straggler_findings(
                 **consistency,
                 **({"host_cpu": contention} if contention else {}),
                 **({"starved_of_cpu": starved}),
+                **({"unexplained_on_busy_host": True} if unexplained_on_busy_host else {}),
                 **(cause.evidence() if cause is not None else {}),
             },
             fix=STRAGGLER_FIXES.get(cause.main or "", STRAGGLER_FIX)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequen
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 import orjson
@@ -350,31 +350,23 @@ def max_trace_bytes() -> int:
         return DEFAULT_MAX_TRACE_BYTES
 
 
-def read_trace_bytes(path: Path, limit: int) -> bytes:
+def read_trace_bytes(path: Path, limit: int, notes: list[str] | None = None) -> bytes:
     """The file's (decompressed) bytes, never more than ``limit``: bigger is refused, and
-    so is anything but a regular file (rundir.open_regular)."""
+    so is anything but a regular file (rundir.open_regular), text that cannot begin a
+    JSON trace and a NUL byte (_Source). Data after the gzip stream is a note in
+    ``notes``."""
     try:
-        with rundir.open_regular(path) as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if size == 0:
-                raise TraceError("empty file")
-            magic = fh.read(2)
-            if magic != b"\x1f\x8b":
-                if size > limit:
-                    raise TraceError(_too_big(size, limit))
-                data = magic + fh.read(limit + 1 - len(magic))
-                if len(data) > limit:  # it grew while read
-                    raise TraceError(_too_big(len(data), limit))
-                return data
-            # Not the gzip trailer's size: it is the last member's size mod 2**32, and
-            # garbage in a truncated file. Inflating at most limit + 1 bytes bounds memory.
-            fh.seek(0)
-            with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
-                data = gz.read(limit + 1)
-        if len(data) > limit:
-            raise TraceError(_too_big(len(data), limit))
-        if not data:
+        src = _Source(path, limit, notes)
+        try:
+            parts = []
+            while chunk := src.read():
+                parts.append(chunk)
+        finally:
+            src.close()
+        if not parts:
             raise TraceError("empty after decompression")
+        data = b"".join(parts)
+        del parts
         return data
     except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
         raise _read_error(exc) from None
@@ -663,10 +655,10 @@ def read_trace(
     Unicode (a lone surrogate escape, bytes that are not UTF-8) is replaced with U+FFFD
     and the file parsed whole, with one warning in ``warnings``."""
     try:
-        return _read_trace(path, limit)
+        return _read_trace(path, limit, warnings)
     except _NotUnicode:
         pass
-    text, replaced = repair_unicode(read_trace_bytes(path, limit))
+    text, replaced = repair_unicode(read_trace_bytes(path, limit, warnings))
     events = _Collector()
     whole = parse_trace(text)
     del text
@@ -713,17 +705,19 @@ def repair_unicode(data: bytes) -> tuple[bytes, int]:
     return _SURROGATE_ESCAPE_RE.sub(fix, data), replaced
 
 
-def _read_trace(path: Path, limit: int) -> tuple[dict[str, Any], _Collector]:
+def _read_trace(
+    path: Path, limit: int, notes: list[str] | None = None
+) -> tuple[dict[str, Any], _Collector]:
     events = _Collector()
     try:
-        doc = _stream_trace(path, limit, events)
+        doc = _stream_trace(path, limit, events, notes)
     except TraceError:
         raise
     except (orjson.JSONDecodeError, EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
         raise _read_error(exc) from None
     if doc is None:  # not the usual shape: the whole file at once, as before
         events = _Collector()
-        whole = parse_trace(read_trace_bytes(path, limit))
+        whole = parse_trace(read_trace_bytes(path, limit, notes))
         trace_events = whole.pop("traceEvents")
         events.add(trace_events)
         del trace_events
@@ -751,42 +745,133 @@ _EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
 _WHITESPACE = b" \t\r\n"
 
 
-class _Source:
-    """A trace file's (decompressed) bytes, chunk by chunk; refused past ``limit``."""
+_GZIP_MAGIC = b"\x1f\x8b"
+_GZIP_IN_BYTES = 256 << 10  # compressed bytes handed to zlib at once
+_SNIFF_TRAILING = 64 << 10  # how much of the data after a gzip stream is looked at
 
-    def __init__(self, path: Path, limit: int) -> None:
+
+class _GzipMembers:
+    """The inflated bytes of a file of gzip members, read with zlib so that nothing
+    is read past the stream: data after the last member that is not another member
+    (zeros of a preallocated or crash-recovered file, garbage) ends the stream and is
+    described in ``trailing``, not scanned (Python's gzip module reads zero padding a
+    byte at a time: minutes for a file padded to GiBs)."""
+
+    def __init__(self, raw: BinaryIO, size: int) -> None:
+        self.raw = raw
+        self.size = size
+        self.pending = b""  # compressed bytes read but not yet given to zlib
+        self.inflater: Any = None  # the member being inflated; None between members
+        self.done = False
+        self.trailing: str | None = None
+
+    def read(self, n: int) -> bytes:
+        parts: list[bytes] = []
+        got = 0
+        while got < n and not self.done:
+            if not self.pending or (self.inflater is None and len(self.pending) < 2):
+                more = self.raw.read(_GZIP_IN_BYTES)
+                if not more:
+                    if self.inflater is not None:
+                        raise EOFError("compressed stream ends early")
+                    if self.pending:
+                        self._trailing_data()
+                    self.done = True
+                    break
+                self.pending += more
+                continue
+            if self.inflater is None:  # a member must start here, or the stream is over
+                if self.pending[:2] != _GZIP_MAGIC:
+                    self._trailing_data()
+                    self.done = True
+                    break
+                self.inflater = zlib.decompressobj(31)
+            data = self.inflater.decompress(self.pending, n - got)
+            if self.inflater.eof:
+                self.pending = self.inflater.unused_data
+                self.inflater = None
+            else:
+                self.pending = self.inflater.unconsumed_tail
+            if data:
+                parts.append(data)
+                got += len(data)
+        return b"".join(parts)
+
+    def _trailing_data(self) -> None:
+        after = self.raw.tell() - len(self.pending)
+        look = self.pending[:_SNIFF_TRAILING]
+        if len(look) < _SNIFF_TRAILING:
+            look += self.raw.read(_SNIFF_TRAILING - len(look))
+        kind = "zeros" if not look.strip(b"\0") else "not gzip"
+        count = max(self.size - after, len(self.pending))
+        self.trailing = f"{count} bytes of trailing data after the gzip stream ({kind}); ignored"
+        self.pending = b""
+
+
+class _Source:
+    """A trace file's (decompressed) bytes, chunk by chunk; refused past ``limit``, when
+    its first text cannot begin a JSON trace ('{' or '[' after blanks: an all-zero or
+    binary file is refused at its first chunk, not read whole) and at a NUL byte (never
+    in JSON text). Data after the gzip stream is one note in ``notes``."""
+
+    def __init__(self, path: Path, limit: int, notes: list[str] | None = None) -> None:
+        self.path = path
         self.limit = limit
+        self.notes = notes
         self.total = 0
+        self.text_seen = False
         self.raw = rundir.open_regular(path)  # closed in close()
         try:
             size = os.fstat(self.raw.fileno()).st_size
             if size == 0:
                 raise TraceError("empty file")
-            gz = self.raw.read(2) == b"\x1f\x8b"
+            gz = self.raw.read(2) == _GZIP_MAGIC
             self.raw.seek(0)
             if not gz and size > limit:
                 raise TraceError(_too_big(size, limit))
-            self.fh: Any = gzip.GzipFile(fileobj=self.raw, mode="rb") if gz else self.raw
+            self.gz = _GzipMembers(self.raw, size) if gz else None
         except BaseException:
             self.raw.close()
             raise
 
     def read(self) -> bytes:
-        data = self.fh.read(min(_CHUNK_BYTES, self.limit + 1 - self.total))
+        want = min(_CHUNK_BYTES, self.limit + 1 - self.total)
+        data = self.gz.read(want) if self.gz is not None else self.raw.read(want)
+        start = self.total
         self.total += len(data)
         if self.total > self.limit:
             raise TraceError(_too_big(self.total, self.limit))
+        if not self.text_seen:
+            text = data.lstrip(_WHITESPACE)
+            if text:
+                self.text_seen = True
+                if text[:1] not in b"{[":
+                    at = start + len(data) - len(text)
+                    raise TraceError(
+                        f"not a JSON trace (its text begins with {bytes(text[:8])!r} at byte "
+                        f"{at}, not '{{'); refused"
+                    )
+        nul = data.find(b"\0")
+        if nul >= 0:
+            raise TraceError(
+                f"malformed JSON (a NUL byte at byte {start + nul}, never in JSON text); refused"
+            )
+        if not data and self.gz is not None and self.gz.trailing and self.notes is not None:
+            note = BadInput(f"{self.path}: {self.gz.trailing}")
+            if note not in self.notes:
+                self.notes.append(note)
         return data
 
     def close(self) -> None:
-        self.fh.close()
         self.raw.close()
 
 
-def _stream_trace(path: Path, limit: int, events: _Collector) -> dict[str, Any] | None:
+def _stream_trace(
+    path: Path, limit: int, events: _Collector, notes: list[str] | None = None
+) -> dict[str, Any] | None:
     """Feed the ``traceEvents`` array to ``events`` in chunks; returns the other
     top-level fields, or None when the file is not shaped for streaming."""
-    src = _Source(path, limit)
+    src = _Source(path, limit, notes)
     try:
         buf = bytearray()
         while True:  # the head: everything before the array
@@ -1541,15 +1626,16 @@ def _workers_for_memory(paths: Sequence[Path]) -> int:
 
 def _uncompressed_size_hint(path: Path) -> int:
     """A guess at the trace's uncompressed size (for planning only, never trusted): a
-    gzip's trailer (mod 2**32) or 10x its size, whichever is larger."""
+    gzip's trailer (mod 2**32) or 10x its size, whichever is larger; never above the
+    size limit, past which nothing is held (a gzip padded with GiBs of zeros is small)."""
     try:
         with rundir.open_regular(path) as fh:
             size = os.fstat(fh.fileno()).st_size
-            if fh.read(2) != b"\x1f\x8b":
-                return size
+            if fh.read(2) != _GZIP_MAGIC:
+                return min(size, max_trace_bytes())
             fh.seek(-4, os.SEEK_END)
             trailer = int.from_bytes(fh.read(4), "little")
-        return max(trailer, 10 * size)
+        return min(max(trailer, 10 * size), max_trace_bytes())
     except OSError:
         return 0
 

@@ -87,7 +87,7 @@ class NodeLive:
 
 @dataclass
 class LiveSnapshot:
-    state: str  # one of rundir.RUN_STATUSES
+    state: str  # one of rundir.RUN_STATUSES, or rundir.LIVE_LOST_STATES (gone, unreadable)
     failed_ranks: list[int]
     t_ns: int
     window_steps: int
@@ -369,7 +369,9 @@ def stuck_collectives(
 def run_state(batch: rundir.LiveBatch) -> tuple[str, list[int]]:
     """(state, failed ranks), in rundir's one status vocabulary. A run still marked
     running is ``failed`` as soon as a rank wrote a failed status, and ``hang`` once
-    the watchdog wrote its report; without a manifest the ranks' statuses decide."""
+    the watchdog wrote its report; without a manifest the ranks' statuses decide. A run
+    directory deleted, moved or replaced while watched is ``gone``, one that cannot be
+    listed any more ``unreadable`` (:data:`rundir.LIVE_LOST_STATES`): never ``ok``."""
     failed = sorted(
         (s.get("end_ns") or 0, r) for r, s in batch.statuses.items() if s.get("status") == "failed"
     )

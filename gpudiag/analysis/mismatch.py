@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gpudiag import frames, rundir
@@ -51,8 +52,18 @@ class Call:
         return self.callsite.split(" in ")[0] if self.callsite else None
 
 
+def _rank_root(run: Any, rank: int) -> Path:
+    """The directory that holds ``rank<R>/``: of a merged run (the directories of one
+    job's nodes, or of ranks launched separately, ``run.parts``) the part that traced the
+    rank, else the run's own directory."""
+    for part in getattr(run, "parts", None) or []:
+        if rundir.lexists(rundir.rank_dir(part, rank)):
+            return Path(part)
+    return Path(run.path)
+
+
 def _error_call(run: Any, rank: int) -> Call | None:
-    path = rundir.table_path(rundir.rank_dir(run.path, rank), rundir.COLLECTIVE_TIMES)
+    path = rundir.table_path(rundir.rank_dir(_rank_root(run, rank), rank), rundir.COLLECTIVE_TIMES)
     last = None
     for row in rundir.iter_jsonl(path):
         if row.get("error"):
@@ -96,7 +107,7 @@ def _aborted_call(run: Any, rank: int) -> Call | None:
 def _entered_call(run: Any, rank: int) -> Call | None:
     """The call the rank had entered last (its last_call.json): for a rank that died in
     it (gloo aborted it), what it was passing."""
-    doc = rundir.read_last_call(run.path, rank, run.warnings)
+    doc = rundir.read_last_call(_rank_root(run, rank), rank, run.warnings)
     if doc is None or not isinstance(doc.get("seq"), int) or doc.get("pg_name") is None:
         return None
     size = doc.get("bytes")

@@ -40,6 +40,9 @@ class RankTime:
     runq_ms: float | None
     # mean over its steady steps of the training thread's run-queue share of the step
     runq_share: float | None = None
+    # the run-queue delay of all its threads together (intra-op workers, gloo's, the
+    # loader's pin thread): summed over threads, so an upper bound on what it costs the step
+    threads_runq_ms: float | None = None
 
     @property
     def off_cpu_ms(self) -> float | None:
@@ -94,6 +97,7 @@ def rank_times(steps: pd.DataFrame | None) -> dict[int, RankTime]:
             cpu_ms=_mean_ms(part, "cpu_ns"),
             runq_ms=_mean_ms(part, "runq_ns"),
             runq_share=_runq_share(part),
+            threads_runq_ms=_mean_ms(part, "threads_runq_ns"),
         )
     return out
 

@@ -70,6 +70,14 @@ class RankEnd:
         )
 
     @property
+    def exited_zero(self) -> bool:
+        """Ended with exit code 0: status ok, or no status while the elastic agent, which
+        lists every worker that ended otherwise, did not list it (``os._exit(0)``)."""
+        if isinstance(self.status, dict):
+            return self.status.get("status") == "ok"
+        return self.exitcode == 0 and self.signal is None and self.crash is None
+
+    @property
     def failed(self) -> bool:
         return isinstance(self.status, dict) and self.status.get("status") == "failed"
 
@@ -149,13 +157,19 @@ def rank_ends(
 ) -> dict[int, RankEnd]:
     """Everything known about how each rank ended."""
     agent = agent_failures(run_dir)
+    # the one process gpudiag started: the only rank here (of a world of 1, or one rank
+    # of a job whose other ranks were launched separately)
+    here = rundir.list_ranks(run_dir) if single_returncode is not None else []
+    info = rundir.read_json(rundir.rank_dir(run_dir, here[0]) / rundir.RANK_INFO) if here else None
+    started_here = len(here) == 1 and isinstance(info, dict) and info.get("started_by") == "gpudiag"
+    single = here[0] if started_here else ranks[0] if len(ranks) == 1 else None
     ends: dict[int, RankEnd] = {}
     for r in ranks:
         end = RankEnd(r, statuses.get(r))
         row = agent.get(r)
         if row is not None and isinstance(row.get("exitcode"), int):
             end.exitcode = row["exitcode"]
-        elif single_returncode is not None and len(ranks) == 1:
+        elif single_returncode is not None and r == single:
             end.exitcode = single_returncode
         if end.exitcode is not None and end.exitcode < 0:
             end.signal = signal_name(-end.exitcode)
@@ -165,6 +179,20 @@ def rank_ends(
         end.last_write_ns = _last_write_ns(run_dir, r)
         end.gone_ns = (gone_ns or {}).get(r)
         end.last_step = _last_step(run_dir, r)
+        if (
+            end.status is None
+            and row is None
+            and agent
+            and end.gone_ns is not None
+            and end.exitcode is None
+            and end.crash is None
+        ):
+            # the agent wrote the workers that failed, and this one was not among them,
+            # yet the launcher saw it gone without a status: it exited 0 (os._exit(0))
+            end.exitcode = 0
+            end.notes.append(
+                "exit code 0: gone, without status, and not among the agent's failures"
+            )
         ends[r] = end
     return ends
 
@@ -178,8 +206,10 @@ def find_cause(
     died without a status comes next, when the others only lost their connection to it
     (earliest last sign of life first); then, when ``signalled_from_outside`` (the job's
     launcher was sent no signal, so neither it nor the elastic agent's shutdown after a
-    failure above sent it), a rank interrupted by a signal before any rank failed;
-    peers' connection errors come last."""
+    failure above sent it), a rank interrupted by a signal before any rank failed; then
+    a rank that left the job with exit code 0 before any rank failed, when a peer then
+    lost its connection (``sys.exit(0)``, ``os._exit(0)``, a return before a collective
+    its peers are in: ``rundir.left_early``); peers' connection errors come last."""
     own = [e for e in ends.values() if e.failed and not is_peer_error(e.status or {})]
     died = [e for e in ends.values() if e.died_without_status]
     # a rank interrupted after another rank had already failed (a peer error too) was
@@ -197,7 +227,13 @@ def find_cause(
     ]
     lost = [e for e in ends.values() if e.lost and e.status is None]
     peer = [e for e in ends.values() if e.failed and is_peer_error(e.status or {})]
-    for group in (own, died, signalled, lost, peer):
+    # not ``lost``: another node's rank that left no status is not known to have exited 0
+    early = [
+        e
+        for e in ends.values()
+        if peer and first_failure is not None and e.exited_zero and e.when_ns < first_failure
+    ]
+    for group in (own, died, signalled, early, lost, peer):
         if group:
             cause = min(group, key=lambda e: (e.when_ns or 0, e.rank))
             others = [
@@ -238,6 +274,22 @@ def signalled_failure(
         "signal": how,
         "last_step": end.last_step,
     }
+
+
+def early_exit_failure(end: RankEnd, consequences: list[RankEnd]) -> dict[str, Any]:
+    """The manifest's ``failure`` for a rank that left the job with exit code 0 while
+    its peers were still in it (:func:`find_cause`'s ``early``)."""
+    status = end.status or {}
+    steps = status.get("steps_completed")
+    if not isinstance(steps, int):
+        steps = end.last_step + 1 if end.last_step is not None else None
+    return rundir.early_exit_failure(
+        end.rank,
+        [c.rank for c in consequences if c.failed],
+        steps,
+        end.when_ns or None,
+        without_status=end.status is None,
+    )
 
 
 def _aborted_in_collective(stacks: str | None) -> bool:

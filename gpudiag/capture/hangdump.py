@@ -79,7 +79,10 @@ def uninstall_hang_dump() -> None:
     _STOP.set()
     if _STACKS_FILE is not None and hasattr(signal, "SIGUSR1"):
         faulthandler.unregister(signal.SIGUSR1)
-        faulthandler.enable(file=sys.stderr, all_threads=True)
+        try:  # sys.stderr may be None or a stream without a descriptor: then none
+            faulthandler.enable(file=sys.stderr, all_threads=True)
+        except (AttributeError, OSError, RuntimeError, ValueError):
+            faulthandler.disable()
         _STACKS_FILE.close()
         _STACKS_FILE = None
 

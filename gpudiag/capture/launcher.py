@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import rundir
-from gpudiag.capture import blame, threads
+from gpudiag.capture import blame, proctree, threads
 from gpudiag.capture import manifest as manifest_mod
 from gpudiag.capture import worker as worker_mod
 from gpudiag.capture.agent import ENV_LAUNCHER_PID, ENV_NODE_RANK_FD
@@ -177,7 +177,7 @@ class Job:
         """The job's processes: the started one and all its descendants."""
         pids = [self.proc.pid]
         try:
-            pids += _descendants(self.proc.pid)
+            pids += proctree.descendants(self.proc.pid)
         except OSError:
             try:
                 import psutil
@@ -240,31 +240,6 @@ class Job:
                 if self.kill_deadline is not None and time.monotonic() > self.kill_deadline:
                     self.kill()
                     self.kill_deadline = time.monotonic() + KILL_GRACE_S
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every descendant of ``pid`` from /proc/<pid>/task/<tid>/children: a few small
-    reads, where psutil's children() reads every process's stat file (4-5 ms of CPU
-    with ~160 processes). OSError where the kernel has no such file."""
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            tids = os.listdir(f"/proc/{parent}/task")
-        except FileNotFoundError:  # gone meanwhile
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{parent}/task/{tid}/children", "rb") as fh:
-                    kids = [int(k) for k in fh.read().split()]
-            except FileNotFoundError:
-                if parent == pid and tid == str(pid) and os.path.exists(f"/proc/{pid}"):
-                    raise  # no children files in this kernel
-                continue
-            found += kids
-            todo += kids
-    return found
 
 
 def _alive(pid: int) -> bool:
@@ -384,7 +359,10 @@ def decide_outcome(
         first, others = cause
         failed = [first] + [r for r in others if r != first]
         s = statuses.get(first)
-        if s is not None and ends[first].interrupted:
+        if ends[first].exited_zero:
+            # it left the job with exit code 0 while its peers were still in it
+            failure = blame.early_exit_failure(ends[first], [ends[r] for r in others])
+        elif s is not None and ends[first].interrupted:
             lost = _node_lost(run_dir, infos.get(first)) if own and first not in own else None
             failure = blame.signalled_failure(ends[first], [ends[r] for r in others], lost)
         elif s is not None:
@@ -398,6 +376,8 @@ def decide_outcome(
         else:
             failure = blame.died_failure(ends[first], [ends[r] for r in others])
         failure["consequences"] = blame.consequence_rows([ends[r] for r in others])
+        # when the cause ended: the failures of ranks launched separately are compared
+        failure["end_ns"] = ends[first].when_ns or None
     # Exit 0 means every rank ended through gpudiag's worker with status ok: a rank of
     # this directory without status.json then could not write it (full disk), it did not
     # fail. A rank that left nothing here at all ran under another launcher (a script
@@ -407,7 +387,14 @@ def decide_outcome(
         present_here = present & own
     else:
         present_here = present
-    elsewhere = [r for r in missing if r not in present] if returncode == 0 else []
+    # the one process gpudiag started is the one rank here, whatever its exit code: the
+    # others ran elsewhere (ranks launched separately)
+    alone = (
+        single_process
+        and len(present) == 1
+        and all(infos.get(r, {}).get("started_by") == "gpudiag" for r in present)
+    )
+    elsewhere = [r for r in missing if r not in present] if returncode == 0 or alone else []
     missing = [r for r in missing if r not in elsewhere]
     unwritten = missing if returncode == 0 and not failed and signal_received is None else []
     started = bool(statuses or infos)
@@ -655,7 +642,7 @@ def _stop_quietly(thing: Any, what: str) -> None:
 
 
 def _say(text: str) -> None:
-    print(f"gpudiag: {text}", file=sys.stderr, flush=True)
+    print(f"gpudiag: {rundir.one_line(text)}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- main
@@ -706,9 +693,31 @@ def _no_room(run_dir: Path) -> str:
         have = "its free space unknown"
     return (
         f"not enough free space to record the run ({have}; gpudiag keeps "
-        f"{RESERVE_BYTES // 1024} KiB for the run's end, and each rank's tables need more): "
+        f"{RESERVE_BYTES // 1024} KiB for the run's end and "
+        f"{rundir.RANK_RESERVE_BYTES // 1024} KiB for each rank's, and their tables need more): "
         "free some space or choose another --out"
     )
+
+
+def _open_dir(path: Path) -> int | None:
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+
+
+def _deleted(fd: int | None) -> bool:
+    """Whether the directory open as ``fd`` was removed (``rm -rf`` of the run
+    directory while the job wrote it: its files are gone, a new one may stand in its
+    place); closes ``fd``."""
+    if fd is None:
+        return False
+    try:
+        return os.fstat(fd).st_nlink == 0
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _cannot_create(exc: OSError) -> str:
@@ -766,6 +775,10 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
     from gpudiag.capture.clock import install_test_shift
 
     install_test_shift()  # tests only: a skewed host (GPUDIAG_TEST_CLOCK_SHIFT_NS)
+    if ns.out is not None and rundir.has_control_chars(ns.out):
+        # torch's exporter cannot write such a path, and every line naming it would split
+        _say("trace: --out must not contain a newline or other control characters")
+        return 2
     run_dir, problem = claim_run_dir(ns.out, args.target, None if dynamic else node_rank)
     if problem:
         _say(f"trace: {run_dir}: {problem}")
@@ -792,23 +805,51 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
     )
     manifest_path = rundir.manifest_path(run_dir, node_rank)
     reserve = None
-    if join is None:
+    rank_reserves: list[Path] | None = []
+    # a file size limit (ulimit -f) below the reserves is no reason to refuse the job:
+    # it runs as it would without gpudiag, and what does not fit is marked incomplete
+    fsize = rundir.file_size_limit()
+    limited = fsize is not None and fsize < RESERVE_BYTES
+    if join is None and limited:
+        try:
+            rundir.write_json_exclusive(manifest_path, manifest)
+        except FileExistsError:
+            _say(f"trace: {run_dir}: another gpudiag run took this directory; choose another --out")
+            return 2
+        except OSError as exc:
+            rundir.note_write_problem(manifest_path, exc, "manifest")
+    elif join is None:
         # the room for the run's end first: a run that cannot record how it ended is
-        # refused now, before the job starts, not reported as "running" forever
+        # refused now, before the job starts, not reported as "running" forever; so is
+        # one that cannot keep each local rank's room for its status (the ranks take
+        # theirs by name: rundir.handed_reserve_path)
         reserve = rundir.reserve_space(rundir.reserve_path(run_dir, node_rank), RESERVE_BYTES)
-        if reserve is None:
+        if reserve is not None:
+            local = _local_rank_count(ns.nproc_per_node) or 1
+            rank_reserves = rundir.reserve_for_ranks(run_dir, node_rank, local)
+        no_room = reserve is None or rank_reserves is None
+        if not no_room:
+            try:
+                rundir.write_json_exclusive(manifest_path, manifest)
+            except FileExistsError:
+                _say(
+                    f"trace: {run_dir}: another gpudiag run took this directory; "
+                    "choose another --out"
+                )
+                return 2
+            except OSError:  # no room left for the manifest itself (384 KiB for 2 ranks)
+                no_room = True
+        if no_room:
+            for made in (reserve, *(rank_reserves or ())):
+                rundir.release_space(made)
             _say(f"trace: {run_dir}: {_no_room(run_dir)}")
             try:
                 run_dir.rmdir()  # only when empty: created for this run
             except OSError:
                 pass
             return 2
-        try:
-            _write_manifest(manifest_path, manifest, first=True)
-        except FileExistsError:
-            _say(f"trace: {run_dir}: another gpudiag run took this directory; choose another --out")
-            return 2
     _say(f"tracing into {run_dir}")
+    run_dir_fd = _open_dir(run_dir)  # to tell at the end whether it was deleted meanwhile
 
     job = Job(
         launch["command"],
@@ -884,6 +925,8 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
             return _unjoined(run_dir, returncode, job.signal_received)
 
     rundir.release_space(reserve)
+    for left in rank_reserves or ():  # a rank that never started leaves its reserve
+        rundir.release_space(left)
     outcome = decide_outcome(
         run_dir,
         returncode,
@@ -923,6 +966,8 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
     manifest["backend"] = outcome["backend"]
     if outcome["rank_versions"]:
         manifest["versions"].update(outcome["rank_versions"])
+    if _deleted(run_dir_fd):
+        rundir.note_problem(rundir.deleted_while_written(run_dir))
     incomplete = _incomplete_reasons(run_dir, outcome, rundir.write_problems())
     manifest["incomplete"] = incomplete or None
     if not _write_manifest(manifest_path, manifest, first=False):

@@ -135,10 +135,11 @@ def initial_manifest(
     host = host_info(node_rank)
     versions = launcher_versions()
     versions["driver"] = host.get("driver_version")
-    return {
+    command = ["gpudiag", "trace", *argv]
+    manifest: dict[str, Any] = {
         "format_version": rundir.FORMAT_VERSION,
         "gpudiag_version": __version__,
-        "command": ["gpudiag", "trace", *argv],
+        "command": command,
         "script": target.get("script"),
         "module": target.get("module"),
         "argv": script_args,
@@ -164,3 +165,11 @@ def initial_manifest(
         "failure": None,
         "incomplete": None,
     }
+    if any(rundir.fs_text(a) != a for a in command):
+        # The run files hold each byte that is not UTF-8 as \xNN (rundir.fs_text); the
+        # command's exact bytes, one hex string per argument, for who must rerun it.
+        try:
+            manifest["command_hex"] = [os.fsencode(a).hex() for a in command]
+        except UnicodeError:
+            pass
+    return manifest

@@ -31,6 +31,7 @@ from __future__ import annotations
 import errno
 import gzip
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,7 @@ class ProfilerWindow:
         self._annotated_step: int | None = None
         # set when a session started before step A reaches it: the trace is cut there
         self._cut_before_step: int | None = None
+        self._started_in: threading.Thread | None = None
 
     @property
     def active(self) -> bool:
@@ -122,7 +124,7 @@ class ProfilerWindow:
                 self.export_error += f" (stopping gpudiag's: {type(exc).__name__}: {exc})"
         self.done = True
         self.stop_pending = False
-        print(f"gpudiag: rank {self.rank}: {why}; gpudiag's own profiler window is skipped")
+        _say(f"gpudiag: rank {self.rank}: {why}; gpudiag's own profiler window is skipped")
 
     # ------------------------------------------------------------------ step events
 
@@ -167,6 +169,19 @@ class ProfilerWindow:
         """End of run: export whatever window is open (a short run's early steps included)."""
         if self._prof is None:
             return
+        started_in = self._started_in
+        if started_in is not None and not started_in.is_alive():
+            # torch's profiler stopped from another thread than the one that started it,
+            # once that one has ended, crashes the process (SIGSEGV at export): leave it
+            # running, the process ends with os._exit
+            self._prof = None
+            self.done = True
+            self.export_error = (
+                "no trace: the profiler was started in a thread that has ended "
+                f"({started_in.name}); stopping it from another crashes torch"
+            )
+            _say(f"gpudiag: rank {self.rank}: profiler trace not written ({self.export_error})")
+            return
         self.incomplete_step = self._annotated_step
         self._close_annotation()
         self.stop_pending = False
@@ -199,6 +214,7 @@ class ProfilerWindow:
         finally:
             _CREATING = False
         self._prof.start()
+        self._started_in = threading.current_thread()
 
     def _stop(self) -> None:
         prof, self._prof = self._prof, None
@@ -217,7 +233,7 @@ class ProfilerWindow:
             self.export_error = f"{type(exc).__name__}: {exc}"
             if isinstance(exc, OSError):
                 rundir.note_write_problem(rundir.trace_path(self.run_dir, self.rank), exc)
-            print(f"gpudiag: rank {self.rank}: profiler trace not written ({self.export_error})")
+            _say(f"gpudiag: rank {self.rank}: profiler trace not written ({self.export_error})")
 
     def _open_annotation(self, step: int) -> None:
         if self._annotated_step == step:
@@ -250,12 +266,17 @@ def export_trace(
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp_json = final.with_name(f".rank{rank}.{os.getpid()}.json.tmp")
     tmp_gz = final.with_name(f".rank{rank}.{os.getpid()}.gz.tmp")
+    dir_fd: int | None = None
     try:
-        prof.export_chrome_trace(str(tmp_json))
+        kineto_path, dir_fd = _kineto_path(tmp_json)
+        if dir_fd is None and kineto_path != str(tmp_json):
+            tmp_json = Path(kineto_path)  # a temporary file outside the run directory
+        prof.export_chrome_trace(kineto_path)
         if not tmp_json.is_file():  # Kineto logs "Failed to write" and carries on
-            raise OSError(errno.EIO, "torch.profiler could not write its trace (disk full?)")
+            raise _export_failure(tmp_json)
         trace = orjson.loads(tmp_json.read_bytes())
         fix_trace(trace, rank, world_size, incomplete_step, cut_before_step)
+        trace["traceName"] = rundir.fs_text(str(final))  # Kineto wrote its temporary name
         with gzip.open(tmp_gz, "wb", compresslevel=6) as fh:
             fh.write(orjson.dumps(trace))
         os.replace(tmp_gz, final)
@@ -267,7 +288,67 @@ def export_trace(
                 tmp.unlink(missing_ok=True)
             except OSError:
                 pass
+        if dir_fd is not None:
+            os.close(dir_fd)
     return final
+
+
+def _export_failure(path: Path) -> OSError:
+    """Why torch.profiler wrote no trace at ``path``: Kineto logs "Failed to write" and
+    carries on, without the OS error. Found again by writing there ourselves (1 MiB of
+    data, then one byte at the file size limit's offset, a sparse file): the real error
+    (ENOSPC, EFBIG, ENAMETOOLONG, EACCES...), not a guess."""
+    probe = path.with_name(path.name + ".probe")
+    limit = rundir.file_size_limit()
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            chunk = b"\0" * (1 << 16)
+            for _ in range(16):
+                os.write(fd, chunk)
+            if limit is not None:
+                os.pwrite(fd, b"\0", limit)  # EFBIG: past the limit
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        err = exc.errno or errno.EIO
+        text = exc.strerror or os.strerror(err)
+        if err == errno.EFBIG and limit is not None:
+            text += f": the file size limit (RLIMIT_FSIZE, ulimit -f) is {limit // 1024} KiB"
+        return OSError(err, f"torch.profiler could not write its trace ({text})")
+    finally:
+        try:
+            probe.unlink(missing_ok=True)
+        except OSError:
+            pass
+    return OSError(
+        errno.EIO,
+        "torch.profiler could not write its trace (Kineto gave no reason; a test write "
+        "beside it succeeded)",
+    )
+
+
+def _kineto_path(tmp_json: Path) -> tuple[str, int | None]:
+    """A name torch's exporter accepts for ``tmp_json``, and the directory descriptor it
+    needs (close it after). torch takes the path as a C++ string: a str that is not
+    valid UTF-8 (a run directory whose name has bytes that are not, which Python holds
+    as lone surrogates) is refused with a TypeError and the trace was lost (issue 28,
+    F7). Such a directory is reached through ``/proc/self/fd/<fd>/`` (ASCII); without
+    /proc, the trace is exported to a temporary file beside the system's others."""
+    name = str(tmp_json)
+    if rundir.fs_text(name) == name:
+        return name, None
+    try:
+        fd = os.open(tmp_json.parent, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        fd = None
+    if fd is not None:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            return f"/proc/self/fd/{fd}/{tmp_json.name}", fd
+        os.close(fd)
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"gpudiag-{tmp_json.name}"), None
 
 
 def fix_trace(
@@ -377,3 +458,13 @@ def cut_events_before_step(trace: dict[str, Any], step: int) -> int:
         ]
     trace["traceEvents"] = kept
     return len(events) - len(kept)
+
+
+def _say(text: str) -> None:
+    """One line on the rank's stdout that never raises: the script may have closed fd 1,
+    pointed it at a read-only file or set sys.stdout to None (issue 28, F10), and this runs
+    inside its code (the window's start and end). A KeyboardInterrupt still goes through."""
+    try:
+        print(text, flush=True)
+    except Exception:  # noqa: BLE001 - OSError, ValueError (closed), a loader's handler
+        pass

@@ -52,10 +52,14 @@ class StepTracker:
         self._dataloader_patch: tuple[Any, Any] | None = None
         self._first_forward_handle: Any = None
         self._sched = ThreadSchedStat()
-        # the thread that runs the steps (the one that began the first; until then the one
-        # that installed the tracker): only it may start, stop or export the profiler
-        # (gpudiag.step() from another thread stopped and exported it there: SIGSEGV)
+        # the thread that runs the steps (the one that ended the first; until then the one
+        # that installed the tracker): only it may start, stop or export the profiler.
+        # gpudiag.step() from another thread stopped and exported it there: SIGSEGV; a
+        # prefetch thread that iterates the DataLoader (or runs a module) before the
+        # training thread's first forward began the first step and started the profiler in
+        # a thread that later ended: SIGSEGV at export (issue 28 probe, 3 of 3 DDP runs)
         self._owner = threading.get_ident()
+        self._owner_settled = False
 
     # ------------------------------------------------------------------ installation
 
@@ -90,7 +94,7 @@ class StepTracker:
         def __next__(self_iter: Any) -> Any:
             if tracker.start_ns is None:
                 tracker.begin_first_step()
-            elif tracker.profiler is not None and tracker.profiler.stop_pending:
+            elif tracker.stop_pending_here():
                 tracker.settle_profiler()
             t0 = time.time_ns()
             try:
@@ -105,10 +109,18 @@ class StepTracker:
     def _first_forward(self, module: Any, args: Any) -> None:
         if self.start_ns is None:
             self.begin_first_step()
-        elif self.profiler is not None and self.profiler.stop_pending:
+        elif self.stop_pending_here():
             self.settle_profiler()
         if self.profiler is None or not self.profiler.stop_pending:
             self._remove_first_forward_hook()
+
+    def stop_pending_here(self) -> bool:
+        """A window waits to be stopped, and this thread is the one that may stop it."""
+        return (
+            self.profiler is not None
+            and self.profiler.stop_pending
+            and threading.get_ident() == self._owner
+        )
 
     def _remove_first_forward_hook(self) -> None:
         handle = getattr(self, "_first_forward_handle", None)
@@ -120,9 +132,12 @@ class StepTracker:
 
     def begin_first_step(self, now_ns: int | None = None) -> None:
         self.start_ns = now_ns or time.time_ns()
-        self._owner = threading.get_ident()
         self._sched.open_for_this_thread()
-        self._start_step_in_profiler()
+        # only in the thread that installed the tracker (the script's): another one (a
+        # prefetch thread's first batch) starts it at the first step's end, in the thread
+        # that ends the steps
+        if threading.get_ident() == self._owner:
+            self._start_step_in_profiler()
 
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._primary_optimizer is None:
@@ -156,6 +171,11 @@ class StepTracker:
         self.optimizer_total_ns += self.optimizer_ns
         self.data_ns = 0
         self.optimizer_ns = 0
+        if not self._owner_settled:  # the thread that ends the steps runs them
+            self._owner_settled = True
+            if threading.get_ident() != self._owner:
+                self._owner = threading.get_ident()
+                self._sched.reopen_for_this_thread()
         in_owner = threading.get_ident() == self._owner
         if self.profiler is not None and in_owner:
             self.profiler.on_step_end(step, inside_optimizer=source == "optimizer")
@@ -219,6 +239,12 @@ class ThreadSchedStat:
         self._fd: int | None = None
         self._last: tuple[int, int] | None = None
         self._threads = ThreadsRunQueue()
+
+    def reopen_for_this_thread(self) -> None:
+        """The steps turned out to run in this thread, not the one that opened it."""
+        fd, self._fd = self._fd, None
+        _close_quietly(fd)
+        self.open_for_this_thread()
 
     def open_for_this_thread(self) -> None:
         if self._fd is not None:

@@ -10,7 +10,8 @@ each rank:
 - ``waiting``: inside a collective (gpudiag's record or the Flight Recorder) or blocked
   in ``torch.distributed`` (rendezvous, DDP's start-up broadcast);
 - ``working``: not waiting and using CPU or doing I/O since the last check (evaluation,
-  checkpointing, a slow start-up, a long step);
+  checkpointing, a slow start-up, a long step), its subprocesses' included (a rank that
+  runs an upload tool through ``subprocess.run`` sits in ``wait`` while the tool works);
 - ``idle``: neither (asleep, blocked on something else); ``gone``: the process exited.
 
 It is a hang only when some rank waits and no other rank works: ranks running Python are
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import frames, rundir
-from gpudiag.capture import threads
+from gpudiag.capture import proctree, threads
 from gpudiag.capture.hangdump import finish_request_path, request_path
 
 POLL_S = 0.5
@@ -58,15 +59,28 @@ WAITING, WORKING, IDLE, GONE = "waiting", "working", "idle", "gone"
 
 @dataclass
 class Usage:
-    """CPU seconds and I/O bytes of one process, sampled at ``t``."""
+    """CPU seconds and I/O bytes of one process, sampled at ``t``; with
+    :func:`sample_usage`'s ``descendants``, of its whole tree (``subprocesses``: how many
+    descendants were alive, ``running``: how many of them were on a CPU or runnable)."""
 
     t: float
     cpu_s: float
     io_bytes: int
     alive: bool = True
+    subprocesses: int = 0
+    running: int = 0
 
 
-def sample_usage(pid: int) -> Usage:
+def sample_usage(
+    pid: int, descendants: bool = False, exclude: frozenset[int] = frozenset()
+) -> Usage:
+    """The process's CPU (its own, and that of the children it waited for) and I/O.
+    With ``descendants``, its live children's, grandchildren's... are added (those in
+    ``exclude``, other ranks re-executed as its children, and their trees are not): a
+    rank whose work runs in a subprocess (a checkpoint upload tool through
+    ``subprocess.run``) is working although its own process sleeps in ``wait``. A child
+    that ends and is waited for moves its CPU into its parent's children's time, so the
+    sum does not drop when it does."""
     now = time.monotonic()
     try:
         import psutil
@@ -74,21 +88,63 @@ def sample_usage(pid: int) -> Usage:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return Usage(now, 0.0, 0, alive=False)
-        cpu = proc.cpu_times()
-        try:
-            io = proc.io_counters()
-            io_bytes = int(getattr(io, "read_chars", io.read_bytes)) + int(
-                getattr(io, "write_chars", io.write_bytes)
-            )
-        except (psutil.AccessDenied, AttributeError, NotImplementedError):
-            io_bytes = 0
-        return Usage(now, float(cpu.user + cpu.system), io_bytes)
+        cpu_s, io_bytes = _process_usage(proc)
+        usage = Usage(now, cpu_s, io_bytes)
     except Exception:  # noqa: BLE001 - gone, or psutil missing: judged by pid only
         try:
             os.kill(pid, 0)
         except (ProcessLookupError, PermissionError):
             return Usage(now, 0.0, 0, alive=False)
         return Usage(now, float("nan"), 0)
+    if descendants:
+        _add_descendants(usage, pid, exclude)
+    return usage
+
+
+def _process_usage(proc: Any) -> tuple[float, int]:
+    import psutil
+
+    cpu = proc.cpu_times()
+    cpu_s = float(cpu.user + cpu.system)
+    cpu_s += float(getattr(cpu, "children_user", 0.0) + getattr(cpu, "children_system", 0.0))
+    try:
+        io = proc.io_counters()
+        io_bytes = int(getattr(io, "read_chars", io.read_bytes)) + int(
+            getattr(io, "write_chars", io.write_bytes)
+        )
+    except (psutil.AccessDenied, AttributeError, NotImplementedError):
+        io_bytes = 0
+    return cpu_s, io_bytes
+
+
+def _add_descendants(usage: Usage, pid: int, exclude: frozenset[int]) -> None:
+    import psutil
+
+    try:
+        pids = proctree.descendants(pid)  # /proc/<pid>/task/*/children: a few small reads
+    except Exception:  # noqa: BLE001 - no such files: psutil scans every process
+        try:
+            pids = [c.pid for c in psutil.Process(pid).children(recursive=True)]
+        except Exception:  # noqa: BLE001
+            return
+    skipped: set[int] = set()
+    for child in pids:
+        if child in exclude:
+            skipped.add(child)
+            continue
+        try:
+            proc = psutil.Process(child)
+            if proc.ppid() in skipped:  # the tree of an excluded process
+                skipped.add(child)
+                continue
+            status = proc.status()
+            cpu_s, io_bytes = _process_usage(proc)
+        except Exception:  # noqa: BLE001 - ended meanwhile
+            continue
+        usage.cpu_s += cpu_s
+        usage.io_bytes += io_bytes
+        usage.subprocesses += 1
+        usage.running += status == psutil.STATUS_RUNNING
 
 
 def activity(before: Usage | None, after: Usage) -> str:
@@ -96,6 +152,8 @@ def activity(before: Usage | None, after: Usage) -> str:
     if not after.alive:
         return GONE
     if before is None or after.cpu_s != after.cpu_s:  # new process, or unknown: assume work
+        return WORKING
+    if after.running:  # a subprocess of the rank is on a CPU now
         return WORKING
     window = max(after.t - before.t, 1e-3)
     cpu = after.cpu_s - before.cpu_s
@@ -216,6 +274,7 @@ class HangWatchdog:
             activities={r: activity(self._recent(r), usage[r]) for r in ranks},
             starting=max(0, (self.expected_local_ranks or 0) - len(ranks)),
             previous_stacks=self._stacks,
+            subprocesses={r: usage[r].subprocesses for r in ranks},
         )
         self._baseline = usage
         self._stacks = {int(r): st.pop("stack", "") for r, st in report["ranks"].items()}
@@ -254,7 +313,9 @@ class HangWatchdog:
 
 
 def _usage(ranks: dict[int, int]) -> dict[int, Usage]:
-    return {r: sample_usage(pid) for r, pid in ranks.items()}
+    """Each rank's usage with its subprocesses' (other ranks excluded)."""
+    others = frozenset(ranks.values())
+    return {r: sample_usage(pid, descendants=True, exclude=others) for r, pid in ranks.items()}
 
 
 def poll_interval(timeout_s: float) -> float:
@@ -523,6 +584,7 @@ def build_hang_report(
     activities: dict[int, str] | None = None,
     starting: int = 0,
     previous_stacks: dict[int, str] | None = None,
+    subprocesses: dict[int, int] | None = None,
 ) -> dict[str, Any]:
     stale_before_ns = (requested_ns or time.time_ns()) - int(idle_s * 1e9)
     states = {
@@ -537,6 +599,9 @@ def build_hang_report(
         )
         for r in ranks
     }
+    for r, n in (subprocesses or {}).items():
+        if r in states:
+            states[r]["subprocesses"] = n  # live descendants (their CPU counts as the rank's)
     hang, why = is_hang(states, starting)
     verdict, stuck, not_in, desync = hang_verdict(states)
     if not hang:
@@ -570,7 +635,7 @@ def is_hang(states: dict[int, dict[str, Any]], starting: int = 0) -> tuple[bool,
     if working:
         return False, (
             f"rank{'s' if len(working) > 1 else ''} {_join(working)} still working "
-            f"({_frames(states, working)}) while rank{'s' if len(waiting) > 1 else ''} "
+            f"({_frames(states, working)}{_in_subprocesses(states, working)}) while rank{'s' if len(waiting) > 1 else ''} "
             f"{_join(waiting)} wait{'' if len(waiting) > 1 else 's'} in a collective; waiting"
         )
     return True, ""
@@ -663,6 +728,15 @@ def _desync(pg: str, seq: int, by_rank: dict[int, dict]) -> dict[str, Any] | Non
 
 def _frames(states: dict[int, dict[str, Any]], ranks: list[int]) -> str:
     return ", ".join(f"rank {r} is at {states[r]['top_frame'] or 'unknown'}" for r in ranks)
+
+
+def _in_subprocesses(states: dict[int, dict[str, Any]], ranks: list[int]) -> str:
+    parts = [
+        f"rank {r} has {n} subprocess{'es' if n > 1 else ''}"
+        for r in ranks
+        if (n := states[r].get("subprocesses") or 0)
+    ]
+    return "; " + ", ".join(parts) if parts else ""
 
 
 def _join(ranks: list[int]) -> str:

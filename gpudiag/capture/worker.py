@@ -45,7 +45,10 @@ EXIT_EXCEPTION = 1
 EXIT_HANG = 1
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
-RANK_RESERVE_BYTES = 64 * 1024  # kept for summary.json and status.json on a full disk
+RANK_RESERVE_BYTES = rundir.RANK_RESERVE_BYTES  # summary.json and status.json, full disk
+# status.json keeps the head and the tail of a longer traceback: it must fit in the room
+# kept for it (rundir.STATUS_RESERVE_BYTES)
+TRACEBACK_KEEP_CHARS = 16000
 LAUNCHER_LOST_GRACE_S = 15.0
 # How long a rank that re-executed the script and ended ok waits, once it has written
 # everything, for those ranks to finish writing theirs (they would get the parent-death
@@ -155,6 +158,7 @@ class Worker:
         self.recorder: Any = None
         self._kept: Any = None  # the script's globals or its exception, kept until os._exit
         self._reserve: Path | None = None
+        self._status_written = False
         self._finish_lock = threading.Lock()
         self.set_up = False
         self.handed_over = False  # the script spawned its own ranks (spawn.py)
@@ -194,11 +198,8 @@ class Worker:
         }
         if self.started_by == "reexec":
             self.rank_info["parent_pid"] = _int_env(ENV_REEXEC)
+        self._take_reserve()  # before anything else of this rank is written
         self._write_rank_info()
-        self._reserve = rundir.reserve_space(
-            rundir.rank_dir(self.run_dir, self.rank) / rundir.RESERVE, RANK_RESERVE_BYTES
-        )
-        rundir.write_rank_json(self.run_dir, self.rank, rundir.RANK_INFO, self.rank_info)
         self.set_up = True
         self._install_collectives()
         self._install_steps()
@@ -211,6 +212,39 @@ class Worker:
             )
             if self.rank_source == "default":
                 self._guard("init_process_group hook", self.setup_at_init_process_group)
+
+    def _take_reserve(self) -> None:
+        """The room for summary.json and status.json, before this rank writes anything:
+        the reserve this rank already had (set up again as another rank), else the one
+        its launcher wrote for this local rank (a rename: no new blocks), else one of its
+        own. Without one, a full disk may cost this rank its status: said once."""
+        target = rundir.rank_dir(self.run_dir, self.rank) / rundir.RESERVE
+        reserve = rundir.adopt_reserve(self._reserve, target)
+        if reserve is None:
+            handed = rundir.handed_reserve_path(self.run_dir, self._node(), self.local_rank)
+            reserve = rundir.adopt_reserve(handed, target)
+        if reserve is None:
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                pass
+            reserve = rundir.reserve_space(target, rundir.RANK_RESERVE_BYTES)
+        fsize = rundir.file_size_limit()
+        if reserve is None and (fsize is None or fsize >= rundir.RANK_RESERVE_BYTES):
+            import errno
+
+            rundir.note_write_problem(
+                target,
+                OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
+                "no room kept for status.json",
+            )
+        self._reserve = reserve
+
+    def _node(self) -> int:
+        node = self.rank_info.get("node_rank")
+        if isinstance(node, int):
+            return node
+        return _int_env(ENV_NODE_RANK) or _int_env("GROUP_RANK") or 0
 
     def hand_over_rank(self) -> None:
         """The script spawns its own workers (torch.multiprocessing): they become the
@@ -241,6 +275,10 @@ class Worker:
             self.recorder._closed = True
         self.tracker = self.profiler = self.recorder = None
         _join_threads("gpudiag-hangdump", 2.0)  # its poller writes under the old rank
+        # the reserve outlives the directory: set up again (or a spawned rank) takes it
+        self._reserve = rundir.adopt_reserve(
+            self._reserve, rundir.handed_reserve_path(self.run_dir, self._node(), self.local_rank)
+        )
         shutil.rmtree(rundir.rank_dir(self.run_dir, self.rank), ignore_errors=True)
         self.set_up = False
 
@@ -408,6 +446,8 @@ class Worker:
             return self._run_callable(body)
         except _Terminated:  # SIGTERM right as the script ended, before it was noted
             return Outcome("interrupted", EXIT_SIGTERM, "SIGTERM", "terminated")
+        except BaseException as exc:  # noqa: BLE001 - a signal handler's, as the script ended
+            return self._decide(exc)
         finally:
             _user_code_running(False)
 
@@ -423,9 +463,45 @@ class Worker:
             # group): keep them. Freeing them is teardown work that os._exit skips anyway,
             # and it took 0.5-1 s of every Ctrl-C (DDP reducer, tensors, loader).
             self._kept = exc
-            return self._outcome_of(exc)
+            return self._decide(exc)
         _user_code_running(False)
         return Outcome("ok", 0)
+
+    def _decide(self, exc: BaseException) -> Outcome:
+        """The Outcome of the user's code ended by ``exc``, whatever is raised while it is
+        decided. A DataLoader's SIGCHLD handler raises "DataLoader worker (pid N) is
+        killed by signal: ..." in whatever runs when one of its workers has died, here
+        included (issue 28, F9: it escaped, the rank ended with no status): the handler
+        is set aside first, and a worker killed by a signal of its own (not the job's
+        SIGTERM or Ctrl-C) is the rank's error, with the script's exception as its
+        context: that is what the script would have raised one step later."""
+        pending = exc
+        for _ in range(5):
+            try:
+                _set_aside_sigchld()
+                # the script's own exit or interrupt stays what it was
+                mine = not isinstance(pending, Exception) or _loader_worker_killed(pending)
+                loader = None if mine else _loader_failure()
+                if loader is not None:
+                    if loader.__context__ is None:
+                        loader.__context__ = pending
+                    pending = loader
+                return self._outcome_of(pending)
+            except BaseException as later:  # noqa: BLE001 - raised by a signal handler
+                if (
+                    _loader_worker_killed(later)
+                    and isinstance(pending, Exception)
+                    and not _loader_worker_killed(pending)
+                ):
+                    if later.__context__ is None:
+                        later.__context__ = pending
+                    pending = later
+        name = type(pending).__name__
+        try:
+            message = str(pending).splitlines()[0][:500] if str(pending) else name
+        except Exception:  # noqa: BLE001
+            message = name
+        return Outcome("failed", EXIT_EXCEPTION, name, message)
 
     def _outcome_of(self, exc: BaseException) -> Outcome:
         if isinstance(exc, SystemExit):
@@ -456,7 +532,7 @@ class Worker:
                 "interrupted", EXIT_SIGTERM, type(exc), exc, exc.__traceback__
             )
         tb = _user_frames(exc.__traceback__)
-        traceback.print_exception(type(exc), exc, tb)
+        _print_exception(exc, tb)
         ended_by_watchdog = self._ended_by_watchdog(exc)
         if ended_by_watchdog is not None:
             return ended_by_watchdog
@@ -498,6 +574,17 @@ class Worker:
         thread on a hang (then the main thread, if it gets here, waits for the exit)."""
         if not self._finish_lock.acquire(blocking=False):
             _wait_for_exit()
+        try:
+            self._finish(outcome)
+        except BaseException as exc:  # noqa: BLE001 - a defect of ours, or a handler's raise
+            # the status lands whatever went wrong before it; never the interpreter's
+            # teardown (a torch profiler still open crashes it with SIGSEGV)
+            if not self._status_written:
+                self._guard("status.json", lambda: self._write_status(outcome))
+            self._warn(f"finishing failed ({type(exc).__name__}: {exc})")
+        os._exit(outcome.exit_code)
+
+    def _finish(self, outcome: Outcome) -> None:
         in_main = threading.current_thread() is threading.main_thread()
         hang = outcome.status == "hang"
         if in_main:
@@ -535,9 +622,14 @@ class Worker:
             self._guard("step table", self.tracker.close)
         if hang and not in_main:
             self._drop_open_profile()
-        rundir.release_space(self._reserve)  # room for summary.json and status.json
+        # the reserve's second half is summary.json's room; status.json is written over
+        # its first half's own blocks (no other process can take them first)
+        rundir.shrink_reserve(self._reserve, rundir.STATUS_RESERVE_BYTES)
         self._guard("summary.json", lambda: self._write_summary(outcome, collectives))
         self._guard("status.json", lambda: self._write_status(outcome))
+        rundir.release_space(self._reserve)  # status.json took it, or it failed anyway
+        self._reserve = None
+        self._status_written = True
         if hang:
             # the process group and atexit handlers would wait for the hung collective
             if in_main:
@@ -598,20 +690,23 @@ class Worker:
         if self.rank_info.get("backend") is None and (backend := _backend()):
             self.rank_info["backend"] = backend
             self._write_rank_info()
+        elif not rundir.lexists(rundir.rank_dir(self.run_dir, self.rank) / rundir.RANK_INFO):
+            self._write_rank_info()  # a full disk at set-up: the reserve's freed half
         status = {
             "rank": self.rank,
             "status": outcome.status,
             "exit_code": outcome.exit_code,
             "exc_type": outcome.exc_type,
             "message": outcome.message,
-            "traceback": outcome.traceback,
+            "traceback": _cut_traceback(outcome.traceback),
             "steps_completed": self.tracker.steps_completed if self.tracker else 0,
             "start_ns": self.start_ns,
             "end_ns": time.time_ns(),
             "profile_error": getattr(self.profiler, "export_error", None),
             "incomplete": rundir.write_problems() or None,
         }
-        rundir.write_rank_json(self.run_dir, self.rank, rundir.STATUS, status)
+        reserve, self._reserve = self._reserve, None
+        rundir.write_rank_json(self.run_dir, self.rank, rundir.STATUS, status, reserve)
 
     def _guard(self, what: str, func: Any) -> Any:
         try:
@@ -624,7 +719,42 @@ class Worker:
             return None
 
     def _warn(self, text: str) -> None:
-        print(f"gpudiag: rank {self.rank}: {text}", file=sys.stderr, flush=True)
+        _say(f"gpudiag: rank {self.rank}: {text}")
+
+
+def _say(text: str) -> None:
+    """One line of gpudiag's on the rank's stderr. Never raises: the script may have
+    closed fd 2, pointed it at a read-only file, or set sys.stderr to None."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except BaseException:  # noqa: BLE001 - OSError, ValueError (closed), a signal handler
+        pass
+
+
+def _print_exception(exc: BaseException, tb: Any) -> None:
+    """The user's traceback on stderr, as the interpreter would print it; never raises
+    (see :func:`_say`)."""
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, tb))
+    except BaseException:  # noqa: BLE001 - formatting reads source files
+        return
+    try:
+        if sys.stderr is not None:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+    except BaseException:  # noqa: BLE001
+        pass
+
+
+def _cut_traceback(text: str | None) -> str | None:
+    """A traceback for status.json: its head and its tail when it is longer than
+    TRACEBACK_KEEP_CHARS (a deep recursion), so that status.json fits in its reserve."""
+    if text is None or len(text) <= TRACEBACK_KEEP_CHARS:
+        return text
+    head = TRACEBACK_KEEP_CHARS // 8
+    tail = TRACEBACK_KEEP_CHARS - head
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n[... {cut} characters cut by gpudiag ...]\n{text[-tail:]}"
 
 
 # a profiler the script creates (not a record_function it only annotates with)
@@ -662,7 +792,7 @@ def _outcome_of_exit(exc: SystemExit) -> Outcome:
         if code == 0:
             return Outcome("ok", 0)
         return Outcome("failed", code & 0xFF or 1, "SystemExit", f"sys.exit({code})")
-    print(code, file=sys.stderr)  # what the interpreter would do with sys.exit("text")
+    _say(str(code))  # what the interpreter would do with sys.exit("text")
     return Outcome("failed", 1, "SystemExit", str(code))
 
 
@@ -728,7 +858,11 @@ def _flush_open_files() -> None:
             except Exception:
                 pass
     for stream in (sys.stdout, sys.stderr):
-        stream.flush()
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:  # noqa: BLE001 - a stream the script broke (closed fd, None)
+            pass
 
 
 def _destroy_process_group() -> None:
@@ -743,8 +877,47 @@ _LOADER_TERMINATED = re.compile(
 )
 
 
+_LOADER_KILLED = re.compile(
+    r"DataLoader worker \(pid \d+\) (is killed by signal|exited unexpectedly)"
+)
+
+
 def _loader_worker_terminated(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and bool(_LOADER_TERMINATED.search(str(exc)))
+
+
+def _loader_worker_killed(exc: BaseException) -> bool:
+    """A DataLoader's error for a worker that died of its own (SIGKILL from the OOM
+    killer, a segfault), not of the job's SIGTERM or Ctrl-C."""
+    return (
+        isinstance(exc, RuntimeError)
+        and bool(_LOADER_KILLED.search(str(exc)))
+        and not _loader_worker_terminated(exc)
+    )
+
+
+def _set_aside_sigchld() -> None:
+    """SIGCHLD back to its default in the main thread: once the user's code has ended, a
+    DataLoader's handler must not raise into gpudiag (:meth:`Worker._decide`)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+def _loader_failure() -> BaseException | None:
+    """The DataLoader's own error for a worker of this process that was killed by a
+    signal (torch's check, the one its SIGCHLD handler makes), or None. Only when torch
+    is loaded already; a worker ended by the job's SIGTERM or Ctrl-C is not one."""
+    module = sys.modules.get("torch.utils.data._utils.signal_handling")
+    check = getattr(module, "_error_if_any_worker_fails", None)
+    if check is None:
+        return None
+    try:
+        check()
+    except RuntimeError as exc:
+        return exc if _loader_worker_killed(exc) else None
+    except Exception:  # noqa: BLE001 - never gpudiag's problem
+        return None
+    return None
 
 
 def _exit_after(seconds: float, code: int) -> None:
@@ -752,7 +925,7 @@ def _exit_after(seconds: float, code: int) -> None:
     the process anyway."""
 
     def _expire() -> None:
-        print(f"gpudiag: finishing took over {seconds:.0f} s; exiting", file=sys.stderr, flush=True)
+        _say(f"gpudiag: finishing took over {seconds:.0f} s; exiting")
         os._exit(code)
 
     timer = threading.Timer(seconds, _expire)
@@ -764,7 +937,7 @@ def _end_when_launcher_lost(rank: int) -> None:
     """The launcher is gone (SIGKILL, OOM): end this rank as if it had been sent SIGTERM
     (flush, status.json, exit 143); if the main thread cannot take the signal (blocked
     in a collective whose peer also went away), exit after a grace period."""
-    print(f"gpudiag: rank {rank}: the launcher is gone; ending this rank", file=sys.stderr)
+    _say(f"gpudiag: rank {rank}: the launcher is gone; ending this rank")
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(LAUNCHER_LOST_GRACE_S)
     os._exit(EXIT_SIGTERM)
@@ -980,4 +1153,8 @@ def main(argv: list[str] | None = None) -> None:
         worker.finish(Outcome("interrupted", EXIT_SIGINT, "KeyboardInterrupt", "during set-up"))
     except Exception as exc:  # instrumentation must never stop the training itself
         worker._warn(f"instrumentation incomplete ({type(exc).__name__}: {exc})")
-    worker.finish(worker.run_user_code())
+    try:
+        outcome = worker.run_user_code()
+    except BaseException as exc:  # noqa: BLE001 - never the interpreter's teardown
+        outcome = Outcome("failed", EXIT_EXCEPTION, type(exc).__name__, f"{exc}"[:500])
+    worker.finish(outcome)

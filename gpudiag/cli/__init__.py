@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpudiag: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     command, _ = COMMANDS[name]
+    _paths_printable()
     if name in _ANALYSING:
         arrow_frees_to_the_system()
     stdout_before = _stdout_identity()
@@ -83,6 +84,19 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         raise
     return code
+
+
+def _paths_printable() -> None:
+    """A path or argument that is not UTF-8 (Python holds its bytes as lone surrogates)
+    must not end a command with UnicodeEncodeError: where stdout is strict (a UTF-8
+    locale other than C.UTF-8), such characters are printed as ``\\udcNN``, as Python
+    prints them on stderr. Under C.UTF-8 (surrogateescape) the bytes go out as they are."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None and getattr(sys.stdout, "errors", None) == "strict":
+        try:
+            reconfigure(errors="backslashreplace")
+        except (ValueError, OSError):
+            pass
 
 
 def _stdout_identity() -> tuple[int, int] | None:

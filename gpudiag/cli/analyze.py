@@ -54,7 +54,7 @@ def _analyze_parser() -> argparse.ArgumentParser:
 
 
 def _error(msg: str) -> int:
-    print(f"gpudiag: error: {msg}", file=sys.stderr)
+    print(f"gpudiag: error: {rundir.one_line(msg)}", file=sys.stderr)
     return 2
 
 
@@ -119,14 +119,14 @@ def _analyze_paths(paths: list[Path], args: argparse.Namespace, run_tasks: Any) 
                 res = analyze(path, workers=args.workers, run_tasks=run_tasks)
         except AnalysisInputError as exc:
             for w in exc.warnings:
-                print(f"gpudiag: warning: {w}", file=sys.stderr)
+                print(f"gpudiag: warning: {rundir.one_line(str(w))}", file=sys.stderr)
             if len(groups) == 1:
                 return _error(str(exc))
-            print(f"gpudiag: warning: {exc}", file=sys.stderr)
+            print(f"gpudiag: warning: {rundir.one_line(str(exc))}", file=sys.stderr)
             bad_input = True
             continue
         for w in res.warnings:
-            print(f"gpudiag: warning: {w}", file=sys.stderr)
+            print(f"gpudiag: warning: {rundir.one_line(str(w))}", file=sys.stderr)
         bad_input = bad_input or any(isinstance(w, BadInput) for w in res.warnings)
         results.append(res)
     if not results:

@@ -15,7 +15,10 @@ import sys
 import time
 from typing import Any
 
-ENDED = ("ok", "failed", "interrupted", "hang", "launcher_lost")
+ENDED = ("ok", "failed", "interrupted", "hang", "launcher_lost", "gone", "unreadable")
+# The run directory vanished (deleted, moved, replaced) or cannot be read any more while
+# watched: said in one line, and the command ends with 2, as for a path that is no run.
+LOST = ("gone", "unreadable")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -97,26 +100,28 @@ def main(argv: list[str] | None = None) -> int:
     if ns.once:
         snap = refresh()
         if ns.json:
-            print(json.dumps(snap.to_json(), indent=2))
+            print(json.dumps(rundir.fs_safe(snap.to_json()), indent=2))
         else:
             from rich.console import Console
 
             from gpudiag.report.live import render_live
 
             Console().print(render_live(snap, title))
-        return 0
+        return 2 if snap.state in LOST else 0
     if ns.json:  # a JSON line per refresh, for scripts that follow the run
         return _follow_json(refresh, ns.interval)
     return _follow_rich(refresh, ns.interval, title)
 
 
 def _follow_json(refresh: Any, interval: float) -> int:
+    from gpudiag import rundir  # warnings name files: a byte that is not UTF-8 as \xNN
+
     try:
         while True:
             snap = refresh()
-            print(json.dumps(snap.to_json()), flush=True)
+            print(json.dumps(rundir.fs_safe(snap.to_json())), flush=True)
             if snap.state in ENDED:
-                return 0
+                return 2 if snap.state in LOST else 0
             time.sleep(interval)
     except KeyboardInterrupt:
         return 130
@@ -138,4 +143,4 @@ def _follow_rich(refresh: Any, interval: float, run: str) -> int:
                 view.update(render_live(snap, run), refresh=True)
     except KeyboardInterrupt:
         return 130
-    return 0
+    return 2 if snap.state in LOST else 0
