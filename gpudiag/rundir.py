@@ -248,6 +248,11 @@ def has_control_chars(text: str) -> bool:
     return _CONTROL.search(text) is not None
 
 
+def without_control_chars(text: str) -> str:
+    """``text`` with each newline or other control character made ``_``."""
+    return _CONTROL.sub("_", text)
+
+
 def fs_safe(value: Any) -> Any:
     """``value`` with :func:`fs_text` applied to every string, key and path in it."""
     if isinstance(value, str):

@@ -145,3 +145,37 @@ def test_a_prefetch_thread_that_takes_the_first_batch_never_crashes_the_job(
         # the window's ops are the training thread's: its forward and its optimizer step
         names = {e.get("name") for e in events}
         assert "aten::addmm" in names and any("Optimizer.step" in str(n) for n in names)
+
+
+THREAD_SHAPES = Path(__file__).parent / "scripts" / "thread_shapes.py"
+
+
+def _trace_shape(out: Path, mode: str, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "gpudiag", "trace", "--no-lint", "--out", str(out), *args]
+    return subprocess.run(
+        [*cmd, str(THREAD_SHAPES), mode], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_each_step_in_a_new_thread_never_crashes_the_job(tmp_path: Path) -> None:
+    """The thread that started the profiler is gone when the window ends (a new thread
+    may even get its ident): no stop, no export, one line; before, SIGSEGV in 5 of 5."""
+    proc = _trace_shape(tmp_path / "run", "stepthread")
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    status = json.loads((rundir.rank_dir(tmp_path / "run", 0) / rundir.STATUS).read_text())
+    assert status["status"] == "ok" and status["steps_completed"] == 12
+    assert "started in a thread that has ended" in status["profile_error"]
+    assert "profiler trace not written" in proc.stdout
+
+
+def test_a_thread_that_ran_the_model_before_the_first_step_does_not_begin_it(
+    tmp_path: Path,
+) -> None:
+    """An evaluation thread's forward before the training loop is not step 0: the window
+    0-0 is the training thread's first step (before, no trace and no word of why)."""
+    out = tmp_path / "run"
+    proc = _trace_shape(out, "earlyend", "--profile-steps", "0-0")
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    with gzip.open(rundir.trace_path(out, 0)) as fh:
+        names = {e.get("name") for e in json.load(fh)["traceEvents"]}
+    assert "ProfilerStep#0" in names and "aten::addmm" in names

@@ -194,7 +194,7 @@ def test_dashboard_from_the_wheel_answers_its_health_check(installed: Path, cwd:
         with urllib.request.urlopen(url, timeout=30) as resp:
             assert resp.read().strip() == b"ok"
         # the server runs the wheel's app on the wheel's sample runs
-        ps = _ok(_run(["ps", "-o", "args=", "--ppid", str(proc.pid)], cwd)).stdout
+        ps = _ok(_run(["ps", "-ww", "-o", "args=", "--ppid", str(proc.pid)], cwd)).stdout
         assert str(package / "dashboards" / "app.py") in ps
         assert str(package / "sample_runs") in ps
     finally:

@@ -79,6 +79,9 @@ def default_out(target: dict[str, str]) -> Path:
     """``gpudiag_runs/<script>-<time>``; :func:`rundir.create_unique_dir` adds a suffix
     when another run started in the same second took that name."""
     stem = Path(target["script"]).stem if "script" in target else target["module"].split(".")[-1]
+    # a script named with a newline: the name is ours to choose (torch's exporter cannot
+    # write under such a path, issue 28 probe)
+    stem = rundir.without_control_chars(stem)
     return Path("gpudiag_runs") / f"{stem}-{datetime.now():%Y%m%d-%H%M%S}"
 
 

@@ -126,6 +126,17 @@ class ProfilerWindow:
         self.stop_pending = False
         _say(f"gpudiag: rank {self.rank}: {why}; gpudiag's own profiler window is skipped")
 
+    def move_past(self, next_step: int) -> None:
+        """The first steps ran where the profiler could not start (the script's training
+        loop runs in a thread of its own, which only its first step's end revealed): a
+        window not started whose first step has passed begins at ``next_step`` instead,
+        as long as it was, so that it is still profiled."""
+        if self.done or self._prof is not None or self.first >= next_step:
+            return
+        width = self.last - self.first
+        self.first, self.last = next_step, next_step + width
+        self.provisional_enabled = False
+
     # ------------------------------------------------------------------ step events
 
     def on_step_start(self, step: int) -> bool:
@@ -167,21 +178,8 @@ class ProfilerWindow:
 
     def finish(self) -> None:
         """End of run: export whatever window is open (a short run's early steps included)."""
-        if self._prof is None:
-            return
-        started_in = self._started_in
-        if started_in is not None and not started_in.is_alive():
-            # torch's profiler stopped from another thread than the one that started it,
-            # once that one has ended, crashes the process (SIGSEGV at export): leave it
-            # running, the process ends with os._exit
-            self._prof = None
-            self.done = True
-            self.export_error = (
-                "no trace: the profiler was started in a thread that has ended "
-                f"({started_in.name}); stopping it from another crashes torch"
-            )
-            _say(f"gpudiag: rank {self.rank}: profiler trace not written ({self.export_error})")
-            return
+        if self._prof is None or self._abandoned_with_its_thread():
+            return  # (its open annotation too: a range of the thread that ended)
         self.incomplete_step = self._annotated_step
         self._close_annotation()
         self.stop_pending = False
@@ -196,6 +194,25 @@ class ProfilerWindow:
             prof.stop()
 
     # ------------------------------------------------------------------ internals
+
+    def _abandoned_with_its_thread(self) -> bool:
+        """torch's profiler stopped from another thread than the one that started it,
+        once that one has ended, crashes the process (SIGSEGV at export: a script that
+        runs each step in a new thread, issue 28 probe). Then it is left running (its
+        thread-local callbacks ended with that thread; the process ends with os._exit),
+        with no trace and one line saying why."""
+        started_in = self._started_in
+        if started_in is None or started_in.is_alive():
+            return False
+        self._prof = None
+        self.done = True
+        self.stop_pending = False
+        self.export_error = (
+            "no trace: the profiler was started in a thread that has ended "
+            f"({started_in.name}); stopping it from another crashes torch"
+        )
+        _say(f"gpudiag: rank {self.rank}: profiler trace not written ({self.export_error})")
+        return True
 
     def _start(self) -> None:
         global _CREATING
@@ -217,6 +234,8 @@ class ProfilerWindow:
         self._started_in = threading.current_thread()
 
     def _stop(self) -> None:
+        if self._abandoned_with_its_thread():
+            return
         prof, self._prof = self._prof, None
         self.done = True  # one session per process, whatever happens below
         try:

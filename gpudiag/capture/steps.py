@@ -52,13 +52,17 @@ class StepTracker:
         self._dataloader_patch: tuple[Any, Any] | None = None
         self._first_forward_handle: Any = None
         self._sched = ThreadSchedStat()
-        # the thread that runs the steps (the one that ended the first; until then the one
-        # that installed the tracker): only it may start, stop or export the profiler.
+        # the thread that runs the steps (the one that installed the tracker, whose first
+        # batch or forward began the first step; else the one that ended the first step):
+        # only it may start, stop or export the profiler.
         # gpudiag.step() from another thread stopped and exported it there: SIGSEGV; a
         # prefetch thread that iterates the DataLoader (or runs a module) before the
         # training thread's first forward began the first step and started the profiler in
         # a thread that later ended: SIGSEGV at export (issue 28 probe, 3 of 3 DDP runs)
-        self._owner = threading.get_ident()
+        # (the Thread, not its ident: a thread that ends gives its ident to the next one,
+        # and a script that runs each step in a new thread then stopped the profiler from
+        # another thread than the one that started it: SIGSEGV, issue 28 probe)
+        self._owner = threading.current_thread()
         self._owner_settled = False
 
     # ------------------------------------------------------------------ installation
@@ -93,7 +97,7 @@ class StepTracker:
 
         def __next__(self_iter: Any) -> Any:
             if tracker.start_ns is None:
-                tracker.begin_first_step()
+                tracker.begin_first_step_here()
             elif tracker.stop_pending_here():
                 tracker.settle_profiler()
             t0 = time.time_ns()
@@ -108,7 +112,8 @@ class StepTracker:
 
     def _first_forward(self, module: Any, args: Any) -> None:
         if self.start_ns is None:
-            self.begin_first_step()
+            if not self.begin_first_step_here():
+                return  # another thread's forward: the hook waits for the training thread
         elif self.stop_pending_here():
             self.settle_profiler()
         if self.profiler is None or not self.profiler.stop_pending:
@@ -119,7 +124,7 @@ class StepTracker:
         return (
             self.profiler is not None
             and self.profiler.stop_pending
-            and threading.get_ident() == self._owner
+            and threading.current_thread() is self._owner
         )
 
     def _remove_first_forward_hook(self) -> None:
@@ -130,14 +135,23 @@ class StepTracker:
 
     # ------------------------------------------------------------------ boundaries
 
+    def begin_first_step_here(self) -> bool:
+        """The first batch or forward begins the first step, in the thread that installed
+        the tracker (the script's). Not in another: a prefetch thread's first batch or an
+        evaluation thread's forward before the training loop's first is not the first
+        step, and a profiler it started would belong to a thread that may end first (the
+        export then crashed: SIGSEGV). A training loop that runs in a thread of its own
+        has its first step begun at the tracker's start (origin_ns), and its profiler
+        window starts at that step's end (ProfilerWindow.move_past)."""
+        if threading.current_thread() is not self._owner:
+            return False
+        self.begin_first_step()
+        return True
+
     def begin_first_step(self, now_ns: int | None = None) -> None:
         self.start_ns = now_ns or time.time_ns()
         self._sched.open_for_this_thread()
-        # only in the thread that installed the tracker (the script's): another one (a
-        # prefetch thread's first batch) starts it at the first step's end, in the thread
-        # that ends the steps
-        if threading.get_ident() == self._owner:
-            self._start_step_in_profiler()
+        self._start_step_in_profiler()
 
     def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._primary_optimizer is None:
@@ -171,12 +185,19 @@ class StepTracker:
         self.optimizer_total_ns += self.optimizer_ns
         self.data_ns = 0
         self.optimizer_ns = 0
-        if not self._owner_settled:  # the thread that ends the steps runs them
+        if not self._owner_settled:
+            # the thread that began the first step runs them; when none did (the loop
+            # runs in a thread of its own), the one that ends it. Not a thread that only
+            # calls gpudiag.step(): the profiler would start there while another trains.
             self._owner_settled = True
-            if threading.get_ident() != self._owner:
-                self._owner = threading.get_ident()
+            if self.start_ns is None and threading.current_thread() is not self._owner:
+                self._owner = threading.current_thread()
                 self._sched.reopen_for_this_thread()
-        in_owner = threading.get_ident() == self._owner
+                if self.profiler is not None:
+                    self.profiler.move_past(step + 1)
+                if self.profiler is None or not self.profiler.stop_pending:
+                    self._remove_first_forward_hook()
+        in_owner = threading.current_thread() is self._owner
         if self.profiler is not None and in_owner:
             self.profiler.on_step_end(step, inside_optimizer=source == "optimizer")
             if self.profiler.stop_pending and self._first_forward_handle is None:
