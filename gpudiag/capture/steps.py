@@ -52,16 +52,12 @@ class StepTracker:
         self._dataloader_patch: tuple[Any, Any] | None = None
         self._first_forward_handle: Any = None
         self._sched = ThreadSchedStat()
-        # the thread that runs the steps (the one that installed the tracker, whose first
-        # batch or forward began the first step; else the one that ended the first step):
-        # only it may start, stop or export the profiler.
-        # gpudiag.step() from another thread stopped and exported it there: SIGSEGV; a
-        # prefetch thread that iterates the DataLoader (or runs a module) before the
-        # training thread's first forward began the first step and started the profiler in
-        # a thread that later ended: SIGSEGV at export (issue 28 probe, 3 of 3 DDP runs)
-        # (the Thread, not its ident: a thread that ends gives its ident to the next one,
-        # and a script that runs each step in a new thread then stopped the profiler from
-        # another thread than the one that started it: SIGSEGV, issue 28 probe)
+        # The thread that runs the steps: the one that installed the tracker when its
+        # first batch or forward began the first step, else the one that ended the first
+        # step. Only it starts, stops or exports the profiler: torch crashes (SIGSEGV at
+        # export) when another does, as when gpudiag.step() came from a second thread, a
+        # prefetch thread's first batch began step 0, or a new thread reused the ident of
+        # the ended one that started it (issue 28 probes). Hence a Thread, not an ident.
         self._owner = threading.current_thread()
         self._owner_settled = False
 
