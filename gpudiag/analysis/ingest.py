@@ -11,8 +11,6 @@ Times are integer epoch nanoseconds: ``baseTimeNanoseconds + ts * 1000`` (traces
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import gc
 import gzip
 import math
@@ -35,6 +33,7 @@ from gpudiag.rundir import (  # noqa: F401 - find_traces & co. re-exported
     BadInput,
     find_traces,
     is_trace_name,
+    release_free_memory,
     trace_name_stem,
 )
 
@@ -1006,24 +1005,6 @@ def _build_rank_trace(
     release_free_memory()  # what building the table freed on the heap
     steps.insert(0, "rank", meta.rank)
     return RankTrace(meta=meta, events=frame, step_rows=steps, comm=comm)
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to do
-        return None
-
-
-def release_free_memory() -> None:
-    """Give the C heap's free pages back to the OS (glibc's ``malloc_trim``). The parse's
-    per-chunk column arrays are small enough to come from the heap, where what is freed
-    between live blocks is kept by the process: at 10M events ~420 MiB of RSS that no
-    array uses while the table is built. Changes no value."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 def _to_ns(ts: np.ndarray, base: int) -> np.ndarray:
