@@ -74,6 +74,14 @@ NODE_TABLES = (GPU_SAMPLES, HOST_SAMPLES)
 
 RANK_INFO = "rank_info.json"
 STATUS = "status.json"
+# A status.json written when the rank's code ended, before gpudiag's own finishing (trace
+# export, tables), carries STATUS_FINISHING true; the final one replaces it. Left in place,
+# the rank ended (killed, crashed) while it finished: ENDED_WHILE_FINISHING says so.
+STATUS_FINISHING = "finishing"
+ENDED_WHILE_FINISHING = (
+    "the rank ended while gpudiag was writing its record (trace, tables, summary): "
+    "they may be incomplete"
+)
 SUMMARY = "summary.json"
 STACKS = "stacks.txt"
 BENCH = "bench.json"  # gpudiag bench: the comparison table, in the bench folder and each run
@@ -1057,6 +1065,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "start_ns": "int",
         "end_ns": "int",
         "profile_error": "str",
+        STATUS_FINISHING: "bool",
     },
     RANK_INFO: {
         "rank": "int",
@@ -1380,6 +1389,12 @@ def iter_jsonl(
             f"{path}: skipped {mistyped} row(s) with a field of the wrong type "
             f"(first at {first_mistyped})",
         )
+
+
+def final_status_written(run: str | os.PathLike[str], rank: int) -> bool:
+    """The rank wrote its final status.json (not the early one of :data:`STATUS_FINISHING`)."""
+    status = read_json(rank_dir(run, rank) / STATUS)
+    return isinstance(status, dict) and not status.get(STATUS_FINISHING)
 
 
 def read_json(

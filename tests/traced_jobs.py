@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -54,13 +55,18 @@ def mounted_tmpfs(mount: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def start_trace(args: list[str], cwd: Path, fsize: int | None = None) -> subprocess.Popen:
+def start_trace(
+    args: list[str], cwd: Path, fsize: int | None = None, sigint_ignored: bool = False
+) -> subprocess.Popen:
     """`gpudiag trace ARGS` started in ``cwd`` (text pipes), under a file size limit of
-    ``fsize`` bytes (RLIMIT_FSIZE, as `ulimit -f`) when given."""
+    ``fsize`` bytes (RLIMIT_FSIZE, as `ulimit -f`) when given, with SIGINT ignored (as a
+    shell script's background job) when ``sigint_ignored``."""
 
     def limit() -> None:
         if fsize is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        if sigint_ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     return subprocess.Popen(
         [sys.executable, "-m", "gpudiag", "trace", *args],
@@ -69,7 +75,7 @@ def start_trace(args: list[str], cwd: Path, fsize: int | None = None) -> subproc
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=limit if fsize is not None else None,
+        preexec_fn=limit if fsize is not None or sigint_ignored else None,
     )
 
 

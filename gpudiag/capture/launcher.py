@@ -571,7 +571,7 @@ def _wait_for_orphan_ranks(run_dir: Path, exits: RankExits, limit_s: float) -> N
         running = [
             r
             for r, pid in exits.pids.items()
-            if r not in exits.gone_ns and not (rundir.rank_dir(run_dir, r) / rundir.STATUS).exists()
+            if r not in exits.gone_ns and not rundir.final_status_written(run_dir, r)
         ]
         if not running:
             return
@@ -854,22 +854,40 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
     _say(f"tracing into {run_dir}")
     run_dir_fd = _open_dir(run_dir)  # to tell at the end whether it was deleted meanwhile
 
-    job = Job(
-        launch["command"],
-        env,
-        heartbeat=manifest_path if join is None else None,
-        pass_fds=join.pass_fds if join is not None else (),
-    )
-    if join is not None:
-        join.started()
-    hang = threading.Event()
+    # Handled before the job starts: a signal the launcher handles is reset to the default
+    # in the processes it starts, one it ignores stays ignored. A launcher started with
+    # SIGINT ignored (a shell's background job, `nohup ... &`) then forwarded a Ctrl-C
+    # to a rank deaf to it, which trained on until the grace period's SIGKILL: no status.
+    early: list[int] = []
+    started: list[Job] = []
 
     def forward(signum: int, frame: Any) -> None:
+        if not started:
+            early.append(signum)
+            return
+        job = started[0]
         if job.signal_received is None:
             job.signal_received = signum
         job.stop(signum)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        job = Job(
+            launch["command"],
+            env,
+            heartbeat=manifest_path if join is None else None,
+            pass_fds=join.pass_fds if join is not None else (),
+        )
+    except BaseException:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        raise
+    started.append(job)
+    if early:  # arrived while the job was being started
+        forward(early[0], None)
+    if join is not None:
+        join.started()
+    hang = threading.Event()
     sampler = _start_sampler(run_dir, node_rank, ns.sample_hz, job) if join is None else None
     watchdog = _start_watchdog(
         run_dir,

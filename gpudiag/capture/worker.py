@@ -93,6 +93,20 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 def _user_code_running(running: bool) -> None:
     global _SIGTERM_RAISES
     _SIGTERM_RAISES = running
+    if not running:
+        _ignore_ctrl_c()
+
+
+def _ignore_ctrl_c() -> None:
+    """Once the user's code has ended, a Ctrl-C must not raise on the way to finish():
+    a KeyboardInterrupt there escapes main() and the rank ends with no status.json.
+    finish() ignores it anyway (only the main thread may set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except (ValueError, OSError):
+        pass
 
 
 def parse_target(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -605,6 +619,8 @@ class Worker:
             os._exit(outcome.exit_code)
         if not self.set_up:  # a spawned rank that never called init_process_group
             self._guard("set-up", self.setup)
+        if not hang:  # on a hang the status goes first anyway
+            self._write_early_status(outcome)
         # what interpreter shutdown would do first: wait for the script's own threads
         if not hang:
             self._guard(
@@ -692,7 +708,27 @@ class Worker:
             self._write_rank_info()
         elif not rundir.lexists(rundir.rank_dir(self.run_dir, self.rank) / rundir.RANK_INFO):
             self._write_rank_info()  # a full disk at set-up: the reserve's freed half
-        status = {
+        reserve, self._reserve = self._reserve, None
+        status = self._status_document(outcome)
+        rundir.write_rank_json(self.run_dir, self.rank, rundir.STATUS, status, reserve)
+
+    def _write_early_status(self, outcome: Outcome) -> None:
+        """status.json before the slow, fallible part of finishing (the script's threads,
+        the trace export, the tables), marked ``finishing``: a rank killed or crashed there
+        (the launcher's grace period ran out on a loaded host) still says how its code
+        ended, and that its record may be incomplete. The final status.json replaces it.
+        Written without the reserve, which stays for the final one: on a full disk this
+        one is simply not written."""
+        try:
+            status = self._status_document(outcome)
+            status["incomplete"] = [*(status["incomplete"] or ()), rundir.ENDED_WHILE_FINISHING]
+            status[rundir.STATUS_FINISHING] = True
+            rundir.write_rank_json(self.run_dir, self.rank, rundir.STATUS, status)
+        except Exception:  # noqa: BLE001 - the final status.json is still to come
+            pass
+
+    def _status_document(self, outcome: Outcome) -> dict[str, Any]:
+        return {
             "rank": self.rank,
             "status": outcome.status,
             "exit_code": outcome.exit_code,
@@ -705,8 +741,6 @@ class Worker:
             "profile_error": getattr(self.profiler, "export_error", None),
             "incomplete": rundir.write_problems() or None,
         }
-        reserve, self._reserve = self._reserve, None
-        rundir.write_rank_json(self.run_dir, self.rank, rundir.STATUS, status, reserve)
 
     def _guard(self, what: str, func: Any) -> Any:
         try:

@@ -20,6 +20,7 @@ p.add_argument("--exit-code", type=int, default=0)
 p.add_argument("--label", default="")
 p.add_argument("--log", default="")
 p.add_argument("--sleep", type=float, default=0.0)
+p.add_argument("--linger", type=float, default=0.0)  # a non-daemon thread outlives the loop
 p.add_argument("--out", default="")  # same name as a gpudiag option: must reach the script
 args = p.parse_args()
 
@@ -38,4 +39,6 @@ if args.log:
     log = open(args.log, "w")  # noqa: SIM115
     log.write("first line\n")
     threading.Thread(target=lambda: (time.sleep(0.5), log.write("from thread\n"))).start()
+if args.linger:
+    threading.Thread(target=time.sleep, args=(args.linger,), name="linger").start()
 sys.exit(args.exit_code)
