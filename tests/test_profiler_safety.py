@@ -179,3 +179,45 @@ def test_a_thread_that_ran_the_model_before_the_first_step_does_not_begin_it(
     with gzip.open(rundir.trace_path(out, 0)) as fh:
         names = {e.get("name") for e in json.load(fh)["traceEvents"]}
     assert "ProfilerStep#0" in names and "aten::addmm" in names
+
+
+def _trace_names(out: Path) -> set[str]:
+    with gzip.open(rundir.trace_path(out, 0)) as fh:
+        return {e.get("name") for e in json.load(fh)["traceEvents"]}
+
+
+@pytest.mark.parametrize(
+    ("mode", "window"),
+    [("stepper", "5-9"), ("threadloop", "5-9"), ("chunks", "4-4")],
+)
+def test_a_window_ending_in_a_thread_that_never_loads_a_batch_again_is_exported(
+    tmp_path: Path, mode: str, window: str
+) -> None:
+    """The window stops as its last Optimizer.step returns, in the thread that runs the
+    steps: an optimizer stepped by a thread of its own that never loads a batch, a loop
+    in a thread of its own whose window ends on its last step, a window inside one of
+    several short-lived threads. Before (third probe), each waited for a next batch or
+    forward in that thread that never came, and the trace was lost with a wrong reason."""
+    out = tmp_path / "run"
+    proc = _trace_shape(out, mode, "--profile-steps", window)
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    status = json.loads((rundir.rank_dir(out, 0) / rundir.STATUS).read_text())
+    assert status["status"] == "ok" and status["profile_error"] is None, status
+    first, last = (int(x) for x in window.split("-"))
+    names = _trace_names(out)
+    assert {f"ProfilerStep#{k}" for k in range(first, last + 1)} <= names, sorted(
+        n for n in names if n and n.startswith("ProfilerStep")
+    )
+    assert "Optimizer.step#SGD.step" in names
+
+
+def test_a_window_begun_in_a_thread_that_then_ended_says_what_to_choose(tmp_path: Path) -> None:
+    """Steps 6-8 run in a new thread, but the profiler started at step 5's end in the
+    thread before, which then ended: no trace (stopping it elsewhere crashes torch), and
+    the reason says to choose a window within one thread's steps."""
+    out = tmp_path / "run"
+    proc = _trace_shape(out, "chunks", "--profile-steps", "6-8")
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    status = json.loads((rundir.rank_dir(out, 0) / rundir.STATUS).read_text())
+    assert status["status"] == "ok" and status["steps_completed"] == 12
+    assert "within one thread's steps" in status["profile_error"], status

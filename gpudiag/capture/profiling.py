@@ -5,7 +5,8 @@ number (steps.jsonl). Steps end in the optimizer step post hook, which runs insi
 ``Optimizer.step#...`` annotation, so that event would straddle the step boundary; the
 exported trace is fixed up so ProfilerStep#k ends where that optimizer event ends and
 ProfilerStep#k+1 starts there. For the same reason a window that ends in the hook is
-stopped only at the next batch or forward ("stop pending"), outside Optimizer.step.
+stopped outside Optimizer.step ("stop pending"): as that Optimizer.step returns, in the
+thread that runs the steps (StepTracker), else at its next batch or forward.
 
 Default window (no --profile-steps): the profiler starts at step 0 so a short run still
 gets a trace; when the run reaches step A the earlier steps are cut from the trace at
@@ -199,6 +200,11 @@ class ProfilerWindow:
 
     # ------------------------------------------------------------------ internals
 
+    def abandon_if_its_thread_ended(self) -> None:
+        """Another thread took over the steps (StepTracker): a profiler started in the
+        one that ended is given up now, with the reason said once."""
+        self._abandoned_with_its_thread()
+
     def _abandoned_with_its_thread(self) -> bool:
         """torch's profiler stopped from another thread than the one that started it,
         once that one has ended, crashes the process (SIGSEGV at export: a script that
@@ -213,7 +219,8 @@ class ProfilerWindow:
         self.stop_pending = False
         self.export_error = (
             "no trace: the profiler was started in a thread that has ended "
-            f"({started_in.name}); stopping it from another crashes torch"
+            f"({started_in.name}); stopping it from another crashes torch (steps run "
+            "in threads that end: choose --profile-steps within one thread's steps)"
         )
         _say(f"gpudiag: rank {self.rank}: profiler trace not written ({self.export_error})")
         return True

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import CodeType, FrameType
 from typing import Any
 
 from gpudiag import rundir
@@ -58,6 +60,8 @@ class StepTracker:
         # export) when another does, as when gpudiag.step() came from a second thread, a
         # prefetch thread's first batch began step 0, or a new thread reused the ident of
         # the ended one that started it (issue 28 probes). Hence a Thread, not an ident.
+        # When it has ended, the next thread that ends a step takes over (a loop run in
+        # chunks, each in a new thread).
         self._owner = threading.current_thread()
         self._owner_settled = False
 
@@ -193,9 +197,13 @@ class StepTracker:
                     self.profiler.move_past(step + 1)
                 if self.profiler is None or not self.profiler.stop_pending:
                     self._remove_first_forward_hook()
+        elif threading.current_thread() is not self._owner and not self._owner.is_alive():
+            self._take_over_steps(step)
         in_owner = threading.current_thread() is self._owner
         if self.profiler is not None and in_owner:
             self.profiler.on_step_end(step, inside_optimizer=source == "optimizer")
+            if self.profiler.stop_pending and source == "optimizer":
+                self._settle_as_optimizer_step_returns()
             if self.profiler.stop_pending and self._first_forward_handle is None:
                 # the window closes at the next batch or forward, outside Optimizer.step
                 from torch.nn.modules.module import register_module_forward_pre_hook
@@ -207,6 +215,44 @@ class StepTracker:
         self.start_ns = now
         if in_owner:
             self._start_step_in_profiler()
+
+    def _take_over_steps(self, step: int) -> None:
+        """The thread that ran the steps has ended and this one ends a step: it runs them
+        now. A window not started yet moves past the steps it missed; one that was running
+        in the ended thread cannot be stopped from this one (ProfilerWindow)."""
+        self._owner = threading.current_thread()
+        self._sched.reopen_for_this_thread()
+        if self.profiler is None:
+            return
+        if self.profiler.active:
+            self.profiler.abandon_if_its_thread_ended()
+        self.profiler.move_past(step + 1)
+
+    def _settle_as_optimizer_step_returns(self) -> None:
+        """Stop the window as the Optimizer.step this thread is in returns: outside its
+        ``Optimizer.step#`` annotation (module doc of profiling), in the thread that
+        started the profiler, and before that thread can end (a loop in a thread of its
+        own whose window ends on its last step, an optimizer stepped by a thread of its
+        own that never loads a batch: the next batch or forward never came there, and the
+        trace was lost). A one-shot profile function of this thread only; where the script
+        has its own (cProfile, a debugger) the next batch or forward stops the window."""
+        if sys.getprofile() is not None:
+            return
+        target = _outermost_optimizer_step_frame()
+        if target is None:
+            return
+
+        def on_event(frame: FrameType, event: str, arg: Any) -> None:
+            if event != "return" or frame is not target:
+                return
+            sys.setprofile(None)
+            if self.stop_pending_here():
+                try:
+                    self.settle_profiler()
+                except Exception:  # noqa: BLE001 - never into the script's optimizer step
+                    pass
+
+        sys.setprofile(on_event)
 
     def _start_step_in_profiler(self) -> None:
         if self.profiler is not None and self.profiler.on_step_start(self.step):
@@ -300,6 +346,30 @@ class ThreadSchedStat:
         self._threads.close()
         fd, self._fd = self._fd, None
         _close_quietly(fd)
+
+
+_OPTIMIZER_STEP_CODE: list[CodeType] = []
+
+
+def _outermost_optimizer_step_frame() -> FrameType | None:
+    """The outermost frame of torch's ``Optimizer.step`` wrapper (the one that holds the
+    ``Optimizer.step#...`` annotation) on this thread's stack, or None."""
+    if not _OPTIMIZER_STEP_CODE:
+        from torch.optim.optimizer import Optimizer
+
+        _OPTIMIZER_STEP_CODE.append(Optimizer.profile_hook_step(_no_step).__code__)
+    code = _OPTIMIZER_STEP_CODE[0]
+    found = None
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is code:
+            found = frame
+        frame = frame.f_back
+    return found
+
+
+def _no_step(*args: Any, **kwargs: Any) -> None:
+    return None
 
 
 def _close_quietly(fd: int | None) -> None:
