@@ -495,7 +495,7 @@ class Worker:
                 _set_aside_sigchld()
                 # the script's own exit or interrupt stays what it was
                 mine = not isinstance(pending, Exception) or _loader_worker_killed(pending)
-                loader = None if mine else _loader_failure()
+                loader = None if mine else _loader_failure(pending)
                 if loader is not None:
                     if loader.__context__ is None:
                         loader.__context__ = pending
@@ -937,21 +937,68 @@ def _set_aside_sigchld() -> None:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
 
-def _loader_failure() -> BaseException | None:
+def _loader_failure(exc: BaseException) -> BaseException | None:
     """The DataLoader's own error for a worker of this process that was killed by a
     signal (torch's check, the one its SIGCHLD handler makes), or None. Only when torch
-    is loaded already; a worker ended by the job's SIGTERM or Ctrl-C is not one."""
+    is loaded already; a worker ended by the job's SIGTERM or Ctrl-C is not one. torch's
+    check finds only a worker not yet reaped; one that multiprocessing already reaped
+    (its ``is_alive()``, under load) is found by the exit code its Process kept, on the
+    DataLoader iterator the script's exception ``exc`` came through."""
     module = sys.modules.get("torch.utils.data._utils.signal_handling")
     check = getattr(module, "_error_if_any_worker_fails", None)
     if check is None:
         return None
     try:
         check()
-    except RuntimeError as exc:
-        return exc if _loader_worker_killed(exc) else None
+    except RuntimeError as error:
+        return error if _loader_worker_killed(error) else None
     except Exception:  # noqa: BLE001 - never gpudiag's problem
         return None
-    return None
+    return _reaped_loader_worker_killed(exc)
+
+
+LOADER_DEATH_WAIT_S = 2.0
+
+
+def _reaped_loader_worker_killed(exc: BaseException) -> RuntimeError | None:
+    """torch's error for a DataLoader worker killed by a signal of its own, from the
+    exit codes of the workers of the iterators in ``exc``'s traceback. The script's
+    ConnectionResetError or EOFError can come before the worker is a zombie (the kernel
+    closes a dying process's sockets first; torch's check then found nothing, and under
+    load the rank's error was the ConnectionResetError): then wait a little for it."""
+    workers = _loader_workers_in(exc)
+    if not workers:
+        return None
+    deadline = time.monotonic() + (
+        LOADER_DEATH_WAIT_S if isinstance(exc, (ConnectionError, EOFError)) else 0.0
+    )
+    while True:
+        for worker in workers:
+            code = getattr(worker, "exitcode", None)
+            if isinstance(code, int) and code < 0:
+                error = RuntimeError(
+                    f"DataLoader worker (pid {worker.pid}) is killed by signal: "
+                    f"{signal.strsignal(-code)}. "
+                )
+                return error if _loader_worker_killed(error) else None
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
+
+
+def _loader_workers_in(exc: BaseException) -> list[Any]:
+    """The worker processes of the DataLoader iterators ``exc`` was raised through."""
+    workers: list[Any] = []
+    seen: set[int] = set()
+    tb = exc.__traceback__
+    while tb is not None:
+        it = tb.tb_frame.f_locals.get("self")
+        tb = tb.tb_next
+        found = getattr(it, "_workers", None)
+        if id(it) not in seen and isinstance(found, list):
+            seen.add(id(it))
+            workers += found
+    return workers
 
 
 def _exit_after(seconds: float, code: int) -> None:
