@@ -2720,6 +2720,17 @@ def node_parts(directory: str | os.PathLike[str]) -> list[Path]:
     return sorted(children, key=lambda p: manifest_node(_part_manifest(p) or {}))
 
 
+def launched_separately(directories: Sequence[Path]) -> bool:
+    """Parts of one job (:func:`same_job`) whose ranks were each started by their own
+    `gpudiag trace`, not the per-node directories of a multi-node launch."""
+    manifests = [_part_manifest(Path(d)) for d in directories]
+    return (
+        len(manifests) > 1
+        and all(m is not None for m in manifests)
+        and _separately_launched([m for m in manifests if m is not None])
+    )
+
+
 def group_node_dirs(paths: Sequence[Path]) -> list[list[Path]]:
     """`gpudiag analyze A B ...`: the paths as runs to analyse, the per-node
     directories of one job (all of the paths) as one."""

@@ -241,3 +241,5 @@ def test_ranks_launched_separately_blame_the_cause_in_any_order(
     for finding in findings:
         assert finding.kind == "rank_failed" and finding.ranks == [1], finding.title
     assert findings[0] == findings[1]
+    # said as what they are: not the node directories of a multi-node launch
+    assert rundir.launched_separately([a, b]) and not rundir.launched_separately([a])

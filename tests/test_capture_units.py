@@ -498,6 +498,21 @@ def test_outcome_blames_the_rank_killed_without_status_not_its_peer(tmp_path: Pa
     assert "consequence" in failure["message"] and out["exit_code"] == 137
 
 
+def test_a_keyboard_interrupt_nobody_in_the_job_sent_may_be_the_scripts_own(
+    tmp_path: Path,
+) -> None:
+    """Rank 1 ends with KeyboardInterrupt (130) while the launcher got no signal: a
+    `kill -INT` from outside, or the script's own `raise KeyboardInterrupt` (the third
+    probe's case, which was called "SIGINT from outside the job"). The cause says both."""
+    _status(tmp_path, 1, "interrupted", 130, end_ns=100)
+    _peer_closed(tmp_path, 0, end_ns=200)
+    failure = launcher.decide_outcome(tmp_path, 1, None, False, 2)["failure"]
+    assert failure["rank"] == 1 and failure["signal"] == "SIGINT"
+    assert "KeyboardInterrupt" in failure["message"], failure["message"]
+    assert "raised by the script itself" in failure["message"]
+    assert "consequence" in failure["message"]
+
+
 def test_outcome_blames_the_rank_signalled_from_outside_not_its_peer(tmp_path: Path) -> None:
     """Issue 28: `kill -TERM` to rank 1 alone (the launcher got no signal): rank 1 ends
     ``interrupted``, rank 0 then raises "Connection closed by peer". Rank 1 is the cause;

@@ -358,7 +358,9 @@ def test_final_line_counts_the_ranks_of_the_run() -> None:
     old = {"world_size": 1, "steps_completed": {"0": 7}}  # a manifest without traced_ranks
     assert ranks_line(old) == "1 rank(s), steps per rank [7]"
     none = {"world_size": None, "traced_ranks": [], "untraced_ranks": [], "steps_completed": {}}
-    assert ranks_line(none) == "0 rank(s), steps per rank -"
+    assert ranks_line(none) == "0 rank(s), no steps recorded"
+    lost = {"world_size": 2, "traced_ranks": [0, 1], "untraced_ranks": [], "steps_completed": {}}
+    assert ranks_line(lost) == "2 rank(s); rank(s) 0-1 wrote no status, no steps recorded"
 
 
 @pytest.mark.slow

@@ -181,7 +181,7 @@ def test_per_node_directories_are_merged_by_analyze(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(proc.stdout)
     assert isinstance(data, dict) and data["run"]["ranks_present"] == [0, 1, 2, 3]
-    assert "merged" in proc.stderr
+    assert "2 node directories of one multi-node job: merged" in proc.stderr
 
 
 def test_a_node_that_never_joins_is_one_clear_line(tmp_path: Path) -> None:

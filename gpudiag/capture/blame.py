@@ -254,6 +254,13 @@ def signalled_failure(
     step = f" during step {end.last_step + 1}" if end.last_step is not None else ""
     if node_lost and "was lost" in node_lost:
         message = f"was ended by {how}{step}: {node_lost}, and its ranks with it"
+    elif how == "SIGINT":
+        # a KeyboardInterrupt the script raised itself ends a rank the same way
+        message = (
+            f"was ended by a KeyboardInterrupt{step} that neither gpudiag, torchrun nor a "
+            "failing peer sent (SIGINT from outside the job: a `kill -INT`? or raised by "
+            "the script itself)"
+        )
     else:
         message = (
             f"was ended by {how} from outside the job{step} (neither gpudiag, torchrun nor "

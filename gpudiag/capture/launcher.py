@@ -1065,7 +1065,9 @@ def ranks_line(manifest: dict[str, Any]) -> str:
     if no_status:
         text += f"; rank(s) {_ranks(no_status)} wrote no status"
     values = sorted({v for v in steps.values() if isinstance(v, int)})
-    return f"{text}, steps per rank {values or '-'}"
+    if not values:  # no rank wrote a status: nothing to count the steps by
+        return f"{text}, no steps recorded"
+    return f"{text}, steps per rank {values}"
 
 
 def _ranks(ranks: list[int]) -> str:

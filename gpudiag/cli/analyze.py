@@ -104,10 +104,12 @@ def _analyze_paths(paths: list[Path], args: argparse.Namespace, run_tasks: Any) 
     # the per-node directories of one multi-node job are one run
     groups = rundir.group_node_dirs(paths)
     if len(groups) == 1 and len(groups[0]) > 1:
-        print(
-            f"gpudiag: {len(paths)} node directories of one multi-node job: merged",
-            file=sys.stderr,
+        parts = (
+            "directories of one job whose ranks were launched separately"
+            if rundir.launched_separately(groups[0])
+            else "node directories of one multi-node job"
         )
+        print(f"gpudiag: {len(paths)} {parts}: merged", file=sys.stderr)
     for group in groups:
         path = group[0]
         try:
