@@ -191,10 +191,7 @@ class StepTracker:
             # calls gpudiag.step(): the profiler would start there while another trains.
             self._owner_settled = True
             if self.start_ns is None and threading.current_thread() is not self._owner:
-                self._owner = threading.current_thread()
-                self._sched.reopen_for_this_thread()
-                if self.profiler is not None:
-                    self.profiler.move_past(step + 1)
+                self._take_over_steps(step)
                 if self.profiler is None or not self.profiler.stop_pending:
                     self._remove_first_forward_hook()
         elif threading.current_thread() is not self._owner and not self._owner.is_alive():
@@ -217,9 +214,10 @@ class StepTracker:
             self._start_step_in_profiler()
 
     def _take_over_steps(self, step: int) -> None:
-        """The thread that ran the steps has ended and this one ends a step: it runs them
-        now. A window not started yet moves past the steps it missed; one that was running
-        in the ended thread cannot be stopped from this one (ProfilerWindow)."""
+        """This thread runs the steps from now on (none began the first step here, or the
+        one that ran them has ended). A window not started yet moves past the steps it
+        missed; one running in an ended thread cannot be stopped from this one
+        (ProfilerWindow)."""
         self._owner = threading.current_thread()
         self._sched.reopen_for_this_thread()
         if self.profiler is None:

@@ -941,9 +941,9 @@ def _loader_failure(exc: BaseException) -> BaseException | None:
     """The DataLoader's own error for a worker of this process that was killed by a
     signal (torch's check, the one its SIGCHLD handler makes), or None. Only when torch
     is loaded already; a worker ended by the job's SIGTERM or Ctrl-C is not one. torch's
-    check finds only a worker not yet reaped; one that multiprocessing already reaped
-    (its ``is_alive()``, under load) is found by the exit code its Process kept, on the
-    DataLoader iterator the script's exception ``exc`` came through."""
+    check sees only a worker that is a zombie already; otherwise the exit codes of the
+    workers of the DataLoader iterator the script's exception ``exc`` came through tell
+    (:func:`_reaped_loader_worker_killed`)."""
     module = sys.modules.get("torch.utils.data._utils.signal_handling")
     check = getattr(module, "_error_if_any_worker_fails", None)
     if check is None:
