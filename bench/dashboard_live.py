@@ -60,7 +60,7 @@ def main() -> int:
     ns = p.parse_args()
     from streamlit.testing.v1 import AppTest
 
-    from dashboards import live as dash_live
+    from dashboards import live_page as dash_live
 
     print(
         "SYNTHESISED run directory: rows of the real sample_runs/ddp4_straggler "

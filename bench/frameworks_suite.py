@@ -270,6 +270,24 @@ def script_steps(run_dir: Path):
 
 
 # ---------------------------------------------------------------- scoring
+def _why_capped(finding: dict) -> str:
+    """The finding's title and the evidence that sets its severity (a failed CI run then
+    says which hedge capped it)."""
+    ev = finding.get("evidence") or {}
+    keys = (
+        "extra_ms_per_step",
+        "main_cause",
+        "starved_of_cpu",
+        "unexplained_on_busy_host",
+        "consistent",
+        "chance_of_lateness",
+        "host_cpu",
+        "step_ms",
+    )
+    shown = {k: ev[k] for k in keys if k in ev}
+    return f"{finding.get('title')!r} {shown}"
+
+
 def fnd(f):
     return f"{f['kind']}:{f['severity']}:{f['cost_ms_per_step']:.1f}ms:r{f.get('ranks')}"
 
@@ -359,7 +377,7 @@ def score(case, run_dir: Path, runs: dict, results: dict):
                 and abs(f["cost_ms_per_step"] - tgt) > TOLERANCE * tgt
             ]
             if SEV[best["severity"]] < 2 and inj not in ONE_OFF:
-                row["why"].append(f"found only at {best['severity']}")
+                row["why"].append(f"found only at {best['severity']}: {_why_capped(best)}")
             cost = best["cost_ms_per_step"]
             if inj in ONE_OFF:  # reported once: its whole wait, not a per-step cost
                 cost = float((best.get("evidence") or {}).get("startup_ms") or 0.0)

@@ -50,7 +50,7 @@ STEP_ROWS = 1_000_000
 sys.path.insert(0, str(REPO))
 
 from gpudiag import rundir  # noqa: E402
-from gpudiag.analysis import live  # noqa: E402
+from gpudiag.analysis import live_snapshot as live  # noqa: E402
 
 
 def _rows(path: Path) -> list[dict]:

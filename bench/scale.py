@@ -227,7 +227,7 @@ def run():
         res = analyze(path, run_tasks=run_tasks)
         analysis_s = time.perf_counter() - a0
         return res, 0.0, 0.0
-    from gpudiag.analysis.cluster import connect
+    from gpudiag.analysis.dask_tasks import connect
     s0 = time.perf_counter()
     spec, procs = f"local:{workers}", []
     if mode == "remote":  # `dask scheduler` and `dask worker` in their own processes

@@ -3,7 +3,7 @@
 
 Presentation only: every number comes from `gpudiag.analysis.analyze`, cached per run
 and keyed by the run's content (file names, sizes, mtimes). A run still being written
-(manifest ``running``, launcher alive) is shown live instead (dashboards/live.py: the
+(manifest ``running``, launcher alive) is shown live instead (dashboards/live_page.py: the
 `gpudiag watch` snapshot, refreshed in place) until it ends. The runs it can open are
 the ones found under the roots given; URL query parameters (`?run=...&view=...`) are
 resolved against those roots and refused when they point elsewhere. The page's URL
@@ -24,10 +24,18 @@ from gpudiag.analysis.result import AnalysisResult
 # Streamlit runs this file by path. Installed, it is gpudiag/dashboards/app.py inside the
 # package; in a source checkout, dashboards/ sits beside gpudiag/.
 if (Path(__file__).resolve().parents[1] / "__init__.py").is_file():
-    from gpudiag.dashboards import cache, live, runs, views  # type: ignore[import-not-found,no-redef,unused-ignore]
+    from gpudiag.dashboards import (  # type: ignore[import-not-found,no-redef,unused-ignore]
+        cache,
+        runs,
+        views,
+    )
+    from gpudiag.dashboards import (  # type: ignore[import-not-found,no-redef,unused-ignore]
+        live_page as live,
+    )
 else:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from dashboards import cache, live, runs, views
+    from dashboards import cache, runs, views
+    from dashboards import live_page as live
 
 
 def _roots() -> list[Path]:
@@ -72,6 +80,10 @@ def _initial_run(refs: list[runs.RunRef], roots: list[Path]) -> int:
     labels = [r.label for r in refs]
     if wanted in labels:
         return labels.index(wanted)
+    if not Path(wanted).is_absolute() and ".." not in Path(wanted).parts:
+        # a run's label mistyped, not a path leaving the roots: say that (browser probe)
+        st.error(views.md(f"{wanted}: no run of that name among the runs found"))
+        return 0
     try:
         path = runs.confine(wanted, roots)
     except runs.PathOutsideRoots as exc:
@@ -128,13 +140,13 @@ def main() -> None:
         )
         return
     labels = [r.label for r in refs]
-    if "view" not in st.session_state:
-        wanted = st.query_params.get("view")
-        st.session_state["view"] = wanted if wanted in views.VIEWS else "Overview"
     live_labels = {r.label for r in refs if runs.is_live(r)}
     label = _run_select(labels, live_labels, refs, roots)
-    view = st.sidebar.radio("View", list(views.VIEWS), key="view")
-    st.query_params.from_dict({"run": label, "view": view})  # a shareable URL
+    # The view is bound to ?view= by Streamlit itself (the browser writes the URL when
+    # it is clicked): set from Python, a click during a live run's refreshes reached the
+    # URL one click late (browser probe of issue 31). An unknown ?view= is dropped.
+    view = st.sidebar.radio("View", list(views.VIEWS), key="view", bind="query-params")
+    st.query_params["run"] = label  # a shareable URL
     ref = refs[labels.index(label)]
     st.sidebar.caption(views.md(ref.path))
     if label in live_labels:

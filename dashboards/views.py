@@ -19,12 +19,14 @@ import pandas as pd
 import streamlit as st
 
 from gpudiag import rundir
+from gpudiag.analysis.compare import compare as compare_results
+from gpudiag.analysis.compare import shape_warnings
 from gpudiag.analysis.findings import Finding, measured_as
 from gpudiag.analysis.result import AnalysisResult, SpilledTable
 from gpudiag.analysis.whatif import Projection
 from gpudiag.report import figures, numbers
 from gpudiag.report import overview as report_overview
-from gpudiag.report.tables import whatif_frame
+from gpudiag.report.tables import WHATIF_DIGITS, whatif_frame
 
 from . import runs
 
@@ -180,10 +182,13 @@ def first_screen(ctx: ViewContext) -> None:
     col_step.caption(md(label))
     if result.run.status:
         status = str(result.run.status)
+        col_step.metric("Status", md(status))  # a metric cuts a long value: the code below
         if result.run.exit_code not in (None, 0):
-            status += f" (exit {result.run.exit_code})"
-        col_step.metric("Status", md(status))
+            col_step.caption(md(f"exit code {result.run.exit_code}"))
     with col_verdict:
+        problems = report_overview.reading_problems(result)
+        if problems:  # above the verdict: what the numbers leave out
+            st.warning(md(problems))
         text = f"**{md(verdict.headline)}**"
         if verdict.fix:
             text += f"  \n**Fix:** {md(verdict.fix)}"
@@ -203,6 +208,16 @@ def first_screen(ctx: ViewContext) -> None:
             f"{report_overview.steps_window(result)})"
         )
         st.markdown(figures.rank_parts_svg(parts, title), unsafe_allow_html=True)
+        if (
+            not parts.split
+            and "comm_exposed" in parts.frame
+            and parts.frame["comm_exposed"].sum() > 0
+        ):
+            st.caption(
+                "Exposed communication is drawn whole: not every rank's wait for its peers "
+                "could be measured (a rank's trace missing, or collectives not matched "
+                "across ranks), so waiting cannot be told from transfer here."
+            )
         if parts.named and verdict.finding is not None:
             st.caption(
                 f"◀ outlined: {md(numbers.ranks(parts.named))}, named by the top finding "
@@ -215,7 +230,7 @@ def overview(ctx: ViewContext) -> None:
     st.header(f"Overview · {md(ctx.ref.label)}")
     st.caption(md(_facts_line(result, ctx.ref.label)) + " · " + md(result.source))
     first_screen(ctx)
-    _findings(result.findings)
+    _findings(result.findings, report_overview.no_findings_text(result))
     _whatif(result.whatif)
     if _has_rows(result.ranks):
         st.subheader("Per rank (ms per step, mean over the profiled steps)")
@@ -252,10 +267,10 @@ def _evidence(f: Finding) -> None:
     st.markdown("\n".join(f"- {md(line)}" for line in report_overview.evidence_lines(f.evidence)))
 
 
-def _findings(findings: list[Finding]) -> None:
+def _findings(findings: list[Finding], no_findings: str) -> None:
     st.subheader(f"Findings ({len(findings)})")
     if not findings:
-        st.write("No findings.")
+        st.text(no_findings)
         return
     _table(findings_table(findings))
     for f in report_overview.ordered_findings(findings):
@@ -269,7 +284,7 @@ def _whatif(projections: list[Projection]) -> None:
     if not projections:
         return
     st.subheader("What if: projected step time per fix")
-    _table(whatif_frame(projections))
+    _table(numbers.frame_text(whatif_frame(projections), WHATIF_DIGITS))
 
 
 def _warnings(warnings: list[str]) -> None:
@@ -354,7 +369,7 @@ def timeline(ctx: ViewContext) -> None:
             "slowest and the fastest."
         )
     st.caption(f"{len(frame):,} intervals drawn.{shown} Drag to zoom, double-click to reset.")
-    _chart(figures.timeline_figure(frame))
+    _chart(figures.timeline_figure(frame, gpu=bool(ctx.result.run.has_gpu_trace)))
 
 
 def _ranks_of(result: AnalysisResult) -> list[int]:
@@ -457,17 +472,20 @@ def communication(ctx: ViewContext) -> None:
     st.subheader("Collectives by op and process group")
     if _has_rows(summary):
         st.caption(
-            "Size: the median of one call. Calls/rank and the sum of call durations: per "
-            "rank, over the profiled steps; calls that overlap (DDP buckets in flight "
-            "together) are each counted, so the sum is not wall time."
+            "Size: the median of one call. Calls/rank: over the profiled steps. Wall "
+            "ms/step: the time the calls take per step, calls in flight together (DDP "
+            "buckets) counted once; the sum of call durations counts each, so it can "
+            "exceed the step."
         )
         if "peak_gbs" in summary and summary["peak_gbs"].notna().any():
             _chart(figures.busbw_figure(summary))
         else:
             st.caption("No link peak known for these devices: bus bandwidth is in the table only.")
-        shown = report_overview.collectives_frame(summary)
+        shown = report_overview.collectives_frame(summary, result.collective_wall)
         st.dataframe(
-            numbers.styled(shown, {"calls/rank": 1, "ranks": 0}), width="stretch", hide_index=True
+            numbers.styled(shown, report_overview.COLLECTIVE_DIGITS),
+            width="stretch",
+            hide_index=True,
         )
     else:
         st.info("No collectives recorded in this run.")
@@ -490,8 +508,16 @@ def _skew(result: AnalysisResult) -> None:
         _chart(figures.skew_heatmap(result.skew.frame(figures.SKEW_HEATMAP_READS)))
     if _has_rows(result.stragglers):
         with st.expander("Per rank: arrival skew and the wait it causes"):
+            st.caption(
+                "The wait here is every collective's, from this rank's arrival to the last "
+                "rank's, overlapped with compute or not, over every matched step; the "
+                "Overview's 'waiting for late peers' is the exposed part, in the profiled steps."
+            )
             st.dataframe(
-                numbers.styled(result.stragglers, {"rank": 0, "node": 0}),
+                numbers.styled(
+                    report_overview.straggler_table(result.stragglers),
+                    report_overview.STRAGGLER_DIGITS,
+                ),
                 width="stretch",
                 hide_index=True,
             )
@@ -679,46 +705,30 @@ def compare_pair(
     cached: Callable[[runs.RunRef], AnalysisResult | None] = lambda ref: None,
 ) -> tuple[int, int | None]:
     """Run A is the run selected in the sidebar; run B its partner: the other run of the
-    bench's pair when A is in it, else the first run of the same shape (world size,
-    backend, GPU or not) among those already analysed, else none (the reader picks)."""
+    bench's pair when A is in it, else the first run among those already analysed that
+    is comparable step for step (same shape: world size, backend, GPU or not; and the
+    same script and arguments, :func:`shape_warnings`), else none (the reader picks).
+    Before, a run of the same world size with another script or batch was chosen."""
     a = refs.index(selected)
     pair = _bench_pair(refs)
     if pair is not None and a in pair:
         return a, pair[1] if a == pair[0] else pair[0]
-    shape = _shape(cached(selected))
-    if shape is None:
+    mine = cached(selected)
+    if mine is None:
         return a, None
-    same = (i for i, r in enumerate(refs) if i != a and _shape(cached(r)) == shape)
-    return a, next(same, None)
-
-
-def shape_warnings(a: AnalysisResult, b: AnalysisResult) -> list[str]:
-    """What makes two runs not comparable step for step: world size, backend, script
-    or its arguments (the batch size among them)."""
-    out = []
-    if a.run.world_size != b.run.world_size:
-        out.append(f"World size differs: A {a.run.world_size} ranks, B {b.run.world_size}.")
-    if a.run.backend != b.run.backend:
-        out.append(f"Backend differs: A {a.run.backend}, B {b.run.backend}.")
-    sa, sb = _script_text(a), _script_text(b)
-    if sa and sb and sa != sb:
-        out.append(f"Script or arguments differ (batch size among them): A `{sa}`, B `{sb}`.")
-    return out
-
-
-def _script_text(result: AnalysisResult) -> str:
-    script = result.run.script
-    if isinstance(script, list):
-        return " ".join(str(s) for s in script)
-    return str(script or "")
+    for i, ref in enumerate(refs):
+        other = cached(ref) if i != a else None
+        if other is not None and _shape(other) == _shape(mine) and not shape_warnings(mine, other):
+            return a, i
+    return a, None
 
 
 def finding_changes_frame(changes: list[Any]) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "finding": [c.kind for c in changes],
-            "A": [c.a or "none" for c in changes],
-            "B": [c.b or "none" for c in changes],
+            "A": [report_overview.change_side(c.a, c.ranks_a) for c in changes],
+            "B": [report_overview.change_side(c.b, c.ranks_b) for c in changes],
             "A ms/step": [numbers.num(c.cost_a_ms) for c in changes],
             "B ms/step": [numbers.num(c.cost_b_ms) for c in changes],
             "change": [c.change for c in changes],
@@ -729,14 +739,15 @@ def finding_changes_frame(changes: list[Any]) -> pd.DataFrame:
 def per_rank_pair(a: AnalysisResult, b: AnalysisResult) -> pd.DataFrame:
     """Both runs' per-rank step time and its largest parts, side by side (no delta)."""
     cols = ["step_ms_mean", "compute", "comm_exposed", "other"]
+    headers = report_overview.rank_headers(a)  # the Overview's names
     left = a.ranks[["rank", *[c for c in cols if c in a.ranks]]].rename(
-        columns={c: f"A {report_overview.RANK_HEADERS[c]}" for c in cols}
+        columns={c: f"A {headers[c]}" for c in cols}
     )
     right = b.ranks[["rank", *[c for c in cols if c in b.ranks]]].rename(
-        columns={c: f"B {report_overview.RANK_HEADERS[c]}" for c in cols}
+        columns={c: f"B {headers[c]}" for c in cols}
     )
     merged = left.merge(right, on="rank", how="outer").sort_values("rank")
-    order = ["rank", *[f"{w} {report_overview.RANK_HEADERS[c]}" for c in cols for w in "AB"]]
+    order = ["rank", *[f"{w} {headers[c]}" for c in cols for w in "AB"]]
     return merged[[c for c in order if c in merged]].reset_index(drop=True)
 
 
@@ -766,12 +777,12 @@ def compare(ctx: ViewContext) -> None:
             st.error(md(err))
     if res_a is None or res_b is None:
         return
-    for line in shape_warnings(res_a, res_b):
-        st.warning(md(line))
-    from gpudiag.analysis.compare import compare as compare_results
-
     comparison = compare_results(res_a, res_b)
-    table = comparison.table
+    for line in comparison.warnings:
+        st.warning(md(line))
+    # the metrics under the names the Overview gives them, not the table's keys
+    headers = report_overview.metric_headers(comparison.has_gpu_trace)
+    table = comparison.table.assign(metric=[headers.get(m, m) for m in comparison.table["metric"]])
     if table.dropna(subset=["a", "b"], how="all").empty:
         st.info("Neither run has per-rank step times to compare.")
     else:
@@ -784,7 +795,18 @@ def compare(ctx: ViewContext) -> None:
                 "delta_pct": "B − A %",
             }
         )
-        st.dataframe(numbers.styled(shown), width="stretch", hide_index=True)
+        st.dataframe(
+            numbers.styled(shown, {"B − A %": numbers.PCT_DIGITS}), width="stretch", hide_index=True
+        )
+    moved = comparison.changed_components()
+    if moved:  # the line `gpudiag compare` prints, in the same words
+        names = [headers.get(n, n).removesuffix(" ms/step") for n, _ in moved]
+        st.write(
+            md(
+                "Components that moved: "
+                + ", ".join(f"{n} {d:+.2f} ms" for n, (_, d) in zip(names, moved, strict=True))
+            )
+        )
     st.subheader("Findings that appeared, went or changed")
     if comparison.finding_changes:
         _table(finding_changes_frame(comparison.finding_changes))

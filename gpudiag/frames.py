@@ -42,6 +42,26 @@ _INSTALL_FOLDERS = frozenset(("site-packages", "dist-packages"))
 _INTERPRETER_LIB = re.compile(r"^python\d+\.\d+t?$")
 
 
+def _cwd_or_none() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # the folder was deleted
+        return None
+
+
+# A relative frame file is relative to where the process started: the script may chdir
+# later, or delete the folder it is in (os.getcwd() then raises).
+_START_CWD = _cwd_or_none()
+
+
+def absolute(filename: str) -> str:
+    """``filename`` made absolute against the folder the process started in; never
+    raises (a deleted current folder included)."""
+    if os.path.isabs(filename):
+        return filename
+    return os.path.join(_START_CWD or os.sep, filename)
+
+
 def _package_dir(name: str) -> str | None:
     if name == "gpudiag":
         return os.path.dirname(os.path.realpath(__file__))
@@ -119,7 +139,10 @@ def _classify(filename: str) -> tuple[bool, str | None]:
     """(library code?, torch/gpudiag module name or None) of one frame's file."""
     if not filename or (filename.startswith("<") and filename.endswith(">")):
         return True, None
-    real = os.path.realpath(filename)
+    try:
+        real = os.path.realpath(absolute(filename))
+    except (OSError, ValueError):  # a path with NUL, a loop of links
+        real = absolute(filename)
     module = None
     for name, folder in package_dirs().items():
         if real.startswith(os.path.join(folder, "")):
@@ -161,3 +184,17 @@ def in_module(filename: str, prefix: str) -> bool:
     (``in_module(f, "torch.distributed")``)."""
     module = package_module(filename)
     return module is not None and (module == prefix or module.startswith(prefix + "."))
+
+
+_TRACEBACK_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def user_frame(stack_text: str) -> str | None:
+    """Innermost frame of a Python traceback or stack that is the user's code (not torch,
+    not the standard library, not gpudiag, not an installed package: :func:`is_user_file`),
+    as "path:line"."""
+    best = None
+    for path, line in _TRACEBACK_FRAME_RE.findall(stack_text or ""):
+        if is_user_file(path):
+            best = f"{path}:{line}"
+    return best

@@ -139,6 +139,22 @@ def is_peer_error(status: Mapping[str, object]) -> bool:
     return any(p in text for p in PEER_ERROR_PATTERNS)
 
 
+# Errors a rank gets when a collective waited longer than the process group's timeout
+# (gloo, NCCL's watchdog, monitored_barrier): a consequence when a peer never arrived.
+COLLECTIVE_TIMEOUT_PATTERNS = (
+    "timed out waiting",
+    "watchdog caught collective operation timeout",
+    "before timing out",
+    "failed to pass monitoredbarrier",
+)
+
+
+def is_collective_timeout(status: Mapping[str, object]) -> bool:
+    """Whether a status.json says the rank's collective hit its process group's timeout."""
+    text = f"{status.get('message') or ''}".lower()
+    return any(p in text for p in COLLECTIVE_TIMEOUT_PATTERNS)
+
+
 # The launcher touches its manifest every LAUNCHER_HEARTBEAT_S while the job runs.
 # A reader on another host (where the pid cannot be checked) takes a manifest that still
 # says running and has not been touched for LAUNCHER_STALE_S as a lost launcher.
@@ -241,6 +257,10 @@ def fs_text(text: str) -> str:
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# and the bidirectional overrides and isolates, which reorder what a terminal shows
+_CONTROL_OR_BIDI = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
 
 
 def one_line(text: str) -> str:
@@ -248,9 +268,9 @@ def one_line(text: str) -> str:
     character (a newline in a directory name...) written as its escape (``\\n``,
     ``\\x1b``), so a warning is one line whatever the path holds."""
     text = fs_text(text)
-    if _CONTROL.search(text) is None:
+    if _CONTROL_OR_BIDI.search(text) is None:
         return text
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+    return _CONTROL_OR_BIDI.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def has_control_chars(text: str) -> bool:
@@ -336,6 +356,23 @@ def file_size_limit() -> int | None:
 def deleted_while_written(path: str | os.PathLike[str]) -> str:
     """The reason recorded when a file or directory the run wrote was deleted."""
     return f"{path} was deleted while the run wrote it; its rows are lost"
+
+
+def why_unwritable(folder: str | os.PathLike[str]) -> OSError:
+    """Why nothing can be written in ``folder``, as the OS says it now (a folder made
+    read-only mid-run is EACCES / EROFS, not a full disk: eleventh probe of issue 28);
+    ENOSPC when a file can be created there after all (the write that failed was bigger)."""
+    probe = Path(folder) / f".gpudiag_probe.{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        return exc
+    os.close(fd)
+    try:
+        os.unlink(probe)
+    except OSError:
+        pass
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 def write_problems() -> list[str]:
@@ -540,6 +577,18 @@ def shrink_reserve(path: Path | None, nbytes: int) -> None:
         pass
 
 
+# This process's id, kept current across fork (os.getpid() is a system call on the
+# hot path of every row): a writer writes only from the process that opened it.
+_CURRENT_PID = [os.getpid()]
+
+
+def _note_forked_child() -> None:
+    _CURRENT_PID[0] = os.getpid()
+
+
+os.register_at_fork(after_in_child=_note_forked_child)
+
+
 class JsonlWriter:
     """Append-only JSON Lines table. Each row (or batch of rows) goes out in one
     ``write`` call on an unbuffered descriptor, so a crash loses at most the row being
@@ -548,11 +597,13 @@ class JsonlWriter:
     Never raises for I/O: when opening or writing fails (full disk, EFBIG, a vanished
     directory) the writer cuts the file back to its last whole row, notes the problem
     (:func:`note_write_problem`), closes, and ignores every later row; ``failed`` then
-    holds the reason."""
+    holds the reason. A process the writing one forks (the script's own os.fork or
+    fork-context multiprocessing) writes nothing: the table is the rank's."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.failed: str | None = None
+        self._pid = _CURRENT_PID[0]
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._size = 0  # bytes of whole rows in the file
@@ -578,6 +629,8 @@ class JsonlWriter:
         self.failed = note_write_problem(self.path, exc, "stopped recording this table")
 
     def _append(self, text: str) -> None:
+        if _CURRENT_PID[0] != self._pid:
+            return
         data = text.encode("utf-8")
         with self._lock:
             if self._fd is None:
@@ -627,11 +680,13 @@ class JsonlWriter:
 class SlotWriter:
     """One small JSON document rewritten in place (one ``pwrite`` at offset 0, padded with
     spaces to a fixed size): what a rank is doing right now, left behind when it dies in
-    native code before any buffer is flushed. Never raises; the first error disables it."""
+    native code before any buffer is flushed. Never raises; the first error disables it.
+    Written only from the process that opened it (not a forked child)."""
 
     def __init__(self, path: str | os.PathLike[str], size: int = LAST_CALL_BYTES) -> None:
         self.path = Path(path)
         self.size = size
+        self._pid = _CURRENT_PID[0]
         self._fd: int | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -640,7 +695,7 @@ class SlotWriter:
             note_write_problem(self.path, exc)
 
     def write(self, obj: dict[str, Any]) -> None:
-        if self._fd is None:
+        if self._fd is None or _CURRENT_PID[0] != self._pid:
             return
         data = dumps_line(obj).rstrip("\n").encode("utf-8", "replace")
         if len(data) >= self.size:
@@ -1233,9 +1288,32 @@ def read_object(
     for key in ("failure", "launcher"):
         if schema == MANIFEST and isinstance(obj.get(key), dict):
             obj[key] = check_fields(obj[key], key, f"{path} ({key})", warnings)
+    if schema == MANIFEST and isinstance(obj.get("failure"), dict):
+        obj["failure"] = _failure_in_range(obj["failure"], obj.get("world_size"), path, warnings)
     if schema == HANG_REPORT:
         obj = check_hang_report(obj, path, warnings)
     return obj
+
+
+def _failure_in_range(
+    failure: dict[str, Any], world_size: object, path: Path, warnings: list[str] | None
+) -> dict[str, Any]:
+    """A manifest ``failure`` whose rank is no rank of the job (-1, 99 in a world of 3)
+    or whose ``consequences`` is not a list: that field is dropped, with one warning
+    (eighth probe: "Rank 99 failed first" from a damaged manifest)."""
+    rank = failure.get("rank")
+    world = world_size if isinstance(world_size, int) and not isinstance(world_size, bool) else None
+    if isinstance(rank, int) and (rank < 0 or (world is not None and rank >= world)):
+        where = f" of {world}" if world is not None else ""
+        bad_input(
+            warnings, f"{path} (failure): rank {rank} is no rank of the world{where}; ignored"
+        )
+        failure = {**failure, "rank": None}
+    consequences = failure.get("consequences")
+    if consequences is not None and not isinstance(consequences, list):
+        bad_input(warnings, f"{path} (failure): consequences is not a list; ignored")
+        failure = {**failure, "consequences": None}
+    return failure
 
 
 class _Lines:

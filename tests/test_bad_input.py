@@ -600,3 +600,34 @@ def test_an_empty_last_call_slot_and_an_absurd_world_size_are_not_errors(tmp_pat
     assert noted and all(f["severity"] == "low" for f in noted)
     assert f"{10**15 - 4} ranks" in noted[0]["title"]
     assert len(noted[0]["evidence"]["unrecorded_ranks"]) <= 64
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("rank", 99, "rank 99 is no rank of the world of 4"),
+        ("rank", -1, "rank -1 is no rank of the world of 4"),
+        ("consequences", "none", "consequences is not a list"),
+    ],
+)
+def test_a_manifest_failure_naming_no_rank_of_the_job_is_one_warning(
+    tmp_path: Path, field: str, value: object, said: str
+) -> None:
+    """Eighth probe, F6: `failure.rank` 99 (or -1) in a damaged manifest of a 3-rank run
+    gave "Rank 99 failed first" with exit 0. The field is dropped with one line naming
+    the file, exit 2, the rest analysed."""
+    run = tmp_path / "run"
+    shutil.copytree(STRAGGLER_RUN, run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["status"] = "failed"
+    manifest["failure"] = {"rank": 2, "exc_type": "ValueError", "message": "boom", field: value}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    done = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "analyze", str(run), "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if "manifest.json (failure)" in ln]
+    assert len(lines) == 1 and said in lines[0], done.stderr
+    titles = [f["title"] for f in json.loads(done.stdout)["findings"]]
+    assert not any("Rank 99" in t or "Rank -1" in t for t in titles), titles

@@ -7,6 +7,7 @@ SIGKILL of the launcher, concurrent launches) are in test_capture_guard_jobs.py.
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
 import os
@@ -298,3 +299,17 @@ def test_a_launcher_pid_no_kernel_gives_reads_as_gone(tmp_path: Path) -> None:
     raise OverflowError in os.kill; such a pid is not a running process."""
     assert not rundir._pid_exists(2**70) and not rundir._pid_exists(-1)
     assert rundir._pid_exists(os.getpid())
+
+
+def test_a_write_failure_is_named_by_what_the_os_says_not_guessed(tmp_path: Path) -> None:
+    """A run directory made unwritable mid-run was reported as "disk full?" / "No space
+    left on device" with gigabytes free (eleventh probe of issue 28, C): the reason is
+    what the OS says of the folder now; a full disk only when a file can still be made."""
+    from gpudiag import rundir
+
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("x")
+    assert rundir.why_unwritable(not_a_folder).errno == errno.ENOTDIR
+    assert rundir.why_unwritable(tmp_path / "gone").errno == errno.ENOENT
+    assert rundir.why_unwritable(tmp_path).errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == [not_a_folder]  # the probe file is removed

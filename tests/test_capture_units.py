@@ -83,7 +83,8 @@ def test_job_command_single_vs_torchrun(tmp_path: Path) -> None:
     script = tmp_path / "t.py"
     script.write_text("")
     single = launcher.job_command(trace_cli.parse([str(script), "--a"]))
-    assert single[1:] == ["-m", "gpudiag.capture.rank", str(script), "--a"]
+    # -P: the launch folder is not first on sys.path (as for `python script.py`)
+    assert single[1:] == ["-P", "-m", "gpudiag.capture.rank", str(script), "--a"]
     multi = launcher.job_command(
         trace_cli.parse(["--nproc-per-node", "4", "--rdzv-endpoint", "h:1", "-m", "p.m", "--a"])
     )
@@ -574,6 +575,12 @@ def test_watchdog_activity_and_hang_rule() -> None:
         ("from torch.autograd.profiler import record_function", False),
         ("from torch.profiler import (\n    ProfilerActivity,\n    profile,\n)", True),
         ("from torch.profiler import (\n    record_function,\n)", False),
+        # the module under another name (ninth probe: missed, the job then crashed)
+        ("from torch import profiler as P\nprof = P.profile(activities=[])", True),
+        ("import torch.profiler as tp\nprof = tp.profile()", True),
+        ("import torch.autograd.profiler as ap\nwith ap.profile() as p: pass", True),
+        ("from torch import nn, profiler as pr\nwith pr.profile(): pass", True),
+        ("from torch import profiler as P\nwith P.record_function('x'): pass", False),
     ],
 )
 def test_a_script_that_creates_its_own_profiler_is_told_apart(
@@ -613,3 +620,41 @@ def test_a_rank_interrupted_after_a_peer_failed_is_not_blamed_as_signalled_from_
     assert after is not None and after[0] == 2
     before = blame.find_cause(ends(500), signalled_from_outside=True)
     assert before is not None and before[0] == 1
+
+
+class _CorruptSample(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        raise IndexError(f"corrupt sample {i}")
+
+
+def test_a_loader_workers_error_keeps_its_own_message() -> None:
+    """A DataLoader worker's error reaches the script as "Caught IndexError in DataLoader
+    worker process 0." with the worker's traceback below: the recorded message was that
+    line alone, without the error (seventh probe). It now ends with the error's own line."""
+    from gpudiag.capture.worker import _first_line
+
+    loader = torch.utils.data.DataLoader(_CorruptSample(), batch_size=2, num_workers=1)
+    with pytest.raises(IndexError) as caught:
+        next(iter(loader))
+    line = _first_line(caught.value, "IndexError")
+    assert line.startswith("Caught IndexError in DataLoader worker process 0")
+    assert line.endswith("IndexError: corrupt sample 0"), line
+    assert _first_line(ValueError("one\ntwo"), "ValueError") == "one"
+
+
+def test_an_error_that_opens_with_a_rule_is_recorded_by_its_first_words() -> None:
+    """A script that runs torchrun's agent itself (`torch.distributed.run.main([...])`)
+    fails with a ChildFailedError whose text opens with a blank line and a rule of '=':
+    the record's message was empty and the finding's title "Rank 0 failed: ====="
+    (eighth probe, F4). The first line that says something is recorded."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from gpudiag.capture.worker import _first_line
+
+    failure = ProcessFailure(local_rank=1, pid=123, exitcode=1, error_file="/nonexistent")
+    error = ChildFailedError("train.py", {1: failure})
+    assert str(error).startswith("\n====")
+    assert _first_line(error, "ChildFailedError") == "train.py FAILED"

@@ -140,7 +140,7 @@ def _assert_same_json(local: dict[str, Any], remote: dict[str, Any], where: Path
 def test_cluster_results_equal_the_local_pool_on_every_trace_set(
     cluster: Cluster, shared_traces: Path
 ) -> None:
-    from gpudiag.analysis.cluster import connect
+    from gpudiag.analysis.dask_tasks import connect
 
     sets = _trace_sets(shared_traces)
     assert len(sets) >= 9  # 6 foreign trace sets, 3 sample runs
@@ -275,7 +275,7 @@ def test_worker_killed_mid_analysis_changes_nothing(
     worker: every rank is analysed and the JSON is the local pool's."""
     from distributed import Client
 
-    from gpudiag.analysis.cluster import connect
+    from gpudiag.analysis.dask_tasks import connect
 
     traces = tmp_path / "traces"
     _scale_module().write_rank_copies(
@@ -318,7 +318,7 @@ def test_tasks_in_flight_stay_within_a_window(cluster: Cluster, tmp_path: Path) 
     still the local pool's."""
     from distributed import Client
 
-    from gpudiag.analysis import cluster as dask_cluster
+    from gpudiag.analysis import dask_tasks as dask_cluster
 
     traces = tmp_path / "traces"
     _scale_module().write_rank_copies(

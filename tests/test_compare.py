@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from gpudiag.analysis import analyze
-from gpudiag.analysis.compare import COMPARE_METRICS, compare
+from gpudiag.analysis.compare import COMPARE_METRICS, compare, finding_changes
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_runs"
 
@@ -83,8 +85,8 @@ def test_gate_on_the_sample_runs(capsys: pytest.CaptureFixture[str]) -> None:
     bound = str(SAMPLES / "ddp2_dataloader_bound")
     assert compare_cli.main([healthy, bound, "--format", "markdown"]) == 0
     md = capsys.readouterr().out
-    assert md.startswith("### gpudiag compare") and "| data_loading |" in md
-    assert "- dataloader_stall: low → high (severity)" in md
+    assert md.startswith("### gpudiag compare") and "| data loading ms/step |" in md
+    assert "- dataloader_stall: low (ranks 0 and 1) → high (ranks 0 and 1) (severity)" in md
     with pytest.raises(SystemExit) as usage:
         compare_cli.main([healthy, bound, "--fail-on-regression", "abc"])
     assert usage.value.code == 2
@@ -129,3 +131,59 @@ def test_gate_on_recorded_jobs(tmp_path: Path) -> None:
     # when the slower job happens to meet more load; the verdict is what must hold.
     assert out["regression"]["change_pct"] > 15
     assert out["changed_components"], out["metrics"]
+
+
+RECORDED = Path(__file__).resolve().parent / "fixtures" / "busy_host"
+
+
+def test_a_rank_the_run_could_not_analyse_and_a_moved_finding_are_said(tmp_path: Path) -> None:
+    """Browser probe of issue 31 (J, I): `gpudiag compare` printed no warning where the
+    dashboard warned of another world size or script; a run that lost one rank's trace was
+    compared mean for mean (3 ranks against 4) without a word; and a straggler that moved
+    from one rank to another was not a change. The warnings are the analysis's, one list
+    for the CLI, the Markdown and the dashboard."""
+    copy = tmp_path / "lost_rank3"
+    shutil.copytree(SAMPLES / "ddp4_straggler", copy)
+    trace = copy / "traces" / "rank3.pt.trace.json.gz"
+    trace.write_bytes(trace.read_bytes()[:200])  # a truncated trace: rank 3 not analysed
+    a, b = analyze(SAMPLES / "ddp4_straggler"), analyze(copy)
+    assert sorted(b.ranks["rank"]) == [0, 1, 2]
+    cmp = compare(a, b)
+    assert any(
+        w.startswith("B analysed 3 of its 4 ranks (rank 3 not analysed") for w in cmp.warnings
+    )
+    assert cmp.to_json()["warnings"] == cmp.warnings
+    text = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "compare", str(SAMPLES / "ddp4_straggler"), str(copy)],
+        capture_output=True, text=True, timeout=300, check=False,
+    ).stdout  # fmt: skip
+    assert text.startswith("warning: B analysed 3 of its 4 ranks"), text[:500]
+    # a finding that names other ranks is a change even at the same severity
+    late0, late1 = analyze(RECORDED / "healthy_rank0_late"), analyze(RECORDED / "rank1_sleeps_50ms")
+    (moved,) = [c for c in compare(late0, late1).finding_changes if c.kind == "straggler"]
+    assert (moved.ranks_a, moved.ranks_b) == ((0,), (1,))
+    assert "ranks" in moved.change
+    same = [replace(f, ranks=[1]) if f.kind == "straggler" else f for f in late0.findings]
+    (only_ranks,) = [c for c in finding_changes(late0.findings, same) if c.kind == "straggler"]
+    assert only_ranks.change == "ranks"
+
+
+def test_a_cpu_run_beside_a_gpu_run_is_named_by_the_breakdowns_definitions(
+    shared_traces: Path,
+) -> None:
+    """Compare of a CPU run with a GPU set called the CPU run's 11.55 ms of `other`
+    "GPU idle · host busy" (fourth browser probe of issue 31): runs of both kinds are
+    named by what the two columns mean for both."""
+    from gpudiag.report.overview import metric_headers
+
+    cmp = compare(analyze(SAMPLES / "ddp4_straggler"), analyze(shared_traces / "param_dlrm_ddp8"))
+    assert cmp.has_gpu_trace is None
+    names = metric_headers(cmp.has_gpu_trace)
+    assert "GPU idle" not in names["other"].split("(")[0]
+    assert names["other"].startswith("other (") and names["idle"].startswith("idle (")
+    text = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "compare", str(SAMPLES / "ddp4_straggler"),
+         str(shared_traces / "param_dlrm_ddp8")],
+        capture_output=True, text=True, timeout=300, check=False,
+    ).stdout  # fmt: skip
+    assert "GPU idle · host busy ms/step" not in text

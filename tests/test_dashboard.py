@@ -27,6 +27,7 @@ sys.path.insert(0, str(REPO))  # dashboards/ and tests/browser/ are not installe
 from dashboards import runs as dash_runs  # noqa: E402
 from dashboards import views  # noqa: E402
 from dashboards.views import md  # noqa: E402
+from gpudiag.analysis.compare import shape_warnings  # noqa: E402
 from gpudiag.cli import dashboard as dashboard_cli  # noqa: E402
 from gpudiag.report import figures  # noqa: E402
 from gpudiag.report import overview as report_overview  # noqa: E402
@@ -170,6 +171,13 @@ def test_query_param_outside_roots_is_refused(
     at.run()
     assert any("outside the run roots" in e.value for e in at.error)
     assert not at.exception
+    # a mistyped run name is no path leaving the roots: said as what it is (fourth probe)
+    typo = AppTest.from_file(str(APP), default_timeout=180)
+    typo.query_params["run"] = "runs/no_such_run"
+    typo.run()
+    errors = [e.value.replace("\\", "") for e in typo.error]
+    assert any("no run of that name among the runs found" in e for e in errors), errors
+    assert not any("outside the run roots" in e for e in errors)
 
 
 # --------------------------------------------------------------------------- views
@@ -246,7 +254,9 @@ def test_timeline_draws_the_analysis_intervals(
     shaded = [s for s in spec["layout"].get("shapes", []) if s.get("type") == "rect"]
     assert len(shaded) == (steps["rank"] == steps["rank"].min()).sum() >= 1
     ticks = spec["layout"]["yaxis"]["ticktext"]
-    assert "rank 7 · communication" in ticks and "rank 0 · compute" in ticks
+    assert "rank 7 · communication" in ticks and "rank 0 · GPU compute (kernels, copies)" in ticks
+    # the lanes are named as the Overview's chart names the components (fourth probe)
+    assert not any(t.endswith((" · other", " · idle", " · data_loading")) for t in ticks)
     assert {t["type"] for t in spec["data"]} == {"scatter"}
     # A smaller budget gives fewer (merged) intervals, never more than asked.
     at.select_slider[0].set_value(1000).run()
@@ -339,12 +349,14 @@ def test_host_metrics_code_and_compare(
 
     _view(at, "Compare")
     # Run A is the run selected in the sidebar; B a run of the same shape (2 gloo ranks,
-    # already analysed), never the 1-process DataParallel run.
+    # already analysed, every rank analysed) or none, never the 1-process DataParallel
+    # run, nor `broken`, which lost rank 1's trace (a mean over 1 rank against one over 2)
     ddp, dp_cpu = _label(runs_root, "ddp"), _label(runs_root, "dp_cpu")
-    same_shape = {_label(runs_root, "ddp_noprofile"), _label(runs_root, "broken")}
     assert at.selectbox(key=f"compare_a:{ddp}").value == ddp
-    assert at.selectbox(key=f"compare_b:{ddp}").value in same_shape
-    assert at.query_params["view"] == "Compare" and at.query_params["run"] == ddp
+    assert at.selectbox(key=f"compare_b:{ddp}").value in {_label(runs_root, "ddp_noprofile"), None}
+    # ?view= is bound to the view radio: the browser writes it (tests/test_dashboard_live.py
+    # checks the URL in Chromium); AppTest has no browser, so the radio's state is read
+    assert at.session_state["view"] == "Compare" and at.query_params["run"] == ddp
     # DP vs DDP picked by hand: another shape, said so; what changed, per rank too
     at.selectbox(key=f"compare_b:{ddp}").set_value(dp_cpu).run()
     assert any(
@@ -366,7 +378,10 @@ def test_host_metrics_code_and_compare(
 
     table = compare(result, analyzed["ddp_noprofile"]).table
     shown = at.dataframe[0].value
-    assert shown["metric"].tolist() == table["metric"].tolist()
+    # the Overview's names for the metrics (the browser probe read raw keys)
+    assert shown["metric"].tolist() == [
+        report_overview.rank_headers(result).get(m, m) for m in table["metric"]
+    ]
     assert shown["B − A ms/step"].tolist() == pytest.approx(table["delta"].tolist(), nan_ok=True)
 
 
@@ -640,3 +655,32 @@ def test_script_activity_and_quiet_wait(monkeypatch: pytest.MonkeyPatch) -> None
     t0 = time.monotonic()
     serve._wait_until_quiet(cache.ScriptActivity())
     assert time.monotonic() - t0 < 0.5
+
+
+def test_compare_pairs_a_run_only_with_a_comparable_one(tmp_path: Path) -> None:
+    """Issue 31, the independent browser probe: Compare paired a 2-rank run with the
+    bench's batch-128 run (another script and batch, which the page itself then warned
+    about). The default partner is a run of the same shape and the same script and
+    arguments, else none."""
+    from gpudiag.analysis import analyze
+
+    roots = [tmp_path / "runs"]
+    for name in ("ddp2_healthy", "ddp2_dataloader_bound"):
+        shutil.copytree(SAMPLE_RUNS / name, roots[0] / name)
+    shutil.copytree(SAMPLE_RUNS / "bench_cpu" / "ddp-bs128", roots[0] / "bs128")
+    results = {}
+
+    def cached(ref):
+        if ref.path not in results:
+            results[ref.path] = analyze(ref.path)
+        return results[ref.path]
+
+    refs = dash_runs.discover_runs(roots)
+    healthy = next(r for r in refs if r.path.name == "ddp2_healthy")
+    assert views.compare_pair(refs, healthy, cached)[1] is None  # none is comparable
+    shutil.copytree(SAMPLE_RUNS / "ddp2_healthy", roots[0] / "healthy_again")
+    refs = dash_runs.discover_runs(roots)
+    healthy = next(r for r in refs if r.path.name == "ddp2_healthy")
+    _, b = views.compare_pair(refs, healthy, cached)
+    assert b is not None and refs[b].path.name == "healthy_again"
+    assert shape_warnings(cached(healthy), cached(refs[b])) == []

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from streamlit.testing.v1 import AppTest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # dashboards/ and tests/browser/ are not installed packages
 
-from dashboards import live as dash_live  # noqa: E402
+from dashboards import live_page as dash_live  # noqa: E402
 from dashboards import runs as dash_runs  # noqa: E402
 from dashboards.views import md  # noqa: E402
 from tests.browser.dashboard import free_port  # noqa: E402
@@ -397,6 +398,15 @@ def test_browser_live_page_updates_without_reload(tmp_path: Path) -> None:
             assert len(loads) == loads_before
             assert later > first
             page.screenshot(path=str(tmp_path / "live.png"), full_page=True)
+            # a view clicked during the run is the URL's, across the panel's refreshes (it
+            # stayed one click behind: browser probe of issue 31, G)
+            for view in ("Step breakdown", "Communication"):
+                page.locator('[data-testid="stSidebar"] label').filter(has_text=view).click()
+                time.sleep(3 * dash_live.REFRESH_S)
+                assert f"view={urllib.parse.quote_plus(view)}" in page.url, (view, page.url)
+            page.locator('[data-testid="stSidebar"] label').filter(has_text="Overview").click()
+            time.sleep(3 * dash_live.REFRESH_S)
+            assert "view=" not in page.url or "view=Overview" in page.url, page.url
 
             stop.write_text("stop")
             job.wait(timeout=DEADLINE_S)

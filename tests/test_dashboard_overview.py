@@ -78,8 +78,11 @@ def test_first_screen_is_step_time_verdict_and_chart(
     assert f"{top.cost_ms_per_step:.2f} ms/step" in verdict and "Fix:" in verdict
     assert at.button[0].label.startswith("Evidence: arrival skew")
     svg = _svg(at)
-    # exposed communication split into the wait for rank 2 and the transfer
-    assert "waiting for rank 2" in svg and "transfer (exposed communication)" in svg
+    # exposed communication split into the wait for late peers and the transfer; the wait
+    # is not credited to the named rank by label (each rank waits for whichever peer came
+    # last: "waiting for rank 7" was drawn on rank 7's own bar, fourth browser probe)
+    assert "waiting for late peers" in svg and "transfer (exposed communication)" in svg
+    assert "waiting for rank" not in svg
     assert 'class="named-rank"' in svg and svg.count('class="named-rank"') == 1
     assert re.search(r'font-weight="700">rank 2 ◀</text>', svg)
     # the evidence link opens the Communication view, with the skew heatmap first
@@ -111,6 +114,31 @@ def test_chart_columns_are_the_analysis_numbers(
     assert all(segments[(r, "comm_wait")] > 30 for r in (0, 1, 3))
 
 
+@pytest.mark.parametrize(
+    "run",
+    [
+        STRAGGLER,
+        REPO / "tests" / "fixtures" / "busy_host" / "rank1_sleeps_50ms",
+        REPO / "tests" / "fixtures" / "busy_host" / "healthy_rank0_late",
+    ],
+    ids=lambda p: p.name,
+)
+def test_the_chart_adds_up_to_the_findings_wait_and_transfer(run: Path) -> None:
+    """The chart's per-rank wait and transfer, averaged over ranks, are the finding's
+    numbers (in the profiled window's terms, as the chart is). Before, the chart drew the
+    measured waits while the finding set a straggler's larger share apart: 28.80 / 9.19 ms
+    drawn, 29.29 / 8.70 ms said (browser probe of issue 31)."""
+    result = analyze(run)
+    exposed = next(f for f in result.findings if f.kind == "exposed_communication")
+    parts = overview.rank_parts(result)
+    assert parts.split
+    scale = exposed.evidence.get("window_scale", 1.0)
+    transfer = exposed.evidence.get("window_transfer_ms", exposed.evidence["transfer_ms"])
+    waiting = exposed.evidence["waiting_for_peers_ms"] / scale
+    assert parts.frame["comm_wait"].mean() == pytest.approx(waiting, abs=2e-3)
+    assert parts.frame["comm_transfer"].mean() == pytest.approx(transfer, abs=2e-3)
+
+
 @pytest.mark.parametrize("trace_set", ["astrasim_megatron_tp8", "param_dlrm_ddp8"])
 def test_gpu_idle_finding_adds_up_to_the_chart(
     monkeypatch: pytest.MonkeyPatch, shared_traces: Path, trace_set: str
@@ -130,7 +158,7 @@ def test_gpu_idle_finding_adds_up_to_the_chart(
     assert finding.cost_ms_per_step == pytest.approx(chart_mean, abs=0.01)
     svg = _svg(at)
     assert "GPU idle · host busy" in svg and "GPU idle · host idle" in svg
-    assert "host busy, no op" not in svg  # the CPU runs' name for the same column
+    assert "no op, inside a recorded range" not in svg  # the CPU runs' name for the same column
     verdicts = [_plain(e.value) for e in [*at.error, *at.warning, *at.info]]
     if overview.ordered_findings(result.findings)[0].kind == "gpu_idle":
         assert any(f"GPU idle {finding.cost_ms_per_step:.2f} ms/step" in v for v in verdicts)
@@ -277,3 +305,125 @@ def test_one_number_format_everywhere(
     at.sidebar.radio(key="view").set_value("Communication").run()
     frame = next(d for d in at.dataframe if "link peak GB/s" in d.value.columns)
     assert frame.value["link peak GB/s"].tolist() == ["–"]
+
+
+_SLEEPY_LOOP = """
+import time, torch
+model = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(10):
+    loss = model(torch.randn(32, 64)).sum()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    time.sleep(0.04)  # in the loop, outside any recorded range
+"""
+
+
+def test_a_sleep_outside_any_range_is_drawn_under_one_name_everywhere(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A sleep in the loop, outside every recorded range, is the breakdown's `idle`; the
+    chart called that "idle (nothing running)" and said "sleeps" of the other column
+    (browser probe of issue 31), and the terminal, the tables and Compare had their own
+    names. One name per column, by what tells the two apart: a recorded range."""
+    script = tmp_path / "sleepy.py"
+    script.write_text(_SLEEPY_LOOP)
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "trace", "--no-lint", "--out", str(out),
+         "--profile-steps", "3-6", str(script)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = analyze(out)
+    row = result.ranks.iloc[0]
+    assert row["idle"] > 30 > row["other"], result.ranks.to_dict("records")
+    labels = overview.rank_parts(result).labels
+    assert labels["idle"] == "no op, outside recorded ranges"
+    assert labels["other"] == "no op, in a recorded range"
+    svg = _svg(_app(monkeypatch, out))
+    assert "no op, outside recorded ranges" in svg
+    # one name per column in every view: the tables and the terminal say the same
+    assert overview.rank_headers(result)["idle"] == "no op, outside recorded ranges ms/step"
+    buf = io.StringIO()
+    print_report(result, console=Console(file=buf, width=300, color_system=None))
+    assert "no op, outside recorded ranges ms" in buf.getvalue()
+
+
+def test_whatif_percentages_have_one_format_in_every_view(straggler: AnalysisResult) -> None:
+    """The HTML report printed "saving %" with 2 decimals, the dashboard and the terminal
+    with 1 (browser probe of issue 31): one number, one format."""
+    assert straggler.whatif
+    page = render_html([straggler])
+    section = page.split("What if: projected step time per fix", 1)[1].split("</table>", 1)[0]
+    from gpudiag.report.terminal import whatif_table
+
+    buf = io.StringIO()
+    Console(file=buf, width=220, color_system=None).print(whatif_table(straggler.whatif))
+    for p in straggler.whatif:
+        assert f"<td>{p.saving_pct:.1f}</td>" in section, section
+        assert f"({p.saving_pct:.1f} %)" in buf.getvalue()
+
+
+def test_a_rank_lost_to_an_unreadable_trace_is_said_on_the_first_screen(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With one rank's trace truncated, the first screen showed a confident verdict and a
+    chart of 3 bars for a run of 4; the problems sat in a collapsed section at the bottom
+    (browser probe of issue 31, I). The first screen and the HTML report now say which
+    ranks the numbers leave out, above the verdict."""
+    copy = tmp_path / "lost_rank3"
+    shutil.copytree(STRAGGLER, copy)
+    trace = copy / "traces" / "rank3.pt.trace.json.gz"
+    trace.write_bytes(trace.read_bytes()[:200])
+    at = _app(monkeypatch, copy)
+    shown = [_plain(w.value) for w in at.warning]
+    assert any("3 of the 4 ranks analysed: rank 3 is not in the numbers below" in w for w in shown)
+    assert any("problem(s) reading this run" in w for w in shown), shown
+    # its exposed communication cannot be split: said under the chart (fourth probe, E)
+    assert any("Exposed communication is drawn whole" in c.value for c in at.caption)
+    page = render_html([analyze(copy)])
+    assert page.index("Read with problems:") < page.index("class='verdict'")
+    # a run read whole says nothing of the kind
+    assert overview.reading_problems(analyze(STRAGGLER)) is None
+
+
+def test_evidence_keeps_op_names_and_says_mib(
+    shared_traces: Path, straggler: AnalysisResult
+) -> None:
+    """Browser probe of issue 31 (F, E): turning evidence keys into words rewrote the op
+    names they hold ("aten::_local_scalar_dense" printed "aten:: local scalar dense"), and
+    the bucket size, in MiB like the collectives table, was labelled MB."""
+    dlrm = analyze(shared_traces / "param_dlrm_ddp8")
+    sync = next(f for f in dlrm.findings if f.kind == "host_sync")
+    lines = overview.evidence_lines(sync.evidence)
+    assert any("aten::_local_scalar_dense: " in line for line in lines), lines
+    bucket = next(f for f in straggler.findings if f.kind == "bucket_size")
+    mib = bucket.evidence["mean_bucket_mib"]
+    assert f"mean bucket: {mib:.2f} MiB" in overview.evidence_lines(bucket.evidence)
+
+
+def test_the_chart_splits_exposed_communication_whatever_the_findings(
+    shared_traces: Path,
+) -> None:
+    """The split into waiting for peers and transfer was drawn only when the run had an
+    exposed_communication finding: a straggler run without one, and the DLRM GPU set,
+    showed one red block in the colour that means "waiting" elsewhere (browser probe of
+    issue 31, A). The per-rank table's comm_wait splits it in every run that measured it."""
+    for run in (shared_traces / "param_dlrm_ddp8", REPO / "sample_runs" / "ddp2_healthy"):
+        result = analyze(run)
+        assert "comm_wait" in result.ranks, run
+        parts = overview.rank_parts(result)
+        assert parts.split and "comm_exposed" not in parts.frame
+        exposed = result.ranks["comm_exposed"].astype(float).to_numpy()
+        drawn = (parts.frame["comm_wait"] + parts.frame["comm_transfer"]).to_numpy()
+        assert drawn == pytest.approx(exposed, abs=1e-9)
+        found = next((f for f in result.findings if f.kind == "exposed_communication"), None)
+        if found is not None:  # the finding's per-rank wait is the same number
+            said = found.evidence["per_rank_waiting_for_peers_ms"]
+            for rank, wait in zip(result.ranks["rank"], result.ranks["comm_wait"], strict=True):
+                assert said[str(int(rank))] == pytest.approx(wait, abs=1e-3)
+    # a run whose waits cannot be measured (1 of 8 ranks traced) is not split
+    lone = analyze(shared_traces / "tracelens_mi300_ddp")
+    assert "comm_wait" not in lone.ranks and not overview.rank_parts(lone).split

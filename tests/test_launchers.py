@@ -122,7 +122,8 @@ def test_lightning_rank0_failure_waits_for_the_followed_rank(tmp_path: Path) -> 
 def test_ctrl_c_to_a_lightning_job_is_an_interrupt_not_a_failure(tmp_path: Path) -> None:
     """Lightning answers a KeyboardInterrupt with sys.exit(1) after SIGKILLing the ranks
     it started: rank 0 is `interrupted` (not a SystemExit failure), the killed rank is
-    named on the final line, and gpudiag ends at once."""
+    named on the final line, and gpudiag ends at once, with Lightning's exit code 1 (as
+    under plain python)."""
     _needs("lightning")
     out = tmp_path / "run"
     command = [sys.executable, "-m", "gpudiag", "trace", "--out", str(out), "--no-lint"]
@@ -143,7 +144,7 @@ def test_ctrl_c_to_a_lightning_job_is_an_interrupt_not_a_failure(tmp_path: Path)
     proc.send_signal(signal.SIGINT)
     sent = time.monotonic()
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    assert proc.returncode == 1, err
     assert time.monotonic() - sent < 60
     m = _json(out / "manifest.json")
     assert m["status"] == "interrupted" and m["failure"] is None, err

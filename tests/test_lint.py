@@ -121,7 +121,8 @@ def test_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
     assert by_code["GD703"]["relates_to"] == "exposed_communication"
     assert by_code["GD303"]["relates_to"] == "host_sync"
     assert by_code["GD401"]["line"] == 82
-    assert data["counts"] == {"GD202": 1, "GD303": 1, "GD401": 1, "GD701": 1, "GD703": 1}
+    # GD701 is off by default (opt-in): its save is reported only when selected
+    assert data["counts"] == {"GD202": 1, "GD303": 1, "GD401": 1, "GD703": 1}
 
 
 def test_to_json_relates_to_analysis_kinds() -> None:
@@ -148,7 +149,7 @@ def test_sarif_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert [r["id"] for r in rules] == sorted(RULES)
     assert all(r["help"]["text"] and r["fullDescription"]["text"] for r in rules)
     results = run["results"]
-    assert len(results) == 6
+    assert len(results) == 5  # and GD701's save when selected (off by default)
     for result in results:
         assert rules[result["ruleIndex"]]["id"] == result["ruleId"]
         assert result["level"] in ("error", "warning", "note")
@@ -234,7 +235,7 @@ def test_pyproject_select_and_ignore(tmp_path: Path) -> None:
     shutil.copy(script, write(project, "src/train.py", "").parent / "train.py")
     target = project / "src" / "train.py"
     everything = codes(target)
-    assert everything == ["GD203", "GD204", "GD101", "GD601", "GD301"]
+    assert everything == ["GD204", "GD101", "GD601", "GD301"]
 
     write(project, "pyproject.toml", '[tool.gpudiag.lint]\nignore = ["GD2", "GD601"]\n')
     assert codes(target) == ["GD101", "GD301"]

@@ -8,6 +8,10 @@ import textwrap
 from pathlib import Path
 
 from gpudiag.lint import lint_paths, lint_source
+from gpudiag.lint.config import Selection
+
+# every rule, the opt-in ones (GD701, GD702: off by default) included
+ALL = ["GD"]
 
 
 def write(directory: Path, name: str, text: str) -> Path:
@@ -18,13 +22,15 @@ def write(directory: Path, name: str, text: str) -> Path:
 
 
 def hits(*paths: Path) -> set[tuple[str, str, int]]:
-    result = lint_paths(list(paths))
+    result = lint_paths(list(paths), select=ALL)
     assert result.errors == []
     return {(Path(f.path).name, f.code, f.line) for f in result.findings}
 
 
 def codes_of(source: str) -> set[str]:
-    return {f.code for f in lint_source(textwrap.dedent(source))}
+    return {
+        f.code for f in lint_source(textwrap.dedent(source), selection=Selection(select=tuple(ALL)))
+    }
 
 
 MAIN = """\
@@ -76,7 +82,7 @@ def test_set_epoch_and_set_device_in_a_sibling_module(tmp_path: Path) -> None:
     for paths in ([tmp_path], [main]):
         found = hits(*paths)
         assert not {code for _, code, _ in found} & {"GD202", "GD403", "GD601"}, found
-    assert lint_paths([main]).files == [str(main)]
+    assert lint_paths([main], select=ALL).files == [str(main)]
 
 
 def test_unrelated_scripts_of_one_run_do_not_vouch_for_each_other(tmp_path: Path) -> None:
@@ -380,7 +386,10 @@ def test_a_file_of_its_own_per_rank_is_not_a_duplicate_save() -> None:
         torch.save(logits, os.path.join(out, f"logits_rank{rank}.pt"))
         torch.save(logits, "checkpoint.pt")
     """
-    found = [(f.code, f.line) for f in lint_source(textwrap.dedent(source))]
+    found = [
+        (f.code, f.line)
+        for f in lint_source(textwrap.dedent(source), selection=Selection(select=tuple(ALL)))
+    ]
     assert [hit for hit in found if hit[0] == "GD701"] == [("GD701", 8)]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag import rundir
-from gpudiag.analysis import live
+from gpudiag.analysis import live_snapshot as live
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_runs"
@@ -195,3 +195,13 @@ def test_watch_live_view_ends_with_the_run() -> None:
     assert proc.returncode == 0, proc.stderr
     (line,) = proc.stdout.splitlines()
     assert json.loads(line)["state"] == "ok"
+
+
+def test_the_lagging_windows_stated_delay_is_the_captures() -> None:
+    """The live views say how far the lagging window may trail the newest step (issue 31,
+    browser probe: 875-924 shown beside step 985 without a word): the Flight Recorder
+    rows' age limit in capture."""
+    from gpudiag.analysis import live_snapshot as live
+    from gpudiag.capture import collectives
+
+    assert live.COLLECTIVES_DELAY_S * 1_000_000_000 == collectives._DUMP_MAX_AGE_NS

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from gpudiag import rundir  # noqa: E402
-from gpudiag.analysis import live  # noqa: E402
+from gpudiag.analysis import live_snapshot as live  # noqa: E402
 from tests.live_nodes_split import SAMPLE, split_job  # noqa: E402
 
 OFFSET_NS = 5_000_000_000  # node 1's clock 5 s behind node 0's

@@ -258,11 +258,14 @@ def test_a_node_killed_mid_run_is_blamed_not_its_peers(tmp_path: Path) -> None:
         time.sleep(0.2)
     assert node0.poll() is None and node1.poll() is None
     victims = [psutil.Process(node1.pid), *psutil.Process(node1.pid).children(recursive=True)]
-    for proc in victims:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
+    # all at once, as a machine dies: stopped first, so that no rank can act on the
+    # parent-death SIGTERM its launcher's death sends (that is the next test's case)
+    for action in (psutil.Process.suspend, psutil.Process.kill):
+        for proc in victims:
+            try:
+                action(proc)
+            except psutil.Error:
+                pass
     node1.communicate()  # reaped: its pid is gone, as on a machine that died
     (log,) = finish([node0], timeout_s=60)
     assert node0.returncode != 0

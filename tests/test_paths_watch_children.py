@@ -127,7 +127,7 @@ def test_rank_asleep_in_python_while_its_peer_waits_is_a_hang(tmp_path: Path) ->
 
 
 def test_watch_of_a_run_deleted_while_watched_says_gone(tmp_path: Path) -> None:
-    from gpudiag.analysis.live import LiveMonitor
+    from gpudiag.analysis.live_snapshot import LiveMonitor
 
     run, stop = tmp_path / "run", tmp_path / "stop"
     cmd = [

@@ -33,7 +33,12 @@ SPAWN = SCRIPTS / "spawn_ddp.py"
 
 
 def _trace(
-    out: Path, script: Path, args: list[str], nproc: int = 2, hang_timeout: float = 3
+    out: Path,
+    script: Path,
+    args: list[str],
+    nproc: int = 2,
+    hang_timeout: float = 3,
+    env_extra: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
     cmd = [
         sys.executable, "-m", "gpudiag", "trace", "--out", str(out), "--no-profile",
@@ -41,7 +46,7 @@ def _trace(
     ]  # fmt: skip
     if nproc > 1:
         cmd += ["--nproc-per-node", str(nproc), "--master-port", str(coll_launch.free_port())]
-    env = dict(os.environ, SPAWN_TEST_PORT=str(coll_launch.free_port()))
+    env = dict(os.environ, SPAWN_TEST_PORT=str(coll_launch.free_port()), **(env_extra or {}))
     return subprocess.run(
         [*cmd, str(script), *args], capture_output=True, text=True, timeout=400, env=env
     )
@@ -201,6 +206,28 @@ def test_two_ranks_that_disagree_show_both_calls_first(tmp_path: Path) -> None:
     assert ev["cause"] == "desync" and ev["cause_rank"] is None and ev["cause_ranks"] == []
     assert failed.ranks == [0, 1] and "no majority" in failed.title, failed.title
     assert set(first.evidence["aborted_ranks"]) <= {c["rank"] for c in ev["consequences"]}
+
+
+def test_a_mismatch_torchs_detail_mode_raises_on_is_not_called_a_gloo_abort(
+    tmp_path: Path,
+) -> None:
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL checks each collective's fingerprint first: both
+    ranks raise a RuntimeError, none is aborted. The rank_failed finding said "gloo
+    aborted rank 0 inside it" (seventh probe): the rank that raised is a failed
+    consequence, with its error."""
+    out = tmp_path / "run"
+    proc = _trace(
+        out, SCRIPTS / "detail_mismatch_job.py", [], nproc=2, hang_timeout=60,
+        env_extra={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
+    )  # fmt: skip
+    assert _manifest(out)["status"] == "failed", proc.stderr
+    findings = analyze(out).findings
+    assert findings[0].kind == "desync", findings[0].title
+    failed = next(f for f in findings if f.kind == "rank_failed")
+    assert "gloo aborted" not in failed.title, failed.title
+    rows = {c["rank"]: c for c in failed.evidence["consequences"]}
+    assert rows and all(c["status"] == "failed" for c in rows.values()), rows
+    assert all(c["exc_type"] == "RuntimeError" for c in rows.values()), rows
 
 
 def test_rank_sent_sigterm_from_outside_is_the_cause(tmp_path: Path) -> None:

@@ -180,6 +180,54 @@ def test_a_loader_worker_killed_but_not_yet_reaped_is_still_found() -> None:
         signal.signal(signal.SIGCHLD, previous)
 
 
+class _ExitsInWorker(torch.utils.data.Dataset):
+    """A dataset whose item 4 ends its DataLoader worker with sys.exit(3): batch 2, which
+    one worker is asked for only after the first batch was taken."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if i == 4:
+            sys.exit(3)
+        return torch.ones(4)
+
+
+def _raise_file_not_found_through(iterator: object) -> None:
+    self = iterator  # noqa: F841 - read back from the traceback's frame
+    raise FileNotFoundError(2, "No such file or directory")
+
+
+def test_a_loader_worker_that_exits_with_a_code_is_the_ranks_error() -> None:
+    """Eighth probe, F3: `sys.exit(3)` in a DataLoader worker reached the script as the
+    resource sharer's FileNotFoundError (connecting to the worker that had just exited),
+    and torch's "exited unexpectedly" came only when the worker was already gone; under
+    gpudiag the record said FileNotFoundError. The worker's exit code is waited for."""
+    from torch.utils.data import DataLoader
+
+    from gpudiag.capture import worker as worker_mod
+
+    loader = DataLoader(_ExitsInWorker(), batch_size=2, num_workers=1, prefetch_factor=2)
+    iterator = iter(loader)
+    # the DataLoader's SIGCHLD handler would raise into this test (gpudiag sets it aside
+    # the same way before it decides a rank's outcome)
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    victim = iterator._workers[0]  # type: ignore[attr-defined]
+    try:
+        next(iterator)
+        with pytest.raises(FileNotFoundError) as raised:
+            _raise_file_not_found_through(iterator)
+        error = worker_mod._loader_failure(raised.value)
+        assert isinstance(error, RuntimeError), error
+        assert f"DataLoader worker (pid {victim.pid}) exited unexpectedly with exit code 3" in str(
+            error
+        )
+        assert worker_mod._loader_worker_killed(error)
+    finally:
+        del iterator
+        signal.signal(signal.SIGCHLD, previous)
+
+
 # --------------------------------------------------------------------------- F10: stderr
 
 

@@ -24,7 +24,7 @@ def analyze(
 ) -> AnalysisResult:
     """Analyse a gpudiag run directory or any directory / file(s) of profiler traces; a
     list: the per-node directories of one multi-node job. ``run_tasks``
-    (gpudiag.analysis.cluster.connect) runs the per-rank part on a Dask cluster instead
+    (gpudiag.analysis.dask_tasks.connect) runs the per-rank part on a Dask cluster instead
     of the local process pool."""
     from gpudiag.analysis.pipeline import analyze as _analyze
 

@@ -25,6 +25,8 @@ class FindingChange:
     b: str | None
     cost_a_ms: float | None
     cost_b_ms: float | None
+    ranks_a: tuple[int, ...] = ()
+    ranks_b: tuple[int, ...] = ()
 
     @property
     def change(self) -> str:
@@ -32,7 +34,10 @@ class FindingChange:
             return "appeared"
         if self.b is None:
             return "resolved"
-        return "severity"
+        moved = self.ranks_a != self.ranks_b
+        if self.a != self.b:
+            return "severity and ranks" if moved else "severity"
+        return "ranks"
 
 
 @dataclass
@@ -44,6 +49,11 @@ class Comparison:
     findings_b: list[str]
     finding_changes: list[FindingChange] = field(default_factory=list)
     regression: RegressionVerdict | None = None
+    # what makes the two runs not comparable step for step (:func:`shape_warnings`)
+    warnings: list[str] = field(default_factory=list)
+    # both runs GPU (True), neither (False), one of each (None): the views name `other`
+    # and `idle` for GPUs, CPUs, or by the breakdown's definitions for both
+    has_gpu_trace: bool | None = False
 
     def changed_components(self) -> list[tuple[str, float]]:
         """Breakdown components whose ms/step moved by ≥ 2 % of A's step, largest first."""
@@ -62,6 +72,7 @@ class Comparison:
             "a": self.a,
             "b": self.b,
             "metrics": records(self.table),
+            "warnings": list(self.warnings),
             "findings": {"a": self.findings_a, "b": self.findings_b},
             "changed_components": [
                 {"component": name, "delta_ms": delta} for name, delta in self.changed_components()
@@ -74,6 +85,8 @@ class Comparison:
                     "b": c.b,
                     "cost_a_ms": c.cost_a_ms,
                     "cost_b_ms": c.cost_b_ms,
+                    "ranks_a": list(c.ranks_a),
+                    "ranks_b": list(c.ranks_b),
                 }
                 for c in self.finding_changes
             ],
@@ -99,11 +112,16 @@ def _worst_by_kind(findings: list[Finding]) -> dict[str, Finding]:
 
 
 def finding_changes(a: list[Finding], b: list[Finding]) -> list[FindingChange]:
+    """Findings that appeared, went, or changed severity or the ranks they name (a
+    straggler that moved from rank 2 to rank 1 is another problem, browser probe)."""
     wa, wb = _worst_by_kind(a), _worst_by_kind(b)
     changes = []
     for kind in [*wa, *(k for k in wb if k not in wa)]:
         fa, fb = wa.get(kind), wb.get(kind)
-        if fa is not None and fb is not None and fa.severity == fb.severity:
+        ranks_a = tuple(sorted(int(r) for r in fa.ranks)) if fa else ()
+        ranks_b = tuple(sorted(int(r) for r in fb.ranks)) if fb else ()
+        same = fa is not None and fb is not None and fa.severity == fb.severity
+        if same and ranks_a == ranks_b:
             continue
         changes.append(
             FindingChange(
@@ -112,9 +130,57 @@ def finding_changes(a: list[Finding], b: list[Finding]) -> list[FindingChange]:
                 b=fb.severity if fb else None,
                 cost_a_ms=fa.cost_ms_per_step if fa else None,
                 cost_b_ms=fb.cost_ms_per_step if fb else None,
+                ranks_a=ranks_a,
+                ranks_b=ranks_b,
             )
         )
     return changes
+
+
+def shape_warnings(a: AnalysisResult, b: AnalysisResult) -> list[str]:
+    """What makes two runs not comparable step for step: world size, backend, script or
+    its arguments (the batch size among them), and ranks one of them could not analyse
+    (a mean over 3 ranks against one over 4). One list for the dashboard and the CLI."""
+    out = []
+    if a.run.world_size != b.run.world_size:
+        out.append(f"World size differs: A {a.run.world_size} ranks, B {b.run.world_size}.")
+    if a.run.backend != b.run.backend:
+        out.append(f"Backend differs: A {a.run.backend}, B {b.run.backend}.")
+    sa, sb = _script_text(a), _script_text(b)
+    if sa and sb and sa != sb:
+        out.append(f"Script or arguments differ (batch size among them): A `{sa}`, B `{sb}`.")
+    for name, mine in (("A", a), ("B", b)):
+        missing = _ranks_not_analysed(mine)
+        if missing:
+            shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+            out.append(
+                f"{name} analysed {len(_analysed(mine))} of its {mine.run.world_size} ranks "
+                f"(rank{'s' if len(missing) > 1 else ''} {shown} not analysed, see its "
+                "warnings): its means are over fewer ranks."
+            )
+    return out
+
+
+def _script_text(result: AnalysisResult) -> str:
+    script = result.run.script
+    if isinstance(script, list):
+        return " ".join(str(s) for s in script)
+    return str(script or "")
+
+
+def _analysed(result: AnalysisResult) -> set[int]:
+    ranks = result.ranks
+    if ranks is None or ranks.empty or "rank" not in ranks:
+        return set()
+    return {int(r) for r in ranks["rank"]}
+
+
+def _ranks_not_analysed(result: AnalysisResult) -> list[int]:
+    world = result.run.world_size or 0
+    analysed = _analysed(result)
+    if not analysed or world <= len(analysed):
+        return []
+    return [r for r in range(world) if r not in analysed]
 
 
 def compare(
@@ -149,7 +215,20 @@ def compare(
         findings_b=[f"{f.kind}:{f.severity}" for f in b.findings],
         finding_changes=finding_changes(a.findings, b.findings),
         regression=verdict,
+        warnings=shape_warnings(a, b),
+        has_gpu_trace=(
+            bool(a.run.has_gpu_trace)
+            if bool(a.run.has_gpu_trace) == bool(b.run.has_gpu_trace)
+            else None
+        ),
     )
 
 
-__all__ = ["COMPARE_METRICS", "Comparison", "FindingChange", "compare", "finding_changes"]
+__all__ = [
+    "COMPARE_METRICS",
+    "Comparison",
+    "FindingChange",
+    "compare",
+    "finding_changes",
+    "shape_warnings",
+]

@@ -206,7 +206,7 @@ def dataparallel_findings(info: DataParallelResult | None, step_ms: float) -> li
             cost_ms_per_step=cost,
             ranks=[0],
             title=(
-                f"DataParallel scatter/replicate/gather costs {cost:.1f} ms per step "
+                f"DataParallel scatter/replicate/gather costs {cost:.2f} ms per step "
                 f"({100 * cost / step_ms:.0f}%)"
             ),
             evidence={

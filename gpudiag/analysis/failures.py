@@ -298,6 +298,22 @@ def hang_findings(run: Any) -> list[Finding]:
     ]
 
 
+# Collectives whose ranks pass different sizes when the call is right.
+SIZES_MAY_DIFFER = frozenset(
+    {
+        "scatter",
+        "gather",
+        "scatter_object_list",
+        "gather_object",
+        "alltoall",
+        "alltoall_base",
+        "all_to_all",
+        "all_to_all_single",
+        "alltoallv",
+    }
+)
+
+
 def collective_mismatches(collectives: pd.DataFrame) -> pd.DataFrame:
     """(pg_name, seq) where ranks disagree on the op or the sizes."""
     cols = {"rank", "pg_name", "seq", "op"}
@@ -305,6 +321,11 @@ def collective_mismatches(collectives: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["pg_name", "seq", "ops", "in_bytes", "ranks"])
     c = collectives.dropna(subset=["seq"]).copy()
     c["in_bytes"] = pd.to_numeric(c.get("in_bytes"), errors="coerce")
+    # a rooted scatter or gather, or an all-to-all with splits, passes other sizes on
+    # other ranks by design (the root's list, 0 B elsewhere): only its op is compared
+    # (ninth probe: a correct dist.scatter, and every dcp.save, read as a HIGH desync)
+    sized = ~c["op"].astype(str).str.lower().isin(SIZES_MAY_DIFFER)
+    c.loc[~sized, "in_bytes"] = float("nan")
     c["pg_name"] = c["pg_name"].astype(str)
     g = c.groupby(["pg_name", "seq"], sort=True)
     counts = g.agg(
@@ -420,7 +441,10 @@ def _cause_agrees_with_desync(findings: list[Finding]) -> list[Finding]:
     observed = ev.get("cause_rank")  # the rank whose failure the launcher saw first
     dev = desync.evidence
     aborted = _as_int_list(dev.get("aborted_ranks"))
-    if not aborted and isinstance(observed, int) and observed not in culprits:
+    # the rank seen failing first was aborted by gloo only when a signal ended it; one
+    # that raised (TORCH_DISTRIBUTED_DEBUG=DETAIL's fingerprint check) failed by itself
+    raised = isinstance(observed, int) and observed not in culprits and not ev.get("signal")
+    if not aborted and isinstance(observed, int) and observed not in culprits and not raised:
         aborted = [observed]
     # a culprit gloo aborted in its own odd call is the cause, not a consequence
     aborted = [r for r in aborted if not (named and r in culprits)]
@@ -441,6 +465,16 @@ def _cause_agrees_with_desync(findings: list[Finding]) -> list[Finding]:
         }
         for r in aborted
     ]
+    if raised and not (named and observed in culprits):
+        error = str(ev.get("error") or "")
+        rows.append(
+            {
+                "rank": observed,
+                "status": "failed",
+                "exc_type": error.split(":", 1)[0] or None,
+                "message": error[:300] or None,
+            }
+        )
     shown = {row["rank"] for row in rows} | (set(culprits) if named else set())
     rows += [c for c in before if c.get("rank") not in shown]
     ev.update(

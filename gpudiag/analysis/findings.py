@@ -12,13 +12,14 @@ analysis/steady.py), except for failures (``hang``, ``desync``, ``rank_failed``:
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from gpudiag import frames
+from gpudiag.analysis.gradient_sync import GradientSyncRounds
 from gpudiag.analysis.slow_rank import SlowRankCause
 from gpudiag.rundir import LintDiagnostic, LintReport
 
@@ -91,6 +92,28 @@ def severity_for(cost_ms: float, step_ms: float) -> str | None:
     return None
 
 
+# Fewer steps than this are one or two samples, the first of them start-up: no cost per
+# step measured on them is sure enough for more than a low finding.
+FEW_STEPS = 3
+# what a run's state shows, whatever its length
+STATE_KINDS = frozenset(("rank_failed", "hang", "desync"))
+
+
+def hedge_few_steps(findings: list[Finding], steps: int) -> None:
+    """Cap every cost finding of a gpudiag run with fewer than FEW_STEPS steps at low,
+    and say why (a run interrupted at step 1 got a medium dataloader_stall from its first
+    batch's 0.45 ms). Not for foreign traces: one "step" of a trace without ProfilerStep
+    marks is its whole span, not one sample."""
+    if steps >= FEW_STEPS:
+        return
+    for f in findings:
+        if f.kind in STATE_KINDS:
+            continue
+        f.severity = "low"
+        f.title += f" (from only {steps} step{'s' * (steps != 1)}: too few to be sure)"
+        f.evidence["steps measured"] = steps
+
+
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     """Failures first (a run that hung is the first thing to know), then by severity
     (high, medium, low), then most costly first: the order of every view."""
@@ -155,18 +178,7 @@ def measured_as(diagnostic: LintDiagnostic, findings: list[Finding]) -> Finding 
     return (here or related)[0] if related else None
 
 
-_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+)')
-
-
-def user_frame(stack_text: str) -> str | None:
-    """Innermost frame of a Python stack that is the user's code (not torch, not the
-    standard library, not gpudiag, not an installed package: :mod:`gpudiag.frames`), as
-    "path:line"."""
-    best = None
-    for path, line in _FRAME_RE.findall(stack_text or ""):
-        if frames.is_user_file(path):
-            best = f"{path}:{line}"
-    return best
+user_frame = frames.user_frame  # where failures.py and the tests take it from
 
 
 def attach_locations(findings: list[Finding], lint: LintReport | None) -> None:
@@ -197,7 +209,11 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "item"):
         value = value.item()
     if isinstance(value, float):
-        return round(value, 4) if math.isfinite(value) else None
+        if not math.isfinite(value):
+            return None
+        # a small number (a p-value: 3.7e-09) keeps its two significant digits; 4
+        # decimals made it 0.0, which says "impossible" (browser probe of issue 31)
+        return round(value, 4) if abs(value) >= 1e-3 or value == 0 else float(f"{value:.2g}")
     if isinstance(value, int):
         return value
     return str(value)
@@ -281,6 +297,12 @@ STRAGGLER_FIXES = {
         "uneven inputs (sequence lengths, batch sizes) and, on GPUs, a slower or "
         "throttled device."
     ),
+    "slower_core": (
+        "This rank runs the same ops as the others, as many times, each slower: its CPU "
+        "cores are shared (other processes, hyper-thread siblings, too many threads of the "
+        "job) or slower. Keep other work off the host, set OMP_NUM_THREADS to the cores per "
+        "rank, or pin each rank to cores of its own (taskset, numactl)."
+    ),
     "blocked": (
         "This rank sleeps or blocks outside data loading and collectives: look for "
         "rank-specific blocking work in the step (writing logs or checkpoints, a lock, a "
@@ -313,23 +335,10 @@ def straggler_findings(
     from the host's CPU samples (``contention``, host.host_contention)."""
     if stragglers is None or len(stragglers) == 0 or "is_straggler" not in stragglers:
         return []
-    # The median over steps resists a few steps where one rank was descheduled (shared
-    # hosts): a real straggler is late in most steps.
-    column = "median_cost_ms" if "median_cost_ms" in stragglers else "cost_ms_per_step"
-    cost = stragglers[column].astype(float).fillna(0).to_numpy()
-    flagged = stragglers["is_straggler"].astype(bool).to_numpy()
-    if not flagged.any() or (len(stragglers) > 1 and flagged.all()):
+    costed = _net_straggler_costs(stragglers, step_ms, run_steps)
+    if costed is None:
         return []
-    spread = spread_over_run(stragglers, run_steps)
-    cost = cost * spread
-    best_other = max((c for c, f in zip(cost, flagged, strict=False) if not f), default=0.0)
-    net = {
-        int(r): float(c - best_other)
-        for r, c, f in zip(stragglers["rank"], cost, flagged, strict=False)
-        if f and severity_for(c - best_other, step_ms)
-    }
-    if not net:
-        return []
+    net, best_other, column, spread = costed
     ranks = sorted(net)
     worst = max(net.values())
     named = stragglers[stragglers["rank"].isin(ranks)]
@@ -337,30 +346,9 @@ def straggler_findings(
     chance = _chance_of_lateness(named, len(stragglers))
     by_chance = chance is not None and chance > MAX_CHANCE_OF_LATENESS
     known = {r: causes[r] for r in ranks if causes and r in causes}
-    if known:
-        starved = any(c.starved for c in known.values())
-    else:  # no run-queue figures: the host's samples are all there is
-        starved = bool(contention and contention.get("contended"))
+    hedge = _StragglerHedge.of(known, contention, worst, runq_ms)
     severity = severity_for(worst, step_ms) or "low"
-    # a lead no longer than the ranks' own wait for a CPU per step (``runq_ms``, the
-    # median rank's): the scheduler alone can make a rank that late on a busy host
-    scheduler_sized = runq_ms is not None and worst <= runq_ms
-    # other processes kept the host's CPUs busy and no part of the rank's own time (data,
-    # compute, blocked) explains the lead: it may be the scheduler's, so say less
-    unexplained_on_busy_host = (
-        bool(known)
-        and not starved
-        and all(c.main is None for c in known.values())
-        and bool(contention and contention.get("contended"))
-    )
-    if (
-        not consistent
-        or by_chance
-        or starved
-        or ended_early
-        or scheduler_sized
-        or unexplained_on_busy_host
-    ):
+    if not consistent or by_chance or ended_early or hedge.says_less:
         severity = "low"
     consistency = _consistency(named, consistent, chance)
     # a multi-node job: say on which node each named rank runs
@@ -369,21 +357,11 @@ def straggler_findings(
     title = (
         f"Rank{'s' if len(ranks) > 1 else ''} {', '.join(where[r] for r in ranks)} arrive"
         f"{'' if len(ranks) > 1 else 's'} last at collectives; the others wait "
-        f"{worst:.1f} ms per step"
+        f"{worst:.2f} ms per step"
         + _straggler_hedges(consistency, consistent, chance if by_chance else None, run_steps)
-        + _starved_words(starved, bool(known))
-        + (
-            f" (no more than the ranks' own wait for a CPU, {runq_ms:.1f} ms per step: the "
-            "scheduler alone can make a rank this late)"
-            if scheduler_sized and runq_ms is not None
-            else ""
-        )
-        + (
-            " (other processes kept this host's CPUs busy, and no part of the rank's own "
-            "time explains the lead: it may be the scheduler's)"
-            if unexplained_on_busy_host
-            else ""
-        )
+        + hedge.words(bool(known))
+        # why a costly straggler is low (browser re-probe: 91 % of the step, low, unsaid)
+        + (" (low: the run failed or hung, and that is its finding)" if ended_early else "")
     )
     # where its time goes is a per-step claim: only for a straggler late step after step
     cause = known.get(ranks[0]) if len(ranks) == 1 and consistent and not by_chance else None
@@ -405,15 +383,124 @@ def straggler_findings(
                 **({"nodes": {str(r): nodes[r] for r in ranks if r in nodes}} if nodes else {}),
                 **consistency,
                 **({"host_cpu": contention} if contention else {}),
-                **({"starved_of_cpu": starved}),
-                **({"unexplained_on_busy_host": True} if unexplained_on_busy_host else {}),
+                **({"starved_of_cpu": hedge.starved}),
+                **({"unexplained_on_busy_host": True} if hedge.unexplained_on_busy_host else {}),
                 **(cause.evidence() if cause is not None else {}),
             },
-            fix=STRAGGLER_FIXES.get(cause.main or "", STRAGGLER_FIX)
-            if cause is not None
-            else STRAGGLER_FIX,
+            fix=_straggler_fix(cause),
         )
     ]
+
+
+def _straggler_fix(cause: SlowRankCause | None) -> str:
+    if cause is None:
+        return STRAGGLER_FIX
+    if cause.same_ops_slower:
+        return STRAGGLER_FIXES["slower_core"]
+    return STRAGGLER_FIXES.get(cause.main or "", STRAGGLER_FIX)
+
+
+def _net_straggler_costs(
+    stragglers: Any, step_ms: float, run_steps: int | None
+) -> tuple[dict[int, float], float, str, float] | None:
+    """Each flagged rank's cost net of the most any other rank makes the others wait
+    (kept where that is still a finding), that most, the cost column and the spread
+    over the run's steps; None when no rank is a straggler."""
+    # The median over steps resists a few steps where one rank was descheduled (shared
+    # hosts): a real straggler is late in most steps.
+    column = "median_cost_ms" if "median_cost_ms" in stragglers else "cost_ms_per_step"
+    cost = stragglers[column].astype(float).fillna(0).to_numpy()
+    flagged = stragglers["is_straggler"].astype(bool).to_numpy()
+    if not flagged.any() or (len(stragglers) > 1 and flagged.all()):
+        return None
+    spread = spread_over_run(stragglers, run_steps)
+    cost = cost * spread
+    best_other = max((c for c, f in zip(cost, flagged, strict=False) if not f), default=0.0)
+    net = {
+        int(r): float(c - best_other)
+        for r, c, f in zip(stragglers["rank"], cost, flagged, strict=False)
+        if f and severity_for(c - best_other, step_ms)
+    }
+    return (net, best_other, column, spread) if net else None
+
+
+# Parts of a slow rank's time that are its own doing (slow_rank.PARTS less "starved")
+_OWN_CAUSES = ("data", "compute", "blocked")
+
+
+@dataclass(frozen=True)
+class _StragglerHedge:
+    """Why a straggler may be the host's doing rather than its own: starved of CPU, a
+    lead no longer than the ranks' own wait for a CPU, or a busy host and nothing of the
+    rank's own time to explain it."""
+
+    starved: bool
+    scheduler_sized: bool
+    unexplained_on_busy_host: bool
+    runq_ms: float | None
+    # the same ops as the others, each slower, while other processes held the host: a
+    # core it shared, not work of its own
+    slower_core_on_busy_host: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        known: dict[int, SlowRankCause],
+        contention: dict[str, Any] | None,
+        worst: float,
+        runq_ms: float | None,
+    ) -> _StragglerHedge:
+        if known:
+            starved = any(c.starved for c in known.values())
+        else:  # no run-queue figures: the host's samples are all there is
+            starved = bool(contention and contention.get("contended"))
+        # a lead no longer than the ranks' own wait for a CPU per step (``runq_ms``, the
+        # median rank's): the scheduler alone can make a rank that late on a busy host,
+        # unless the rank's own time explains it (more data wait, CPU work, or blocking)
+        own = bool(known) and all(c.main in _OWN_CAUSES for c in known.values())
+        scheduler_sized = runq_ms is not None and worst <= runq_ms and not own
+        # other processes kept the host's CPUs busy and no part of the rank's own time
+        # (data, compute, blocked) explains the lead: it may be the scheduler's
+        unexplained = (
+            bool(known)
+            and not starved
+            and all(c.main is None for c in known.values())
+            and bool(contention and contention.get("contended"))
+        )
+        slower_core = (
+            bool(known)
+            and all(c.same_ops_slower for c in known.values())
+            and bool(contention and contention.get("contended"))
+        )
+        return cls(starved, scheduler_sized, unexplained, runq_ms, slower_core)
+
+    @property
+    def says_less(self) -> bool:
+        return (
+            self.starved
+            or self.scheduler_sized
+            or self.unexplained_on_busy_host
+            or self.slower_core_on_busy_host
+        )
+
+    def words(self, known: bool) -> str:
+        text = _starved_words(self.starved, known)
+        if self.scheduler_sized and self.runq_ms is not None:
+            text += (
+                f" (no more than the ranks' own wait for a CPU, {self.runq_ms:.1f} ms per "
+                "step: the scheduler alone can make a rank this late)"
+            )
+        if self.unexplained_on_busy_host:
+            text += (
+                " (other processes kept this host's CPUs busy, and no part of the rank's own "
+                "time explains the lead: it may be the scheduler's)"
+            )
+        if self.slower_core_on_busy_host:
+            text += (
+                " (low: it ran the same ops as the other ranks, each slower, while other "
+                "processes kept this host's CPUs busy: a shared core, likely not the job's)"
+            )
+        return text
 
 
 # Kinds measured across ranks: a rank missing from the run makes them unsure.
@@ -546,6 +633,20 @@ def _per_rank_evidence(stragglers: Any) -> dict[str, Any]:
     }
 
 
+def straggler_waits(ranks: Any, stragglers: Iterable[Finding]) -> dict[int, float]:
+    """Each rank's wait for the named straggler(s), ms per steady step: every rank but a
+    straggler waits its cost (:func:`waiting_share` is the mean of this over ranks)."""
+    if ranks is None or len(ranks) == 0:
+        return {}
+    waits = {int(r): 0.0 for r in ranks["rank"]}
+    for f in stragglers:
+        named = {int(r) for r in f.ranks}
+        for r in waits:
+            if r not in named:
+                waits[r] += float(f.cost_ms_per_step)
+    return waits
+
+
 def waiting_share(ranks: Any, straggler_ranks: list[int], straggler_ms: float) -> float:
     """Mean over ranks of the time spent waiting for the straggler(s): every rank but
     the straggler(s) waits ``straggler_ms`` per step (it shows as exposed communication
@@ -589,6 +690,8 @@ class ExposedSplit:
     gross_ms: float
     waiting_ms: float
     unknown_ms: float
+    # each rank's part of ``waiting_ms`` (their mean), in the per-rank table's order
+    per_rank_waiting_ms: tuple[float, ...] = ()
 
     @property
     def transfer_ms(self) -> float:
@@ -601,7 +704,10 @@ class ExposedSplit:
     def scaled(self, factor: float) -> ExposedSplit:
         """Every part times ``factor`` (the profiled window's step to the steady step)."""
         return ExposedSplit(
-            self.gross_ms * factor, self.waiting_ms * factor, self.unknown_ms * factor
+            self.gross_ms * factor,
+            self.waiting_ms * factor,
+            self.unknown_ms * factor,
+            tuple(w * factor for w in self.per_rank_waiting_ms),
         )
 
     @property
@@ -610,24 +716,81 @@ class ExposedSplit:
         return self.unknown_ms > 0.05 * self.transfer_ms
 
 
-def exposed_split(ranks: Any, peer_wait: Any, straggler_ms: float = 0.0) -> ExposedSplit:
+def measured_wait_ranks(ranks: Any, peer_wait: Any) -> list[bool]:
+    """Per rank of the per-rank table: its wait for peers was measured, every one of its
+    collectives matched across ranks (comms.peer_wait)."""
+    seen = _by_rank(ranks, peer_wait, "comm_exposed_ms", missing=np.nan)
+    unmatched = _by_rank(ranks, peer_wait, "unmatched_ms")
+    return [bool(not np.isnan(s) and u <= 0) for s, u in zip(seen, unmatched, strict=True)]
+
+
+def exposed_split(
+    ranks: Any, peer_wait: Any, straggler_wait: Mapping[int, float] | float = 0.0
+) -> ExposedSplit:
     """Waiting = the measured exposed wait for the last peer to arrive at each collective
-    (comms.peer_wait: arrival skew, a straggler's lead included), or the straggler's share
-    (:func:`waiting_share`) when that is larger (it covers every step of the run, the
-    measured wait only the traced ones). Overlap does not give it back: a straggler, load
+    (comms.peer_wait: arrival skew, a straggler's lead included), or, per rank, its wait
+    for a named straggler (``straggler_wait``: :func:`straggler_waits` in the window's
+    terms; a number is every rank's) when that is larger (it covers every step of the
+    run, the measured wait only the traced ones), at most the rank's exposed time; the
+    split's waiting is the mean of the ranks' (so a chart of the per-rank parts adds up
+    to the finding's numbers). Overlap does not give it back: a straggler, load
     imbalance or a descheduled peer is its cause. A rank ``peer_wait`` does not cover (it
     could not be measured) counts as unknown: all of its exposed time."""
     if ranks is None or len(ranks) == 0 or "comm_exposed" not in ranks:
         return ExposedSplit(0.0, 0.0, 0.0)
     exposed = ranks["comm_exposed"].astype(float).to_numpy()
     gross = float(exposed.mean())
-    measured = float(_by_rank(ranks, peer_wait, "peer_wait_ms").mean())
-    waiting = min(max(measured, straggler_ms, 0.0), gross)
+    measured = _by_rank(ranks, peer_wait, "peer_wait_ms")
+    if isinstance(straggler_wait, Mapping):
+        owed = np.array([straggler_wait.get(int(r), 0.0) for r in ranks["rank"]], dtype=float)
+    else:
+        owed = np.full(len(exposed), float(straggler_wait))
+    per_rank = np.minimum(np.maximum(np.maximum(measured, owed), 0.0), np.maximum(exposed, 0.0))
+    waiting = min(float(per_rank.mean()), gross)
     # a rank without a measured wait (no trace of it, or the analysis failed): unknown
     seen = _by_rank(ranks, peer_wait, "comm_exposed_ms", missing=np.nan)
     unmatched = np.where(np.isnan(seen), exposed, _by_rank(ranks, peer_wait, "unmatched_ms"))
     unknown = float(unmatched.mean())
-    return ExposedSplit(gross, waiting, min(max(unknown, 0.0), gross - waiting))
+    return ExposedSplit(
+        gross,
+        waiting,
+        min(max(unknown, 0.0), gross - waiting),
+        tuple(float(w) for w in per_rank),
+    )
+
+
+def _per_rank_exposed_evidence(
+    ranks: Any, exposed: Any, per_rank_wait: tuple[float, ...]
+) -> dict[str, dict[str, float]]:
+    return {
+        "per_rank_exposed_ms": {
+            str(int(r)): ms(e) for r, e in zip(ranks["rank"], exposed, strict=False)
+        },
+        "per_rank_waiting_for_peers_ms": {
+            str(int(r)): ms(w) for r, w in zip(ranks["rank"], per_rank_wait, strict=False)
+        },
+    }
+
+
+def _straggler_part(ranks: Any, owed: Mapping[int, float] | float) -> float:
+    """Mean over ranks of each rank's wait for a named straggler, at most its exposed
+    communication (the profiled window's terms, as ``owed``)."""
+    exposed = ranks["comm_exposed"].astype(float).to_numpy()
+    if isinstance(owed, Mapping):
+        waits = np.array([owed.get(int(r), 0.0) for r in ranks["rank"]], dtype=float)
+    else:
+        waits = np.full(len(exposed), float(owed))
+    return float(np.minimum(np.maximum(waits, 0.0), np.maximum(exposed, 0.0)).mean())
+
+
+def _owed_in_window(
+    straggler_wait: Mapping[int, float] | None, straggler_ms: float, scale: float
+) -> Mapping[int, float] | float:
+    """The wait for a named straggler in the profiled window's terms: per rank where
+    known, else the mean over ranks."""
+    if straggler_wait:
+        return {r: w / scale for r, w in straggler_wait.items()}
+    return straggler_ms / scale
 
 
 def exposed_comm_findings(
@@ -639,6 +802,8 @@ def exposed_comm_findings(
     peer_wait: Any = None,
     runq_share: float | None = None,
     window_step_ms: float | None = None,
+    sync_rounds: GradientSyncRounds | None = None,
+    straggler_wait: Mapping[int, float] | None = None,
 ) -> list[Finding]:
     """Exposed communication net of the waiting for peers: the cost is the transfer part,
     what better overlap gives back. ``peer_wait`` (comms.peer_wait) gives each rank's
@@ -646,20 +811,28 @@ def exposed_comm_findings(
     collectives that could not be matched across ranks (their wait is unknown: the cost
     is then an upper bound, and the severity comes from the part known to be transfer,
     low at least). ``straggler_ms``: the mean over ranks of the wait for a named straggler
-    (:func:`waiting_share`), set apart at least. When even the largest collective is tiny
+    (:func:`waiting_share`), set apart at least (per rank where ``straggler_wait``,
+    :func:`straggler_waits`, gives each rank's). When even the largest collective is tiny
     (``largest_bytes``), the advice is about latency, not bandwidth. ``runq_share``
     (steady.runq_share): when the ranks' training threads waited that share of the step
     for a CPU (:data:`STARVED_RUNQ_SHARE` or more), other processes held the host and
     the transfer's time includes theirs: the finding is capped at low and says so.
     ``window_step_ms``: the profiled window's mean step, where the steady step
     (``step_ms``) is shorter (the profiler slowed the steps it recorded): the window's
-    times are scaled to the steady step (:func:`window_scale`) and the title says so."""
+    times are scaled to the steady step (:func:`window_scale`) and the title says so.
+    ``sync_rounds`` (gradient_sync.gradient_sync_rounds): DDP all-reduced the gradients
+    more than once per optimizer step; the finding then says so, and its cost is what
+    no_sync() on the non-final micro-steps gives back (:func:`_microstep_sync_finding`)."""
     if ranks is None or len(ranks) == 0 or "comm_exposed" not in ranks:
         return []
     exposed = ranks["comm_exposed"].astype(float)
     scale = window_scale(step_ms, window_step_ms)
-    window = exposed_split(ranks, peer_wait, straggler_ms / scale)
+    owed = _owed_in_window(straggler_wait, straggler_ms, scale)
+    window = exposed_split(ranks, peer_wait, owed)
     split = window.scaled(scale)
+    if sync_rounds is not None and sync_rounds.rounds_per_step >= 2:
+        found = _microstep_sync_finding(sync_rounds, split, step_ms, runq_share)
+        return [found] if found is not None else []
     gross, waiting, unknown, cost = (
         split.gross_ms,
         split.waiting_ms,
@@ -674,17 +847,11 @@ def exposed_comm_findings(
     starved = host_starved(runq_share)
     if starved:
         severity = "low"
-    per_rank_wait = _by_rank(ranks, peer_wait, "peer_wait_ms")
-    steps = ranks["step_ms_mean"].astype(float)
-    hit = [
-        int(r)
-        for r, e, w, s in zip(ranks["rank"], exposed, per_rank_wait, steps, strict=False)
-        if severity_for(e - w, s)
-    ]
+    # the profiled window's, as the per-rank table (and the chart drawn from it) is
+    per_rank_wait = window.per_rank_waiting_ms
+    hit = _ranks_exposed(ranks, exposed, per_rank_wait)
     overlapped = float(ranks["comm_overlapped"].astype(float).mean())
-    stall_ms = None
-    if stall is not None and len(stall) and "stall_ms" in stall:
-        stall_ms = ms(float(stall["stall_ms"].astype(float).mean()))
+    stall_ms = _mean_stall_ms(stall)
     return [
         Finding(
             kind="exposed_communication",
@@ -697,7 +864,9 @@ def exposed_comm_findings(
             evidence={
                 "comm_exposed_ms": ms(gross),
                 "waiting_for_peers_ms": ms(waiting),
-                "waiting_for_straggler_ms": ms(straggler_ms),
+                # in the same terms as the rest: the part of each rank's exposed time
+                # set apart for the straggler (a part, never more than the whole)
+                "waiting_for_straggler_ms": ms(_straggler_part(ranks, owed) * scale),
                 "transfer_ms": ms(cost),
                 **(
                     {"unmatched_ms": ms(unknown), "cost_is_upper_bound": True}
@@ -711,12 +880,7 @@ def exposed_comm_findings(
                 "step_ms": ms(step_ms),
                 **_window_evidence(window, window_step_ms, scale, runq_share),
                 "allreduce_stall_ms_per_step": stall_ms,
-                "per_rank_exposed_ms": {
-                    str(int(r)): ms(e) for r, e in zip(ranks["rank"], exposed, strict=False)
-                },
-                "per_rank_waiting_for_peers_ms": {
-                    str(int(r)): ms(w) for r, w in zip(ranks["rank"], per_rank_wait, strict=False)
-                },
+                **_per_rank_exposed_evidence(ranks, exposed, per_rank_wait),
                 **(
                     {"latency_bound": True, "largest_collective_bytes": largest_bytes}
                     if latency_bound(largest_bytes)
@@ -726,6 +890,75 @@ def exposed_comm_findings(
             fix=EXPOSED_COMM_FIX_LATENCY if latency_bound(largest_bytes) else EXPOSED_COMM_FIX,
         )
     ]
+
+
+NO_SYNC_FIX = (
+    "Accumulate gradients without syncing them: run the backward of every micro-batch "
+    "but the last under `with model.no_sync():` (accelerate: `with "
+    "accelerator.accumulate(model):` and Accelerator(gradient_accumulation_steps=K); "
+    "Lightning's accumulate_grad_batches and the HF Trainer's gradient_accumulation_steps "
+    "do it for you). If the extra backward passes are not accumulation (SAM, two losses "
+    "whose gradients must each be synced), the rounds are needed."
+)
+
+
+def _microstep_sync_finding(
+    rounds: GradientSyncRounds, split: ExposedSplit, step_ms: float, runq_share: float | None
+) -> Finding | None:
+    """DDP all-reduced every bucket K times per optimizer step: the first K-1 rounds are
+    summed over by the next backward. no_sync() on those micro-steps removes their
+    exposed communication, waits for peers included: (K-1)/K of it. The rounds are
+    counted, not timed, so a busy host does not make them doubtful (only the cost
+    carries the host's load, and the title says so)."""
+    k = rounds.rounds_per_step
+    cost = split.gross_ms * (k - 1) / k
+    severity = severity_for(cost, step_ms)
+    if severity is None:
+        return None
+    calls = k * rounds.buckets
+    title = (
+        f"DDP all-reduced the gradients {k} times per optimizer step ({calls} bucket "
+        f"all-reduces of {rounds.buckets} bucket{'s' * (rounds.buckets != 1)}, counted over "
+        f"{rounds.steps} steps): gradient accumulation without no_sync()? The first {k - 1} "
+        f"rounds are summed over by the next backward; skipping them gives back about "
+        f"{cost:.2f} ms per step ({k - 1}/{k} of the {split.gross_ms:.2f} ms of exposed "
+        f"communication, {cost / step_ms:.0%} of the step)"
+    )
+    if host_starved(runq_share):
+        title += _STARVED_HOST_WORDS.format(share=runq_share)
+    return Finding(
+        kind="exposed_communication",
+        severity=severity,
+        cost_ms_per_step=cost,
+        ranks=list(rounds.ranks),
+        title=title,
+        evidence={
+            "gradient_sync_rounds_per_step": k,
+            "ddp_buckets": rounds.buckets,
+            "steps_counted": rounds.steps,
+            "comm_exposed_ms": ms(split.gross_ms),
+            "waiting_for_peers_ms": ms(split.waiting_ms),
+            "no_sync_gives_back_ms": ms(cost),
+            "step_ms": ms(step_ms),
+        },
+        fix=NO_SYNC_FIX,
+    )
+
+
+def _ranks_exposed(ranks: Any, exposed: Any, per_rank_wait: Any) -> list[int]:
+    """The ranks whose own exposed transfer (exposed less their wait) is a finding."""
+    steps = ranks["step_ms_mean"].astype(float)
+    return [
+        int(r)
+        for r, e, w, s in zip(ranks["rank"], exposed, per_rank_wait, steps, strict=False)
+        if severity_for(e - w, s)
+    ]
+
+
+def _mean_stall_ms(stall: Any) -> float | None:
+    if stall is not None and len(stall) and "stall_ms" in stall:
+        return ms(float(stall["stall_ms"].astype(float).mean()))
+    return None
 
 
 def window_scale(step_ms: float, window_step_ms: float | None) -> float:
@@ -779,21 +1012,21 @@ def _exposed_title(split: ExposedSplit, step_ms: float, straggler: bool = False)
     cost = split.transfer_ms
     share = f"{100 * cost / step_ms:.0f}% of the step"
     bound = (
-        f", an upper bound on the transfer: {split.unknown_ms:.1f} ms of it is in collectives "
+        f", an upper bound on the transfer: {split.unknown_ms:.2f} ms of it is in collectives "
         "not matched across ranks (not every rank traced), whose wait for late peers is unknown"
         if split.upper_bound
         else ""
     )
     if split.waiting_ms <= 0.05 * split.gross_ms:
         return (
-            f"{cost:.1f} ms per step of communication is not overlapped with compute "
+            f"{cost:.2f} ms per step of communication is not overlapped with compute "
             f"({share}){bound}"
         )
     whom = " (the straggler among them)" if straggler else ""
     return (
-        f"{split.gross_ms:.1f} ms per step of communication is not overlapped with compute "
-        f"(mean over ranks); {split.waiting_ms:.1f} ms of it is waiting for late peers to "
-        f"arrive at collectives{whom}, the other {cost:.1f} ms ({share}) is the transfer "
+        f"{split.gross_ms:.2f} ms per step of communication is not overlapped with compute "
+        f"(mean over ranks); {split.waiting_ms:.2f} ms of it is waiting for late peers to "
+        f"arrive at collectives{whom}, the other {cost:.2f} ms ({share}) is the transfer "
         f"itself{bound}"
     )
 
@@ -840,12 +1073,15 @@ def bucket_findings(
             severity="low" if host_starved(runq_share) else severity_for(known, step_ms) or "low",
             cost_ms_per_step=cost,
             ranks=[],
-            title=f"DDP uses {why} gradient buckets ({count:.0f} per step) while {exposed:.1f} ms/step of communication transfer is exposed",
+            title=f"DDP uses {why} gradient buckets ({count:.0f} per step) while {exposed:.2f} ms/step of communication transfer is exposed",
             evidence={
                 "buckets_per_step": round(count, 2),
-                "mean_bucket_mb": None if math.isnan(mean_mb) else round(mean_mb, 3),
-                "comm_exposed_ms": ms(exposed),
-                "estimate": "half of the exposed communication",
+                # MiB (2**20 bytes), as the collectives table's sizes
+                "mean_bucket_mib": None if math.isnan(mean_mb) else round(mean_mb, 3),
+                # the exposed transfer (exposed_communication's cost), not its
+                # `comm_exposed_ms`: one name per quantity (browser re-probe)
+                "transfer_ms": ms(exposed),
+                "estimate": "half of the exposed transfer",
             },
             fix=fix,
         )

@@ -277,9 +277,9 @@ def _idle_finding(info: GpuResult, step_ms: float, ranks: pd.DataFrame | None) -
                 )
             title += ")"
         else:
-            title = f"GPU idle {cost:.1f} ms per step ({share} of the step: {split})"
+            title = f"GPU idle {cost:.2f} ms per step ({share} of the step: {split})"
     else:
-        title = f"GPU idle {cost:.1f} ms per step ({share} of the step)"
+        title = f"GPU idle {cost:.2f} ms per step ({share} of the step)"
     return [
         Finding(
             kind="gpu_idle",

@@ -1473,7 +1473,7 @@ Prepare = Callable[[RankTrace], None]
 LoadJob = tuple[str, int, "Prepare | None", bool]
 LoadResult = tuple["RankTrace | None", list[str]]
 Arrivals = Iterator[tuple[int, LoadResult]]  # (job index, its result), as each arrives
-# Runs ``task`` on every job, possibly elsewhere (gpudiag.analysis.cluster), and yields
+# Runs ``task`` on every job, possibly elsewhere (gpudiag.analysis.dask_tasks), and yields
 # each result with its job's index as it arrives (in any order).
 RunTasks = Callable[
     [Callable[[LoadJob], LoadResult], list[LoadJob]], Iterable[tuple[int, LoadResult]]
@@ -1496,7 +1496,7 @@ def _load_and_prepare(
 
 def load_task(job: LoadJob) -> LoadResult:
     """The per-rank task: load one trace and run ``prepare`` on it. The local process
-    pool and a Dask cluster (gpudiag.analysis.cluster) both run exactly this."""
+    pool and a Dask cluster (gpudiag.analysis.dask_tasks) both run exactly this."""
     return _load_and_prepare(*job)
 
 

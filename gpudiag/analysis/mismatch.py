@@ -18,6 +18,7 @@ The culprit is the rank whose call differs from the others' (by line, then by si
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -49,7 +50,14 @@ class Call:
 
     @property
     def line(self) -> str | None:
-        return self.callsite.split(" in ")[0] if self.callsite else None
+        """The call's ``file:line`` for comparing ranks: the file by its name alone, since
+        one script's path differs between ranks started differently (``train.py`` for the
+        rank gpudiag started, ``/home/u/train.py`` for one a framework re-executed) or on
+        nodes with their checkouts in different folders."""
+        if not self.callsite:
+            return None
+        path, _, lineno = self.callsite.split(" in ")[0].rpartition(":")
+        return f"{os.path.basename(path)}:{lineno}" if path else self.callsite
 
 
 def _rank_root(run: Any, rank: int) -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ from gpudiag.analysis import (
     dataparallel,
     failures,
     gpu,
+    gradient_sync,
     host,
     slow_rank,
     steady,
@@ -216,6 +217,8 @@ def _run_info(
         cores_per_node=_cores_per_node(manifest),
         threads_per_rank=_threads_per_rank(manifest),
         steady_step_ms=steady_ms,
+        steady_steps=steady.steady_step_count(run.steps) if steady_ms is not None else None,
+        warmup_steps=steady.warmup_step_count(run.steps) if steady_ms is not None else None,
     )
 
 
@@ -483,6 +486,7 @@ def _communication_findings(
     runq_share = steady.runq_share(base.rank_times)
     ranks = inputs.ranks
     waited = sum(fnd.waiting_share(ranks, f.ranks, f.cost_ms_per_step) for f in straggler)
+    owed = fnd.straggler_waits(ranks, straggler)
     largest = _largest_bytes(inputs.coll)
     comms = inputs.comms
     peer_wait = (
@@ -495,14 +499,24 @@ def _communication_findings(
         base.step_ms,
         inputs.stall,
         straggler_ms=waited,
+        straggler_wait=owed,
         largest_bytes=largest,
         peer_wait=peer_wait,
         runq_share=runq_share,
         window_step_ms=base.window_ms,
+        sync_rounds=_guard(
+            warnings,
+            "gradient sync rounds",
+            gradient_sync.gradient_sync_rounds,
+            run.collectives if run is not None else None,
+            run.ddp_stats if run is not None else None,
+        ),
     )
+    scale = fnd.window_scale(base.step_ms, base.window_ms)
+    window = fnd.exposed_split(ranks, peer_wait, {r: w / scale for r, w in owed.items()})
+    _note_comm_wait(ranks, window, peer_wait)
     if _uses_ddp(inputs.traces, run):
-        scale = fnd.window_scale(base.step_ms, base.window_ms)
-        split = fnd.exposed_split(ranks, peer_wait, waited / scale).scaled(scale)
+        split = window.scaled(scale)
         found += fnd.bucket_findings(
             _lowest_rank_rows(inputs.buckets),
             ranks,
@@ -512,6 +526,23 @@ def _communication_findings(
             runq_share=runq_share,
         )
     return found
+
+
+def _note_comm_wait(ranks: pd.DataFrame, window: fnd.ExposedSplit, peer_wait: Any) -> None:
+    """The per-rank table's ``comm_wait``: the part of each rank's exposed communication
+    spent waiting for late peers (a named straggler's wait included), in the profiled
+    window as the table is; the rest of ``comm_exposed`` is the transfer. Every view
+    splits the exposed communication by it, whatever finding the run has (the chart split
+    it only when an exposed_communication finding existed: browser probe). Left out
+    where a rank's wait could not be measured (no trace of a peer, unmatched calls)."""
+    if peer_wait is None or len(ranks) == 0 or "comm_exposed" not in ranks:
+        return
+    known = fnd.measured_wait_ranks(ranks, peer_wait)
+    if not all(known) or len(window.per_rank_waiting_ms) != len(ranks):
+        return
+    ranks.insert(
+        list(ranks.columns).index("comm_exposed") + 1, "comm_wait", list(window.per_rank_waiting_ms)
+    )
 
 
 # Up to this many collective calls, the wall time per step is computed in memory (one
@@ -568,6 +599,14 @@ def _slow_rank_causes(
         if cause is not None:
             causes[int(rank)] = cause
     return causes
+
+
+def _recorded_steps(run: Any) -> int:
+    """The most steps any rank recorded in the run's steps table (0 without one)."""
+    steps = getattr(run, "steps", None)
+    if steps is None or not len(steps) or not {"rank", "step"} <= set(steps.columns):
+        return 0
+    return int(steps.groupby("rank")["step"].nunique().max())
 
 
 def _mean_step_ms(ranks: pd.DataFrame, run: Any) -> float:
@@ -661,14 +700,13 @@ def analyze(
     """Analyse a gpudiag run directory or any directory / file of profiler traces; a
     list: the per-node directories of one multi-node job (rundir.group_node_dirs).
 
-    ``run_tasks`` (gpudiag.analysis.cluster.DaskTasks, from ``cluster.connect``) runs
+    ``run_tasks`` (gpudiag.analysis.dask_tasks.DaskTasks, from ``cluster.connect``) runs
     ingest and the per-rank analyses on a Dask cluster instead of the local process
-    pool; only per-rank results come back, the cross-rank analyses run here."""
-    from gpudiag.analysis import breakdown as bd
-    from gpudiag.analysis import fold, ingest
+    pool; only per-rank results come back, the cross-rank analyses run here.
 
-    comms = _optional("comms")
-    strag = _optional("stragglers")
+    The analysis is :data:`STEPS` in order, each reading what the earlier ones put in
+    one :class:`_Work`; this function only loads the inputs and orders the steps."""
+    from gpudiag.analysis import fold
 
     node_dirs = [Path(p) for p in path] if isinstance(path, list) and len(path) > 1 else None
     if isinstance(path, list):
@@ -683,22 +721,8 @@ def analyze(
         )
         return result
     run, files, warnings = _resolve_inputs(path, node_dirs)
-    offsets = _trace_offsets(run)
     folded = fold.RankFold()
-    traces = (
-        ingest.load_traces(
-            files,
-            workers=workers,
-            warnings=warnings,
-            prepare_for=_prepare_for(offsets),
-            run_tasks=run_tasks,
-            on_arrival=folded.add,
-        )
-        if files
-        else []
-    )
-    for t in traces:  # where no worker prepared it
-        shift_trace(t, offsets.get(str(t.meta.path), 0))
+    traces = _load_traces(files, run, folded, warnings, workers, run_tasks)
     if not traces and (
         run is None
         or (run.steps.empty and run.collectives.empty and not run.statuses and not run.manifest)
@@ -707,133 +731,206 @@ def analyze(
             "no readable profiler trace" if files else "no profiler traces or gpudiag run files"
         )
         raise AnalysisInputError(f"{path}: nothing to analyse ({detail})", warnings)
+    work = _Work(path, run, traces, warnings, folded, _optional("comms"), _optional("stragglers"))
+    for _name, step in STEPS:
+        step(work)
+    return _result(work)
 
-    blind = bd.gpu_without_kernels_warning(traces)
+
+def _load_traces(
+    files: list[Path],
+    run: Any,
+    folded: Any,
+    warnings: list[str],
+    workers: int | None,
+    run_tasks: RunTasks | None,
+) -> list[Any]:
+    """The profiler traces, each shifted onto the run's clock (ingest's workers do it
+    where they can)."""
+    from gpudiag.analysis import ingest
+
+    if not files:
+        return []
+    offsets = _trace_offsets(run)
+    traces = ingest.load_traces(
+        files,
+        workers=workers,
+        warnings=warnings,
+        prepare_for=_prepare_for(offsets),
+        run_tasks=run_tasks,
+        on_arrival=folded.add,
+    )
+    for t in traces:  # where no worker prepared it
+        shift_trace(t, offsets.get(str(t.meta.path), 0))
+    return traces
+
+
+@dataclass
+class _Work:
+    """What the steps of one analysis share: the inputs, then each step's output."""
+
+    path: Path
+    run: Any  # rundir.Run | None
+    traces: list[Any]
+    warnings: list[str]
+    folded: Any  # fold.RankFold: the spill file of the per-call tables
+    comms: Any  # the comms module (None in a build without it)
+    strag: Any  # the stragglers module (idem)
+    breakdown: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    steady_ms: float | None = None
+    window_ms: float | None = None
+    step_ms: float = float("nan")
+    rank_times: dict[int, steady.RankTime] = field(default_factory=dict)
+    coll: SpilledTable = field(default_factory=SpilledTable.of)
+    summary: pd.DataFrame | None = None
+    buckets: SpilledTable | None = None
+    stall: pd.DataFrame | None = None
+    skew: _Skew | None = None
+    slow: pd.DataFrame | None = None
+    dp: Any = None  # dataparallel.DataParallelResult | None
+    dl: DataLoaderResult = field(default_factory=DataLoaderResult)
+    gpu_info: GpuResult = field(default_factory=GpuResult)
+    info: RunInfo | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def run_steps(self) -> pd.DataFrame | None:
+        return self.run.steps if self.run is not None else None
+
+
+def _step_breakdown(w: _Work) -> None:
+    """Per-step time split of each rank (traces; else the steps table) and its mean."""
+    from gpudiag.analysis import breakdown as bd
+    from gpudiag.analysis import fold
+
+    blind = bd.gpu_without_kernels_warning(w.traces)
     if blind:
-        warnings.append(blind)
-    if traces:
+        w.warnings.append(blind)
+    if w.traces:
         parts = fold.rank_rows(
-            traces,
+            w.traces,
             "step_breakdown",
             bd.step_breakdown,
-            on_error=lambda t, exc: _skipped(warnings, f"breakdown of rank {t.meta.rank}", exc),
+            on_error=lambda t, exc: _skipped(w.warnings, f"breakdown of rank {t.meta.rank}", exc),
         )
-        breakdown = pd.concat(parts, ignore_index=True) if parts else _empty(BREAKDOWN_COLUMNS)
+        w.breakdown = pd.concat(parts, ignore_index=True) if parts else _empty(BREAKDOWN_COLUMNS)
     else:
-        breakdown = _breakdown_from_steps(run)
-    ranks = rank_table(breakdown)
-    if traces and len(ranks):
-        ranks["comm_comp_overlap_pct"] = _guard(
-            warnings, "comm/comp overlap", bd.overlap_by_rank, traces, ranks["rank"]
+        w.breakdown = _breakdown_from_steps(w.run)
+    w.ranks = rank_table(w.breakdown)
+    if w.traces and len(w.ranks):
+        w.ranks["comm_comp_overlap_pct"] = _guard(
+            w.warnings, "comm/comp overlap", bd.overlap_by_rank, w.traces, w.ranks["rank"]
         )
-    run_steps = run.steps if run is not None else None
-    steady_ms = steady.steady_step_ms(run_steps)
-    rank_times = steady.rank_times(run_steps)
-    # severities and shares: the steady step of every recorded step (the profiled window
-    # is slowed by the profiler); foreign traces have only their window
-    window_ms = _mean_step_ms(ranks, run) if traces else None  # the profiled steps
-    step_ms = steady_ms if steady_ms is not None else _mean_step_ms(ranks, run)
 
-    if comms is None or strag is None:
-        warnings.append("communication and straggler analysis unavailable in this build")
-    # Every collective call of every rank: spilled to the fold's file as it is made, a
-    # few ranks at a time, each analysis reading back the columns it reads (a many-rank
-    # run's per-call tables are never all in memory, docs/cluster.md)
-    table = (
-        _guard(
-            warnings,
-            "collective table",
-            lambda: SpilledTable.build(comms.collective_pieces(traces, run=run), folded.spill),
+
+def _step_times(w: _Work) -> None:
+    """The step the findings are rated against: the steady step of every recorded step
+    (the profiled window is slowed by the profiler); foreign traces have only their
+    window."""
+    w.steady_ms = steady.steady_step_ms(w.run_steps)
+    w.rank_times = steady.rank_times(w.run_steps)
+    w.window_ms = _mean_step_ms(w.ranks, w.run) if w.traces else None
+    w.step_ms = w.steady_ms if w.steady_ms is not None else _mean_step_ms(w.ranks, w.run)
+
+
+def _step_collectives(w: _Work) -> None:
+    """Every collective call of every rank: spilled to the fold's file as it is made, a
+    few ranks at a time, each analysis reading back the columns it reads (a many-rank
+    run's per-call tables are never all in memory, docs/cluster.md); its summary, DDP's
+    buckets and the all-reduce stall."""
+    comms = w.comms
+    if comms is None or w.strag is None:
+        w.warnings.append("communication and straggler analysis unavailable in this build")
+    if comms is None:
+        w.coll = SpilledTable(_empty(("rank", "pg_name", "seq", "op")))
+        w.folded.spill_rows("collective_rows")
+        return
+    table = _guard(
+        w.warnings,
+        "collective table",
+        lambda: SpilledTable.build(comms.collective_pieces(w.traces, run=w.run), w.folded.spill),
+    )
+    w.coll = table if table is not None else SpilledTable(_empty(("rank", "pg_name", "seq", "op")))
+    w.folded.spill_rows("collective_rows")  # read into the table: kept on disk from now on
+    if len(w.coll):
+        w.summary = _guard(
+            w.warnings, "collective summary", comms.collective_summary, w.coll, w.folded.spill
         )
-        if comms is not None
-        else None
-    )
-    coll = table if table is not None else SpilledTable(_empty(("rank", "pg_name", "seq", "op")))
-    folded.spill_rows("collective_rows")  # read into the table: kept on disk from now on
-    summary = (
-        _guard(
-            warnings,
-            "collective summary",
-            comms.collective_summary,
-            coll,
-            folded.spill,
-        )
-        if len(coll) and comms is not None
-        else None
-    )
-    buckets = (
-        _guard(warnings, "DDP buckets", _kept_buckets, coll, comms, folded.spill)
-        if comms is not None
-        else None
-    )
-    stall = (
-        _guard(
-            warnings,
+    w.buckets = _guard(w.warnings, "DDP buckets", _kept_buckets, w.coll, comms, w.folded.spill)
+    if w.traces and len(w.coll):
+        w.stall = _guard(
+            w.warnings,
             "all-reduce stall",
             comms.allreduce_stall_by_ranks,
-            traces,
-            coll.pieces(comms.STALL_READS),
+            w.traces,
+            w.coll.pieces(comms.STALL_READS),
         )
-        if comms is not None and traces and len(coll)
-        else None
-    )
-    skew = _arrival_skew(coll, traces, run, comms, strag, warnings, folded.spill)
-    steps_frame = skew.steps if skew is not None else None
-    slow = (
-        _guard(
-            warnings,
-            "stragglers",
-            strag.stragglers,
-            skew.table,
-            steps_frame,
-            folded.spill,
-        )
-        if skew is not None and len(skew.table)
-        else None
-    )
-    rank_nodes = run.rank_nodes if run is not None else {}
-    if slow is not None and len(slow) and rank_nodes:
-        slow.insert(1, "node", [rank_nodes.get(int(r)) for r in slow["rank"]])
 
-    dp = _guard(warnings, "DataParallel", dataparallel.analyze_dataparallel, traces, step_ms)
-    dl = _guard(
-        warnings,
+
+def _step_stragglers(w: _Work) -> None:
+    """Arrival skew of the steady steps' collectives, and the ranks it names slow."""
+    w.skew = _arrival_skew(w.coll, w.traces, w.run, w.comms, w.strag, w.warnings, w.folded.spill)
+    if w.skew is None or not len(w.skew.table):
+        return
+    w.slow = _guard(
+        w.warnings, "stragglers", w.strag.stragglers, w.skew.table, w.skew.steps, w.folded.spill
+    )
+    rank_nodes = w.run.rank_nodes if w.run is not None else {}
+    if w.slow is not None and len(w.slow) and rank_nodes:
+        w.slow.insert(1, "node", [rank_nodes.get(int(r)) for r in w.slow["rank"]])
+
+
+def _step_questions(w: _Work) -> None:
+    """DataParallel, data loading and GPU health."""
+    w.dp = _guard(
+        w.warnings, "DataParallel", dataparallel.analyze_dataparallel, w.traces, w.step_ms
+    )
+    w.dl = _guard(
+        w.warnings,
         "data loading",
         dataloader.analyze_dataloader,
-        traces,
-        run,
+        w.traces,
+        w.run,
         default=DataLoaderResult(),
     )
-    gpu_samples = run.gpu_samples if run is not None else _empty(())
-    host_samples = run.host_samples if run is not None else _empty(())
-    gpu_info = _guard(
-        warnings, "GPU health", gpu.analyze_gpu, traces, gpu_samples, default=GpuResult()
+    w.gpu_info = _guard(
+        w.warnings,
+        "GPU health",
+        gpu.analyze_gpu,
+        w.traces,
+        _run_frame(w.run, "gpu_samples"),
+        default=GpuResult(),
     )
 
-    step_by_rank = {r: t.step_ms for r, t in rank_times.items()} or dict(
-        zip(ranks["rank"].astype(int), ranks["step_ms_mean"].astype(float), strict=False)
+
+def _step_findings(w: _Work) -> None:
+    """Every question's findings, linked, hedged, located and in their one order."""
+    run = w.run
+    step_by_rank = {r: t.step_ms for r, t in w.rank_times.items()} or dict(
+        zip(w.ranks["rank"].astype(int), w.ranks["step_ms_mean"].astype(float), strict=False)
     )
     found: list[Finding] = []
     seen_warnings = len(run.warnings) if run is not None else 0
     found += failures.failure_findings(run)
     if run is not None:  # files the failure analysis could not read (last_call.json)
-        warnings += [w for w in run.warnings[seen_warnings:] if w not in warnings]
+        w.warnings += [x for x in run.warnings[seen_warnings:] if x not in w.warnings]
     found += _communication_findings(
-        _StepBase(step_ms, window_ms, rank_times, run_steps),
-        _CommInputs(ranks, slow, stall, coll, buckets, comms, traces, folded.spill),
+        _StepBase(w.step_ms, w.window_ms, w.rank_times, w.run_steps),
+        _CommInputs(w.ranks, w.slow, w.stall, w.coll, w.buckets, w.comms, w.traces, w.folded.spill),
         run,
-        warnings,
+        w.warnings,
     )
-    found += dataloader.dataloader_findings(dl, step_by_rank)
-    found += dataloader.startup_findings(dl, step_by_rank)
-    found += dataloader.host_sync_findings(dl, step_by_rank)
-    found += dataparallel.dataparallel_findings(dp, step_ms)
+    found += dataloader.dataloader_findings(w.dl, step_by_rank)
+    found += dataloader.startup_findings(w.dl, step_by_rank)
+    found += dataloader.host_sync_findings(w.dl, step_by_rank)
+    found += dataparallel.dataparallel_findings(w.dp, w.step_ms)
     found += gpu.gpu_findings(
-        gpu_info, step_ms, dp_active=dp is not None and not dp.on_cpu, ranks=ranks
+        w.gpu_info, w.step_ms, dp_active=w.dp is not None and not w.dp.on_cpu, ranks=w.ranks
     )
-    found += gpu.no_amp_findings(traces, step_ms)
+    found += gpu.no_amp_findings(w.traces, w.step_ms)
     fnd.link_straggler_causes(found)
-    info = _run_info(path, run, traces, breakdown, steady_ms)
+    w.info = info = _run_info(w.path, run, w.traces, w.breakdown, w.steady_ms)
     if info.world_size and info.kind == "gpudiag_run":
         present = {r for r in info.ranks_present if 0 <= r < info.world_size}
         fnd.note_untraced_ranks(
@@ -842,39 +939,58 @@ def analyze(
             info.world_size,
             info.world_size - len(present),
         )
-    lint = getattr(run, "lint", None)
-    attach_locations(found, lint)
+    if info.kind == "gpudiag_run":  # a foreign trace's one step may be its whole span
+        fnd.hedge_few_steps(found, max(info.steps_analysed, _recorded_steps(run)))
+    attach_locations(found, getattr(run, "lint", None))
+    w.findings = sort_findings(found)
 
-    sorted_findings = sort_findings(found)
+
+# The analysis, in order: each step reads what the steps before it set in _Work.
+STEPS: tuple[tuple[str, Callable[[_Work], None]], ...] = (
+    ("breakdown", _step_breakdown),
+    ("step times", _step_times),
+    ("collectives", _step_collectives),
+    ("stragglers", _step_stragglers),
+    ("data parallel, data loading, GPU", _step_questions),
+    ("findings", _step_findings),
+)
+
+
+def _run_frame(run: Any, name: str) -> pd.DataFrame:
+    return getattr(run, name) if run is not None else _empty(())
+
+
+def _result(w: _Work) -> AnalysisResult:
+    assert w.info is not None  # set by the findings step
     return AnalysisResult(
-        source=path,
-        run=info,
-        ranks=ranks,
-        breakdown=breakdown,
-        collectives=coll,
-        collective_summary=summary if summary is not None else _empty(()),
-        buckets=buckets if buckets is not None else SpilledTable(_empty(())),
-        skew=skew.table if skew is not None else SpilledTable.of(),
-        stragglers=slow if slow is not None else _empty(()),
-        dataparallel=dp,
-        dataloader=dl,
-        gpu=gpu_info,
-        gpu_samples=gpu_samples,
-        host_samples=host_samples,
-        findings=sorted_findings,
-        lint=lint,
-        warnings=warnings,
-        step_ms=step_ms,
-        traces=traces,
-        allreduce_stall=stall if stall is not None else pd.DataFrame(),
-        run_steps=run.steps if run is not None else pd.DataFrame(),
-        collective_wall=_collective_wall(coll, comms, warnings),
+        source=w.path,
+        run=w.info,
+        ranks=w.ranks,
+        breakdown=w.breakdown,
+        collectives=w.coll,
+        collective_summary=w.summary if w.summary is not None else _empty(()),
+        buckets=w.buckets if w.buckets is not None else SpilledTable(_empty(())),
+        skew=w.skew.table if w.skew is not None else SpilledTable.of(),
+        stragglers=w.slow if w.slow is not None else _empty(()),
+        dataparallel=w.dp,
+        dataloader=w.dl,
+        gpu=w.gpu_info,
+        gpu_samples=_run_frame(w.run, "gpu_samples"),
+        host_samples=_run_frame(w.run, "host_samples"),
+        findings=w.findings,
+        lint=getattr(w.run, "lint", None),
+        warnings=w.warnings,
+        step_ms=w.step_ms,
+        traces=w.traces,
+        allreduce_stall=w.stall if w.stall is not None else pd.DataFrame(),
+        run_steps=w.run.steps if w.run is not None else pd.DataFrame(),
+        collective_wall=_collective_wall(w.coll, w.comms, w.warnings),
         whatif=whatif.project(
-            sorted_findings,
-            ranks,
-            breakdown,
-            coll if _uses_ddp(traces, run) else None,
-            folded.spill,
-            steady_ms=steady_ms,
+            w.findings,
+            w.ranks,
+            w.breakdown,
+            w.coll if _uses_ddp(w.traces, w.run) else None,
+            w.folded.spill,
+            steady_ms=w.steady_ms,
         ),
     )

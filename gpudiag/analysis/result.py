@@ -86,12 +86,16 @@ class RunInfo:
     # Median step over every step the run recorded after warm-up (steady.py); the base of
     # every share and severity. None for foreign traces (no steps table).
     steady_step_ms: float | None = None
+    # how many steps that median is over, and how many warm-up steps it left out
+    steady_steps: int | None = None
+    warmup_steps: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         order = (
             "kind", "path", "world_size", "backend", "devices", "ranks_present",
-            "traced_ranks", "steps_analysed", "steady_step_ms", "has_gpu_trace", "status",
+            "traced_ranks", "steps_analysed", "steady_step_ms", "steady_steps", "warmup_steps",
+            "has_gpu_trace", "status",
             "exit_code", "script", "total_steps", "rank_statuses", "synthetic",
         )  # fmt: skip
         return {

@@ -54,6 +54,9 @@ class SlowRankCause:
     ops: list[tuple[str, float]] = field(default_factory=list)
     # its other threads' run-queue delay beyond the training thread's and the others'
     threads_runq_extra_ms: float = 0.0
+    # CPU traces: it ran the same ops as the others, as many times per step, and its extra
+    # compute is those ops taking longer (a shared or slower core, not more work)
+    same_ops_slower: bool = False
 
     @property
     def starved(self) -> bool:
@@ -80,6 +83,8 @@ class SlowRankCause:
         )
         if self.ops and self.main == "compute":
             text += " (most in " + ", ".join(f"{n} +{v:.1f} ms" for n, v in self.ops) + ")"
+        if self.same_ops_slower:
+            text += ", running the same ops as the others, as many times per step, each slower"
         return text + "."
 
     def evidence(self) -> dict[str, object]:
@@ -91,6 +96,8 @@ class SlowRankCause:
             out["threads_runq_extra_ms_per_step"] = round(self.threads_runq_extra_ms, 3)
         if self.ops:
             out["ops_extra_ms_per_step"] = {n: round(v, 3) for n, v in self.ops}
+        if self.same_ops_slower:
+            out["same_ops_slower"] = True
         return out
 
 
@@ -140,7 +147,8 @@ def explain(
     else:
         main_part = main
     ops = _extra_ops(rank, traces) if main_part == "compute" else []
-    return SlowRankCause(rank, lead_ms, extra, main_part, ops, threads_extra)
+    same = main_part == "compute" and _same_ops_slower(rank, traces, extra["compute"], cpu_others)
+    return SlowRankCause(rank, lead_ms, extra, main_part, ops, threads_extra, same)
 
 
 def _threads_starved(mine: RankTime, others: list[RankTime], cpu_others: float) -> float:
@@ -193,3 +201,69 @@ def _op_ms_per_step(trace: object) -> pd.Series | None:
     if not steps:
         return None
     return ops.groupby(ops["name"].astype(str), observed=True)["dur_ns"].sum() / steps / 1e6
+
+
+# Per op name, calls per step within this many (or this share) of the others' median:
+# the same work.
+SAME_CALLS_ABS = 0.2
+SAME_CALLS_SHARE = 0.05
+# The ops' slowdown must be at least this share of the CPU time's (the profiled window's
+# ops against every steady step's CPU time: the profiler's own overhead and Python
+# between the ops slow down too, so not all of it).
+SAME_SLOWDOWN = 1 / 3
+
+
+def _same_ops_slower(
+    rank: int, traces: Sequence[object], compute_ms: float, cpu_others_ms: float
+) -> bool:
+    """On CPU traces: ``rank``'s training thread ran the same ops as the other ranks'
+    median, as many times per step, and they were slowed down at least SAME_SLOWDOWN as
+    much as its CPU time was (a core shared with other work slows everything on it
+    alike; each relative to the others' median). A rank that does more ops, or spins in
+    Python between them, fails one test: its ops are not slower, its CPU time is."""
+    counts: dict[int, pd.Series] = {}
+    top_ms: dict[int, float] = {}
+    for trace in traces:
+        ops = _main_thread_ops(trace)
+        if ops is None:
+            return False  # a GPU trace, or no steps: not this question
+        steps = ops["step"].nunique()
+        rank_of = int(trace.meta.rank)  # type: ignore[attr-defined]
+        counts[rank_of] = ops.groupby(ops["name"].astype(str), observed=True).size() / steps
+        top_ms[rank_of] = float(ops["dur_ns"][_top_level(ops)].sum()) / steps / 1e6
+    if rank not in counts or len(counts) < 2 or compute_ms <= 0:
+        return False
+    frame = pd.DataFrame(counts).fillna(0.0)
+    others = frame.drop(columns=[rank]).median(axis=1)
+    allowed = np.maximum(SAME_CALLS_ABS, SAME_CALLS_SHARE * others)
+    if ((frame[rank] - others).abs() > allowed).any():
+        return False
+    others_top = _median(v for r, v in top_ms.items() if r != rank)
+    if others_top <= 0 or cpu_others_ms <= 0:
+        return False
+    ops_slowdown = (top_ms[rank] - others_top) / others_top
+    cpu_slowdown = compute_ms / cpu_others_ms
+    return ops_slowdown > 0 and ops_slowdown >= SAME_SLOWDOWN * cpu_slowdown
+
+
+def _main_thread_ops(trace: object) -> pd.DataFrame | None:
+    """The training thread's ops in the trace's steps; None on a GPU trace or without
+    steps."""
+    events = getattr(trace, "events", None)
+    if events is None or len(events) == 0 or "step" not in events:
+        return None
+    if events["is_gpu"].to_numpy().any():
+        return None
+    kind = cls.kinds(events)
+    mask = events["main_thread"].to_numpy() & cls.kind_in(kind, _CPU_OP_KINDS)
+    in_step = (pd.to_numeric(events["step"], errors="coerce").fillna(-1) >= 0).to_numpy()
+    ops = events[mask & in_step].sort_values("start_ns", kind="stable")
+    return ops if len(ops) else None
+
+
+def _top_level(ops: pd.DataFrame) -> np.ndarray:
+    """Mask of the ops no earlier op (sorted by start) still encloses: nested ops'
+    time is counted once, in their outermost op."""
+    ends = ops["end_ns"].to_numpy(dtype=np.int64)
+    before = np.maximum.accumulate(np.concatenate(([np.iinfo(np.int64).min], ends[:-1])))
+    return ops["start_ns"].to_numpy(dtype=np.int64) >= before

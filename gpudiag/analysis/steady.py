@@ -60,7 +60,7 @@ def steady_steps(steps: pd.DataFrame | None) -> pd.DataFrame:
     n_ranks = rows["rank"].nunique()
     per_step = rows.groupby("step")["rank"].nunique()
     done = np.sort(per_step.index[per_step.to_numpy() >= n_ranks].to_numpy())
-    warmup = min(max(int(round(WARMUP_SHARE * len(done))), 1), WARMUP_MAX) if len(done) >= 3 else 0
+    warmup = warmup_step_count(steps)
     kept = rows[rows["step"].isin(done[warmup:])]
     # subtracted as integers: epoch ns as floats lose the last ~256 ns
     step_ms = (kept["end_ns"].astype("int64") - kept["start_ns"].astype("int64")) / 1e6
@@ -74,6 +74,17 @@ def steady_step_ms(steps: pd.DataFrame | None) -> float | None:
         return None
     value = float(np.median(rows["step_ms"].to_numpy()))
     return value if value > 0 else None
+
+
+def warmup_step_count(steps: pd.DataFrame | None) -> int:
+    """How many of the steps every rank completed the steady window leaves out as warm-up
+    (none when fewer than 3 were completed: there is nothing to spare)."""
+    if steps is None or steps.empty or not {"rank", "step", "start_ns", "end_ns"} <= set(steps):
+        return 0
+    rows = steps.dropna(subset=["start_ns", "end_ns"])
+    per_step = rows.groupby("step")["rank"].nunique()
+    done = int((per_step >= rows["rank"].nunique()).sum())
+    return min(max(int(round(WARMUP_SHARE * done)), 1), WARMUP_MAX) if done >= 3 else 0
 
 
 def steady_step_count(steps: pd.DataFrame | None) -> int:

@@ -32,7 +32,7 @@ import pandas as pd
 from gpudiag import rundir
 from gpudiag.analysis.dataloader import DataLoaderResult, RunDataWait, dataloader_findings
 from gpudiag.analysis.failures import rank_failed_findings
-from gpudiag.analysis.findings import sort_findings, straggler_findings
+from gpudiag.analysis.findings import hedge_few_steps, sort_findings, straggler_findings
 from gpudiag.analysis.gpu import GpuResult
 from gpudiag.analysis.result import (
     BREAKDOWN_COLUMNS,
@@ -260,6 +260,7 @@ def analyze_summaries(path: str | Path) -> AnalysisResult:
         if f.kind == "straggler":
             f.evidence["method"] = "least time inside collectives per step (summaries only)"
             f.evidence = {k: v for k, v in f.evidence.items() if k != "all_ranks_mean_skew_ms"}
+    hedge_few_steps(found, int(frame["steps"].max()) if len(frame) else 0)
     statuses = frame["status"].value_counts().to_dict()
     run = RunInfo(
         kind="summaries",

@@ -32,6 +32,21 @@ class Scenario:
     finding_kind: str
     description: str
     assumptions: tuple[str, ...]
+    # the finding must carry this evidence key (requires) or must not (excludes)
+    requires: str | None = None
+    excludes: str | None = None
+
+    def applies_to(self, finding: Finding) -> bool:
+        evidence = finding.evidence if isinstance(finding.evidence, dict) else {}
+        return (
+            finding.kind == self.finding_kind
+            and (self.requires is None or self.requires in evidence)
+            and (self.excludes is None or self.excludes not in evidence)
+        )
+
+
+# an exposed_communication finding that counted DDP's gradient all-reduce rounds
+MICROSTEP_SYNC = "gradient_sync_rounds_per_step"
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -59,6 +74,18 @@ SCENARIOS: tuple[Scenario, ...] = (
             "waiting for late peers (arrival skew) is not included: overlap does not give "
             "it back (a straggler's share: see straggler_fixed)",
         ),
+        excludes=MICROSTEP_SYNC,
+    ),
+    Scenario(
+        "no_sync",
+        "exposed_communication",
+        "gradient accumulation with no_sync() on the non-final micro-steps",
+        (
+            "DDP all-reduces the gradients once per optimizer step instead of once per "
+            "micro-step: (K-1)/K of the exposed communication goes, its waits for late "
+            "peers included",
+        ),
+        requires=MICROSTEP_SYNC,
     ),
     Scenario(
         "comm_bucketed",
@@ -72,6 +99,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "at most the bound (comm_overlapped); a smaller last bucket (bucket_cap_mb) "
             "would expose less",
         ),
+        excludes=MICROSTEP_SYNC,
     ),
     Scenario(
         "no_host_sync",
@@ -147,8 +175,8 @@ def step_range(breakdown: pd.DataFrame, step_ms: float) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def _costliest(findings: list[Finding], kind: str) -> Finding | None:
-    of_kind = [f for f in findings if f.kind == kind and math.isfinite(f.cost_ms_per_step)]
+def _costliest(findings: list[Finding], scenario: Scenario) -> Finding | None:
+    of_kind = [f for f in findings if scenario.applies_to(f) and math.isfinite(f.cost_ms_per_step)]
     return max(of_kind, key=lambda f: f.cost_ms_per_step, default=None)
 
 
@@ -273,7 +301,7 @@ def project(
         low, high = (low + shift, high + shift) if math.isfinite(shift) else (step_ms, step_ms)
     projections = []
     for scenario in SCENARIOS:
-        finding = _costliest(findings, scenario.finding_kind)
+        finding = _costliest(findings, scenario)
         if finding is None or not (finding.cost_ms_per_step > 0):
             continue
         if _caused_elsewhere(finding, findings):

@@ -15,13 +15,14 @@ consequences. The cause is found from, in this order of trust:
 
 from __future__ import annotations
 
+import itertools
 import re
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudiag import rundir
+from gpudiag import frames, rundir
 from gpudiag.capture.agent import AGENT_FAILURES
 
 SIGNAL_HINTS = {
@@ -60,6 +61,19 @@ class RankEnd:
     # a rank of another node that left no status while this node's ranks lost their
     # connection: how its node ended, as far as this launcher can tell
     lost: str | None = None
+    last_call: dict[str, Any] | None = None  # the user collective it entered last
+    # per process group: the highest seq this rank is known to have issued, and the
+    # group's global ranks (its collectives tables; read only after a collective timeout)
+    max_seq: dict[str, int] = field(default_factory=dict)
+    pg_ranks: dict[str, list[int]] = field(default_factory=dict)
+    # a rank that never reached the collective a peer timed out in: that peer's end,
+    # and the call (op, pg_name, seq, callsite; None where not known)
+    late_for: RankEnd | None = None
+    late_call: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def timed_out(self) -> bool:
+        return self.failed and rundir.is_collective_timeout(self.status or {})
 
     @property
     def died_without_status(self) -> bool:
@@ -179,6 +193,7 @@ def rank_ends(
         end.last_write_ns = _last_write_ns(run_dir, r)
         end.gone_ns = (gone_ns or {}).get(r)
         end.last_step = _last_step(run_dir, r)
+        end.last_call = rundir.read_last_call(run_dir, r)
         if (
             end.status is None
             and row is None
@@ -197,6 +212,169 @@ def rank_ends(
     return ends
 
 
+def mark_late_ranks(ends: dict[int, RankEnd]) -> None:
+    """A rank timed out in a collective (the script's own ``timeout=`` or NCCL's
+    watchdog): the peers that never reached that call (their last user collective of
+    the same group came before it; in the default group, also a rank that never entered
+    one) kept it waiting, and are the cause (``late_for``). Without the calls, nothing."""
+    waiting = sorted((e for e in ends.values() if e.timed_out), key=lambda e: e.when_ns)
+    if _mark_named_by_monitored_barrier(ends, waiting):
+        return
+    call = next((e.last_call for e in waiting if _is_call(e.last_call)), None)
+    if call is None:
+        return
+    waiter = next(e for e in waiting if e.last_call is call)
+    pg = str(call.get("pg_name"))
+    members = waiter.pg_ranks.get(pg)
+    for end in ends.values():
+        if end.timed_out or end.rank == waiter.rank:
+            continue
+        if members is not None and end.rank not in members:
+            continue  # not in the group the waiter timed out in
+        issued = end.max_seq.get(pg)
+        if issued is not None:
+            behind = issued < call["seq"]
+        else:  # no call of that group: behind if it is known to be a member
+            behind = members is not None or pg == DEFAULT_GROUP
+        if behind:
+            end.late_for, end.late_call = waiter, call
+    for _ in range(len(ends)):
+        if not _pass_lateness_on(ends):
+            break
+
+
+def _pass_lateness_on(ends: dict[int, RankEnd]) -> bool:
+    """A late rank that was itself waiting in a call of another group (rank 1, late for
+    rank 0 in group A, was in group B's call that rank 2 never reached): the rank behind
+    in that call is the cause, the waiting one a consequence (ninth probe: a chain of
+    three blamed the middle rank). True when the blame moved."""
+    for late in [e for e in ends.values() if e.late_for is not None]:
+        mine = late.last_call
+        if mine is None or not _is_call(mine) or late.failed:
+            continue
+        pg = str(mine.get("pg_name"))
+        if pg == str(late.late_call.get("pg_name")):
+            continue
+        members = late.pg_ranks.get(pg)
+        behind = [
+            e
+            for e in ends.values()
+            if e.rank != late.rank
+            and (members is None or e.rank in members)
+            and (members is not None or pg == DEFAULT_GROUP)
+            and e.max_seq.get(pg, -1) < mine["seq"]
+            and e.late_for is None
+        ]
+        if behind:
+            for e in behind:
+                e.late_for, e.late_call = late, mine
+            late.late_for, late.late_call = None, {}
+            return True
+    return False
+
+
+def read_calls(run_dir: Path, end: RankEnd) -> None:
+    """``end.max_seq`` and ``end.pg_ranks`` from the rank's collectives tables (the
+    Flight Recorder's rows name each group's ranks) and its last call."""
+    rank_dir = rundir.rank_dir(run_dir, end.rank)
+    rows: list[dict[str, Any]] = [end.last_call] if isinstance(end.last_call, dict) else []
+    for table in (rundir.COLLECTIVES, rundir.COLLECTIVE_TIMES):
+        path = rundir.table_path(rank_dir, table)
+        rows = itertools.chain(rows, rundir.iter_jsonl(path))  # type: ignore[assignment]
+    for row in rows:
+        seq, pg = row.get("seq"), row.get("pg_name")
+        if not isinstance(seq, int) or pg is None or row.get("op") == "lost":
+            continue
+        pg = str(pg)
+        end.max_seq[pg] = max(end.max_seq.get(pg, seq), seq)
+        ranks = row.get("pg_ranks")
+        if (
+            pg not in end.pg_ranks
+            and isinstance(ranks, list)
+            and all(isinstance(r, int) for r in ranks)
+        ):
+            end.pg_ranks[pg] = ranks
+
+
+# torch's monitored_barrier names the ranks that did not arrive ("[Rank 0]: Rank 1 failed
+# to pass monitoredBarrier in 5000 ms"; "Ranks 1, 2" with wait_all_ranks=True)
+_MONITORED_RE = re.compile(r"Ranks? ([\d, ]+?) failed to pass monitoredBarrier", re.IGNORECASE)
+
+
+def _mark_named_by_monitored_barrier(ends: dict[int, RankEnd], waiting: list[RankEnd]) -> bool:
+    """The ranks a timed-out monitored_barrier names are late for it; True when any."""
+    for waiter in waiting:
+        m = _MONITORED_RE.search(str((waiter.status or {}).get("message") or ""))
+        if m is None:
+            continue
+        named = [int(x) for x in re.findall(r"\d+", m.group(1))]
+        call = {
+            "op": "monitored_barrier",
+            "callsite": frames.user_frame(str((waiter.status or {}).get("traceback") or "")),
+        }
+        for r in named:
+            if r in ends and r != waiter.rank and not ends[r].timed_out:
+                ends[r].late_for, ends[r].late_call = waiter, call
+        return any(ends[r].late_for is waiter for r in named if r in ends)
+    return False
+
+
+DEFAULT_GROUP = "0"  # torch's name for the default process group
+
+
+def _is_call(call: dict[str, Any] | None) -> bool:
+    return isinstance(call, dict) and isinstance(call.get("seq"), int) and "pg_name" in call
+
+
+def late_failure(end: RankEnd, consequences: list[RankEnd]) -> dict[str, Any]:
+    """The manifest's ``failure`` for a rank that never reached the collective a peer
+    timed out in (:func:`mark_late_ranks`)."""
+    waiter = end.late_for
+    assert waiter is not None
+    call, status = end.late_call, end.status or {}
+    where = frames.user_frame(str(status.get("traceback") or "")) or (
+        f"after its last collective at {end.last_call.get('callsite')}"
+        if isinstance(end.last_call, dict) and end.last_call.get("callsite")
+        else None
+    )
+    step = f" in step {end.last_step + 1}" if end.last_step is not None else ""
+    which = ", ".join(
+        f"{what} {call[key]}"
+        for what, key in (("process group", "pg_name"), ("call", "seq"))
+        if call.get(key) is not None
+    )
+    timed = waiter if waiter.timed_out else next((c for c in consequences if c.timed_out), None)
+    timeout = str(((timed or waiter).status or {}).get("message") or "")[:160]
+    message = (
+        f"did not reach {call.get('op') or 'a collective'}{f' ({which})' if which else ''} "
+        f"at {call.get('callsite') or '?'} within its timeout{step}: "
+        + (
+            f"rank {waiter.rank} timed out waiting for it ({timeout})"
+            if timed is waiter or timed is None
+            else f"rank {waiter.rank} waited for it there, and so rank {timed.rank} timed "
+            f"out waiting for rank {waiter.rank} ({timeout})"
+        )
+    )
+    if where:
+        message += f"; this rank was at {where} when the job ended"
+    told = {waiter.rank, timed.rank if timed is not None else waiter.rank}
+    others = sorted(c.rank for c in consequences if c.rank not in told and c.failed)
+    if others:
+        message += (
+            f"; rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} then failed too"
+        )
+    return {
+        "rank": end.rank,
+        "exc_type": "late_to_collective",
+        "message": message,
+        "traceback": status.get("traceback") or end.crash_stacks,
+        # the job's exit code stays the one the timed-out rank's error gave it
+        "exit_code": ((timed or waiter).status or {}).get("exit_code"),
+        "waiting_rank": waiter.rank,
+        "collective": {k: call.get(k) for k in ("op", "pg_name", "seq", "callsite")},
+    }
+
+
 def find_cause(
     ends: dict[int, RankEnd], signalled_from_outside: bool = False
 ) -> tuple[int, list[int]] | None:
@@ -210,8 +388,14 @@ def find_cause(
     a rank that left the job with exit code 0 before any rank failed, when a peer then
     lost its connection (``sys.exit(0)``, ``os._exit(0)``, a return before a collective
     its peers are in: ``rundir.left_early``); peers' connection errors come last."""
-    own = [e for e in ends.values() if e.failed and not is_peer_error(e.status or {})]
+    own = [
+        e
+        for e in ends.values()
+        if e.failed and not is_peer_error(e.status or {}) and not e.timed_out
+    ]
     died = [e for e in ends.values() if e.died_without_status]
+    late = [e for e in ends.values() if e.late_for is not None]
+    timed_out = [e for e in ends.values() if e.timed_out]
     # a rank interrupted after another rank had already failed (a peer error too) was
     # most likely ended by the elastic agent's shutdown of the failed job, not from outside
     # (seen on a loaded host: node 1's launcher killed, node 0's torchrun then ended rank 1)
@@ -233,7 +417,7 @@ def find_cause(
         for e in ends.values()
         if peer and first_failure is not None and e.exited_zero and e.when_ns < first_failure
     ]
-    for group in (own, died, signalled, early, lost, peer):
+    for group in (own, died, late, timed_out, signalled, early, lost, peer):
         if group:
             cause = min(group, key=lambda e: (e.when_ns or 0, e.rank))
             others = [
@@ -244,13 +428,24 @@ def find_cause(
     return None
 
 
+def _signal_name(status: dict[str, Any]) -> str:
+    """The signal that ended an interrupted rank: from its exception (a script's own
+    handler exits with a code of its own), else from its exit code."""
+    exc_type = status.get("exc_type")
+    if exc_type == "KeyboardInterrupt":
+        return "SIGINT"
+    if isinstance(exc_type, str) and exc_type.startswith("SIG"):
+        return exc_type
+    return "SIGINT" if status.get("exit_code") == 130 else "SIGTERM"
+
+
 def signalled_failure(
     end: RankEnd, consequences: list[RankEnd], node_lost: str | None = None
 ) -> dict[str, Any]:
     """The manifest's ``failure`` for a rank ended by a signal nobody in the job sent
     (``node_lost``: how its node ended, when that node's launcher is known to be gone)."""
     status = end.status or {}
-    how = "SIGINT" if status.get("exit_code") == 130 else "SIGTERM"
+    how = _signal_name(status)
     step = f" during step {end.last_step + 1}" if end.last_step is not None else ""
     if node_lost and "was lost" in node_lost:
         message = f"was ended by {how}{step}: {node_lost}, and its ranks with it"
@@ -301,7 +496,6 @@ def early_exit_failure(end: RankEnd, consequences: list[RankEnd]) -> dict[str, A
 
 def _aborted_in_collective(stacks: str | None) -> bool:
     """faulthandler's stack of the abort has a thread inside torch.distributed."""
-    from gpudiag import frames
     from gpudiag.capture.watchdog import FRAME_RE
 
     for line in (stacks or "").splitlines():
@@ -338,6 +532,12 @@ def died_failure(end: RankEnd, consequences: list[RankEnd]) -> dict[str, Any]:
     elif hint:
         message += f": {hint}"
     peers = [c for c in consequences if c.failed]
+    ended = [c for c in consequences if c.interrupted and not c.failed]
+    if ended:
+        message += (
+            f"; rank{'s' if len(ended) > 1 else ''} {', '.join(str(c.rank) for c in ended)} "
+            "then ended by the job's shutdown (a consequence, not the cause)"
+        )
     if peers and in_collective:
         message += f"; rank{'s' if len(peers) > 1 else ''} {', '.join(str(c.rank) for c in peers)} then lost the connection"
     elif peers:

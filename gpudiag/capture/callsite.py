@@ -16,9 +16,12 @@ def user_callsite() -> str | None:
         frame = sys._getframe(2)
     except ValueError:  # called near the bottom of a thread's stack
         return None
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if frames.is_user_file(filename):
-            return f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"
-        frame = frame.f_back
+    try:
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if frames.is_user_file(filename):
+                return f"{frames.absolute(filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
+            frame = frame.f_back
+    except Exception:  # never into the user's collective call
+        return None
     return None

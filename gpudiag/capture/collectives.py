@@ -361,24 +361,25 @@ class CollectiveRecorder:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if getattr(depth, "n", 0) or ddp.hook_is_busy():  # already recorded by the caller
                 return fn(*args, **kwargs)
-            group = sig.get("group", args, kwargs)
-            pg = _resolve_group(group)
-            tensor = sig.get(sig.tensor_name, args, kwargs)
-            token, record = recorder._enter(op, pg, tensor, user_callsite(), "dist")
-            recorder._note_entry(record)
+            try:
+                group = sig.get("group", args, kwargs)
+                pg = _resolve_group(group)
+                if pg is not None and id(pg) not in _KEPT_GROUPS:
+                    keep_process_groups(pg)
+                tensor = sig.get(sig.tensor_name, args, kwargs)
+                token, record = recorder._enter(op, pg, tensor, user_callsite(), "dist")
+                recorder._note_entry(record)
+            except Exception:  # recording must never fail the user's call: make it bare
+                return fn(*args, **kwargs)
             depth.n = 1
             try:
                 work = fn(*args, **kwargs)
             except BaseException as exc:
-                recorder._fail(token, record, exc)
+                _never_raises(recorder._fail, token, record, exc)
                 raise
             finally:
                 depth.n = 0
-            recorder._issued(record, pg)
-            if sig.get("async_op", args, kwargs) and work is not None:
-                recorder._complete_on_future(token, record, work)
-            else:
-                recorder._complete(token, record)
+            _never_raises(recorder._after_call, token, record, pg, sig, args, kwargs, work)
             return work
 
         wrapper._gpudiag_wrapped = True  # type: ignore[attr-defined]
@@ -412,6 +413,22 @@ class CollectiveRecorder:
         if self._last_call is not None:
             keys = ("op", "pg_name", "seq", "bytes", "shape", "dtype", "callsite", "enter_ns")
             self._last_call.write({k: record[k] for k in keys})
+
+    def _after_call(
+        self,
+        token: int,
+        record: dict[str, Any],
+        pg: Any,
+        sig: _OpSignature,
+        args: tuple,
+        kwargs: dict,
+        work: Any,
+    ) -> None:
+        self._issued(record, pg)
+        if sig.get("async_op", args, kwargs) and work is not None:
+            self._complete_on_future(token, record, work)
+        else:
+            self._complete(token, record)
 
     @staticmethod
     def _issued(record: dict[str, Any], pg: Any) -> None:
@@ -486,6 +503,7 @@ class CollectiveRecorder:
         self._step_ends.append(t_ns)
         self._step_ids.append(step)
         self._last_step = step
+        keep_process_groups()
         self._flush_times()
         ddp.record_step(self, step, t_ns)
         self._steps_since_dump += 1
@@ -633,6 +651,42 @@ class CollectiveRecorder:
                 writer.close()
         if self._last_call is not None:
             self._last_call.close()
+
+
+# Every process group the script made, held until the process ends with os._exit.
+_KEPT_GROUPS: dict[int, Any] = {}
+
+
+def keep_process_groups(pg: Any = None) -> None:
+    """Hold a reference to ``pg`` and to every registered process group, so that none is
+    destroyed while the process runs. ProcessGroupGloo's destructor joins its worker
+    threads with the GIL held, and a worker that then drops the last reference to a work
+    item made during backward needs the GIL to free the Python context autograd stashed
+    in its thread-local state (torch 2.13): a deadlock. It struck when a script's
+    function returned and its DDP model's Reducer held the last reference to a group the
+    script had destroyed (`accelerator.end_training()`): the rank hung in that return,
+    its peers long gone (1 in 9 runs of an accelerate loop under gpudiag; torch#56297's
+    class). A group kept here is deregistered by destroy_process_group as usual; its
+    object lives until os._exit, which runs no destructor."""
+    try:
+        if pg is not None:
+            _KEPT_GROUPS.setdefault(id(pg), pg)
+        from torch.distributed import distributed_c10d as c10d
+
+        groups = c10d._world.pg_map
+        if len(groups) > len(_KEPT_GROUPS) or pg is None:
+            for group in list(groups):
+                _KEPT_GROUPS.setdefault(id(group), group)
+    except Exception:  # noqa: BLE001 - an older or newer torch: keep nothing
+        pass
+
+
+def _never_raises(record: Callable[..., None], *args: Any) -> None:
+    """A recording step after the user's call: its failure is gpudiag's, never the call's."""
+    try:
+        record(*args)
+    except Exception:
+        pass
 
 
 def _write_rows(writer: rundir.JsonlWriter, rows: list[dict[str, Any]]) -> None:

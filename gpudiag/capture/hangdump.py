@@ -1,6 +1,6 @@
 """Worker side of the hang report (runs inside the training process).
 
-- SIGUSR1 makes :mod:`faulthandler` write every thread's Python stack to
+- STACK_DUMP_SIGNAL (SIGRTMIN+4) makes :mod:`faulthandler` write every thread's Python stack to
   ``rank<R>/stacks.txt``. It runs in the signal handler at C level, so it works while
   the main thread is blocked inside a C++ collective.
 - A daemon thread polls for the watchdog's request file; on a request it writes the
@@ -26,6 +26,14 @@ from typing import IO, Any
 
 from gpudiag import rundir
 from gpudiag.capture import threads
+
+# The signal that makes faulthandler dump a rank's stacks: a real-time one, which scripts
+# do not use. SIGUSR1, used before, is a script's to handle (a SLURM requeue handler
+# replaced faulthandler's, and the dumps stopped) or to die of (a stray SIGUSR1 was
+# swallowed: the job trained on where python and torchrun end it; sixth probe).
+STACK_DUMP_SIGNAL: int | None = (
+    signal.SIGRTMIN + 4 if hasattr(signal, "SIGRTMIN") else getattr(signal, "SIGUSR1", None)
+)
 
 FINISH_REQUEST = "finish_request"  # "flush and end this rank": the job hangs
 POLL_S = 0.5  # requests come from the watchdog, which waits up to 30 s for answers
@@ -77,8 +85,8 @@ def uninstall_hang_dump() -> None:
     workers it spawns): faulthandler back to stderr, the poller thread ends."""
     global _STACKS_FILE
     _STOP.set()
-    if _STACKS_FILE is not None and hasattr(signal, "SIGUSR1"):
-        faulthandler.unregister(signal.SIGUSR1)
+    if _STACKS_FILE is not None and STACK_DUMP_SIGNAL is not None:
+        faulthandler.unregister(STACK_DUMP_SIGNAL)
         try:  # sys.stderr may be None or a stream without a descriptor: then none
             faulthandler.enable(file=sys.stderr, all_threads=True)
         except (AttributeError, OSError, RuntimeError, ValueError):
@@ -93,9 +101,9 @@ def install_hang_dump(run_dir: Path, rank: int) -> None:
     rdir = rundir.rank_dir(run_dir, rank)
     rdir.mkdir(parents=True, exist_ok=True)
     _STOP.clear()
-    if _STACKS_FILE is None and hasattr(signal, "SIGUSR1"):
+    if _STACKS_FILE is None and STACK_DUMP_SIGNAL is not None:
         _STACKS_FILE = open(rdir / rundir.STACKS, "w", encoding="utf-8")  # noqa: SIM115
-        faulthandler.register(signal.SIGUSR1, file=_STACKS_FILE, all_threads=True, chain=False)
+        faulthandler.register(STACK_DUMP_SIGNAL, file=_STACKS_FILE, all_threads=True, chain=False)
         # A C++ abort (e.g. gloo's size-mismatch check) then leaves the stacks too.
         faulthandler.enable(file=_STACKS_FILE, all_threads=True)
     threads.start(_poll_requests, "gpudiag-hangdump", args=(Path(run_dir), rank))

@@ -72,7 +72,11 @@ def job_command(args: TraceArgs) -> list[str]:
     worker = ["-m", "gpudiag.capture.rank", *target, *args.script_args]
     if uses_torchrun(args):
         return [sys.executable, "-m", "gpudiag.capture.agent", *args.torchrun_argv, *worker]
-    return [sys.executable, *worker]
+    # -P: the launch folder is not put first on sys.path. `python sub/train.py` does not
+    # put it there, and a numpy.py or a torch/ checkout in it shadowed gpudiag's own
+    # imports before the script's path was set (eleventh probe, B); the worker puts the
+    # script's folder (or, for -m, the working folder) first, as python would.
+    return [sys.executable, "-P", *worker]
 
 
 def default_out(target: dict[str, str]) -> Path:
@@ -102,6 +106,10 @@ def _expected_world_size(ns: argparse.Namespace) -> int | None:
     return nproc * nnodes
 
 
+KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"
+KINETO_QUIET = "6"
+
+
 def worker_env(
     run_dir: Path, node_rank: int | None, profile: dict[str, Any], time_buckets: bool = False
 ) -> dict[str, str]:
@@ -126,6 +134,10 @@ def worker_env(
         a, b = profile["steps"]
         env[worker_mod.ENV_PROFILE_STEPS] = f"{a}-{b}"
         env[worker_mod.ENV_PROFILE_DEFAULT] = "1" if profile["default"] else "0"
+        # torch 2.13's Kineto prints "USDT: ... profiler_start/stop" on stderr at each
+        # window, lines the job never printed under torchrun; level 6 is above all of
+        # Kineto's levels (USDT is 5). A level the user set is theirs.
+        env.setdefault(KINETO_LOG_LEVEL, KINETO_QUIET)
     else:
         env[worker_mod.ENV_PROFILE_STEPS] = "off"
     return env
@@ -305,23 +317,12 @@ def decide_outcome(
     ``node`` (multi-node jobs): the launcher answers for its own node's ranks; another
     node's rank without status.json is that node's business (it may still be writing
     it, or write it into another directory), but its failures still count as causes."""
-    statuses: dict[int, dict[str, Any]] = {}
-    infos: dict[int, dict[str, Any]] = {}
-    for r in rundir.list_ranks(run_dir):
-        status = rundir.read_json(rundir.rank_dir(run_dir, r) / rundir.STATUS)
-        info = rundir.read_json(rundir.rank_dir(run_dir, r) / rundir.RANK_INFO)
-        if isinstance(status, dict):
-            statuses[r] = status
-        if isinstance(info, dict):
-            infos[r] = info
+    statuses, infos = _rank_documents(run_dir)
     world = max(
         [expected_world_size or 0, *(int(i.get("world_size") or 0) for i in infos.values())]
     )
-    missing = [r for r in range(world) if r not in statuses]
-    own: set[int] | None = None
-    if node is not None:
-        own = _node_ranks(infos, node, nproc_per_node, world)
-        missing = [r for r in missing if r in own]
+    own = _node_ranks(infos, node, nproc_per_node, world) if node is not None else None
+    missing = [r for r in range(world) if r not in statuses and (own is None or r in own)]
     # earliest failure first: the others usually failed because that rank went away
     failed = sorted(
         (r for r, s in statuses.items() if s.get("status") == "failed"),
@@ -335,20 +336,8 @@ def decide_outcome(
         gone_ns,
         returncode if single_process else None,
     )
-    if (
-        own is not None
-        and not hang
-        and any(
-            e.failed and rundir.is_peer_error(e.status or {}) for r, e in ends.items() if r in own
-        )
-    ):
-        # this node's ranks lost their connection: another node's ranks that left no
-        # status are the likely cause (that node was killed, crashed or lost its network).
-        # Not after a hang: the other node's watchdog ended its ranks, and the hang report
-        # already names whom no watchdog saw.
-        for r, e in ends.items():
-            if r not in own and e.status is None and not e.died_without_status:
-                e.lost = _node_lost(run_dir, infos.get(r))
+    if own is not None and not hang:
+        _mark_other_nodes_lost(run_dir, ends, own, infos)
     if hang:
         # the watchdog ended the stuck ranks: their peers' connection errors followed
         failed = [r for r in failed if not rundir.is_peer_error(statuses[r])]
@@ -357,84 +346,44 @@ def decide_outcome(
         }
     # a rank interrupted while nobody signalled the launcher was signalled from outside
     external = signal_received is None and not hang
+    _mark_late_ranks(run_dir, ends)
     cause = blame.find_cause(ends, signalled_from_outside=external)
     if cause is not None:
         first, others = cause
         failed = [first] + [r for r in others if r != first]
-        s = statuses.get(first)
-        if ends[first].exited_zero:
-            # it left the job with exit code 0 while its peers were still in it
-            failure = blame.early_exit_failure(ends[first], [ends[r] for r in others])
-        elif s is not None and ends[first].interrupted:
-            lost = _node_lost(run_dir, infos.get(first)) if own and first not in own else None
-            failure = blame.signalled_failure(ends[first], [ends[r] for r in others], lost)
-        elif s is not None:
-            failure = {
-                "rank": first,
-                "exc_type": s.get("exc_type"),
-                "message": s.get("message"),
-                "traceback": s.get("traceback"),
-                "exit_code": s.get("exit_code"),
-            }
-        else:
-            failure = blame.died_failure(ends[first], [ends[r] for r in others])
-        failure["consequences"] = blame.consequence_rows([ends[r] for r in others])
-        # when the cause ended: the failures of ranks launched separately are compared
-        failure["end_ns"] = ends[first].when_ns or None
-    # Exit 0 means every rank ended through gpudiag's worker with status ok: a rank of
-    # this directory without status.json then could not write it (full disk), it did not
-    # fail. A rank that left nothing here at all ran under another launcher (a script
-    # started once per rank with its own `gpudiag trace`), or untraced.
+        lost = _node_lost(run_dir, infos.get(first)) if own and first not in own else None
+        failure = _cause_failure(ends, statuses.get(first), first, others, lost)
     present = set(rundir.list_ranks(run_dir))
-    if own is not None:
-        present_here = present & own
-    else:
-        present_here = present
-    # the one process gpudiag started is the one rank here, whatever its exit code: the
-    # others ran elsewhere (ranks launched separately)
-    alone = (
-        single_process
-        and len(present) == 1
-        and all(infos.get(r, {}).get("started_by") == "gpudiag" for r in present)
-    )
-    elsewhere = [r for r in missing if r not in present] if returncode == 0 or alone else []
+    present_here = present & own if own is not None else present
+    elsewhere = _ranks_elsewhere(present, missing, infos, single_process, returncode)
     missing = [r for r in missing if r not in elsewhere]
     unwritten = missing if returncode == 0 and not failed and signal_received is None else []
     started = bool(statuses or infos)
+    # one process whose script handled the signal and finished (exit 0, status ok): ok,
+    # as python says; torchrun ends its ranks on a signal, whatever they do
+    handled = (
+        single_process
+        and returncode == 0
+        and bool(statuses)
+        and not missing
+        and all(s.get("status") == "ok" for s in statuses.values())
+    )
     if hang:
         status = "hang"
-    elif signal_received is not None:
+    elif signal_received is not None and not handled:
         status = "interrupted"
-    elif failed or returncode != 0 or (missing and world and not unwritten):
-        status = "failed"
     else:
-        status = "ok"
+        status = (
+            "failed" if failed or returncode != 0 or (missing and world and not unwritten) else "ok"
+        )
     if status == "failed" and failure is None:
-        if missing and started:
-            message = (
-                f"rank(s) {missing} ended without writing status.json (killed or crashed "
-                f"in native code?); job exit code {returncode}"
-            )
-        elif not started:
-            message = _rendezvous_error(run_dir) or (
-                f"the job exited with {returncode} before any rank started "
-                "(see the launcher's error above)"
-            )
-        else:
-            message = f"every rank reported ok but the job exited with {returncode}"
-        failure = {
-            "rank": missing[0] if missing and started else None,
-            "exc_type": None,
-            "message": message,
-            "traceback": None,
-            "exit_code": returncode,
-        }
+        failure = _failure_without_cause(run_dir, missing, started, returncode)
     if status == "failed":
         # a rank that never wrote status.json died too (SIGABRT in gloo, OOM-kill, ...)
         failed = failed + [r for r in missing if r not in failed]
     return {
         "status": status,
-        "exit_code": _exit_code(status, returncode, signal_received, failure),
+        "exit_code": _exit_code(status, returncode, signal_received, failure, single_process),
         "failed_ranks": failed,
         "failure": failure,
         "missing_status_ranks": missing,
@@ -448,7 +397,152 @@ def decide_outcome(
         "init_method": _init_method(infos),
         "world_size": world or None,
         "rank_versions": infos[min(infos)].get("versions") if infos else None,
-        "steps_completed": {r: s.get("steps_completed") for r, s in sorted(statuses.items())},
+        "steps_completed": _steps_completed(run_dir, statuses, missing),
+    }
+
+
+# a rank's steps table is counted up to this many bytes when it left no status
+STEPS_COUNT_MAX_BYTES = 64 << 20
+
+
+def _steps_completed(
+    run_dir: Path, statuses: dict[int, dict[str, Any]], no_status: list[int]
+) -> dict[int, Any]:
+    """Each rank's completed steps: from its status, or, for a rank that wrote none (it
+    was SIGKILLed), the rows of its steps table."""
+    steps = {r: s.get("steps_completed") for r, s in sorted(statuses.items())}
+    for rank in no_status:
+        path = rundir.table_path(rundir.rank_dir(run_dir, rank), rundir.STEPS)
+        try:
+            with rundir.open_regular(path) as table:  # never a FIFO's endless wait
+                rows = table.read(STEPS_COUNT_MAX_BYTES).count(b"\n")
+        except (OSError, ValueError):
+            continue
+        if rows:
+            steps[rank] = rows
+    return steps
+
+
+def _ranks_elsewhere(
+    present: set[int],
+    missing: list[int],
+    infos: dict[int, dict[str, Any]],
+    single_process: bool,
+    returncode: int,
+) -> list[int]:
+    """The ranks without a status that ran under another launcher. Exit 0 means every
+    rank ended through gpudiag's worker with status ok: a rank of this directory without
+    status.json then could not write it (full disk), it did not fail. A rank that left
+    nothing here at all ran under another launcher (a script started once per rank with
+    its own `gpudiag trace`), or untraced. The one process gpudiag started is the one
+    rank here, whatever its exit code: the others ran elsewhere (ranks launched
+    separately)."""
+    alone = (
+        single_process
+        and len(present) == 1
+        and all(infos.get(r, {}).get("started_by") == "gpudiag" for r in present)
+    )
+    return [r for r in missing if r not in present] if returncode == 0 or alone else []
+
+
+def _mark_late_ranks(run_dir: Path, ends: dict[int, blame.RankEnd]) -> None:
+    """After a collective timed out: the ranks that never reached it (their calls read
+    from their tables only then)."""
+    if any(e.timed_out for e in ends.values()):
+        for end in ends.values():
+            blame.read_calls(run_dir, end)
+    blame.mark_late_ranks(ends)
+
+
+def _mark_other_nodes_lost(
+    run_dir: Path, ends: dict[int, blame.RankEnd], own: set[int], infos: dict[int, dict[str, Any]]
+) -> None:
+    """This node's ranks lost their connection: another node's ranks that left no status
+    are the likely cause (that node was killed, crashed or lost its network). Not after
+    a hang (the caller's rule): the other node's watchdog ended its ranks, and the hang
+    report already names whom no watchdog saw."""
+    if not any(
+        e.failed and rundir.is_peer_error(e.status or {}) for r, e in ends.items() if r in own
+    ):
+        return
+    for r, e in ends.items():
+        if r not in own and e.status is None and not e.died_without_status:
+            e.lost = _node_lost(run_dir, infos.get(r))
+
+
+def _rank_documents(
+    run_dir: Path,
+) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
+    """Each rank's status.json and rank_info.json that could be read."""
+    statuses: dict[int, dict[str, Any]] = {}
+    infos: dict[int, dict[str, Any]] = {}
+    for r in rundir.list_ranks(run_dir):
+        status = rundir.read_json(rundir.rank_dir(run_dir, r) / rundir.STATUS)
+        info = rundir.read_json(rundir.rank_dir(run_dir, r) / rundir.RANK_INFO)
+        if isinstance(status, dict):
+            statuses[r] = status
+        if isinstance(info, dict):
+            infos[r] = info
+    return statuses, infos
+
+
+def _cause_failure(
+    ends: dict[int, blame.RankEnd],
+    status: dict[str, Any] | None,
+    first: int,
+    others: list[int],
+    node_lost: str | None,
+) -> dict[str, Any]:
+    """The manifest's ``failure`` for the rank :func:`blame.find_cause` named. Ranks the
+    job's shutdown then interrupted (torchrun's SIGTERM after the cause; a rank blocked
+    in a collective ends so, not with a peer error) are consequences too."""
+    ended = [r for r, e in sorted(ends.items()) if r != first and r not in others and e.interrupted]
+    end, consequences = ends[first], [ends[r] for r in [*others, *ended]]
+    if end.late_for is not None:
+        failure = blame.late_failure(end, consequences)
+    elif end.exited_zero:
+        # it left the job with exit code 0 while its peers were still in it
+        failure = blame.early_exit_failure(end, consequences)
+    elif status is not None and end.interrupted:
+        failure = blame.signalled_failure(end, consequences, node_lost)
+    elif status is not None:
+        failure = {
+            "rank": first,
+            "exc_type": status.get("exc_type"),
+            "message": status.get("message"),
+            "traceback": status.get("traceback"),
+            "exit_code": status.get("exit_code"),
+        }
+    else:
+        failure = blame.died_failure(end, consequences)
+    failure["consequences"] = blame.consequence_rows(consequences)
+    # when the cause ended: the failures of ranks launched separately are compared
+    failure["end_ns"] = end.when_ns or None
+    return failure
+
+
+def _failure_without_cause(
+    run_dir: Path, missing: list[int], started: bool, returncode: int
+) -> dict[str, Any]:
+    """The manifest's ``failure`` of a failed run whose ranks name no cause."""
+    if missing and started:
+        message = (
+            f"rank(s) {missing} ended without writing status.json (killed or crashed "
+            f"in native code?); job exit code {returncode}"
+        )
+    elif not started:
+        message = _rendezvous_error(run_dir) or (
+            f"the job exited with {returncode} before any rank started "
+            "(see the launcher's error above)"
+        )
+    else:
+        message = f"every rank reported ok but the job exited with {returncode}"
+    return {
+        "rank": missing[0] if missing and started else None,
+        "exc_type": None,
+        "message": message,
+        "traceback": None,
+        "exit_code": returncode,
     }
 
 
@@ -497,8 +591,28 @@ def _node_ranks(
     return own
 
 
-def _exit_code(status: str, rc: int, signum: int | None, failure: dict | None) -> int:
+def _forwarded_signals() -> list[int]:
+    """Ctrl-C and SIGTERM, and SIGHUP (the terminal or ssh session closed) unless it is
+    ignored (``nohup``): the job runs in a session of its own, which no hang-up reaches,
+    so it would train on with nobody to say how it ended."""
+    signals: list[int] = [signal.SIGINT, signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signals.append(signal.SIGHUP)
+    return signals
+
+
+def job_signal(signum: int) -> int:
+    """What the job gets for the launcher's signal: a hang-up ends it as SIGTERM does
+    (torchrun's agent and the ranks handle SIGTERM; SIGHUP would kill them unrecorded)."""
+    return signal.SIGTERM if signum == signal.SIGHUP else signum
+
+
+def _exit_code(
+    status: str, rc: int, signum: int | None, failure: dict | None, single_process: bool
+) -> int:
     if status == "interrupted" and signum is not None:
+        if single_process and rc > 0 and rc != 128 + job_signal(signum):
+            return rc  # the script's own handler chose its exit code (sys.exit(7))
         return 128 + signum
     failure_code = (failure or {}).get("exit_code")
     if status == "failed" and isinstance(failure_code, int) and failure_code > 0:
@@ -755,7 +869,10 @@ def _incomplete_reasons(run_dir: Path, outcome: dict[str, Any], own: list[str]) 
             reasons += [f"rank {r}: {x}" for x in status["incomplete"] if isinstance(x, str)]
     unwritten = outcome.get("unwritten_status_ranks") or []
     if unwritten:
-        reasons.append(f"rank(s) {unwritten} exited 0 but could not write status.json (disk full?)")
+        why = rundir.why_unwritable(rundir.rank_dir(run_dir, unwritten[0])).strerror
+        reasons.append(
+            f"rank(s) {unwritten} exited 0 but could not write status.json ({why or 'disk full?'})"
+        )
     elsewhere = outcome.get("ranks_elsewhere") or []
     if elsewhere:
         reasons.append(
@@ -778,99 +895,29 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
     from gpudiag.capture.clock import install_test_shift
 
     install_test_shift()  # tests only: a skewed host (GPUDIAG_TEST_CLOCK_SHIFT_NS)
-    if ns.out is not None and rundir.has_control_chars(ns.out):
-        # torch's exporter cannot write such a path, and every line naming it would split
-        _say("trace: --out must not contain a newline or other control characters")
-        return 2
-    run_dir, problem = claim_run_dir(ns.out, args.target, None if dynamic else node_rank)
-    if problem:
-        _say(f"trace: {run_dir}: {problem}")
+    run_dir = _claim_out(args, None if dynamic else node_rank)
+    if run_dir is None:
         return 2
     profile = profile_config(ns)
-    launch: dict[str, Any] = {
-        "torchrun": uses_torchrun(args),
-        "torchrun_argv": args.torchrun_argv,
-        "command": job_command(args),
-        "nproc_per_node": ns.nproc_per_node or "1",
-        "nnodes": ns.nnodes or "1",
-        "expected_world_size": _expected_world_size(ns),
-    }
+    launch = _launch_info(args)
     env = worker_env(run_dir, None if dynamic else node_rank, profile, ns.time_buckets)
     join = NodeJoin(env) if dynamic else None
     manifest = manifest_mod.initial_manifest(
-        env=env,
-        argv=argv,
-        target=args.target,
-        script_args=args.script_args,
-        launch=launch,
-        node_rank=node_rank,
-        profile=profile,
-    )
+        env=env, argv=argv, target=args.target, script_args=args.script_args,
+        launch=launch, node_rank=node_rank, profile=profile,
+    )  # fmt: skip
     manifest_path = rundir.manifest_path(run_dir, node_rank)
-    reserve = None
-    rank_reserves: list[Path] | None = []
-    # a file size limit (ulimit -f) below the reserves is no reason to refuse the job:
-    # it runs as it would without gpudiag, and what does not fit is marked incomplete
-    fsize = rundir.file_size_limit()
-    limited = fsize is not None and fsize < RESERVE_BYTES
-    if join is None and limited:
-        try:
-            rundir.write_json_exclusive(manifest_path, manifest)
-        except FileExistsError:
-            _say(f"trace: {run_dir}: another gpudiag run took this directory; choose another --out")
-            return 2
-        except OSError as exc:
-            rundir.note_write_problem(manifest_path, exc, "manifest")
-    elif join is None:
-        # the room for the run's end first: a run that cannot record how it ended is
-        # refused now, before the job starts, not reported as "running" forever; so is
-        # one that cannot keep each local rank's room for its status (the ranks take
-        # theirs by name: rundir.handed_reserve_path)
-        reserve = rundir.reserve_space(rundir.reserve_path(run_dir, node_rank), RESERVE_BYTES)
-        if reserve is not None:
-            local = _local_rank_count(ns.nproc_per_node) or 1
-            rank_reserves = rundir.reserve_for_ranks(run_dir, node_rank, local)
-        no_room = reserve is None or rank_reserves is None
-        if not no_room:
-            try:
-                rundir.write_json_exclusive(manifest_path, manifest)
-            except FileExistsError:
-                _say(
-                    f"trace: {run_dir}: another gpudiag run took this directory; "
-                    "choose another --out"
-                )
-                return 2
-            except OSError:  # no room left for the manifest itself (384 KiB for 2 ranks)
-                no_room = True
-        if no_room:
-            for made in (reserve, *(rank_reserves or ())):
-                rundir.release_space(made)
-            _say(f"trace: {run_dir}: {_no_room(run_dir)}")
-            try:
-                run_dir.rmdir()  # only when empty: created for this run
-            except OSError:
-                pass
-            return 2
+    claimed = (
+        _first_manifest(run_dir, manifest_path, manifest, node_rank, ns) if join is None else None
+    )
+    if claimed is not None and claimed.refused:
+        return 2
+    reserve = claimed.reserve if claimed is not None else None
+    rank_reserves = claimed.rank_reserves if claimed is not None else []
     _say(f"tracing into {run_dir}")
     run_dir_fd = _open_dir(run_dir)  # to tell at the end whether it was deleted meanwhile
 
-    # Handled before the job starts: a signal the launcher handles is reset to the default
-    # in the processes it starts, one it ignores stays ignored. A launcher started with
-    # SIGINT ignored (a shell's background job, `nohup ... &`) then forwarded a Ctrl-C
-    # to a rank deaf to it, which trained on until the grace period's SIGKILL: no status.
-    early: list[int] = []
-    started: list[Job] = []
-
-    def forward(signum: int, frame: Any) -> None:
-        if not started:
-            early.append(signum)
-            return
-        job = started[0]
-        if job.signal_received is None:
-            job.signal_received = signum
-        job.stop(signum)
-
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    forwarder = _Forwarder()  # before the job starts: its processes get the defaults
     try:
         job = Job(
             launch["command"],
@@ -879,12 +926,9 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
             pass_fds=join.pass_fds if join is not None else (),
         )
     except BaseException:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        forwarder.restore()
         raise
-    started.append(job)
-    if early:  # arrived while the job was being started
-        forward(early[0], None)
+    forwarder.started(job)
     if join is not None:
         join.started()
     hang = threading.Event()
@@ -897,55 +941,33 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
         _local_rank_count(ns.nproc_per_node),
         node_rank if join is None else None,
     )
-    lint_thread = None
-    if pre_run is not None and not ns.no_lint:
-        lint_thread = threads.start(_pre_run, "gpudiag-lint", args=(pre_run, run_dir, args.target))
+    lint_thread = _start_lint(pre_run, run_dir, args)
     exits = RankExits(run_dir, node_rank if join is None else None)
 
-    def on_join(node: int) -> None:
-        """The rendezvous numbered this node: claim its manifest, start its sampler."""
-        nonlocal node_rank, manifest_path, reserve, sampler
-        node_rank = node
-        manifest["node_rank"] = node
-        for host in manifest.get("hosts") or []:
-            host["node_rank"] = node
-        manifest_path = rundir.manifest_path(run_dir, node)
-        try:
-            _write_manifest(manifest_path, manifest, first=True)
-        except FileExistsError:
-            _say(f"trace: {manifest_path} exists: another run wrote into {run_dir}; stopping")
-            job.stop(signal.SIGTERM)
-            return
-        _say(f"the rendezvous made this node {node}")
-        job._heartbeat = manifest_path
-        reserve = rundir.reserve_space(rundir.reserve_path(run_dir, node), RESERVE_BYTES)
-        sampler = _start_sampler(run_dir, node, ns.sample_hz, job)
-        exits.node = node
-        if watchdog is not None:
-            watchdog.node = node
+    node = _Node(run_dir, manifest, ns, node_rank, manifest_path, reserve, sampler, job, exits)
+    node.watchdog = watchdog
 
     def on_tick() -> None:
         exits.poll()
         if join is not None:
-            join.poll(on_join)
+            join.poll(node.joined)
 
     try:
         returncode = job.wait(on_tick=on_tick)
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        forwarder.restore()
         _stop_quietly(watchdog, "hang watchdog")
-        _stop_quietly(sampler, "sampler")
+        _stop_quietly(node.sampler, "sampler")
     if lint_thread is not None:
         lint_thread.join(timeout=30)
     if not (hang.is_set() or getattr(watchdog, "fired", False)):
         _wait_for_orphan_ranks(run_dir, exits, ORPHAN_WAIT_S)
     if join is not None:
-        join.poll(on_join)  # the job may have ended right after its rendezvous
+        join.poll(node.joined)  # the job may have ended right after its rendezvous
         if join.node is None:  # the rendezvous never numbered this node
             return _unjoined(run_dir, returncode, job.signal_received)
 
-    rundir.release_space(reserve)
+    rundir.release_space(node.reserve)
     for left in rank_reserves or ():  # a rank that never started leaves its reserve
         rundir.release_space(left)
     outcome = decide_outcome(
@@ -956,37 +978,186 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
         launch["expected_world_size"],
         gone_ns=exits.gone_ns,
         single_process=not launch["torchrun"],
-        node=node_rank if _multi_node(ns) else None,
+        node=node.node_rank if _multi_node(ns) else None,
         nproc_per_node=_local_rank_count(ns.nproc_per_node),
     )
-    manifest.update(
-        end_ns=time.time_ns(),
-        job_returncode=returncode,
-        sampler=getattr(sampler, "kind", None),
-        sampler_notice=getattr(sampler, "notice", None),
-        **{
-            k: outcome[k]
-            for k in (
-                "status",
-                "exit_code",
-                "failed_ranks",
-                "failure",
-                "missing_status_ranks",
-                "ranks_elsewhere",
-                "traced_ranks",
-                "untraced_ranks",
-                "init_method",
-                "steps_completed",
+    _record_outcome(run_dir, manifest, outcome, returncode, node.sampler, node.node_rank)
+    return _write_final_manifest(run_dir, node.manifest_path, manifest, outcome, run_dir_fd)
+
+
+@dataclass
+class _Node:
+    """This launcher's node: what changes when the c10d rendezvous numbers it."""
+
+    run_dir: Path
+    manifest: dict[str, Any]
+    ns: argparse.Namespace
+    node_rank: int
+    manifest_path: Path
+    reserve: Path | None
+    sampler: Any
+    job: Job
+    exits: RankExits
+    watchdog: Any = None
+
+    def joined(self, node: int) -> None:
+        """The rendezvous numbered this node: claim its manifest, start its sampler."""
+        self.node_rank = node
+        self.manifest["node_rank"] = node
+        for host in self.manifest.get("hosts") or []:
+            host["node_rank"] = node
+        self.manifest_path = rundir.manifest_path(self.run_dir, node)
+        try:
+            _write_manifest(self.manifest_path, self.manifest, first=True)
+        except FileExistsError:
+            _say(
+                f"trace: {self.manifest_path} exists: another run wrote into {self.run_dir}; "
+                "stopping"
             )
-        },
-    )
-    clock = rundir.read_json(rundir.node_dir(run_dir, node_rank) / rundir.CLOCK)
-    if isinstance(clock, dict):
-        manifest["clock"] = clock
-    manifest["world_size"] = outcome["world_size"] or manifest["world_size"]
-    manifest["backend"] = outcome["backend"]
-    if outcome["rank_versions"]:
-        manifest["versions"].update(outcome["rank_versions"])
+            self.job.stop(signal.SIGTERM)
+            return
+        _say(f"the rendezvous made this node {node}")
+        self.job._heartbeat = self.manifest_path
+        self.reserve = rundir.reserve_space(rundir.reserve_path(self.run_dir, node), RESERVE_BYTES)
+        self.sampler = _start_sampler(self.run_dir, node, self.ns.sample_hz, self.job)
+        self.exits.node = node
+        if self.watchdog is not None:
+            self.watchdog.node = node
+
+
+@dataclass
+class _Claimed:
+    """The run's first manifest and the room kept for its end (:func:`_first_manifest`)."""
+
+    refused: bool
+    reserve: Path | None = None
+    rank_reserves: list[Path] | None = None
+
+
+def _first_manifest(
+    run_dir: Path,
+    manifest_path: Path,
+    manifest: dict[str, Any],
+    node_rank: int,
+    ns: argparse.Namespace,
+) -> _Claimed:
+    """Write the first manifest, after reserving the room for the run's end: a run that
+    cannot record how it ended is refused now, before the job starts, not reported as
+    "running" forever; so is one that cannot keep each local rank's room for its status
+    (the ranks take theirs by name: rundir.handed_reserve_path). A file size limit
+    (ulimit -f) below the reserves is no reason to refuse the job: it runs as it would
+    without gpudiag, and what does not fit is marked incomplete."""
+    fsize = rundir.file_size_limit()
+    if fsize is not None and fsize < RESERVE_BYTES:
+        try:
+            rundir.write_json_exclusive(manifest_path, manifest)
+        except FileExistsError:
+            _say(f"trace: {run_dir}: another gpudiag run took this directory; choose another --out")
+            return _Claimed(refused=True)
+        except OSError as exc:
+            rundir.note_write_problem(manifest_path, exc, "manifest")
+        return _Claimed(refused=False, rank_reserves=[])
+    reserve = rundir.reserve_space(rundir.reserve_path(run_dir, node_rank), RESERVE_BYTES)
+    rank_reserves: list[Path] | None = []
+    if reserve is not None:
+        local = _local_rank_count(ns.nproc_per_node) or 1
+        rank_reserves = rundir.reserve_for_ranks(run_dir, node_rank, local)
+    no_room = reserve is None or rank_reserves is None
+    if not no_room:
+        try:
+            rundir.write_json_exclusive(manifest_path, manifest)
+        except FileExistsError:
+            _say(f"trace: {run_dir}: another gpudiag run took this directory; choose another --out")
+            return _Claimed(refused=True)
+        except OSError:  # no room left for the manifest itself (384 KiB for 2 ranks)
+            no_room = True
+    if no_room:
+        for made in (reserve, *(rank_reserves or ())):
+            rundir.release_space(made)
+        _say(f"trace: {run_dir}: {_no_room(run_dir)}")
+        try:
+            run_dir.rmdir()  # only when empty: created for this run
+        except OSError:
+            pass
+        return _Claimed(refused=True)
+    return _Claimed(refused=False, reserve=reserve, rank_reserves=rank_reserves)
+
+
+class _Forwarder:
+    """The launcher's signals, forwarded to the job. Handled before the job starts: a
+    signal the launcher handles is reset to the default in the processes it starts, one
+    it ignores stays ignored. A launcher started with SIGINT ignored (a shell's background
+    job, `nohup ... &`) then forwarded a Ctrl-C to a rank deaf to it, which trained on
+    until the grace period's SIGKILL: no status. A signal that arrives while the job is
+    being started is forwarded once it has started."""
+
+    def __init__(self) -> None:
+        self._early: list[int] = []
+        self._job: Job | None = None
+        self._previous = {s: signal.signal(s, self._forward) for s in _forwarded_signals()}
+
+    def _forward(self, signum: int, frame: Any) -> None:
+        job = self._job
+        if job is None:
+            self._early.append(signum)
+            return
+        if job.signal_received is None:
+            job.signal_received = signum
+        job.stop(job_signal(signum))
+
+    def started(self, job: Job) -> None:
+        self._job = job
+        if self._early:  # arrived while the job was being started
+            self._forward(self._early[0], None)
+
+    def restore(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+
+def _claim_out(args: TraceArgs, node_rank: int | None) -> Path | None:
+    """The run directory, claimed for this run; None (said why) when it cannot be."""
+    ns = args.options
+    if ns.out is not None and rundir.has_control_chars(ns.out):
+        # torch's exporter cannot write such a path, and every line naming it would split
+        _say("trace: --out must not contain a newline or other control characters")
+        return None
+    run_dir, problem = claim_run_dir(ns.out, args.target, node_rank)
+    if problem:
+        _say(f"trace: {run_dir}: {problem}")
+        return None
+    return run_dir
+
+
+def _start_lint(pre_run: PreRun | None, run_dir: Path, args: TraceArgs) -> Any:
+    """The command layer's lint of the script, in a thread while the job starts."""
+    if pre_run is None or args.options.no_lint:
+        return None
+    return threads.start(_pre_run, "gpudiag-lint", args=(pre_run, run_dir, args.target))
+
+
+def _launch_info(args: TraceArgs) -> dict[str, Any]:
+    """How the job is started (the manifest's ``launch``)."""
+    ns = args.options
+    return {
+        "torchrun": uses_torchrun(args),
+        "torchrun_argv": args.torchrun_argv,
+        "command": job_command(args),
+        "nproc_per_node": ns.nproc_per_node or "1",
+        "nnodes": ns.nnodes or "1",
+        "expected_world_size": _expected_world_size(ns),
+    }
+
+
+def _write_final_manifest(
+    run_dir: Path,
+    manifest_path: Path,
+    manifest: dict[str, Any],
+    outcome: dict[str, Any],
+    run_dir_fd: int | None,
+) -> int:
+    """The manifest with what made the record incomplete, written; the final line; the
+    exit code."""
     if _deleted(run_dir_fd):
         rundir.note_problem(rundir.deleted_while_written(run_dir))
     incomplete = _incomplete_reasons(run_dir, outcome, rundir.write_problems())
@@ -997,6 +1168,46 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
         _say(f"run incomplete: {'; '.join(incomplete)}")
     _report(run_dir, manifest)
     return int(manifest["exit_code"])
+
+
+def _record_outcome(
+    run_dir: Path,
+    manifest: dict[str, Any],
+    outcome: dict[str, Any],
+    returncode: int,
+    sampler: Any,
+    node_rank: int,
+) -> None:
+    """The job's end in the manifest: the outcome, the sampler, the clock, the versions."""
+    manifest.update(
+        end_ns=time.time_ns(),
+        job_returncode=returncode,
+        sampler=getattr(sampler, "kind", None),
+        sampler_notice=getattr(sampler, "notice", None),
+        **{k: outcome[k] for k in _OUTCOME_KEYS},
+    )
+    clock = rundir.read_json(rundir.node_dir(run_dir, node_rank) / rundir.CLOCK)
+    if isinstance(clock, dict):
+        manifest["clock"] = clock
+    manifest["world_size"] = outcome["world_size"] or manifest["world_size"]
+    manifest["backend"] = outcome["backend"]
+    if outcome["rank_versions"]:
+        manifest["versions"].update(outcome["rank_versions"])
+
+
+# what decide_outcome says that the manifest keeps as it is
+_OUTCOME_KEYS = (
+    "status",
+    "exit_code",
+    "failed_ranks",
+    "failure",
+    "missing_status_ranks",
+    "ranks_elsewhere",
+    "traced_ranks",
+    "untraced_ranks",
+    "init_method",
+    "steps_completed",
+)
 
 
 def assigned_node_rank(ns: argparse.Namespace) -> bool:
@@ -1061,7 +1272,12 @@ def ranks_line(manifest: dict[str, Any]) -> str:
         text = f"{len(traced)} of {world} rank(s)"
     else:
         text = f"{len(traced)} rank(s)"
-    no_status = [r for r in traced if r not in steps and str(r) not in steps]
+    missing = manifest.get("missing_status_ranks")
+    no_status = (
+        [r for r in traced if r in missing]
+        if isinstance(missing, list)
+        else [r for r in traced if r not in steps and str(r) not in steps]
+    )
     if no_status:
         text += f"; rank(s) {_ranks(no_status)} wrote no status"
     values = sorted({v for v in steps.values() if isinstance(v, int)})

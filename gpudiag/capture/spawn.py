@@ -92,3 +92,86 @@ def restore_collectives(recorder: Any) -> None:
         setattr(c10d, name, original)
         if getattr(dist, name, None) is wrapper:
             setattr(dist, name, original)
+
+
+# --------------------------------------------------------------------------- elastic
+
+
+def untraced_elastic_note(nprocs: int | None) -> str:
+    n = str(nprocs) if nprocs else "N"
+    return (
+        f"the script starts {n} worker(s) with torch's elastic launcher inside its own "
+        "process (torch.distributed.run.main / elastic_launch): they run untraced; trace "
+        f"them with `gpudiag trace --nproc-per-node {n} <their script>`"
+    )
+
+
+def install_elastic_note(note: Callable[[str], None]) -> None:
+    """Patch torch's elastic ``launch_agent`` (torchrun's ``main`` and ``elastic_launch``
+    reach it) in the process gpudiag started: the workers it starts are not gpudiag's to
+    trace, and the record said nothing of them (issue 28). ``note`` is given the one
+    line that says so, once, before they start; the launch itself is untouched."""
+    try:
+        from torch.distributed.launcher import api
+    except ImportError:  # a torch without torch.distributed
+        return
+    original = getattr(api, "launch_agent", None)
+    if original is None or getattr(original, "_gpudiag_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def launch_agent(*args: Any, **kwargs: Any) -> Any:
+        # whatever torch's signature is (it grew keywords): passed on untouched
+        try:
+            config = kwargs.get("config", args[0] if args else None)
+            note(untraced_elastic_note(getattr(config, "nproc_per_node", None)))
+        except Exception:  # noqa: BLE001 - saying so must never stop the launch
+            pass
+        return original(*args, **kwargs)
+
+    launch_agent._gpudiag_wrapped = True  # type: ignore[attr-defined]
+    api.launch_agent = launch_agent
+
+
+# --------------------------------------------------------------------------- multiprocessing
+
+_PROCESSES_STARTED = [0]
+# processes that are helpers, never ranks: DataLoader workers, Pool and executor workers
+_HELPER_MODULES = ("torch.utils.data", "multiprocessing.", "concurrent.futures")
+
+
+def processes_started() -> int:
+    """How many multiprocessing processes the script started in this process."""
+    return _PROCESSES_STARTED[0]
+
+
+def count_processes() -> None:
+    """Count the multiprocessing ``Process`` starts of the process gpudiag started (the
+    tutorial's ranks, ``mp.Process(target=init_process, ...)``, run untraced, and the
+    record said nothing of them: eleventh probe of issue 28, D). The count is said only
+    when this process itself trained nothing; DataLoader, Pool and executor workers are
+    helpers, not counted."""
+    import multiprocessing.process as mp_process
+
+    original = mp_process.BaseProcess.start
+    if getattr(original, "_gpudiag_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def start(self: Any) -> None:
+        target = getattr(getattr(self, "_target", None), "__module__", None) or ""
+        if not target.startswith(_HELPER_MODULES):
+            _PROCESSES_STARTED[0] += 1
+        original(self)
+
+    start._gpudiag_wrapped = True  # type: ignore[attr-defined]
+    mp_process.BaseProcess.start = start  # type: ignore[method-assign]
+
+
+def untraced_processes_note(count: int) -> str:
+    return (
+        f"the script started {count} process(es) with multiprocessing and trained nothing "
+        "in its own process: if those processes are its ranks (init_process_group in "
+        "each), they ran untraced; start them with `gpudiag trace --nproc-per-node N` "
+        "(torchrun-style) or torch.multiprocessing.spawn, which gpudiag follows"
+    )

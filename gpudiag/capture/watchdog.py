@@ -3,7 +3,7 @@
 Progress is the size/mtime of each local rank's step and collective tables (and its
 rank_info). The watchdog is armed from the start: a job stuck in its first collective or
 in the rendezvous is caught too. When nothing has progressed for ``timeout_s`` it asks
-every local rank for a dump (SIGUSR1: Python stacks; a request file: in-flight
+every local rank for a dump (a real-time signal: Python stacks; a request file: in-flight
 collectives, see :mod:`gpudiag.capture.hangdump`), waits for the answers, and classifies
 each rank:
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import threading
 import time
@@ -358,15 +357,20 @@ def _local_ranks(run_dir: Path, node: int | None = None) -> dict[int, int]:
 
 
 def request_dump(run_dir: Path, rank: int, pid: int) -> None:
-    """Ask one worker for its in-flight collectives (file) and Python stacks (SIGUSR1)."""
+    """Ask one worker for its in-flight collectives (file) and Python stacks
+    (hangdump.STACK_DUMP_SIGNAL)."""
+    from gpudiag.capture.hangdump import STACK_DUMP_SIGNAL
+
     path = request_path(run_dir, rank)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(str(time.time_ns()), encoding="utf-8")
-    except OSError as exc:  # full disk: the stacks (SIGUSR1) may still come
+    except OSError as exc:  # full disk: the stacks (the signal) may still come
         rundir.note_write_problem(path, exc)
+    if STACK_DUMP_SIGNAL is None:
+        return
     try:
-        os.kill(pid, signal.SIGUSR1)
+        os.kill(pid, STACK_DUMP_SIGNAL)
     except (ProcessLookupError, PermissionError):
         pass
 
@@ -459,7 +463,7 @@ def _read_stacks(run_dir: Path, rank: int, offset: int | None) -> str:
 
 def current_block(stacks: str) -> str:
     """The dumped thread's stack (faulthandler's "Current thread" block: the main
-    thread, which takes SIGUSR1) of the last dump in ``stacks``."""
+    thread, which takes the dump signal) of the last dump in ``stacks``."""
     blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", stacks.strip())
     current = [b for b in blocks if b.startswith("Current thread")] or blocks[-1:]
     return current[-1] if current else ""
@@ -688,11 +692,25 @@ def hang_verdict(
         candidates.append((not absent, seq, pg, by_rank, absent))
     _, seq, pg, by_rank, absent = min(candidates, key=lambda c: c[:3])
     op = next(iter(by_rank.values())).get("op")
-    if absent:
+    cycle = _cross_group_cycle(waiting, states, (pg, seq), absent) if absent else None
+    first = (op, pg, seq, sorted(by_rank))
+    deeper = None if cycle is not None else _deeper_wait(waiting, states, (pg, seq), absent)
+    if deeper is not None:  # the absent ranks wait themselves, for a rank further on
+        (pg, seq), by_rank, absent = deeper
+        op = next(iter(by_rank.values())).get("op")
+    if cycle is not None:
+        verdict = cycle
+    elif absent:
+        then = (
+            f" (which keeps rank{'s' if len(first[3]) > 1 else ''} {_join(first[3])} "
+            f"waiting in {first[0]} seq {first[2]} (pg {first[1]}))"
+            if deeper is not None
+            else ""
+        )
         verdict = (
             f"rank{'s' if len(absent) > 1 else ''} {_join(absent)} never entered {op} "
             f"seq {seq} (pg {pg}) that rank{'s' if len(by_rank) > 1 else ''} "
-            f"{_join(sorted(by_rank))} {'are' if len(by_rank) > 1 else 'is'} waiting in; "
+            f"{_join(sorted(by_rank))} {'are' if len(by_rank) > 1 else 'is'} waiting in{then}; "
             f"{_frames(states, absent)}"
         )
     else:
@@ -701,6 +719,65 @@ def hang_verdict(
             "this node or the transport is stuck"
         )
     return verdict, stuck, not_in, None
+
+
+def _deeper_wait(
+    waiting: dict[tuple[str, int], dict[int, dict]],
+    states: dict[int, dict[str, Any]],
+    first: tuple[str, int],
+    absent: list[int],
+) -> tuple[tuple[str, int], dict[int, dict], list[int]] | None:
+    """The end of a chain of waits: the ranks absent from ``first`` wait themselves in
+    another call, from which further ranks are absent (rank 0 waits in group A for rank
+    1, which waits in group B for rank 2, busy in its own code: ninth probe, F1b named
+    rank 1). None when the absent ranks are not waiting elsewhere."""
+    seen, found = {first}, None
+    for _ in range(len(waiting)):
+        nxt = next(
+            (
+                (key, theirs, missing)
+                for key, theirs in waiting.items()
+                if key not in seen
+                and any(a in theirs for a in absent)
+                and (missing := sorted(r for r in _members(theirs, states) if r not in theirs))
+            ),
+            None,
+        )
+        if nxt is None:
+            return found
+        seen.add(nxt[0])
+        found, absent = nxt, nxt[2]
+    return found
+
+
+def _cross_group_cycle(
+    waiting: dict[tuple[str, int], dict[int, dict]],
+    states: dict[int, dict[str, Any]],
+    first: tuple[str, int],
+    absent: list[int],
+) -> str | None:
+    """Ranks that wait for each other in two process groups (rank 1 in group 1 for rank
+    2, rank 2 in group 0 for rank 1): neither "never entered" alone is the cause, one of
+    them made a call the other did not (eighth probe, F2: the waiting rank was named).
+    The verdict names both, or None when there is no such cycle."""
+    by_rank = waiting[first]
+    for a in absent:
+        for key, theirs in waiting.items():
+            if key == first or a not in theirs:
+                continue
+            blockers = [r for r in _members(theirs, states) if r not in theirs and r in by_rank]
+            if not blockers:
+                continue
+            b = blockers[0]
+            op_a, op_b = theirs[a].get("op"), by_rank[b].get("op")
+            return (
+                f"deadlock across process groups: rank {a} waits in {op_a} seq {key[1]} "
+                f"(pg {key[0]}) for rank {b}, and rank {b} waits in {op_b} seq {first[1]} "
+                f"(pg {first[0]}) for rank {a}: one of them made a call of its group that "
+                "the other did not (a call skipped, or one too many, on one branch); "
+                f"{_frames(states, sorted({a, b}))}"
+            )
+    return None
 
 
 def _members(by_rank: dict[int, dict], states: dict[int, dict[str, Any]]) -> list[int]:

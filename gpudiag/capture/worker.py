@@ -27,9 +27,10 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import CodeType, FrameType
 from typing import Any
 
-from gpudiag import rundir
+from gpudiag import frames, rundir
 from gpudiag.capture import agent, spawn
 
 ENV_RUN_DIR = "GPUDIAG_RUN_DIR"
@@ -68,6 +69,12 @@ class Outcome:
     exc_type: str | None = None
     message: str | None = None
     traceback: str | None = None
+    # ended from another thread while the main thread is blocked in C (signal_watch),
+    # or by a signal whose default action ends the process: written like a hang's end,
+    # with no export, no atexit handlers, no waiting
+    abrupt: bool = False
+    # the process then dies of this signal, as it would have without gpudiag
+    die_of: int | None = None
 
 
 class _Terminated(KeyboardInterrupt):
@@ -94,7 +101,185 @@ def _user_code_running(running: bool) -> None:
     global _SIGTERM_RAISES
     _SIGTERM_RAISES = running
     if not running:
+        _note_script_handlers()
         _ignore_ctrl_c()
+
+
+# signals a script handles itself to end the run (its handler saves, then sys.exit)
+_ENDING_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+# the code of each handler the script had installed as its code ended -> the signal
+_SCRIPT_HANDLERS: dict[CodeType, str] = {}
+
+
+def _note_script_handlers() -> None:
+    """Before gpudiag ignores Ctrl-C for its finishing: which handlers were the script's
+    (read by :func:`_handled_signal`)."""
+    _SCRIPT_HANDLERS.clear()
+    for name in _ENDING_SIGNALS:
+        try:
+            handler = signal.getsignal(getattr(signal, name))
+        except (AttributeError, ValueError):
+            continue
+        code = getattr(getattr(handler, "__func__", handler), "__code__", None)
+        if code is not None and code.co_filename != __file__:
+            _SCRIPT_HANDLERS.setdefault(code, name)
+
+
+def _handler_is_ours(signum: int) -> bool:
+    """The handler in place is gpudiag's (SIGTERM, a fatal signal's) or Python's Ctrl-C
+    default: the script did not install its own (then what it does is its decision)."""
+    try:
+        handler = signal.getsignal(signum)
+    except (ValueError, OSError):
+        return False
+    if signum == signal.SIGTERM:
+        return handler is _on_sigterm
+    if signum == signal.SIGINT:
+        return handler is signal.default_int_handler
+    return getattr(handler, "__func__", None) is Worker.on_fatal_signal
+
+
+# Signals whose default action ends the process and that python leaves at that default:
+# the rank died without a status.json (sixth probe: SIGUSR2, SIGALRM). gpudiag handles
+# those still at the default, writes the status, then dies of the signal.
+FATAL_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPROF")
+    if hasattr(signal, name)
+)
+
+
+_FATAL_HANDLED: list[int] = []  # the signals _record_fatal_signals took over
+_RANK_PID: list[int] = []  # the rank's process (not a forked DataLoader worker)
+
+
+def _claim_process() -> None:
+    """This process is the rank: a process it forks (a DataLoader worker, the script's
+    own os.fork or fork-context multiprocessing) is not (:func:`_forked_child`)."""
+    if not _RANK_PID:
+        os.register_at_fork(after_in_child=_forked_child)
+    _RANK_PID[:] = [os.getpid()]
+
+
+def _in_forked_child() -> bool:
+    return bool(_RANK_PID) and os.getpid() != _RANK_PID[0]
+
+
+def _record_fatal_signals(worker: Worker) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _claim_process()
+    for signum in FATAL_SIGNALS:
+        try:
+            if signal.getsignal(signum) is signal.SIG_DFL:
+                signal.signal(signum, worker.on_fatal_signal)
+                _FATAL_HANDLED.append(signum)
+        except (ValueError, OSError):
+            pass
+
+
+def _forked_child() -> None:
+    """A forked child dies of the signals gpudiag handles in the rank as it would have
+    without gpudiag: SIGTERM (a multiprocessing child's terminate(): exit -15, no
+    ``finally``; before, gpudiag's handler raised in it, tenth probe, A) and the fatal
+    ones. A handler the script installed itself is kept."""
+    try:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (ValueError, OSError):  # not the child's main thread
+        pass
+    for signum in _FATAL_HANDLED:
+        try:
+            signal.signal(signum, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+
+
+def _raised_by_the_script(exc: BaseException) -> bool:
+    """The exception's innermost frame is a user frame whose line raises it (not a
+    signal's KeyboardInterrupt, which lands wherever the interpreter was)."""
+    try:
+        stack = traceback.extract_tb(exc.__traceback__)
+    except Exception:  # noqa: BLE001 - reading the source may fail
+        return False
+    if not stack:
+        return False
+    last = stack[-1]
+    return frames.is_user_file(last.filename) and (last.line or "").lstrip().startswith("raise")
+
+
+def _set_path_head(folder: str) -> None:
+    """``folder`` first on sys.path, as python puts a script's folder there: in place of
+    the entry python put for gpudiag's own module, or before the rest when python was
+    started with -P (safe path: it put none)."""
+    if sys.flags.safe_path:
+        sys.path.insert(0, folder)
+    else:
+        sys.path[0] = folder
+
+
+def _note_untraced(line: str) -> None:
+    """Said on stderr at once and kept in the rank's record (status.json ``incomplete``:
+    `analyze` and the dashboard show it as a warning)."""
+    said = bool(rundir.write_problems())  # note_problem says only a process's first
+    rundir.note_problem(line)
+    if said:
+        _say(f"gpudiag: {line}")
+
+
+def _end_forked_child(outcome: Outcome) -> None:
+    """A child the script forked that ran on to the script's end (or raised, or called
+    sys.exit) ends as it would under python: its atexit handlers, its streams flushed,
+    its own exit code; nothing of the rank's record is its to write (before, it rewrote
+    status.json and summary.json: a healthy run reported failed, tenth probe, B)."""
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001 - a handler's error is the child's, as in python
+        pass
+    _flush_open_files()
+    _end_process(outcome)
+
+
+def _fatal_signal_outcome(signum: int) -> Outcome:
+    name = signal.Signals(signum).name
+    return Outcome(
+        "interrupted",
+        128 + signum,
+        name,
+        f"ended by {name}, whose default action ends the process (the script set no handler)",
+        abrupt=True,
+        die_of=signum,
+    )
+
+
+def _end_process(outcome: Outcome) -> None:
+    """os._exit with the outcome's code, or death by its signal (as without gpudiag)."""
+    if outcome.die_of is not None:
+        try:
+            signal.signal(outcome.die_of, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [outcome.die_of])
+            os.kill(os.getpid(), outcome.die_of)
+            time.sleep(1.0)
+        except (OSError, ValueError):
+            pass
+    os._exit(outcome.exit_code)
+
+
+def _main_thread_line() -> str | None:
+    """``file:line in func`` of the main thread's innermost user frame (gpudiag.frames),
+    and the library function it is blocked in."""
+    frame = sys._current_frames().get(threading.main_thread().ident or -1)
+    if frame is None:
+        return None
+    inner = frame.f_code.co_name
+    while frame is not None and not frames.is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return f"{inner}()"
+    where = (
+        f"{frames.absolute(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
+    )
+    return where if frame.f_code.co_name == inner else f"{where} (inside {inner}())"
 
 
 def _ignore_ctrl_c() -> None:
@@ -221,6 +406,8 @@ class Worker:
             signal.signal(signal.SIGTERM, _on_sigterm)
         if self.launched_alone and self.target:  # gpudiag started this one process
             self._guard("spawn hook", lambda: spawn.install(self.hand_over_rank, run_spawned_rank))
+            self._guard("elastic note", lambda: spawn.install_elastic_note(_note_untraced))
+            self._guard("process count", spawn.count_processes)
             self._guard(
                 "re-exec hook", lambda: install_reexec_hook(self.target, self.reexec_children)
             )
@@ -245,12 +432,8 @@ class Worker:
             reserve = rundir.reserve_space(target, rundir.RANK_RESERVE_BYTES)
         fsize = rundir.file_size_limit()
         if reserve is None and (fsize is None or fsize >= rundir.RANK_RESERVE_BYTES):
-            import errno
-
             rundir.note_write_problem(
-                target,
-                OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
-                "no room kept for status.json",
+                target, rundir.why_unwritable(target.parent), "no room kept for status.json"
             )
         self._reserve = reserve
 
@@ -446,11 +629,14 @@ class Worker:
 
     def _run_target(self) -> Any:
         sys.argv = [self.target.get("script") or self.target["module"], *self.script_args]
+        _make_room_for_our_frames()
         if "script" in self.target:
             script = self.target["script"]
-            sys.path[0] = str(Path(script).resolve().parent)
-            return runpy.run_path(script, run_name="__main__")
-        sys.path[0] = os.getcwd()
+            _set_path_head(str(Path(script).resolve().parent))
+            # absolute, as python gives a script's __file__ and frames: a script that
+            # chdirs still finds itself, and every rank names the same file the same way
+            return runpy.run_path(os.path.abspath(script), run_name="__main__")
+        _set_path_head(os.getcwd())
         return runpy.run_module(self.target["module"], run_name="__main__", alter_sys=True)
 
     def run_callable(self, body: Callable[[], Any]) -> Outcome:
@@ -512,7 +698,7 @@ class Worker:
                     pending = later
         name = type(pending).__name__
         try:
-            message = str(pending).splitlines()[0][:500] if str(pending) else name
+            message = _first_line(pending, name)
         except Exception:  # noqa: BLE001
             message = name
         return Outcome("failed", EXIT_EXCEPTION, name, message)
@@ -527,6 +713,13 @@ class Worker:
                 name = "SIGTERM" if isinstance(interrupt, _Terminated) else "KeyboardInterrupt"
                 message = f"{outcome.message} while handling {name}"
                 return Outcome("interrupted", outcome.exit_code, name, message)
+            handled = _handled_signal(exc.__traceback__)
+            if outcome.status == "failed" and handled is not None:
+                # the script's own signal handler ended it (save, then sys.exit(7)):
+                # interrupted by that signal, with the script's exit code
+                name = "KeyboardInterrupt" if handled == "SIGINT" else handled
+                message = f"{outcome.message} in the script's {handled} handler"
+                return Outcome("interrupted", outcome.exit_code, name, message)
             return outcome
         if isinstance(exc, _Terminated):
             ended_by_watchdog = self._ended_by_watchdog(exc)
@@ -536,9 +729,13 @@ class Worker:
                 "interrupted", EXIT_SIGTERM, type(exc), exc, exc.__traceback__
             )
         if isinstance(exc, KeyboardInterrupt):
-            return _outcome_of_exception(
-                "interrupted", EXIT_SIGINT, type(exc), exc, exc.__traceback__
-            )
+            # A script's own `raise KeyboardInterrupt` prints its traceback, as python
+            # does; a Ctrl-C ends the job quietly (docs/reliability.md: every rank's
+            # traceback on one Ctrl-C was noise), as before
+            tb = _user_frames(exc.__traceback__)
+            if _raised_by_the_script(exc):
+                _print_exception(exc, tb)
+            return _outcome_of_exception("interrupted", EXIT_SIGINT, type(exc), exc, tb)
         if _loader_worker_terminated(exc):
             # the job's SIGTERM or Ctrl-C reached the DataLoader's workers first: their
             # SIGCHLD handler raised in the rank before its own signal did
@@ -556,7 +753,7 @@ class Worker:
         """A peer error raised because the hang watchdog ended the peer this rank was
         waiting for, or the agent's SIGTERM sent because that peer exited: the rank is
         part of the hang, it did not fail and was not interrupted by the user."""
-        error = {"exc_type": type(exc).__name__, "message": str(exc)}
+        error = {"exc_type": type(exc).__name__, "message": safe_str(exc)}
         if not isinstance(exc, _Terminated) and not rundir.is_peer_error(error):
             return None
         from gpudiag.capture.hangdump import hang_decided
@@ -574,6 +771,43 @@ class Worker:
 
     # ------------------------------------------------------------------ finishing
 
+    def on_fatal_signal(self, signum: int, frame: Any) -> None:
+        """A signal whose default action ends the process: its status first. During
+        gpudiag's own finishing it is let be: the process ends in a moment anyway."""
+        if _RANK_PID and os.getpid() != _RANK_PID[0]:  # a forked child kept the handler
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        if self._finish_lock.locked():
+            return
+        self.finish(_fatal_signal_outcome(signum))
+
+    def watch_signals(self) -> None:
+        """A SIGTERM or Ctrl-C the main thread cannot act on (blocked in C) still ends
+        this rank, with its status (:mod:`gpudiag.capture.signal_watch`)."""
+        from gpudiag.capture.signal_watch import SignalWatch
+
+        self._guard("signal watch", SignalWatch(self._finish_stuck, _handler_is_ours).start)
+
+    def _finish_stuck(self, signum: int) -> None:
+        """The signal's handler did not run: the main thread is blocked in C."""
+        if self._finish_lock.locked():  # the main thread got to its finish after all
+            return
+        where = _main_thread_line()
+        at = f" at {where}" if where else ""
+        if signum == signal.SIGTERM:
+            outcome = Outcome("interrupted", EXIT_SIGTERM, "SIGTERM", "terminated")
+            why = "its handler could not run there; gpudiag ended the rank, as SIGTERM's default action would"
+        elif signum == signal.SIGINT:
+            outcome = Outcome("interrupted", EXIT_SIGINT, "KeyboardInterrupt", "interrupted")
+            why = "the KeyboardInterrupt could not be raised there; gpudiag ended the rank"
+        else:
+            outcome = _fatal_signal_outcome(signum)
+            why = "gpudiag wrote its status, then it died of the signal"
+        outcome.message = f"{outcome.message} while blocked in C code{at} ({why})"[:500]
+        outcome.abrupt = True
+        self.finish(outcome)
+
     def finish_on_hang(self, reason: str) -> None:
         """The watchdog's finish request (poller thread; the main thread is blocked in a
         collective): write everything this rank has, then exit."""
@@ -586,6 +820,8 @@ class Worker:
         """Write everything, then end the process without interpreter teardown. Called
         once: by the main thread at the end of the script, or by the hang dump's poller
         thread on a hang (then the main thread, if it gets here, waits for the exit)."""
+        if _in_forked_child():
+            _end_forked_child(outcome)
         if not self._finish_lock.acquire(blocking=False):
             _wait_for_exit()
         try:
@@ -596,11 +832,11 @@ class Worker:
             if not self._status_written:
                 self._guard("status.json", lambda: self._write_status(outcome))
             self._warn(f"finishing failed ({type(exc).__name__}: {exc})")
-        os._exit(outcome.exit_code)
+        _end_process(outcome)
 
     def _finish(self, outcome: Outcome) -> None:
         in_main = threading.current_thread() is threading.main_thread()
-        hang = outcome.status == "hang"
+        hang = outcome.status == "hang" or outcome.abrupt
         if in_main:
             # A second SIGTERM/Ctrl-C while finishing must not cut the writes short, nor
             # the DataLoader's SIGCHLD handler, which raises in whatever runs when one of
@@ -619,6 +855,8 @@ class Worker:
             os._exit(outcome.exit_code)
         if not self.set_up:  # a spawned rank that never called init_process_group
             self._guard("set-up", self.setup)
+        self._guard("rank from the environment", self._note_rank_never_confirmed)
+        self._guard("untraced processes", self._note_untraced_processes)
         if not hang:  # on a hang the status goes first anyway
             self._write_early_status(outcome)
         # what interpreter shutdown would do first: wait for the script's own threads
@@ -627,6 +865,7 @@ class Worker:
                 "script threads",
                 lambda: _join_user_threads(30.0 if outcome.status == "ok" else 5.0),
             )
+            self._guard("child observers", _stop_child_observers)
         collectives: dict[str, Any] | None = None
         if not hang:  # on a hang the tables and status go first: exporting may block
             self._guard("profiler export", self._finish_profiler)
@@ -636,8 +875,14 @@ class Worker:
         if self.tracker is not None:
             self._guard("step tracker", self.tracker.uninstall)
             self._guard("step table", self.tracker.close)
-        if hang and not in_main:
-            self._drop_open_profile()
+        if outcome.abrupt or (hang and not in_main):
+            # never export from a signal handler (inside whatever range the script had
+            # open) nor from another thread: both crashed torch's profiler
+            self._drop_open_profile(
+                f"{outcome.exc_type} ended this rank"
+                if outcome.abrupt
+                else "the hang watchdog ended this rank"
+            )
         # the reserve's second half is summary.json's room; status.json is written over
         # its first half's own blocks (no other process can take them first)
         rundir.shrink_reserve(self._reserve, rundir.STATUS_RESERVE_BYTES)
@@ -648,27 +893,55 @@ class Worker:
         self._status_written = True
         if hang:
             # the process group and atexit handlers would wait for the hung collective
-            if in_main:
+            if in_main and not outcome.abrupt:
                 self._guard("profiler export", self._finish_profiler)
         else:
-            self._guard("process group", _destroy_process_group)
+            # as at interpreter exit: the script's atexit handlers may still use the group
             self._guard("atexit handlers", atexit._run_exitfuncs)
+            self._guard("process group", _destroy_process_group)
         self._guard("flush", _flush_open_files)
         if self.reexec_children and outcome.status == "ok":
             self._guard(
                 "re-executed ranks",
                 lambda: wait_for_children(self.run_dir, self.reexec_children, deadline),
             )
-        os._exit(outcome.exit_code)
+        _end_process(outcome)
 
-    def _drop_open_profile(self) -> None:
-        """On a hang ended from the poller thread, an open profile window is not
-        exported: torch.profiler's stop and export from a thread other than the one
-        that profiles crashed the rank with SIGSEGV (seen on torch 2.13, gloo)."""
+    def _note_untraced_processes(self) -> None:
+        started = spawn.processes_started()
+        if not started or self.handed_over or _in_forked_child():
+            return
+        if (self.tracker is not None and self.tracker.steps_completed) or _backend():
+            return
+        if self.rank_info.get("backend"):
+            return
+        _note_untraced(spawn.untraced_processes_note(started))
+
+    def _note_rank_never_confirmed(self) -> None:
+        """RANK / WORLD_SIZE in the environment without torchrun (a rank launched by hand,
+        or variables left over in the shell) and a script that never made a process
+        group: nothing confirms the rank; a single process with stale variables was
+        recorded as rank 3 of 8 without a word (issue 28, eighth probe). Said in the
+        record, which keeps the rank the environment gave."""
+        if self.started_by != "torchrun" or self.world_size <= 1:
+            return
+        if "TORCHELASTIC_RUN_ID" in os.environ or self.rank_info.get("backend") or _backend():
+            return
+        rundir.note_problem(
+            f"rank {self.rank} of {self.world_size} came from RANK / WORLD_SIZE in the "
+            "environment (not torchrun) and the script never called init_process_group: "
+            "if this was one process on its own, those variables were left over in the shell"
+        )
+
+    def _drop_open_profile(self, why: str) -> None:
+        """On a rank ended from another thread (the hang poller, the signal watch), an
+        open profile window is not exported: torch.profiler's stop and export from a
+        thread other than the one that profiles crashed the rank with SIGSEGV (seen on
+        torch 2.13, gloo)."""
         if self.profiler is None or not self.profiler.active:
             return
         self.profiler.export_error = (
-            "not exported: the hang watchdog ended this rank while its profile window "
+            f"not exported: {why} while its profile window "
             f"{self.profiler.first}-{self.profiler.last} was open"
         )
 
@@ -757,17 +1030,33 @@ class Worker:
 
 
 def _say(text: str) -> None:
-    """One line of gpudiag's on the rank's stderr. Never raises: the script may have
-    closed fd 2, pointed it at a read-only file, or set sys.stderr to None."""
+    """One line of gpudiag's on the rank's stderr: the process's own (``sys.__stderr__``),
+    not an object the script put in sys.stderr (a wrapper that uppercased gpudiag's
+    lines, fifth probe F6). Never raises: the script may have closed fd 2, pointed it at
+    a read-only file, or set sys.stderr to None."""
     try:
-        print(text, file=sys.stderr, flush=True)
+        print(text, file=sys.__stderr__ or sys.stderr, flush=True)
     except BaseException:  # noqa: BLE001 - OSError, ValueError (closed), a signal handler
         pass
 
 
+_PRINTED: list[int] = []  # the exception whose traceback was printed (once)
+
+
 def _print_exception(exc: BaseException, tb: Any) -> None:
-    """The user's traceback on stderr, as the interpreter would print it; never raises
-    (see :func:`_say`)."""
+    """The user's traceback on stderr, as the interpreter would print it, once per
+    exception (the outcome may be decided again after a signal handler raised); never
+    raises (see :func:`_say`)."""
+    if id(exc) in _PRINTED:
+        return
+    _PRINTED[:] = [id(exc)]
+    hook = sys.excepthook
+    if hook is not sys.__excepthook__ and callable(hook):
+        try:  # the script's own hook prints it, as at interpreter exit (sixth probe)
+            hook(type(exc), exc, tb)
+            return
+        except BaseException:  # noqa: BLE001 - a broken hook: the default print below
+            pass
     try:
         text = "".join(traceback.format_exception(type(exc), exc, tb))
     except BaseException:  # noqa: BLE001 - formatting reads source files
@@ -810,12 +1099,83 @@ def _profiles_itself(target: dict[str, str]) -> bool:
         except (ImportError, ValueError):
             spec = None
         path = spec.origin if spec is not None else None
+    if path and os.path.isdir(path):  # `python pkgdir` runs pkgdir/__main__.py
+        path = os.path.join(path, "__main__.py")
     text = rundir.read_text(path, max_bytes=8 << 20) if path else None
     if not text:
         return False
     if _PROFILER_CALL.search(text):
         return True
-    return any(re.search(r"\bprofile\b", m[1]) for m in _PROFILER_IMPORT.finditer(text))
+    if any(re.search(r"\bprofile\b", m[1]) for m in _PROFILER_IMPORT.finditer(text)):
+        return True
+    # the profiler module under another name: `from torch import profiler as P`,
+    # `import torch.profiler as tp` (ninth probe: missed, and the job crashed), then
+    # `P.profile(` / `tp.profile(`
+    aliases = {m["alias"] or m["alias2"] for m in _PROFILER_MODULE_ALIAS.finditer(text)}
+    return any(re.search(rf"\b{re.escape(a)}\.profile\s*\(", text) for a in aliases)
+
+
+_PROFILER_MODULE_ALIAS = re.compile(
+    r"(?:from\s+torch(?:\.autograd)?\s+import\s+[^\n]*?\bprofiler\s+as\s+(?P<alias>\w+)"
+    r"|import\s+torch(?:\.autograd)?\.profiler\s+as\s+(?P<alias2>\w+))"
+)
+
+
+# frames above _run_target's stack until the script's module runs (runpy's run_path,
+# _run_module_code, _run_code, and two more the limit counts there: measured, a script
+# then recurses exactly as deep as under plain python, 998 frames at the default limit)
+_RUNPY_FRAMES = 5
+
+
+def _make_room_for_our_frames() -> None:
+    """Raise the recursion limit by the frames gpudiag and runpy put under the script's
+    module: under plain python the module is the first frame, and a script recursing
+    to within a few frames of the limit ran out 13 frames early (sixth probe)."""
+    depth = 0
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    try:
+        sys.setrecursionlimit(sys.getrecursionlimit() + depth + _RUNPY_FRAMES)
+    except (RecursionError, ValueError):
+        pass
+
+
+def _exit_status(code: int) -> int:
+    """The status the OS reports for ``sys.exit(code)``: python passes a C long to exit(),
+    -1 when it does not fit (2**70: 255), and the OS keeps the low byte (256: 0)."""
+    if not -(2**63) <= code < 2**63:
+        return 255
+    return code & 0xFF
+
+
+def _short(code: int) -> str:
+    """The code as written, or its size (str() of a huge int raises ValueError)."""
+    return str(code) if code.bit_length() <= 100 else f"<an integer of {code.bit_length()} bits>"
+
+
+def safe_str(exc: BaseException) -> str:
+    """str(exc), or python's own words when the exception's __str__ raises."""
+    try:
+        return str(exc)
+    except BaseException:  # noqa: BLE001 - the script's __str__
+        return "<exception str() failed>"
+
+
+def _first_line(exc: BaseException, default: str) -> str:
+    text = safe_str(exc)
+    if not text:
+        return default
+    # the first line that says something: torch's ChildFailedError opens with a blank
+    # line and a rule of '=' (eighth probe: a script that runs torchrun's main itself)
+    lines = [ln for ln in text.splitlines() if any(ch.isalnum() for ch in ln)] or [text]
+    first = lines[0].strip()
+    # torch's ExceptionWrapper: "Caught IndexError in DataLoader worker process 0." and
+    # the worker's traceback; its last line is the error itself
+    if first.startswith("Caught ") and len(lines) > 1 and lines[1].startswith("Original Traceback"):
+        last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+        first = f"{first.rstrip('.')}: {last}"
+    return first[:500]
 
 
 def _outcome_of_exit(exc: SystemExit) -> Outcome:
@@ -823,11 +1183,24 @@ def _outcome_of_exit(exc: SystemExit) -> Outcome:
     if code is None:
         return Outcome("ok", 0)
     if isinstance(code, int):
-        if code == 0:
+        status = _exit_status(code)
+        if status == 0:  # sys.exit(256) ends a process with 0, as python and torchrun say
             return Outcome("ok", 0)
-        return Outcome("failed", code & 0xFF or 1, "SystemExit", f"sys.exit({code})")
+        return Outcome("failed", status, "SystemExit", f"sys.exit({_short(code)})")
     _say(str(code))  # what the interpreter would do with sys.exit("text")
     return Outcome("failed", 1, "SystemExit", str(code))
+
+
+def _handled_signal(tb: Any) -> str | None:
+    """The signal whose handler, installed by the script, the traceback passes through
+    (``def on_sigint(signum, frame): ...; sys.exit(7)``); None when none does."""
+    codes = _SCRIPT_HANDLERS
+    while tb is not None and codes:
+        name = codes.get(tb.tb_frame.f_code)
+        if name is not None:
+            return name
+        tb = tb.tb_next
+    return None
 
 
 def _user_frames(tb: Any) -> Any:
@@ -843,13 +1216,14 @@ def _user_frames(tb: Any) -> Any:
 
 def _outcome_of_exception(status: str, code: int, exc_type: Any, exc: Any, tb: Any) -> Outcome:
     name = "SIGTERM" if exc_type is _Terminated else exc_type.__name__
-    return Outcome(
-        status,
-        code,
-        name,
-        str(exc).splitlines()[0][:500] if str(exc) else name,
-        "".join(traceback.format_exception(exc_type, exc, tb)),
-    )
+    if exc_type is _Terminated:
+        # where the user's code was when the signal came, without gpudiag's handler
+        frames = [f for f in traceback.extract_tb(_user_frames(tb)) if f.filename != __file__]
+        text = "Traceback (most recent call last):\n"
+        text += "".join(traceback.format_list(frames)) + "SIGTERM\n"
+    else:
+        text = "".join(traceback.format_exception(exc_type, exc, tb))
+    return Outcome(status, code, name, _first_line(exc, name), text)
 
 
 def _wait_for_exit() -> None:
@@ -872,6 +1246,20 @@ def _join_user_threads(limit_s: float) -> None:
         ):
             continue
         thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _stop_child_observers() -> None:
+    """Lightning's ``_ChildProcessObserver``, a daemon thread of the process that started
+    the other ranks, SIGKILLs its own process within 5 s of a child rank ending non-zero
+    (as Lightning's Ctrl-C answer does to them). Under plain python the interpreter exits
+    right after the script's threads are joined, and the daemon thread with it; gpudiag's
+    finishing (trace export, tables, status) then still runs, and the observer killed it
+    midway (issue 28, fourth probe F4). Its check is ended here, at the point where
+    python would have exited."""
+    for thread in threading.enumerate():
+        if type(thread).__name__ == "_ChildProcessObserver" and thread.daemon:
+            thread._run = lambda: True  # type: ignore[attr-defined]
+            thread._finished = True  # type: ignore[attr-defined]
 
 
 def _flush_open_files() -> None:
@@ -917,7 +1305,7 @@ _LOADER_KILLED = re.compile(
 
 
 def _loader_worker_terminated(exc: BaseException) -> bool:
-    return isinstance(exc, RuntimeError) and bool(_LOADER_TERMINATED.search(str(exc)))
+    return isinstance(exc, RuntimeError) and bool(_LOADER_TERMINATED.search(safe_str(exc)))
 
 
 def _loader_worker_killed(exc: BaseException) -> bool:
@@ -925,7 +1313,7 @@ def _loader_worker_killed(exc: BaseException) -> bool:
     killer, a segfault), not of the job's SIGTERM or Ctrl-C."""
     return (
         isinstance(exc, RuntimeError)
-        and bool(_LOADER_KILLED.search(str(exc)))
+        and bool(_LOADER_KILLED.search(safe_str(exc)))
         and not _loader_worker_terminated(exc)
     )
 
@@ -969,8 +1357,10 @@ def _reaped_loader_worker_killed(exc: BaseException) -> RuntimeError | None:
     workers = _loader_workers_in(exc)
     if not workers:
         return None
+    # OSError: also the FileNotFoundError of torch's resource sharer, connecting to a
+    # worker that has just exited (eighth probe: sys.exit(3) in a worker)
     deadline = time.monotonic() + (
-        LOADER_DEATH_WAIT_S if isinstance(exc, (ConnectionError, EOFError)) else 0.0
+        LOADER_DEATH_WAIT_S if isinstance(exc, (OSError, EOFError)) else 0.0
     )
     while True:
         for worker in workers:
@@ -981,6 +1371,11 @@ def _reaped_loader_worker_killed(exc: BaseException) -> RuntimeError | None:
                     f"{signal.strsignal(-code)}. "
                 )
                 return error if _loader_worker_killed(error) else None
+            if isinstance(code, int) and code > 0:  # torch's words for it
+                return RuntimeError(
+                    f"DataLoader worker (pid {worker.pid}) exited unexpectedly with exit "
+                    f"code {code}. "
+                )
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.02)
@@ -1187,6 +1582,7 @@ def spawned_worker(index: int, nprocs: int) -> Worker:
     worker = Worker(run_dir, {}, [])
     worker.rank, worker.local_rank, worker.world_size = index, index, nprocs
     worker.started_by = "spawn"
+    _claim_process()
     worker.setup_at_init_process_group()
     return worker
 
@@ -1213,6 +1609,8 @@ def main(argv: list[str] | None = None) -> None:
     target, script_args = parse_target(argv)
     run_dir = Path(os.environ.get(ENV_RUN_DIR) or "gpudiag_run").resolve()
     worker = Worker(run_dir, target, script_args)
+    _record_fatal_signals(worker)
+    worker.watch_signals()
     reexec = worker.launched_alone and _int_env(ENV_REEXEC) is not None
     if not reexec:  # a re-executed script is bound to the job once it is a rank
         worker.bind_to_job()

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.scheduler and args.workers is not None:
         return _error("--workers sizes the local pool; with --scheduler the cluster's workers run")
     if args.scheduler and not args.summaries_only:
-        from gpudiag.analysis.cluster import ClusterError, connect
+        from gpudiag.analysis.dask_tasks import ClusterError, connect
 
         try:
             tasks = connect(args.scheduler)

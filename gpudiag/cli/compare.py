@@ -70,11 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         b = analyze(Path(args.b), workers=args.workers)
     except AnalysisInputError as exc:
         for w in exc.warnings:
-            print(f"gpudiag: warning: {w}", file=sys.stderr)
+            print(f"gpudiag: warning: {_one_line(w)}", file=sys.stderr)
         return _error(str(exc))
     for res in (a, b):
         for w in res.warnings:
-            print(f"gpudiag: warning: {w}", file=sys.stderr)
+            print(f"gpudiag: warning: {_one_line(w)}", file=sys.stderr)
     try:
         comparison = compare(a, b, regression_threshold_pct=args.fail_on_regression)
     except NotEnoughSteps as exc:
@@ -93,3 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         print_comparison(comparison)
     verdict = comparison.regression
     return 1 if verdict is not None and verdict.regressed else 0
+
+
+def _one_line(warning: object) -> str:
+    """A warning naming a path or carrying a run's text, on one line and safe to print."""
+    from gpudiag import rundir
+
+    return rundir.one_line(str(warning))

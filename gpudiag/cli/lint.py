@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.list_rules:
         for rule in RULES.values():
-            print(f"{rule.code} {rule.name} [{rule.severity}]: {rule.message}")
+            state = "" if rule.default else ", off by default (--select it)"
+            print(f"{rule.code} {rule.name} [{rule.severity}{state}]: {rule.message}")
         return 0
     if not args.paths:
         print("gpudiag lint: give at least one file or directory", file=sys.stderr)

@@ -263,8 +263,8 @@ def parse(argv: list[str]) -> TraceArgs:
     options_argv, target, script_args = split_argv(argv)
     ns = _parser().parse_args(options_argv)
     check_options(ns)
-    if "script" in target and not Path(target["script"]).is_file():
-        raise UsageError(f"{target['script']}: no such script")
+    if "script" in target:
+        _check_script(Path(target["script"]))
     launcher = refused_launcher(target)
     if launcher is not None:
         raise LauncherRefused(_launcher_refusal(launcher))
@@ -278,10 +278,21 @@ def parse(argv: list[str]) -> TraceArgs:
     return TraceArgs(ns, target, script_args, torchrun_argv)
 
 
+def _check_script(path: Path) -> None:
+    """What python runs as a script: a file (a .py, a zip application) or a directory
+    with a ``__main__.py`` (``python pkgdir``)."""
+    if path.is_dir() and not (path / "__main__.py").is_file():
+        raise UsageError(f"{path}: a directory without __main__.py; python cannot run it")
+    if not path.is_file() and not path.is_dir():
+        raise UsageError(f"{path}: no such script")
+
+
 def lint_target(target: dict[str, str]) -> Path | None:
-    """The file `gpudiag trace` runs: the script, or the module's file on sys.path."""
+    """The file `gpudiag trace` runs: the script (a directory's ``__main__.py``), or the
+    module's file on sys.path."""
     if "script" in target:
-        return Path(target["script"])
+        path = Path(target["script"])
+        return path / "__main__.py" if path.is_dir() else path
     parts = target["module"].split(".")
     for base in [Path.cwd(), *map(Path, sys.path[1:])]:
         for candidate in (

@@ -3,7 +3,7 @@ RUN is what `gpudiag analyze` takes: one run directory, or the per-node director
 multi-node job (``watch node0_dir node1_dir`` or ``watch PARENT``), watched as one job.
 
 Reads only the run directory's append-only tables, incrementally
-(:class:`gpudiag.rundir.LiveReader`); the live state is :mod:`gpudiag.analysis.live`.
+(:class:`gpudiag.rundir.LiveReader`); the live state is :mod:`gpudiag.analysis.live_snapshot`.
 The live view refreshes about once a second and ends when the run ends or on Ctrl-C.
 """
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"gpudiag watch: {paths[0]}: not a gpudiag run directory", file=sys.stderr)
         return 2
-    from gpudiag.analysis import live
+    from gpudiag.analysis import live_snapshot as live
 
     try:
         monitor = live.LiveMonitor(paths, ns.window, ns.stuck_after)
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from rich.console import Console
 
-            from gpudiag.report.live import render_live
+            from gpudiag.report.watch_text import render_live
 
             Console().print(render_live(snap, title))
         return 2 if snap.state in LOST else 0
@@ -131,7 +131,7 @@ def _follow_rich(refresh: Any, interval: float, run: str) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from gpudiag.report.live import render_live
+    from gpudiag.report.watch_text import render_live
 
     console = Console()
     try:

@@ -59,11 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         result = analyze(Path(args.run), workers=args.workers)
     except AnalysisInputError as exc:
         for w in exc.warnings:
-            print(f"gpudiag: warning: {w}", file=sys.stderr)
+            print(f"gpudiag: warning: {_one_line(w)}", file=sys.stderr)
         print(f"gpudiag: error: {exc}", file=sys.stderr)
         return 2
     for w in result.warnings:
-        print(f"gpudiag: warning: {w}", file=sys.stderr)
+        print(f"gpudiag: warning: {_one_line(w)}", file=sys.stderr)
     projections = result.whatif
     scaled = _scale(result, args) if args.world_size else None
     if args.world_size and scaled is None:
@@ -127,3 +127,10 @@ def _scale(result: AnalysisResult, args: argparse.Namespace) -> ScaleProjection 
         algorithm=args.algorithm,
         inter_node_gbps=args.inter_node_gbps,
     )
+
+
+def _one_line(warning: object) -> str:
+    """A warning naming a path or carrying a run's text, on one line and safe to print."""
+    from gpudiag import rundir
+
+    return rundir.one_line(str(warning))

@@ -16,11 +16,16 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Selection:
-    select: tuple[str, ...] | None = None  # None: every rule
+    select: tuple[str, ...] | None = None  # None: every rule on by default
     ignore: tuple[str, ...] = ()
 
     def enabled(self, code: str) -> bool:
-        if self.select is not None and not any(code.startswith(p) for p in self.select):
+        """Selected (by default: every rule on by default; an opt-in rule only when a
+        `select` prefix names it) and not ignored."""
+        if self.select is None:
+            if code in RULES and not RULES[code].default:
+                return False
+        elif not any(code.startswith(p) for p in self.select):
             return False
         return not any(code.startswith(prefix) for prefix in self.ignore)
 

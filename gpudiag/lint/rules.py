@@ -19,6 +19,10 @@ class Rule:
     why: str
     fix: str
     relates_to: str | None = None
+    # off by default (opt-in): run only when `--select` / `select = [...]` names it (a
+    # prefix such as `GD7` or `GD` / `ALL` does); see docs/lint.md "Severities after the
+    # held-out parts"
+    default: bool = True
 
 
 _RULES = [
@@ -41,7 +45,7 @@ _RULES = [
     Rule(
         "GD201",
         "ddp-without-distributed-sampler",
-        "high",
+        "medium",
         "DataLoader in DDP code without a sampler: every rank iterates the same data",
         "Without a DistributedSampler each rank reads the whole dataset, so N GPUs compute the "
         "same batches (or the same data in a different order): an epoch costs N times the work "
@@ -61,8 +65,8 @@ _RULES = [
     Rule(
         "GD203",
         "dataloader-num-workers-zero",
-        "medium",
-        "DataLoader with num_workers=0 in a GPU job: batches load in the training process",
+        "low",
+        "DataLoader with num_workers=0 in a GPU job: batches load in the main process, between GPU steps",
         "With num_workers=0 decoding, augmentation and collation run in the main process between "
         "steps, while the GPU waits for the next batch.",
         "Set num_workers to a few workers per GPU (e.g. 4-8, at most the CPU cores per rank) and "
@@ -170,9 +174,10 @@ _RULES = [
         "ddp-without-set-device",
         "low",
         "DDP on GPU without torch.cuda.set_device(local_rank) before it",
-        "Without set_device every rank's default CUDA device is GPU 0: NCCL communicators, "
-        ".cuda() and torch.device('cuda') tensors of all ranks land on GPU 0, which runs out of "
-        "memory or becomes every rank's bottleneck.",
+        "Without set_device every rank's current CUDA device is GPU 0: each rank creates a CUDA "
+        "context there, NCCL uses it as its default device (barrier(), communicators), and "
+        ".cuda() / torch.device('cuda') tensors without an index land there too; GPU 0 runs out "
+        "of memory or becomes every rank's bottleneck.",
         "Call torch.cuda.set_device(local_rank) first thing after reading LOCAL_RANK, before "
         "init_process_group and DDP.",
         "gpu0_imbalance",
@@ -182,8 +187,10 @@ _RULES = [
         "ddp-without-device-ids",
         "low",
         "DDP on GPU without device_ids=[local_rank]",
-        "Without device_ids DDP does not move inputs to the module's device and relies on the caller; "
-        "a model left on the wrong GPU then trains there or fails at the first step.",
+        "Without device_ids DDP neither moves the inputs to the module's device nor picks the "
+        "output device: that is right only when the module and every input are already on this "
+        "rank's GPU (always so when each process sees one GPU); where a process sees several "
+        "GPUs, a model or batch left on another one trains there or fails at the first step.",
         "DDP(model, device_ids=[local_rank], output_device=local_rank).",
     ),
     Rule(
@@ -191,9 +198,12 @@ _RULES = [
         "ddp-without-manual-seed",
         "low",
         "DDP code without torch.manual_seed before the model is built",
-        "DDP broadcasts rank 0's parameters at construction, but anything random outside that "
-        "broadcast (parameters created later, dropout masks, augmentation, unsampled data order) "
-        "differs between ranks and between runs, so runs are not reproducible.",
+        "Unseeded, PyTorch's CPU generator starts from a different random seed in every "
+        "process (DDP's broadcast at construction hides that for the weights), so what is drawn "
+        "from it later (parameters created after wrapping, CPU augmentation, the DataLoader's "
+        "shuffle order) differs between runs: a run cannot be repeated. The CUDA generators "
+        "instead start from the same fixed seed in every process, so GPU dropout masks and "
+        "`torch.rand(..., device='cuda')` draw identical streams on every rank.",
         "Call torch.manual_seed(seed) on every rank before building the model (seed + rank only "
         "for augmentation RNGs that should differ).",
     ),
@@ -236,7 +246,8 @@ _RULES = [
         "On GPUs with bf16 tensor cores (A100, H100, L4, RTX 30xx and later: "
         "torch.cuda.is_bf16_supported()) wrap forward and loss in `with torch.autocast('cuda', "
         "dtype=torch.bfloat16):`; on V100, T4 and older GPUs (no bf16 tensor cores) use "
-        "`dtype=torch.float16` with torch.amp.GradScaler('cuda') scaling the loss.",
+        "`dtype=torch.float16` with torch.amp.GradScaler('cuda') scaling the loss. On another "
+        "accelerator pass its device type (`torch.autocast('xpu', ...)`).",
         "no_amp",
     ),
     Rule(
@@ -258,6 +269,7 @@ _RULES = [
         "corrupt the checkpoint, and slow ranks that hold the others up at the next collective.",
         "Save only on rank 0 (`if dist.get_rank() == 0:`) and dist.barrier() afterwards if the "
         "others read it.",
+        default=False,
     ),
     Rule(
         "GD702",
@@ -267,14 +279,16 @@ _RULES = [
         "Every rank prints or logs the same metrics: N times the output, and loggers such as wandb or "
         "TensorBoard writers on every rank add per-step host work and duplicate runs.",
         "Log on rank 0 only (`if rank == 0:`), every N steps.",
+        default=False,
     ),
     Rule(
         "GD703",
         "barrier-in-step-loop",
         "high",
         "dist.barrier() inside the step loop",
-        "A barrier every step makes every rank wait for the slowest one with nothing to overlap; "
-        "DDP's all-reduce already synchronises the ranks.",
+        "A barrier every training step makes every rank wait for the slowest one with nothing to "
+        "overlap, every step; the step's own collectives (DDP's gradient all-reduce, where the "
+        "job uses DDP) already keep the ranks together.",
         "Remove the barrier from the step loop; keep barriers for checkpoints or epoch ends.",
         "exposed_communication",
     ),

@@ -24,7 +24,7 @@ def _rule_descriptor(code: str) -> dict[str, Any]:
         "shortDescription": {"text": rule.message},
         "fullDescription": {"text": rule.why},
         "help": {"text": rule.fix},
-        "defaultConfiguration": {"level": _LEVEL[rule.severity]},
+        "defaultConfiguration": {"level": _LEVEL[rule.severity], "enabled": rule.default},
         "properties": {"severity": rule.severity, "relates_to": rule.relates_to},
     }
 

@@ -14,10 +14,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from gpudiag.analysis.gpu import PERF_THROTTLE_MASK
-from gpudiag.analysis.live import LiveSnapshot
+from gpudiag.analysis.live_snapshot import LiveSnapshot
 from gpudiag.analysis.result import BREAKDOWN_KEYS, LANES
 from gpudiag.report import numbers
-from gpudiag.report.overview import COMPONENT_COLORS, RankParts
+from gpudiag.report.overview import COMPONENT_COLORS, RankParts, component_labels
 
 # One colour per component in every chart (gpudiag/report/overview.py).
 BREAKDOWN_COLORS = {k: COMPONENT_COLORS[k] for k in BREAKDOWN_KEYS}
@@ -51,8 +51,13 @@ def _segments(frame: pd.DataFrame, column: str) -> list:
     return out
 
 
-def timeline_figure(timeline: pd.DataFrame, title: str = "Timeline") -> go.Figure:
-    """One lane group per rank; steps (lane "step", when present) as shaded bands."""
+def timeline_figure(
+    timeline: pd.DataFrame, title: str = "Timeline", gpu: bool = False
+) -> go.Figure:
+    """One lane group per rank; steps (lane "step", when present) as shaded bands. Lanes
+    are named as the Overview's chart names the components (its raw keys, "other" and
+    "idle", were a third vocabulary: fourth browser probe of issue 31)."""
+    names_of = {**component_labels(gpu), "communication": "communication"}
     tl = timeline.copy()
     t0 = float(tl["start_ms"].min()) if len(tl) else 0.0
     tl["start_ms"] -= t0
@@ -60,14 +65,14 @@ def timeline_figure(timeline: pd.DataFrame, title: str = "Timeline") -> go.Figur
     ranks = sorted(tl["rank"].unique())
     lane_order = [lane for lane in LANES if lane in set(tl["lane"])]
     lane_order += sorted(set(tl["lane"]) - set(LANES) - {"step"})
-    labels = [f"rank {r} · {lane}" for r in ranks for lane in lane_order]
+    labels = [f"rank {r} · {names_of.get(lane, lane)}" for r in ranks for lane in lane_order]
     position = {label: i for i, label in enumerate(reversed(labels))}
     fig = go.Figure()
     for lane in lane_order:
         part = tl[tl["lane"] == lane].copy()
         if part.empty:
             continue
-        part["y"] = [position[f"rank {r} · {lane}"] for r in part["rank"]]
+        part["y"] = [position[f"rank {r} · {names_of.get(lane, lane)}"] for r in part["rank"]]
         names = part["name"].astype(str) if "name" in part else pd.Series(lane, index=part.index)
         part["hover"] = (
             names + " · " + (part["end_ms"] - part["start_ms"]).round(3).astype(str) + " ms"
@@ -79,7 +84,7 @@ def timeline_figure(timeline: pd.DataFrame, title: str = "Timeline") -> go.Figur
                 text=_segments(part, "hover"),
                 mode="lines",
                 line=dict(width=10, color=COLORS.get(lane, "#17becf")),
-                name=lane,
+                name=names_of.get(lane, lane),
                 hovertemplate="%{text}<br>at %{x:.3f} ms<extra></extra>",
             )
         )
@@ -345,6 +350,11 @@ def skew_heatmap(skew: pd.DataFrame, max_columns: int = 300) -> go.Figure:
     )
     fig.update_layout(
         title="Arrival skew: ms each rank arrives after the first, per collective",
+        xaxis_title=(
+            "collective (process group : sequence number)"
+            if key == "seq"
+            else "collective (process group : order of the call)"
+        ),
         height=max(260, 30 * len(pivot) + 120),
         **_LAYOUT,
     )

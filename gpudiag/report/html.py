@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudiag.report import figures, numbers, overview
-from gpudiag.report.overview import evidence_lines, ordered_findings
-from gpudiag.report.tables import whatif_frame
+from gpudiag.report.overview import evidence_lines, no_findings_text, ordered_findings
+from gpudiag.report.tables import WHATIF_DIGITS, whatif_frame
 
 if TYPE_CHECKING:
     from gpudiag.analysis.result import AnalysisResult
@@ -33,9 +33,9 @@ def _e(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _findings_html(findings: list[Any]) -> str:
+def _findings_html(findings: list[Any], no_findings: str) -> str:
     if not findings:
-        return "<p>No findings: nothing costs a noticeable share of the step.</p>"
+        return f"<p>{_e(no_findings)}</p>"
     parts = []
     for f in ordered_findings(findings):
         color = SEVERITY_COLORS.get(f.severity, "#888")
@@ -64,9 +64,7 @@ TIMELINE_INTERVALS = 4000
 def _whatif_html(result: AnalysisResult) -> str:
     if not result.whatif:
         return ""
-    return (
-        f"<h2>What if: projected step time per fix</h2>{_frame_html(whatif_frame(result.whatif))}"
-    )
+    return f"<h2>What if: projected step time per fix</h2>{_frame_html(whatif_frame(result.whatif), WHATIF_DIGITS)}"
 
 
 def _timeline_title(result: AnalysisResult) -> str:
@@ -88,7 +86,11 @@ def _result_section(result: AnalysisResult, include_js: bool) -> str:
         figs.append(figures.rank_parts_figure(overview.rank_parts(result)))
     timeline = result.timeline(max_intervals=TIMELINE_INTERVALS)
     if len(timeline):
-        figs.append(figures.timeline_figure(timeline, _timeline_title(result)))
+        figs.append(
+            figures.timeline_figure(
+                timeline, _timeline_title(result), bool(result.run.has_gpu_trace)
+            )
+        )
     charts = []
     for i, fig in enumerate(figs):
         charts.append(to_html(fig, full_html=False, include_plotlyjs=(include_js and i == 0)))
@@ -99,18 +101,28 @@ def _result_section(result: AnalysisResult, include_js: bool) -> str:
         f"<p>{_e(run.kind)} · world size {_e(run.world_size)} · backend "
         f"{_e(run.backend)} · {_e(run.steps_analysed)} steps analysed · devices "
         f"{_e(', '.join(run.devices) or 'CPU')} · {_e(' '.join(overview.step_time(result)[::-1]))}</p>"
-        f"<p class='verdict'><b>{_e(verdict.headline)}</b>"
+        + _problems_html(result)
+        + f"<p class='verdict'><b>{_e(verdict.headline)}</b>"
         + (f"<br><b>Fix:</b> {_e(verdict.fix)}" if verdict.fix else "")
         + "</p>"
         + "".join(charts[:1])
-        + f"<h2>Findings</h2>{_findings_html(result.findings)}"
+        + f"<h2>Findings</h2>{_findings_html(result.findings, no_findings_text(result))}"
         + _whatif_html(result)
         + "<h2>Per rank (ms per step, mean over the profiled steps)</h2>"
         + _frame_html(overview.rank_table(result), overview.rank_table_digits())
         + "".join(charts[1:])
-        + f"<h2>Collectives</h2>{_frame_html(overview.collectives_frame(result.collective_summary))}"
+        + "<h2>Collectives</h2>"
+        + _frame_html(
+            overview.collectives_frame(result.collective_summary, result.collective_wall),
+            overview.COLLECTIVE_DIGITS,
+        )
         + (f"<h2>Warnings</h2><ul>{warnings}</ul>" if warnings else "")
     )
+
+
+def _problems_html(result: AnalysisResult) -> str:
+    line = overview.reading_problems(result)
+    return f"<p class='problems'><b>Read with problems:</b> {_e(line)}</p>" if line else ""
 
 
 def render_html(results: list[AnalysisResult]) -> str:

@@ -5,11 +5,17 @@ from __future__ import annotations
 import math
 
 from gpudiag.analysis.compare import Comparison
+from gpudiag.report.overview import change_side, metric_headers
 
 
 def _code(text: str) -> str:
     """Inline code that no run-derived text can break out of."""
     return "`" + text.replace("`", "'").replace("\n", " ") + "`"
+
+
+def _plain(text: str) -> str:
+    """A warning's text with no Markdown it could carry (backticks, brackets, markup)."""
+    return "".join("\\" + ch if ch in "\\`*_[]<>#|" else ch for ch in text.replace("\n", " "))
 
 
 def _ms(value: float | None) -> str:
@@ -43,23 +49,33 @@ def comparison_markdown(comparison: Comparison) -> str:
         f"base {_code(comparison.a)} → new {_code(comparison.b)}",
         "",
         *_verdict_lines(comparison),
+        *(f"> warning: {_plain(w)}\n" for w in comparison.warnings),
         "| ms/step | base | new | Δ | Δ % |",
         "|---|---:|---:|---:|---:|",
     ]
+    headers = metric_headers(comparison.has_gpu_trace)
     for row in comparison.table.to_dict(orient="records"):
         pct = row["delta_pct"]
         pct_text = "–" if not math.isfinite(pct) else f"{pct:+.1f}"
         lines.append(
-            f"| {row['metric']} | {_ms(row['a'])} | {_ms(row['b'])} | "
+            f"| {headers.get(row['metric'], row['metric'])} | {_ms(row['a'])} | {_ms(row['b'])} | "
             f"{_ms(row['delta'])} | {pct_text} |"
         )
     moved = comparison.changed_components()
     if moved:
-        lines += ["", "Components that moved: " + ", ".join(f"{n} {d:+.2f} ms" for n, d in moved)]
+        names = [headers.get(n, n).removesuffix(" ms/step") for n, _ in moved]
+        lines += [
+            "",
+            "Components that moved: "
+            + ", ".join(f"{name} {d:+.2f} ms" for name, (_, d) in zip(names, moved, strict=True)),
+        ]
     if comparison.finding_changes:
         lines += ["", "Findings that changed:"]
         for c in comparison.finding_changes:
-            lines.append(f"- {c.kind}: {c.a or 'none'} → {c.b or 'none'} ({c.change})")
+            lines.append(
+                f"- {c.kind}: {change_side(c.a, c.ranks_a)} → "
+                f"{change_side(c.b, c.ranks_b)} ({c.change})"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,7 @@ value, None, NaN or infinite, as the same dash)."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -15,6 +16,20 @@ NA = "–"  # None, NaN and inf: one dash everywhere
 MS_DIGITS = 2
 PCT_DIGITS = 1
 _BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+# What a run's text must not send to a terminal: C0/C1 controls but newline and tab (ESC
+# starts colour and cursor sequences) and the bidirectional overrides and isolates (they
+# reorder what follows: U+202E made a message read backwards)
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_text(text: str) -> str:
+    """``text`` from a run (an exception's message, an op name) safe to print: each
+    unsafe character written as its escape (``\x1b``, ``\u202e``)."""
+    if _UNSAFE.search(text) is None:
+        return text
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def number(value: Any) -> float | None:
@@ -121,6 +136,7 @@ def styled(frame: pd.DataFrame, digits: Mapping[str, int] | None = None) -> Any:
 
 
 __all__ = [
+    "terminal_text",
     "MS_DIGITS",
     "NA",
     "PCT_DIGITS",

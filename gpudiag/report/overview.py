@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpudiag.analysis.findings import SEVERITY_RANK, Finding
+from gpudiag.analysis.findings import FEW_STEPS, SEVERITY_RANK, STATE_KINDS, Finding
 from gpudiag.report import numbers
 
 # Failures first (a run that hung is the first thing to know), then by severity, then by
@@ -66,13 +66,21 @@ COMPONENTS = (
 )
 
 
-def component_labels(gpu: bool, waited_for: list[int] | None = None) -> dict[str, str]:
+def component_labels(gpu: bool | None) -> dict[str, str]:
     """The name of each component of the per-rank step. On a GPU run the breakdown's
     ``other`` and ``idle`` are both time with no kernel on the device (the host busy, or
-    nothing at all): together they are what the gpu_idle finding calls GPU idle."""
-    waiting = (
-        f"waiting for {numbers.ranks(waited_for)}" if waited_for else "waiting for peers to arrive"
-    )
+    nothing at all): together they are what the gpu_idle finding calls GPU idle.
+    ``gpu`` None: runs of both kinds side by side (Compare), named by the breakdown's own
+    definitions. The wait is each rank's wait for whichever peer arrived last, not for a
+    named straggler: "waiting for rank 7" drawn on rank 7's own bar, and 10.85 ms of
+    rank 1's wait credited to a straggler costed at 1.21, misread it (browser probe)."""
+    waiting = "waiting for late peers"
+    if gpu is None:
+        return {
+            **component_labels(False),
+            "other": "other (no op / GPU idle, host busy)",
+            "idle": "idle (no range / GPU idle, host idle)",
+        }
     labels = {
         "compute": "GPU compute (kernels, copies)" if gpu else "compute (an op running)",
         "comm_overlapped": "communication, overlapped",
@@ -80,8 +88,11 @@ def component_labels(gpu: bool, waited_for: list[int] | None = None) -> dict[str
         "comm_transfer": "transfer (exposed communication)",
         "comm_exposed": "exposed communication",
         "data_loading": "data loading" + (" (GPU idle)" if gpu else ""),
-        "other": "GPU idle · host busy" if gpu else "host busy, no op (Python, sleeps)",
-        "idle": "GPU idle · host idle" if gpu else "idle (nothing running)",
+        # CPU runs: what separates the two is a recorded range around the time (DDP's
+        # forward, a gpudiag.region), not what the thread does: a sleep or plain Python
+        # lands in either (docs/analysis.md)
+        "other": "GPU idle · host busy" if gpu else "no op, in a recorded range",
+        "idle": "GPU idle · host idle" if gpu else "no op, outside recorded ranges",
     }
     return labels
 
@@ -103,26 +114,6 @@ class RankParts:
         return [k for k in COMPONENTS if k in self.frame]
 
 
-def _finding(findings: Iterable[Finding], kind: str) -> Finding | None:
-    return next((f for f in findings if f.kind == kind), None)
-
-
-def _per_rank(evidence: dict[str, Any], key: str) -> dict[int, float] | None:
-    values = evidence.get(key)
-    if not isinstance(values, dict):
-        return None
-    out: dict[int, float] = {}
-    for rank, value in values.items():
-        v = numbers.number(value)
-        if v is None:
-            return None
-        try:
-            out[int(rank)] = v
-        except (TypeError, ValueError):
-            return None
-    return out
-
-
 def rank_parts(result: Any) -> RankParts:
     """The per-rank table's components, exposed communication split into the wait for
     late peers (the exposed_communication finding's per-rank measure) and the transfer
@@ -130,22 +121,22 @@ def rank_parts(result: Any) -> RankParts:
     ranks: pd.DataFrame = result.ranks
     findings = ordered_findings(result.findings)
     top = findings[0] if findings else None
-    straggler = _finding(findings, "straggler")
     named = [int(r) for r in top.ranks] if top is not None and len(top.ranks) < len(ranks) else []
     gpu = bool(result.run.has_gpu_trace)
-    labels = component_labels(gpu, [int(r) for r in straggler.ranks] if straggler else None)
+    labels = component_labels(gpu)
     cols = ["rank", "step_ms_mean", *(k for k in COMPONENTS if k in ranks)]
     frame = ranks[[c for c in cols if c in ranks]].rename(columns={"step_ms_mean": "step_ms"})
     frame = frame.copy()
-    exposed = _finding(findings, "exposed_communication")
-    wait = _per_rank(exposed.evidence, "per_rank_waiting_for_peers_ms") if exposed else None
-    split = bool(wait) and "comm_exposed" in frame
-    if split and wait is not None:
-        waits = frame["rank"].astype(int).map(wait)
+    # the analysis's per-rank wait for peers (the table's comm_wait, which the
+    # exposed_communication finding's per-rank evidence equals), whatever the findings
+    split = "comm_wait" in ranks and "comm_exposed" in frame
+    if split:
+        waits = ranks["comm_wait"].astype(float).reset_index(drop=True)
         if waits.isna().any():
             split = False
         else:
-            exposed_ms = frame["comm_exposed"].astype(float)
+            exposed_ms = frame["comm_exposed"].astype(float).reset_index(drop=True)
+            frame = frame.reset_index(drop=True)
             frame["comm_wait"] = waits.clip(lower=0.0).combine(exposed_ms, min)
             frame["comm_transfer"] = exposed_ms - frame["comm_wait"]
             frame = frame.drop(columns="comm_exposed")
@@ -180,6 +171,16 @@ def _fix_text(f: Finding) -> str:
     return fix
 
 
+def _straggler_window(evidence: dict[str, Any]) -> str:
+    """Which steps a straggler's cost is measured over (every step the run matched, not
+    the profiled window the per-rank chart shows): the probe looked for it in the chart."""
+    steps = evidence.get("steps_matched")
+    how = "median" if evidence.get("cost_basis") == "median_cost_ms" else "mean"
+    if isinstance(steps, int) and steps > 0:
+        return f", {how} over {steps} matched step{'s' if steps > 1 else ''}"
+    return ""
+
+
 def verdict(result: Any) -> Verdict:
     """The top finding as one line a reader takes in at a glance."""
     findings = ordered_findings(result.findings)
@@ -194,7 +195,7 @@ def verdict(result: Any) -> Verdict:
     if f.kind == "straggler":
         head = (
             f"{who[0].upper()}{who[1:]} is the straggler: the other ranks wait for it "
-            f"{cost} (you get back up to {cost}{of_step})."
+            f"{cost}{_straggler_window(evidence)} (you get back up to {cost}{of_step})."
         )
     elif f.kind == "gpu_idle":
         busy, still = evidence.get("host_busy_ms_per_step"), evidence.get("host_idle_ms_per_step")
@@ -212,6 +213,9 @@ def verdict(result: Any) -> Verdict:
             f"Exposed communication transfer {cost}{of_step} on {who} (the wait for late "
             "peers set apart): what better overlap gives back."
         )
+    elif f.kind in STATE_KINDS:
+        # the run's state, not a cost per step: no "ms back" (a failed run said "0.00")
+        head = f"{f.title} ({who})."
     else:
         head = f"{f.title} ({who}): up to {cost} back{of_step}."
     return Verdict(_LEVEL.get(f.severity, "info"), head, _fix_text(f), f)
@@ -228,25 +232,69 @@ RANK_HEADERS = {
     "compute": "compute ms/step",
     "comm_overlapped": "comm overlapped ms/step",
     "comm_exposed": "comm exposed ms/step",
+    "comm_wait": "of it waiting for peers ms/step",
     "data_loading": "data loading ms/step",
     "idle": "idle ms/step",
     "other": "other ms/step",
-    "comm_comp_overlap_pct": "overlap % of comm (comm_comp_overlap_pct)",
+    "comm_comp_overlap_pct": "overlap % of comm",
 }
 RANK_DIGITS = {"rank": 0, "steps": 0, "comm_comp_overlap_pct": 1}
 
+# The per-rank arrival table (stragglers.py) in words, each with its unit. Its wait is every
+# collective's, from this rank's arrival to the last rank's, overlapped with compute or
+# not, over every matched step: not the chart's "waiting for late peers", the exposed part
+# in the profiled steps (44.89 beside 39.05 ms, unexplained: fourth browser probe).
+STRAGGLER_HEADERS = {
+    "rank": "rank",
+    "node": "node",
+    "collectives": "collectives matched",
+    "mean_skew_ms": "mean arrival after the first ms",
+    "last_count": "times arrived last",
+    "wait_ms_per_step": "wait for the last arrival, overlapped or not ms/step",
+    "cost_ms_per_step": "others' wait for it ms/step (mean)",
+    "median_cost_ms": "others' wait for it ms/step (median)",
+    "steps": "steps matched",
+    "last_share": "share of steps it came last",
+    "noise_ms": "noise floor ms",
+    "consistent": "consistent",
+    "is_straggler": "straggler",
+}
+STRAGGLER_DIGITS = {
+    STRAGGLER_HEADERS[c]: d
+    for c, d in {"rank": 0, "node": 0, "collectives": 0, "last_count": 0, "steps": 0}.items()
+}
+
+
+def straggler_table(stragglers: pd.DataFrame) -> pd.DataFrame:
+    return stragglers.rename(columns=STRAGGLER_HEADERS)
+
+
+def metric_headers(gpu: bool | None) -> dict[str, str]:
+    """The per-rank columns' names in every view (the tables, Compare, `gpudiag compare`,
+    the terminal): ``other`` and ``idle`` by the chart's names (:func:`component_labels`),
+    with the unit."""
+    headers = dict(RANK_HEADERS)
+    labels = component_labels(gpu)
+    headers["other"] = f"{labels['other']} ms/step"
+    headers["idle"] = f"{labels['idle']} ms/step"
+    return headers
+
+
+def change_side(severity: str | None, ranks: tuple[int, ...]) -> str:
+    """One side of a finding change between two runs: ``medium (rank 2)``, or ``none``."""
+    if severity is None:
+        return "none"
+    return f"{severity} ({numbers.ranks(list(ranks))})" if ranks else severity
+
+
+def rank_headers(result: Any) -> dict[str, str]:
+    return metric_headers(bool(result.run.has_gpu_trace))
+
 
 def rank_table(result: Any) -> pd.DataFrame:
-    """The per-rank table with a unit in every header; on a GPU run ``other`` and
-    ``idle`` named as the chart names them."""
+    """The per-rank table with a unit in every header (:func:`rank_headers`)."""
     ranks: pd.DataFrame = result.ranks
-    headers = dict(RANK_HEADERS)
-    if result.run.has_gpu_trace:
-        headers["other"] = "GPU idle · host busy ms/step"
-        headers["idle"] = "GPU idle · host idle ms/step"
-    else:
-        headers["other"] = "host busy, no op ms/step"
-    return ranks.rename(columns=headers)
+    return ranks.rename(columns=rank_headers(result))
 
 
 def rank_table_digits() -> dict[str, int]:
@@ -264,15 +312,44 @@ COLLECTIVE_HEADERS = {
     "bytes": "size (median per call)",
     "total_ms": "sum of call durations ms/rank",
     "wall_ms_per_step": "wall ms/step",
+    "summed_ms_per_step": "sum of call durations ms/step",
     "busbw_gbs_median": "busbw GB/s (median)",
     "peak_gbs": "link peak GB/s",
     "ranks": "ranks",
 }
 
 
-def collectives_frame(summary: pd.DataFrame) -> pd.DataFrame:
-    """The collectives summary for a table: sizes in MiB, a unit in every header."""
-    out = summary.copy()
+def collectives_per_step(summary: pd.DataFrame, wall: pd.DataFrame | None) -> pd.DataFrame:
+    """The collectives summary with, per op and group, the wall time its calls take per
+    step (overlapping calls, DDP's buckets in flight together, counted once) and the sum
+    of their durations per step, in place of the sum over the profiled steps (which
+    overlapping buckets push past the step: 75.6 ms in a 56 ms step)."""
+    if wall is None or not len(wall) or not len(summary) or "wall_ms_per_step" not in wall:
+        return summary
+    per_step = (
+        wall.groupby(["op", "pg_name"], sort=False)[["wall_ms_per_step", "summed_ms_per_step"]]
+        .sum(min_count=1)
+        .reset_index()
+    )
+    keys = summary[["op", "pg_name"]].astype(str)
+    per_step[["op", "pg_name"]] = per_step[["op", "pg_name"]].astype(str)
+    merged = keys.merge(per_step, on=["op", "pg_name"], how="left")
+    out = summary.drop(columns=["total_ms"], errors="ignore").copy()
+    at = list(out.columns).index("bytes") + 1 if "bytes" in out else len(out.columns)
+    for offset, column in enumerate(("wall_ms_per_step", "summed_ms_per_step")):
+        out.insert(at + offset, column, merged[column].to_numpy())
+    return out
+
+
+# The decimals of the collectives table's columns in every view (terminal, HTML,
+# dashboard): one rule, where each view had its own (calls/rank 6, 6.0 and 6.00).
+COLLECTIVE_DIGITS = {"calls/rank": 1, "ranks": 0, "group": 0}
+
+
+def collectives_frame(summary: pd.DataFrame, wall: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The collectives summary for a table: sizes in MiB, wall and summed time per step
+    where known, a unit in every header."""
+    out = collectives_per_step(summary, wall).copy()
     if "bytes" in out:
         out["bytes"] = pd.to_numeric(out["bytes"], errors="coerce") / 2**20
     headers = {**COLLECTIVE_HEADERS, "bytes": "MiB (median per call)"}
@@ -283,15 +360,73 @@ WINDOW_PROFILED = "profiled steps"
 WINDOW_EVERY = "every recorded step"
 
 
+def _steady_label(run: Any) -> str:
+    """What the steady step is a median of: a run of one or two steps has no warm-up
+    left out, and one step is no median (a probe read "median over every recorded step
+    after warm-up" of a one-step run)."""
+    n = getattr(run, "steady_steps", None)
+    warmup = getattr(run, "warmup_steps", None)
+    if not isinstance(n, int) or not isinstance(warmup, int):
+        return f"steady: median over {WINDOW_EVERY} after warm-up"
+    if warmup == 0:
+        return "the one recorded step" if n == 1 else f"median over all {n} recorded steps"
+    warm = "1 warm-up step" if warmup == 1 else f"{warmup} warm-up steps"
+    return f"steady: median over {n} recorded steps after {warm}"
+
+
 def step_time(result: Any) -> tuple[str, str]:
     """(label, value) of the run's step time: the steady step (median over every step
     after warm-up) when the analysis gives it, else the mean over the profiled steps;
     the label names the window."""
     steady = numbers.number(getattr(result.run, "steady_step_ms", None))
     if steady is not None:
-        return f"steady: median over {WINDOW_EVERY} after warm-up", numbers.ms(steady)
+        return _steady_label(result.run), numbers.ms(steady)
     step = numbers.number(result.step_ms)
     return f"mean over the {steps_window(result)}", numbers.ms(step)
+
+
+def no_findings_text(result: Any) -> str:
+    """What the findings section says when there are none: that nothing costs a share of
+    the step, unless too few steps were analysed to tell (a run interrupted at step 1)."""
+    n = result.run.steps_analysed
+    # as for the findings: fewer steps of a gpudiag run show nothing for sure
+    if n >= FEW_STEPS or result.run.kind != "gpudiag_run":
+        return "No findings: nothing costs a noticeable share of the step."
+    what = "no step was" if n == 0 else f"only {steps_window(result)} {'was' if n == 1 else 'were'}"
+    status = getattr(result.run, "status", None)
+    ended = f" (the run {status_phrase(status)})" if status_phrase(status) else ""
+    return f"No findings, but {what} analysed{ended}: too few to tell where the time goes."
+
+
+def status_phrase(status: str | None) -> str | None:
+    return {"interrupted": "was interrupted", "failed": "failed", "hang": "hung"}.get(status or "")
+
+
+def reading_problems(result: Any) -> str | None:
+    """One line for the first screen when the run was read with problems: how many, the
+    first, and the ranks of the world the numbers leave out (a chart of 3 bars for a run
+    of 4 said nothing; browser probe of issue 31). None for a run read whole."""
+    warnings = list(getattr(result, "warnings", None) or [])
+    ranks: pd.DataFrame = result.ranks
+    world = result.run.world_size or 0
+    analysed = {int(r) for r in ranks["rank"]} if ranks is not None and "rank" in ranks else set()
+    missing = [r for r in range(world) if r not in analysed] if analysed else []
+    if not warnings and not missing:
+        return None
+    parts = []
+    if missing:
+        shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+        parts.append(
+            f"{len(analysed)} of the {world} ranks analysed: rank{'s' if len(missing) > 1 else ''} "
+            f"{shown} {'are' if len(missing) > 1 else 'is'} not in the numbers below"
+        )
+    if warnings:
+        first = warnings[0].splitlines()[0] if warnings[0] else ""
+        more = (
+            f" (and {len(warnings) - 1} more, listed under Warnings)" if len(warnings) > 1 else ""
+        )
+        parts.append(f"{len(warnings)} problem(s) reading this run: {first}{more}")
+    return "; ".join(parts) + "."
 
 
 def steps_window(result: Any) -> str:
@@ -303,6 +438,7 @@ def steps_window(result: Any) -> str:
 
 
 __all__ = [
+    "no_findings_text",
     "COMPONENTS",
     "COMPONENT_COLORS",
     "RANK_HEADERS",
@@ -324,6 +460,7 @@ _UNIT_SUFFIXES = (
     ("_ms", "ms"),
     ("_pct", "%"),
     ("_gbs", "GB/s"),
+    ("_mib", "MiB"),
     ("_mb", "MB"),
 )
 
@@ -360,12 +497,21 @@ def _evidence_value(value: Any, unit: str, who: str = "rank") -> str:
             return ", ".join(f"{who} {k}: {_evidence_value(v, unit)}" for k, v in value.items())
         parts = []
         for k, v in value.items():
-            name, inner = _evidence_name(str(k))
+            # a key that is data (an op's name, `aten::_local_scalar_dense`), not a field
+            # name, is shown as recorded (browser probe: "aten:: local scalar dense")
+            name, inner = (str(k), unit) if "::" in str(k) else _evidence_name(str(k))
             parts.append(f"{name}: {_evidence_value(v, inner, 'node' if 'node' in name else who)}")
         return "; ".join(parts)
     if isinstance(value, (list, tuple)):
         return ", ".join(_evidence_value(v, unit) for v in value) or numbers.NA
-    return str(value)
+    return _EVIDENCE_WORDS.get(str(value), str(value))
+
+
+# evidence values that name a column of gpudiag's tables, as a person reads them
+_EVIDENCE_WORDS = {
+    "median_cost_ms": "the median over the run's steps",
+    "cost_ms_per_step": "the mean over the run's steps",
+}
 
 
 def evidence_lines(evidence: dict[str, Any]) -> list[str]:

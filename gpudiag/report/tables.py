@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from gpudiag.analysis.live import LiveSnapshot
+from gpudiag.analysis.live_snapshot import LiveSnapshot
 from gpudiag.analysis.whatif import Projection
 from gpudiag.report import numbers
+
+# Columns of :func:`whatif_frame` that are not milliseconds, and their decimals (the
+# terminal's `gpudiag whatif` prints the same one decimal).
+WHATIF_DIGITS = {"saving %": 1}
 
 
 def whatif_frame(projections: list[Projection]) -> pd.DataFrame:

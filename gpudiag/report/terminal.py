@@ -7,13 +7,23 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, RenderableType
+from rich.markup import escape
 from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from gpudiag.report import numbers
-from gpudiag.report.overview import COLLECTIVE_HEADERS, evidence_lines, ordered_findings
+from gpudiag.report.overview import (
+    COLLECTIVE_DIGITS,
+    change_side,
+    collectives_frame,
+    component_labels,
+    evidence_lines,
+    metric_headers,
+    no_findings_text,
+    ordered_findings,
+)
 
 if TYPE_CHECKING:
     from gpudiag.analysis.result import AnalysisResult
@@ -23,12 +33,13 @@ RANK_COLUMNS = (
     ("steps", "steps"),
     ("step_ms_mean", "step ms"),
     ("step_ms_p90", "p90 ms"),
-    ("compute", "compute"),
-    ("comm_overlapped", "comm ovl"),
-    ("comm_exposed", "comm exp"),
-    ("data_loading", "data"),
-    ("idle", "idle"),
-    ("other", "other"),
+    ("compute", "compute ms"),
+    ("comm_overlapped", "comm ovl ms"),
+    ("comm_exposed", "comm exp ms"),
+    ("comm_wait", "of it waiting ms"),
+    ("data_loading", "data ms"),
+    ("idle", "idle ms"),
+    ("other", "other ms"),
     ("comm_comp_overlap_pct", "overlap %"),
 )
 # wider than any report line, for measuring a table's natural width
@@ -55,7 +66,7 @@ def _header(result: AnalysisResult) -> Text:
     run = result.run
     text = Text()
     text.append("gpudiag analyze ", style="bold")
-    text.append(str(result.source))
+    text.append(numbers.terminal_text(str(result.source)))
     bits = [
         f"kind {run.kind}",
         f"world size {run.world_size or '?'}",
@@ -67,15 +78,13 @@ def _header(result: AnalysisResult) -> Text:
         bits.append("devices " + ", ".join(run.devices[:3]))
     if run.status:
         bits.append(f"status {run.status}")
-    text.append("\n" + " | ".join(bits), style="dim")
+    text.append("\n" + numbers.terminal_text(" | ".join(bits)), style="dim")
     return text
 
 
-def render_findings(console: Console, findings: list[Any]) -> None:
+def render_findings(console: Console, findings: list[Any], no_findings: str) -> None:
     if not findings:
-        console.print(
-            Panel("No findings: nothing costs a noticeable share of the step.", title="Findings")
-        )
+        console.print(Panel(Text(no_findings), title="Findings"))
         return
     console.print(Text(f"Findings ({len(findings)}: severity, then cost per step)", style="bold"))
     for i, f in enumerate(ordered_findings(findings), 1):
@@ -87,14 +96,14 @@ def render_findings(console: Console, findings: list[Any]) -> None:
         if f.ranks:
             head.append(f"  {numbers.ranks(f.ranks)}")
         body = Text()
-        body.append(f.title + "\n")
+        body.append(numbers.terminal_text(f.title) + "\n")
         body.append("evidence:\n", style="dim")
-        body.append(_evidence_text(f.evidence) + "\n")
+        body.append(numbers.terminal_text(_evidence_text(f.evidence)) + "\n")
         body.append("fix: ", style="green")
-        body.append(f.fix)
+        body.append(numbers.terminal_text(f.fix))
         if f.location:
             body.append("\nlocation: ", style="dim")
-            body.append(f.location)
+            body.append(numbers.terminal_text(f.location))
         console.print(Panel(body, title=head, title_align="left", border_style=style or "white"))
 
 
@@ -108,10 +117,8 @@ def ranks_table(ranks: Any, rank: int | None = None, gpu: bool = False) -> Table
     table = Table(title="Per rank (ms per step, mean over the profiled steps; overlap: % of comm)")
     table.add_column("rank", justify="right")
     names = dict(RANK_COLUMNS)
-    if gpu:
-        names.update(other="GPU idle host busy", idle="GPU idle host idle")
-    else:
-        names.update(other="host busy no op")
+    labels = component_labels(gpu)  # every view's names for these two
+    names.update(other=f"{labels['other']} ms", idle=f"{labels['idle']} ms")
     columns = [(k, names[k]) for k, _ in RANK_COLUMNS if k in ranks]
     for _, label in columns:
         table.add_column(label, justify="right")
@@ -131,15 +138,17 @@ def render_ranks(console: Console, ranks: Any, rank: int | None = None, gpu: boo
     console.print(table if table is not None else "No per-rank step data.")
 
 
-def collectives_table(summary: Any) -> Table | None:
+def collectives_table(summary: Any, wall: Any = None) -> Table | None:
+    """The collectives table as the HTML report and the dashboard show it."""
     if summary is None or not len(summary):
         return None
+    frame = collectives_frame(summary.head(20), wall)
+    text = numbers.frame_text(frame, COLLECTIVE_DIGITS)
     table = Table(title="Collectives (per op and process group)")
-    cols = [c for c in COLLECTIVE_HEADERS if c in summary]
-    for c in cols:
-        table.add_column(COLLECTIVE_HEADERS[c], justify="right")
-    for row in summary.head(20).to_dict(orient="records"):
-        table.add_row(*(_collective_cell(c, row[c]) for c in cols))
+    for c in text.columns:
+        table.add_column(str(c), justify="right")
+    for row in text.itertuples(index=False):
+        table.add_row(*(numbers.terminal_text(str(v)) for v in row))
     return table
 
 
@@ -156,10 +165,10 @@ def output_console(tables: list[RenderableType | None]) -> Console:
 
 def print_report(result: Any, *, rank: int | None = None, console: Console | None = None) -> None:
     per_rank = ranks_table(result.ranks, rank, bool(result.run.has_gpu_trace))
-    collectives = collectives_table(result.collective_summary)
+    collectives = collectives_table(result.collective_summary, result.collective_wall)
     console = console or output_console([per_rank, collectives])
     console.print(_header(result))
-    render_findings(console, result.findings)
+    render_findings(console, result.findings, no_findings_text(result))
     console.print(per_rank if per_rank is not None else "No per-rank step data.")
     if collectives is not None:
         console.print(collectives)
@@ -191,30 +200,19 @@ def print_summary(results: list[Any], console: Console | None = None) -> None:
         console.print(Text(line), no_wrap=True, overflow="ignore", crop=False)
 
 
-def _collective_cell(column: str, value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if column == "count":
-        return _num(value, 0 if float(value).is_integer() else 1)
-    if column == "bytes":
-        return _bytes(value)
-    return _num(value)
-
-
-def _bytes(value: Any) -> str:
-    return numbers.size(value)
-
-
 def print_comparison(comparison: Any, console: Console | None = None) -> None:
     console = console or Console()
+    for line in comparison.warnings:
+        console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False)
+    headers = metric_headers(comparison.has_gpu_trace)
     table = Table(title=f"A = {comparison.a}\nB = {comparison.b}")
-    for col in ("metric", "A ms", "B ms", "B - A", "%"):
+    for col in ("metric", "A ms/step", "B ms/step", "B − A ms/step", "B − A %"):
         table.add_column(col, justify="right" if col != "metric" else "left")
     for row in comparison.table.to_dict(orient="records"):
         delta = row["delta"]
         style = "red" if delta > 0 else "green" if delta < 0 else ""
         table.add_row(
-            row["metric"],
+            headers.get(row["metric"], row["metric"]),
             _num(row["a"]),
             _num(row["b"]),
             Text(_num(delta), style=style),
@@ -235,12 +233,16 @@ def print_comparison(comparison: Any, console: Console | None = None) -> None:
     moved = comparison.changed_components()
     if moved:
         console.print(
-            "components that moved: " + ", ".join(f"{n} {d:+.2f} ms" for n, d in moved),
+            "components that moved: "
+            + ", ".join(
+                f"{headers.get(n, n).removesuffix(' ms/step')} {d:+.2f} ms" for n, d in moved
+            ),
             highlight=False,
         )
     for change in comparison.finding_changes:
         console.print(
-            f"finding {change.kind}: {change.a or 'none'} -> {change.b or 'none'} ({change.change})",
+            f"finding {change.kind}: {change_side(change.a, change.ranks_a)} -> "
+            f"{change_side(change.b, change.ranks_b)} ({change.change})",
             highlight=False,
         )
     console.print(f"findings A: {', '.join(comparison.findings_a) or 'none'}")

@@ -18,7 +18,7 @@ class Net(nn.Module):
 
 
 dataset = TensorDataset(torch.randn(10_000, 1024), torch.randint(0, 10, (10_000,)))
-loader = DataLoader(dataset, batch_size=256, shuffle=True)  # expect: GD203 GD204
+loader = DataLoader(dataset, batch_size=256, shuffle=True)  # expect: GD204
 
 model = Net()
 if torch.cuda.device_count() > 1:

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 logger = logging.getLogger(__name__)
+logging.basicConfig(level=logging.INFO)  # every rank logs at INFO
 
 GRAD_ACCUM_STEPS = 8
 LOG_EVERY = 50

@@ -16,6 +16,7 @@ def train(args, model, loader, optimizer):
     torch.cuda.set_device(args.local_rank)
     dist.init_process_group("nccl")
     logger.configure(args.output)
+    logging.basicConfig(level=logging.INFO)  # the root logger: every rank at INFO
     run_logger = create_logger(args.output, dist_rank=dist.get_rank())
     for x, _ in loader:
         with torch.autocast("cuda"):

@@ -3,7 +3,7 @@ alive) is shown as `gpudiag watch` shows it, and the page refreshes itself.
 
 The refresh is a Streamlit fragment with ``run_every``: only the live panel reruns, in
 the open page, without a browser reload. Each run is followed by one
-:class:`gpudiag.analysis.live.LiveMonitor` kept in a module-level cache (shared by every
+:class:`gpudiag.analysis.live_snapshot.LiveMonitor` kept in a module-level cache (shared by every
 session and tab, out of reach of a client's "clear caches", see cache.py), so a refresh
 reads only the rows appended since the previous one and its cost stays flat however
 long the run. The numbers are the monitor's snapshot, rendered; nothing is computed
@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from gpudiag.analysis.live import LiveMonitor, LiveSnapshot
+from gpudiag.analysis.live_snapshot import COLLECTIVES_DELAY_S, LiveMonitor, LiveSnapshot
 from gpudiag.report import figures, numbers, tables
 
 from . import cache, runs
@@ -130,6 +130,12 @@ def render_snapshot(snap: LiveSnapshot) -> None:
 def _lagging(snap: LiveSnapshot) -> None:
     span = snap.lagging_window
     steps = f"steps {span[0]}–{span[1]}" if span else "the steps seen so far"
+    newest = tables.live_newest_step(snap)
+    if span and newest is not None and newest > span[1] + 1:
+        steps += (
+            f", the newest whose collectives every rank has written (they reach the run "
+            f"directory in batches, up to {COLLECTIVES_DELAY_S} s behind step {newest})"
+        )
     if snap.lagging:
         ranks = tables.live_rank_names(snap, snap.lagging)
         plural = "s" if len(snap.lagging) > 1 else ""

@@ -449,6 +449,13 @@ def _device_index(info: dict[str, Any]) -> int | None:
     return None
 
 
+# Up to this many ranks the lagging ranks are recomputed at every refresh (2 s).
+SMALL_JOB_RANKS = 16
+# The Flight Recorder rows reach the run directory at least this often (capture's
+# collectives._DUMP_MAX_AGE_NS): how far the lagging window may trail the newest step.
+COLLECTIVES_DELAY_S = 10
+
+
 class Lagging:
     """The straggler result, recomputed when new collectives came in, at most every
     ``every_s`` seconds: over a window of tens of steps it moves slowly, and on 64 ranks
@@ -462,7 +469,10 @@ class Lagging:
 
     def update(self, win: LiveWindow, window: int) -> tuple[list[int], list[int] | None]:
         now = time.monotonic()
-        due = self._at is None or now - self._at >= self.every_s
+        # a small job's recomputation is cheap: at the dashboard's refresh, so the window
+        # trails the newest step by the collectives' own delay only
+        every = self.every_s if len(win.arrivals) > SMALL_JOB_RANKS else min(self.every_s, 2.0)
+        due = self._at is None or now - self._at >= every
         if win.collectives_changed and due:
             self.ranks, self.span = lagging_ranks(win, window)
             win.collectives_changed = False

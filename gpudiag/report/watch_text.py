@@ -8,8 +8,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpudiag.analysis.live import LiveSnapshot
-from gpudiag.report.tables import live_rank_names
+from gpudiag.analysis.live_snapshot import COLLECTIVES_DELAY_S, LiveSnapshot
+from gpudiag.report import numbers
+from gpudiag.report.tables import live_newest_step, live_rank_names
 
 STATE_STYLE = {
     "running": "bold green",
@@ -39,7 +40,7 @@ def render_live(snap: LiveSnapshot, run: str) -> RenderableType:
     parts: list[RenderableType] = []
     head = Text()
     head.append("gpudiag watch ", style="bold")
-    head.append(run)
+    head.append(numbers.terminal_text(run))
     head.append("   state: ")
     head.append(snap.state, style=STATE_STYLE.get(snap.state, "bold"))
     if snap.failed_ranks:
@@ -51,13 +52,22 @@ def render_live(snap: LiveSnapshot, run: str) -> RenderableType:
     else:
         lag.append("none")
     if snap.lagging_window:
-        lag.append(f"  (steps {snap.lagging_window[0]}-{snap.lagging_window[1]})", style="dim")
+        first, last = snap.lagging_window
+        newest = live_newest_step(snap)
+        behind = (
+            f"; collectives written up to {COLLECTIVES_DELAY_S} s behind step {newest}"
+            if newest is not None and newest > last + 1
+            else ""
+        )
+        lag.append(f"  (steps {first}-{last}{behind})", style="dim")
     parts.append(lag)
     for s in snap.stuck:
         line = Text("STUCK ", style="bold red")
         line.append(
-            f"{s.op} pg {s.pg} seq {s.seq}: waiting {s.waiting_s:.1f} s; "
-            f"arrived {_ranks(s.arrived)}; never arrived: "
+            numbers.terminal_text(
+                f"{s.op} pg {s.pg} seq {s.seq}: waiting {s.waiting_s:.1f} s; "
+                f"arrived {_ranks(s.arrived)}; never arrived: "
+            )
         )
         line.append(live_rank_names(snap, s.missing) or "-", style="bold red")
         parts.append(line)
@@ -77,7 +87,7 @@ def render_live(snap: LiveSnapshot, run: str) -> RenderableType:
             _fmt(r.since_last_step_s),
             _fmt(r.data_wait_ms),
             _gib(r.memory_bytes),
-            Text(r.status or ""),
+            Text(numbers.terminal_text(r.status or "")),
         )
     parts.append(table)
     for n in snap.nodes:
