@@ -151,3 +151,24 @@ def test_the_parts_of_exposed_communication_are_parts_in_one_window(name: str) -
     scale = e.get("window_scale", 1.0)
     table = result.ranks["comm_exposed"].astype(float).mean()
     assert e["comm_exposed_ms"] == pytest.approx(table * scale, abs=2e-3)
+
+
+def test_a_busy_ranks_run_queue_wait_is_its_works_not_the_hosts() -> None:
+    """CI, 2026-12-03 (the other pytest worker beside the job, host 100 % busy): Lightning's
+    rank 1 spun 40 ms per step, which gave 23.1 ms more on a CPU and 24.3 ms more in the
+    run queue than rank 0. Rank 0 mostly sleeps (woken ahead of the queue, it waited
+    next to nothing), so that stretch explained none of rank 1's wait: "starved", low,
+    "the host, not the rank, made it late". A thread computing without pause shares its
+    core: its extra work brings at least as much wait. Same figures, by hand; and the
+    control: the same wait with no extra CPU work stays the host's."""
+    base = dict(steps=36, data_ms=0.2, threads_runq_ms=None)
+    peer = steady.RankTime(rank=0, step_ms=55.0, cpu_ms=3.2, runq_ms=0.0, **base)
+    busy = steady.RankTime(rank=1, step_ms=55.8, cpu_ms=26.319, runq_ms=24.336, **base)
+    cause = slow_rank.explain(1, 46.8, {0: peer, 1: busy})
+    assert cause is not None
+    assert cause.main == "compute" and not cause.starved, cause.extra_ms
+    assert cause.extra_ms["compute"] == pytest.approx(23.1 + 23.1, abs=0.2)
+    assert cause.extra_ms["starved"] == pytest.approx(24.3 - 23.1, abs=0.2)
+    starved = steady.RankTime(rank=1, step_ms=55.8, cpu_ms=3.3, runq_ms=24.336, **base)
+    cause = slow_rank.explain(1, 24.4, {0: peer, 1: starved})
+    assert cause is not None and cause.starved and cause.main == "starved", cause.extra_ms

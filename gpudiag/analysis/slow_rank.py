@@ -6,7 +6,8 @@ the profiled window) it is split, in this order, into:
 
 * ``data``: more time waiting for its batch (DataLoader ``__next__``);
 * ``starved``: more time runnable but waiting for a CPU than its CPU work explains (its
-  run-queue delay beyond the others' per ms on a CPU: other processes held its cores),
+  run-queue delay beyond the others', less what its extra CPU work brings: the others'
+  wait per ms on a CPU, and at least one ms per ms), other processes holding its cores,
   nothing the rank does; the training thread's, at most the lead;
 * ``compute``: more time on a CPU (ops, or Python between them), with the run-queue wait
   that extra work brings on a shared host (the other ranks' wait per ms on a CPU, times
@@ -37,6 +38,8 @@ MAIN_SHARE = 0.5
 # The slow rank is called starved when its extra run-queue delay is at least this share
 # of its lead: the scheduler, not the rank, made it late.
 STARVED_SHARE = 0.5
+# The run-queue wait per ms of extra CPU work counted as that work's, at least.
+BUSY_STRETCH = 1.0
 _CPU_OP_KINDS = ("cpu_op",)
 _GPU_OP_KINDS = ("compute",)
 TOP_OPS = 3
@@ -119,10 +122,16 @@ def explain(
     # (its "stretch", the others' run-queue delay per ms on a CPU): a rank with more work
     # waits more for that reason alone, and that wait is its work's. Only the wait beyond
     # its stretch was other processes taking its CPU.
-    stretch = runq_others / cpu_others if cpu_others > 0 else 0.0
-    induced = max(min(mine.runq_ms, mine.cpu_ms * stretch) - runq_others, 0.0)
-    starved = max(mine.runq_ms - runq_others - induced, 0.0)
+    # The others' stretch understates a busy rank's: ranks that mostly sleep are woken
+    # ahead of the queue, a thread that computes without pause shares its core. At least
+    # one ms waited per extra ms of CPU work is its work's (a core shared with one other
+    # runnable thread; CI, 2026-12-03: 40 ms spun per step gave 23 ms on a CPU and 24 ms
+    # in the run queue, against a peer's stretch of 0.1, and was called the host's doing).
+    stretch = max(runq_others / cpu_others if cpu_others > 0 else 0.0, BUSY_STRETCH)
     cpu = mine.cpu_ms - cpu_others
+    runq_extra = max(mine.runq_ms - runq_others, 0.0)
+    induced = min(runq_extra, max(cpu, 0.0) * stretch)
+    starved = runq_extra - induced
     # loading in the training thread is on its CPU too: counted once, as data; the run
     # queue its extra work made it wait counts with that work
     compute = max(cpu - data, 0.0) + induced
@@ -147,7 +156,9 @@ def explain(
     else:
         main_part = main
     ops = _extra_ops(rank, traces) if main_part == "compute" else []
-    same = main_part == "compute" and _same_ops_slower(rank, traces, extra["compute"], cpu_others)
+    same = main_part == "compute" and _same_ops_slower(
+        rank, traces, max(cpu - data, 0.0), cpu_others
+    )
     return SlowRankCause(rank, lead_ms, extra, main_part, ops, threads_extra, same)
 
 
@@ -214,7 +225,7 @@ SAME_SLOWDOWN = 1 / 3
 
 
 def _same_ops_slower(
-    rank: int, traces: Sequence[object], compute_ms: float, cpu_others_ms: float
+    rank: int, traces: Sequence[object], extra_cpu_ms: float, cpu_others_ms: float
 ) -> bool:
     """On CPU traces: ``rank``'s training thread ran the same ops as the other ranks'
     median, as many times per step, and they were slowed down at least SAME_SLOWDOWN as
@@ -231,7 +242,7 @@ def _same_ops_slower(
         rank_of = int(trace.meta.rank)  # type: ignore[attr-defined]
         counts[rank_of] = ops.groupby(ops["name"].astype(str), observed=True).size() / steps
         top_ms[rank_of] = float(ops["dur_ns"][_top_level(ops)].sum()) / steps / 1e6
-    if rank not in counts or len(counts) < 2 or compute_ms <= 0:
+    if rank not in counts or len(counts) < 2 or extra_cpu_ms <= 0:
         return False
     frame = pd.DataFrame(counts).fillna(0.0)
     others = frame.drop(columns=[rank]).median(axis=1)
@@ -242,7 +253,7 @@ def _same_ops_slower(
     if others_top <= 0 or cpu_others_ms <= 0:
         return False
     ops_slowdown = (top_ms[rank] - others_top) / others_top
-    cpu_slowdown = compute_ms / cpu_others_ms
+    cpu_slowdown = extra_cpu_ms / cpu_others_ms
     return ops_slowdown > 0 and ops_slowdown >= SAME_SLOWDOWN * cpu_slowdown
 
 
