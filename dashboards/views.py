@@ -26,6 +26,7 @@ from gpudiag.analysis.result import AnalysisResult, SpilledTable
 from gpudiag.analysis.whatif import Projection
 from gpudiag.report import figures, numbers
 from gpudiag.report import overview as report_overview
+from gpudiag.report import tables as report_tables
 from gpudiag.report.tables import WHATIF_DIGITS, whatif_frame
 
 from . import runs
@@ -92,11 +93,12 @@ def _chart(fig: Any) -> None:
 
 
 def _scalar(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:,.3f}"
+    """A fact or a metric's value: numbers through the one formatter, one dash for none."""
+    if isinstance(value, (int, float)):
+        return numbers.num(value)
     if isinstance(value, (list, tuple)):
-        return ", ".join(str(v) for v in value) if value else "–"
-    return "–" if value is None or value == "" else str(value)
+        return ", ".join(str(v) for v in value) if value else numbers.NA
+    return numbers.NA if value is None or value == "" else str(value)
 
 
 def _metrics(facts: dict[str, Any]) -> None:
@@ -114,26 +116,7 @@ def _table(frame: pd.DataFrame) -> None:
     st.table(frame.map(md), hide_index=True)
 
 
-_TIMESTAMP_COLUMNS = ("start_ns", "end_ns", "enqueue_ns", "t_ns")
-
-
-def readable_times(frame: pd.DataFrame) -> pd.DataFrame:
-    """Raw nanosecond columns as milliseconds: timestamps from the frame's first one
-    (dropped where the analysis already gives a ``start_ms`` offset), durations scaled."""
-    out = frame.copy()
-    stamps = [c for c in _TIMESTAMP_COLUMNS if c in out]
-    if stamps and "start_ms" in out:
-        out = out.drop(columns=stamps)
-    elif stamps:
-        values = out[stamps].apply(pd.to_numeric, errors="coerce")
-        origin = values.min().min()
-        for col in stamps:
-            out[col] = (values[col] - origin) / 1e6
-        out = out.rename(columns={c: c.removesuffix("_ns") + " ms (from first)" for c in stamps})
-    ns = [c for c in out.columns if str(c).endswith("_ns")]
-    for col in ns:
-        out[col] = pd.to_numeric(out[col], errors="coerce") / 1e6
-    return out.rename(columns={c: str(c).removesuffix("_ns") + "_ms" for c in ns})
+readable_times = report_tables.readable_times
 
 
 # --------------------------------------------------------------------------- Overview
@@ -295,13 +278,6 @@ def _warnings(warnings: list[str]) -> None:
         st.text("\n".join(warnings[:200]))
 
 
-def human_size(n_bytes: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n_bytes >= size:
-            return f"{n_bytes / size:.1f} {unit}"
-    return f"{n_bytes} bytes"
-
-
 def _reader(path: Path) -> Callable[[], bytes]:
     """The file's bytes, read only when the browser asks for the download (a regular
     file only: what replaced it since the listing is never read; nothing then)."""
@@ -328,7 +304,7 @@ def _raw_traces(ctx: ViewContext) -> None:
     path = files[name]
     found = rundir.path_stat(path)
     st.download_button(
-        f"Download {md(name)} ({human_size(found.st_size if found else 0)})",
+        f"Download {md(name)} ({numbers.size(found.st_size if found else 0)})",
         data=_reader(path),
         file_name=name,
         mime="application/gzip" if name.endswith(".gz") else "application/json",
@@ -401,50 +377,47 @@ def step_breakdown(ctx: ViewContext) -> None:
         st.dataframe(
             numbers.styled(shown, {"rank": 0, "step": 0}), width="stretch", hide_index=True
         )
+        _exposed_split(ctx.result, chosen)
     _data_loading(ctx.result)
 
 
+def _exposed_split(result: AnalysisResult, chosen: list[int]) -> None:
+    """The Overview's split of exposed communication, for the ranks shown: the wait for
+    late peers is measured per rank over the profiled steps, not per step, so the steps
+    above show the sum under the name the Overview gives it (browser probe of issue 31,
+    L: one label per meaning)."""
+    if "comm_exposed" not in result.breakdown:
+        return
+    parts = report_overview.rank_parts(result)
+    labels = parts.labels
+    if not parts.split:
+        st.caption(
+            f"{md(labels['comm_exposed'].capitalize())}: not split into "
+            f"{md(labels['comm_wait'])} and transfer for this run (not every rank's wait "
+            "could be measured), as in the Overview."
+        )
+        return
+    st.caption(
+        f"{md(labels['comm_exposed'].capitalize())} per step is the Overview's "
+        f"{md(labels['comm_wait'])} + {md(labels['comm_transfer'])}; the wait is measured per "
+        "rank over the profiled steps, not per step, so it is split per rank below (the "
+        "Overview chart's numbers)."
+    )
+    frame = parts.frame[parts.frame["rank"].isin(chosen)]
+    keys = ["comm_wait", "comm_transfer"]
+    split = frame[["rank", *keys]].assign(total=frame[keys].sum(axis=1))
+    headers = {k: f"{labels[k]} ms/step" for k in keys}
+    headers["total"] = f"{labels['comm_exposed']} ms/step"
+    st.dataframe(
+        numbers.styled(split.rename(columns=headers), {"rank": 0}),
+        width="stretch",
+        hide_index=True,
+    )
+
+
 def data_wait_tables(result: AnalysisResult) -> dict[str, pd.DataFrame]:
-    """The data-loading result as tables: every step (steps table), the profiled window
-    (trace DataLoader events), and host synchronisation points."""
-    dl = result.dataloader
-    tables: dict[str, pd.DataFrame] = {}
-    if dl.run:
-        every = pd.DataFrame(
-            [{"rank": rank, **asdict(row)} for rank, row in sorted(dl.run.items())]
-        )
-        tables["Data wait over every recorded step (steps table)"] = every.rename(
-            columns=lambda c: _window_header(str(c), "every recorded step")
-        )
-    if dl.trace:
-        profiled = pd.DataFrame([asdict(t) for t in dl.trace])
-        tables["Data wait in the profiled steps (DataLoader events)"] = profiled.rename(
-            columns=lambda c: _window_header(str(c), "profiled steps")
-        )
-    if dl.host_sync:
-        tables["Host synchronisation in the profiled steps"] = pd.DataFrame(
-            [
-                {
-                    "rank": h.rank,
-                    "count_per_step": h.count_per_step,
-                    "ms_per_step": h.ms_per_step,
-                    "calls": ", ".join(
-                        f"{name} ×{calls.count}"
-                        for name, calls in sorted(h.by_name.items(), key=lambda kv: -kv[1].total_ms)
-                    ),
-                }
-                for h in dl.host_sync
-            ]
-        )
-    return tables
-
-
-def _window_header(column: str, window: str) -> str:
-    """A step-time column named with its window: the profiled steps and every recorded
-    step give two means of one rank's step (both appear on this page)."""
-    if column.startswith("step_ms"):
-        return f"{column} ({window})"
-    return column
+    """The data-loading result as titled tables (gpudiag/report/tables.py)."""
+    return report_tables.data_wait_frames(result.dataloader)
 
 
 def _data_loading(result: AnalysisResult) -> None:
@@ -454,7 +427,7 @@ def _data_loading(result: AnalysisResult) -> None:
     st.subheader("Data loading")
     for title, frame in tables.items():
         st.markdown(f"**{title}**")
-        st.dataframe(frame.round(3), width="stretch", hide_index=True)
+        st.dataframe(numbers.styled(frame), width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- Communication
@@ -492,8 +465,12 @@ def communication(ctx: ViewContext) -> None:
     _buckets(result.buckets)
     if len(result.collectives):
         with st.expander(f"All collectives ({len(result.collectives):,} rows)"):
-            shown = readable_times(result.collectives.frame(rows=_SHOWN_ROWS))
-            st.dataframe(shown, width="stretch", hide_index=True)
+            shown = report_tables.collective_calls_frame(result.collectives.frame(rows=_SHOWN_ROWS))
+            st.dataframe(
+                numbers.styled(shown, report_tables.COLLECTIVE_CALL_DIGITS),
+                width="stretch",
+                hide_index=True,
+            )
 
 
 def _skew(result: AnalysisResult) -> None:
@@ -525,17 +502,7 @@ def _skew(result: AnalysisResult) -> None:
         st.write("No cross-rank collective matching possible (one rank, or no collectives).")
 
 
-def bucket_table(buckets: pd.DataFrame) -> pd.DataFrame:
-    """DDP buckets for reading: sizes in MiB, times in ms (no raw nanosecond stamps)."""
-    out = readable_times(buckets)
-    if "bytes" in out:
-        out.insert(
-            list(out.columns).index("bytes"),
-            "MiB",
-            pd.to_numeric(out["bytes"], errors="coerce") / 2**20,
-        )
-        out = out.drop(columns="bytes")
-    return out.rename(columns={"start_ms": "start ms (in step)", "dur_ms": "duration ms"})
+bucket_table = report_tables.bucket_frame
 
 
 def _buckets(kept: SpilledTable) -> None:
@@ -552,7 +519,7 @@ def _buckets(kept: SpilledTable) -> None:
     if {"start_ms", "dur_ms", "bucket"} <= set(buckets.columns) and buckets["dur_ms"].notna().any():
         _chart(figures.bucket_figure(buckets))
     with st.expander("Table"):
-        st.dataframe(bucket_table(buckets).round(3), width="stretch", hide_index=True)
+        st.dataframe(numbers.styled(bucket_table(buckets)), width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- GPU metrics
@@ -578,15 +545,9 @@ def gpu_metrics(ctx: ViewContext) -> None:
             numbers.styled(shown, {"rank": 0, "steps": 0}), width="stretch", hide_index=True
         )
     if result.gpu.nvml:
-        nvml = pd.DataFrame([n.to_json() for n in result.gpu.nvml])
-        if "throttle_share_by_reason" in nvml:
-            nvml["throttle_share_by_reason"] = nvml["throttle_share_by_reason"].map(
-                lambda d: (
-                    ", ".join(f"{k} {v:.0%}" for k, v in d.items()) if isinstance(d, dict) else ""
-                )
-            )
         st.subheader("NVML summary per GPU")
-        st.dataframe(nvml, width="stretch", hide_index=True)
+        nvml = report_tables.nvml_frame(result.gpu.nvml)
+        st.dataframe(numbers.styled(nvml), width="stretch", hide_index=True)
     samples = result.gpu_samples
     if _has_rows(samples):
         st.caption("Red bands: clocks held back (power cap, thermal or HW slowdown).")
@@ -664,14 +625,8 @@ def dataparallel(ctx: ViewContext) -> None:
         with st.expander("How the DDP projection is made"):
             for line in dp.projection_assumptions:
                 st.markdown(f"- {md(line)}")
-    stages = pd.DataFrame(
-        {
-            "stage": list(dp.stage_ms_per_step),
-            "ms per step": list(dp.stage_ms_per_step.values()),
-            "events": [dp.stage_events.get(k, 0) for k in dp.stage_ms_per_step],
-        }
-    )
-    st.dataframe(stages.round(3), width="stretch", hide_index=True)
+    stages = report_tables.dp_stage_frame(dp.stage_ms_per_step, dp.stage_events)
+    st.dataframe(numbers.styled(stages), width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- Compare
@@ -850,9 +805,7 @@ def lint_table(items: list[rundir.LintDiagnostic], findings: list[Finding]) -> p
                 "message": item.message,
                 "fix": item.fix,
                 "measured as": runtime.kind if runtime else "",
-                "runtime cost ms/step": (
-                    round(float(runtime.cost_ms_per_step), 2) if runtime else None
-                ),
+                "runtime cost ms/step": (float(runtime.cost_ms_per_step) if runtime else None),
             }
         )
     return pd.DataFrame(rows)
@@ -890,7 +843,11 @@ def code(ctx: ViewContext) -> None:
     if items:
         table = lint_table(items, ctx.result.findings)
         st.dataframe(
-            table[["code", "rule", "severity", "location", "measured as", "runtime cost ms/step"]],
+            numbers.styled(
+                table[
+                    ["code", "rule", "severity", "location", "measured as", "runtime cost ms/step"]
+                ]
+            ),
             width="stretch",
             hide_index=True,
         )
