@@ -70,6 +70,8 @@ class ViewContext:
     timeline_of: TimelineOf
     # the run's analysis when already made (no analysis started), for the Compare pairing
     cached: Callable[[runs.RunRef], AnalysisResult | None] = lambda ref: None
+    # shows another run (the sidebar's select and ?run=), for Compare's Run A
+    select_run: Callable[[str], None] = lambda label: None
 
 
 # Every ASCII punctuation character may be backslash-escaped in (GitHub-flavoured)
@@ -706,23 +708,67 @@ def per_rank_pair(a: AnalysisResult, b: AnalysisResult) -> pd.DataFrame:
     return merged[[c for c in order if c in merged]].reset_index(drop=True)
 
 
+PARTNER = "partner"  # Run B's select, bound to ?partner= (a shared URL opens the comparison)
+_PARTNER_OF = "partner_of"  # session state: the run A the partner was chosen for
+_PARTNERS = "partners_chosen"  # session state: run A -> the partner last shown with it
+
+
+def _init_partner(ctx: ViewContext, labels: list[str]) -> None:
+    """Run B before its select is drawn: the URL's ?partner= when it names a run, else
+    the one last shown with this run A, else :func:`compare_pair`'s choice. Kept while
+    run A stays; a new run A (the sidebar) starts from its own."""
+    a = ctx.ref.label
+    state = st.session_state
+    if state.get(_PARTNER_OF) == a and state.get(PARTNER) in labels:
+        return
+    chosen: dict[str, str] = state.setdefault(_PARTNERS, {})
+    wanted = st.query_params.get(PARTNER) if _PARTNER_OF not in state else None
+    if wanted not in labels:
+        wanted = chosen.get(a)
+    if wanted not in labels:
+        ib = compare_pair(ctx.all_runs, ctx.ref, ctx.cached)[1]
+        wanted = labels[ib] if ib is not None else None
+    state[PARTNER] = wanted
+    state[_PARTNER_OF] = a
+
+
+def _compare_runs(ctx: ViewContext, labels: list[str]) -> tuple[str | None, str | None]:
+    """The Run A and Run B selects. Run A is the run shown (?run=): choosing another
+    there shows it, as the sidebar does. Run B is bound to ?partner=, so reloading or
+    sharing the URL opens the same comparison (browser probe of issue 31, C)."""
+    a = ctx.ref.label
+    _init_partner(ctx, labels)
+
+    def follow_a() -> None:
+        new = st.session_state.get(f"compare_a:{a}")
+        if isinstance(new, str) and new != a:
+            st.session_state[_PARTNER_OF] = new  # the partner stays with the new run A
+            ctx.select_run(new)
+
+    col_a, col_b = st.columns(2)
+    name_a = col_a.selectbox(
+        "Run A", labels, index=labels.index(a), key=f"compare_a:{a}", on_change=follow_a
+    )
+    name_b = col_b.selectbox(
+        "Run B",
+        labels,
+        index=None,
+        key=PARTNER,
+        bind="query-params",
+        placeholder="No run of the same shape analysed yet: pick one",
+    )
+    if name_b is not None:
+        st.session_state[_PARTNERS][a] = name_b
+    return name_a, name_b
+
+
 def compare(ctx: ViewContext) -> None:
     st.header("Compare")
     if len(ctx.all_runs) < 2:
         st.info("Give the dashboard at least two runs to compare.")
         return
     labels = [r.label for r in ctx.all_runs]
-    ia, ib = compare_pair(ctx.all_runs, ctx.ref, ctx.cached)
-    col_a, col_b = st.columns(2)
-    # Keyed by the selected run: choosing another run in the sidebar starts from it again.
-    name_a = col_a.selectbox("Run A", labels, index=ia, key=f"compare_a:{ctx.ref.label}")
-    name_b = col_b.selectbox(
-        "Run B",
-        labels,
-        index=ib,
-        key=f"compare_b:{ctx.ref.label}",
-        placeholder="No run of the same shape analysed yet: pick one",
-    )
+    name_a, name_b = _compare_runs(ctx, labels)
     if name_a is None or name_b is None:
         return
     res_a, err_a = ctx.result_of(ctx.all_runs[labels.index(name_a)])

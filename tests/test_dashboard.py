@@ -355,12 +355,12 @@ def test_host_metrics_code_and_compare(
     # run, nor `broken`, which lost rank 1's trace (a mean over 1 rank against one over 2)
     ddp, dp_cpu = _label(runs_root, "ddp"), _label(runs_root, "dp_cpu")
     assert at.selectbox(key=f"compare_a:{ddp}").value == ddp
-    assert at.selectbox(key=f"compare_b:{ddp}").value in {_label(runs_root, "ddp_noprofile"), None}
+    assert at.selectbox(key="partner").value in {_label(runs_root, "ddp_noprofile"), None}
     # ?view= is bound to the view radio: the browser writes it (tests/test_dashboard_live.py
     # checks the URL in Chromium); AppTest has no browser, so the radio's state is read
     assert at.session_state["view"] == "Compare" and at.query_params["run"] == ddp
     # DP vs DDP picked by hand: another shape, said so; what changed, per rank too
-    at.selectbox(key=f"compare_b:{ddp}").set_value(dp_cpu).run()
+    at.selectbox(key="partner").set_value(dp_cpu).run()
     assert any(
         "World size differs: A 2 ranks, B 1" in w.value.replace("\\", "") for w in at.warning
     )
@@ -372,10 +372,10 @@ def test_host_metrics_code_and_compare(
     )
     at.sidebar.selectbox(key="run").set_value(dp_cpu).run()
     assert at.selectbox(key=f"compare_a:{dp_cpu}").value == dp_cpu
-    assert at.selectbox(key=f"compare_b:{dp_cpu}").value is None  # no other 1-rank run
+    assert at.selectbox(key="partner").value is None  # no other 1-rank run
     assert at.query_params["run"] == dp_cpu
     at.sidebar.selectbox(key="run").set_value(ddp).run()
-    at.selectbox(key=f"compare_b:{ddp}").set_value(_label(runs_root, "ddp_noprofile")).run()
+    at.selectbox(key="partner").set_value(_label(runs_root, "ddp_noprofile")).run()
     from gpudiag.analysis.compare import compare
 
     table = compare(result, analyzed["ddp_noprofile"]).table

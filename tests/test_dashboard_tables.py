@@ -2,7 +2,7 @@
 numbers through the shared formatter (two decimals for ms, MiB, GB/s, one for a
 percentage, integers without), one mark for a missing value (``numbers.NA``), a header
 in words with its unit (no snake_case key), the exposed communication under the
-Overview's names in the Step breakdown,. Driven
+Overview's names in the Step breakdown, and Compare's Run B in the page URL. Driven
 with the real Streamlit AppTest on the shipped sample runs and a public GPU trace set;
 the numbers shown are read from what the browser receives (the table's display values).
 """
@@ -207,3 +207,29 @@ def test_step_breakdown_names_exposed_communication_as_the_overview(
     assert f"{labels['comm_wait']} + {labels['comm_transfer']}" in caption
     legend = {t["name"] for t in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]}
     assert labels["comm_exposed"] in legend
+
+
+def test_compare_partner_is_in_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run B was not in the URL: a reload or a shared link lost it (browser probe of
+    issue 31, C). ?partner= opens that comparison; choosing Run B from another view
+    puts it in the URL; Run A is the run shown (?run=)."""
+    a, b = "sample_runs/ddp2_healthy", "sample_runs/ddp2_dataloader_bound"
+    at = _app(monkeypatch, SAMPLES, run=a, view="Compare", partner=b)
+    assert at.selectbox(key="partner").value == b
+    assert at.selectbox(key=f"compare_a:{a}").value == a
+    table = at.dataframe[0].value
+    assert f"A: {a} (ms/step)" in table.columns and f"B: {b} (ms/step)" in table.columns
+    assert at.query_params["partner"] == b
+    # another view drops the parameter; back in Compare, the partner is restored
+    at.sidebar.radio(key="view").set_value("Overview").run()
+    assert "partner" not in at.query_params
+    at.sidebar.radio(key="view").set_value("Compare").run()
+    assert at.selectbox(key="partner").value == b and at.query_params["partner"] == b
+    # Run A changed in Compare is the run shown: the sidebar and ?run= follow, B stays
+    c = "sample_runs/ddp4_straggler"
+    at.selectbox(key=f"compare_a:{a}").set_value(c).run()
+    assert at.sidebar.selectbox[0].value == c and at.query_params["run"] == c
+    assert at.selectbox(key="partner").value == b
+    # a partner that names no run is dropped, never an error
+    bad = _app(monkeypatch, SAMPLES, run=a, view="Compare", partner="no/such/run")
+    assert bad.selectbox(key="partner").value != "no/such/run"
