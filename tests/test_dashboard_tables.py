@@ -233,3 +233,35 @@ def test_compare_partner_is_in_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
     # a partner that names no run is dropped, never an error
     bad = _app(monkeypatch, SAMPLES, run=a, view="Compare", partner="no/such/run")
     assert bad.selectbox(key="partner").value != "no/such/run"
+
+
+@pytest.mark.browser
+def test_browser_url_with_partner_opens_the_comparison() -> None:
+    """In Chromium: the shared URL opens the comparison; leaving Compare and coming back
+    writes the partner into the page's URL again (the browser, not AppTest, writes it)."""
+    import time
+    import urllib.parse
+
+    from tests.browser import dashboard as browser
+
+    a, b = "sample_runs/ddp2_healthy", "sample_runs/ddp2_dataloader_bound"
+    server = browser.Dashboard([SAMPLES])
+    try:
+        server.wait_ready()
+        with browser.browser() as page:
+            query = urllib.parse.urlencode({"run": a, "view": "Compare", "partner": b})
+            page.goto(f"{server.url}/?{query}")
+            page.wait_for_selector('h2:has-text("Compare")', timeout=180_000)
+            browser.wait_idle(page, 180_000)
+            selects = page.locator('[data-testid="stMain"] [data-testid="stSelectbox"] input')
+            assert [s.input_value() for s in selects.all()] == [a, b]
+            sidebar = page.locator('[data-testid="stSidebar"] label')
+            for view in ("Overview", "Compare"):
+                sidebar.filter(has_text=view).click()
+                time.sleep(2)
+                browser.wait_idle(page, 120_000)
+            assert f"partner={urllib.parse.quote_plus(b)}" in page.url, page.url
+            assert [s.input_value() for s in selects.all()] == [a, b]
+            assert page.locator(browser.EXCEPTION).count() == 0
+    finally:
+        server.close()
