@@ -118,9 +118,6 @@ def _table(frame: pd.DataFrame) -> None:
     st.table(frame.map(md), hide_index=True)
 
 
-readable_times = report_tables.readable_times
-
-
 # --------------------------------------------------------------------------- Overview
 
 
@@ -417,13 +414,8 @@ def _exposed_split(result: AnalysisResult, chosen: list[int]) -> None:
     )
 
 
-def data_wait_tables(result: AnalysisResult) -> dict[str, pd.DataFrame]:
-    """The data-loading result as titled tables (gpudiag/report/tables.py)."""
-    return report_tables.data_wait_frames(result.dataloader)
-
-
 def _data_loading(result: AnalysisResult) -> None:
-    tables = data_wait_tables(result)
+    tables = report_tables.data_wait_frames(result.dataloader)
     if not tables:
         return
     st.subheader("Data loading")
@@ -504,9 +496,6 @@ def _skew(result: AnalysisResult) -> None:
         st.write("No cross-rank collective matching possible (one rank, or no collectives).")
 
 
-bucket_table = report_tables.bucket_frame
-
-
 def _buckets(kept: SpilledTable) -> None:
     if not len(kept):
         return
@@ -521,7 +510,9 @@ def _buckets(kept: SpilledTable) -> None:
     if {"start_ms", "dur_ms", "bucket"} <= set(buckets.columns) and buckets["dur_ms"].notna().any():
         _chart(figures.bucket_figure(buckets))
     with st.expander("Table"):
-        st.dataframe(numbers.styled(bucket_table(buckets)), width="stretch", hide_index=True)
+        st.dataframe(
+            numbers.styled(report_tables.bucket_frame(buckets)), width="stretch", hide_index=True
+        )
 
 
 # --------------------------------------------------------------------------- GPU metrics
