@@ -175,6 +175,26 @@ def test_reports_tables_use_the_one_missing_mark() -> None:
     assert numbers.digits_for("overlap % of comm") == numbers.PCT_DIGITS
     assert numbers.digits_for("B − A %") == numbers.PCT_DIGITS
     assert numbers.digits_for("size MiB") == numbers.MS_DIGITS
+    assert numbers.digits_for("since last step s") == numbers.S_DIGITS
+    assert numbers.digits_for("steps/s") == numbers.MS_DIGITS
+
+
+def test_watch_table_uses_the_one_formatter() -> None:
+    """`gpudiag watch` printed one decimal for ms, "-" for a missing value and "50 %" for
+    a percentage, where the dashboard's live table of the same snapshot printed two, the
+    dash and one decimal."""
+    from gpudiag.analysis.live_snapshot import LiveMonitor
+    from gpudiag.report.watch_text import render_live
+
+    snap = LiveMonitor([SAMPLES / "ddp4_straggler"]).refresh().snapshot
+    buf = io.StringIO()
+    Console(file=buf, width=200, color_system=None).print(render_live(snap, "run"))
+    text = buf.getvalue()
+    rows = [line.split() for line in text.splitlines() if line.strip().startswith(("0 ", "1 "))]
+    assert rows and all("-" not in row for row in rows), text
+    for row, rank in zip(rows, snap.ranks, strict=False):
+        assert numbers.num(rank.last_step_ms) in row, (row, rank)
+    assert re.search(r"host CPU \d+\.\d %", text), text
 
 
 def test_step_breakdown_names_exposed_communication_as_the_overview(

@@ -16,6 +16,7 @@ import pandas as pd
 NA = "–"  # None, NaN and inf: one dash everywhere
 MS_DIGITS = 2
 PCT_DIGITS = 1
+S_DIGITS = 1  # seconds (since the last step, a collective's wait): one decimal
 _BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 
 
@@ -108,11 +109,13 @@ def per_rank(values: Mapping[Any, Any], unit: str = "") -> str:
 
 def digits_for(header: Any) -> int:
     """The decimals of a table column, by the unit its header names: a percentage
-    (``overlap % of comm``, ``B − A %``) :data:`PCT_DIGITS`, every other quantity (ms,
-    ms/step, MiB, GB/s, W) :data:`MS_DIGITS`. Integers print without decimals whatever
-    the column (:func:`num`)."""
+    (``overlap % of comm``, ``B − A %``) :data:`PCT_DIGITS`, seconds (``waiting s``)
+    :data:`S_DIGITS`, every other quantity (ms, ms/step, MiB, GB/s, W) :data:`MS_DIGITS`.
+    Integers print without decimals whatever the column (:func:`num`)."""
     text = f" {header} ".replace("(", " ").replace(")", " ")
-    return PCT_DIGITS if " % " in text else MS_DIGITS
+    if " % " in text:
+        return PCT_DIGITS
+    return S_DIGITS if " s " in text else MS_DIGITS
 
 
 def cell_text(value: Any, digits: int) -> str:
@@ -169,6 +172,7 @@ __all__ = [
     "digits_for",
     "NA",
     "PCT_DIGITS",
+    "S_DIGITS",
     "frame_text",
     "ms",
     "num",
