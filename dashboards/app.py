@@ -99,6 +99,14 @@ def _initial_run(refs: list[runs.RunRef], roots: list[Path]) -> int:
 SELECTED = "selected_run"  # session state: the run shown, whichever select chose it
 
 
+def select_run(label: str) -> None:
+    """Show ``label`` (a callback: Compare's Run A): the sidebar's select restarts from
+    it, whatever its key (:func:`_run_select`)."""
+    st.session_state[SELECTED] = label
+    for key in [k for k in st.session_state if k == "run" or str(k).startswith("run_live_")]:
+        del st.session_state[key]
+
+
 def _run_select(
     labels: list[str], live_labels: set[str], refs: list[runs.RunRef], roots: list[Path]
 ) -> str:
@@ -168,6 +176,7 @@ def main() -> None:
         result_of=result_of,
         timeline_of=timeline_of,
         cached=cached_result,
+        select_run=select_run,
     )
     try:
         views.VIEWS[view](ctx)

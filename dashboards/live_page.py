@@ -14,7 +14,6 @@ post-mortem views.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -47,15 +46,10 @@ def monitor_of(ref: runs.RunRef) -> LiveMonitor:
     return MONITORS.get(str(ref.path), lambda: LiveMonitor(ref.path, min_interval_s=MIN_POLL_S))
 
 
-def _cell(value: Any) -> str:
-    """A table cell as escaped Markdown (``st.table`` renders cells as Markdown)."""
-    if value is None or isinstance(value, float):
-        return md(numbers.num(value))
-    return md(value)
-
-
 def _table(frame: pd.DataFrame) -> None:
-    st.table(frame.map(_cell), hide_index=True)
+    """Every cell through the one formatter (decimals by the column's unit, the one
+    missing mark), then escaped: ``st.table`` renders cells as Markdown."""
+    st.table(numbers.frame_text(frame).map(md), hide_index=True)
 
 
 def live_page(ref: runs.RunRef) -> None:

@@ -26,6 +26,7 @@ from gpudiag.analysis.result import AnalysisResult, SpilledTable
 from gpudiag.analysis.whatif import Projection
 from gpudiag.report import figures, numbers
 from gpudiag.report import overview as report_overview
+from gpudiag.report import tables as report_tables
 from gpudiag.report.tables import WHATIF_DIGITS, whatif_frame
 
 from . import runs
@@ -69,6 +70,8 @@ class ViewContext:
     timeline_of: TimelineOf
     # the run's analysis when already made (no analysis started), for the Compare pairing
     cached: Callable[[runs.RunRef], AnalysisResult | None] = lambda ref: None
+    # shows another run (the sidebar's select and ?run=), for Compare's Run A
+    select_run: Callable[[str], None] = lambda label: None
 
 
 # Every ASCII punctuation character may be backslash-escaped in (GitHub-flavoured)
@@ -92,11 +95,12 @@ def _chart(fig: Any) -> None:
 
 
 def _scalar(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:,.3f}"
+    """A fact or a metric's value: numbers through the one formatter, one dash for none."""
+    if isinstance(value, (int, float)):
+        return numbers.num(value)
     if isinstance(value, (list, tuple)):
-        return ", ".join(str(v) for v in value) if value else "–"
-    return "–" if value is None or value == "" else str(value)
+        return ", ".join(str(v) for v in value) if value else numbers.NA
+    return numbers.NA if value is None or value == "" else str(value)
 
 
 def _metrics(facts: dict[str, Any]) -> None:
@@ -112,28 +116,6 @@ def _table(frame: pd.DataFrame) -> None:
     """A static table whose long text wraps instead of being cut off; every cell is
     escaped (``st.table`` renders cells as Markdown)."""
     st.table(frame.map(md), hide_index=True)
-
-
-_TIMESTAMP_COLUMNS = ("start_ns", "end_ns", "enqueue_ns", "t_ns")
-
-
-def readable_times(frame: pd.DataFrame) -> pd.DataFrame:
-    """Raw nanosecond columns as milliseconds: timestamps from the frame's first one
-    (dropped where the analysis already gives a ``start_ms`` offset), durations scaled."""
-    out = frame.copy()
-    stamps = [c for c in _TIMESTAMP_COLUMNS if c in out]
-    if stamps and "start_ms" in out:
-        out = out.drop(columns=stamps)
-    elif stamps:
-        values = out[stamps].apply(pd.to_numeric, errors="coerce")
-        origin = values.min().min()
-        for col in stamps:
-            out[col] = (values[col] - origin) / 1e6
-        out = out.rename(columns={c: c.removesuffix("_ns") + " ms (from first)" for c in stamps})
-    ns = [c for c in out.columns if str(c).endswith("_ns")]
-    for col in ns:
-        out[col] = pd.to_numeric(out[col], errors="coerce") / 1e6
-    return out.rename(columns={c: str(c).removesuffix("_ns") + "_ms" for c in ns})
 
 
 # --------------------------------------------------------------------------- Overview
@@ -295,13 +277,6 @@ def _warnings(warnings: list[str]) -> None:
         st.text("\n".join(warnings[:200]))
 
 
-def human_size(n_bytes: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n_bytes >= size:
-            return f"{n_bytes / size:.1f} {unit}"
-    return f"{n_bytes} bytes"
-
-
 def _reader(path: Path) -> Callable[[], bytes]:
     """The file's bytes, read only when the browser asks for the download (a regular
     file only: what replaced it since the listing is never read; nothing then)."""
@@ -328,7 +303,7 @@ def _raw_traces(ctx: ViewContext) -> None:
     path = files[name]
     found = rundir.path_stat(path)
     st.download_button(
-        f"Download {md(name)} ({human_size(found.st_size if found else 0)})",
+        f"Download {md(name)} ({numbers.size(found.st_size if found else 0)})",
         data=_reader(path),
         file_name=name,
         mime="application/gzip" if name.endswith(".gz") else "application/json",
@@ -401,60 +376,52 @@ def step_breakdown(ctx: ViewContext) -> None:
         st.dataframe(
             numbers.styled(shown, {"rank": 0, "step": 0}), width="stretch", hide_index=True
         )
+        _exposed_split(ctx.result, chosen)
     _data_loading(ctx.result)
 
 
-def data_wait_tables(result: AnalysisResult) -> dict[str, pd.DataFrame]:
-    """The data-loading result as tables: every step (steps table), the profiled window
-    (trace DataLoader events), and host synchronisation points."""
-    dl = result.dataloader
-    tables: dict[str, pd.DataFrame] = {}
-    if dl.run:
-        every = pd.DataFrame(
-            [{"rank": rank, **asdict(row)} for rank, row in sorted(dl.run.items())]
+def _exposed_split(result: AnalysisResult, chosen: list[int]) -> None:
+    """The Overview's split of exposed communication, for the ranks shown: the wait for
+    late peers is measured per rank over the profiled steps, not per step, so the steps
+    above show the sum under the name the Overview gives it (browser probe of issue 31,
+    L: one label per meaning)."""
+    if "comm_exposed" not in result.breakdown:
+        return
+    parts = report_overview.rank_parts(result)
+    labels = parts.labels
+    if not parts.split:
+        st.caption(
+            f"{md(labels['comm_exposed'].capitalize())}: not split into "
+            f"{md(labels['comm_wait'])} and transfer for this run (not every rank's wait "
+            "could be measured), as in the Overview."
         )
-        tables["Data wait over every recorded step (steps table)"] = every.rename(
-            columns=lambda c: _window_header(str(c), "every recorded step")
-        )
-    if dl.trace:
-        profiled = pd.DataFrame([asdict(t) for t in dl.trace])
-        tables["Data wait in the profiled steps (DataLoader events)"] = profiled.rename(
-            columns=lambda c: _window_header(str(c), "profiled steps")
-        )
-    if dl.host_sync:
-        tables["Host synchronisation in the profiled steps"] = pd.DataFrame(
-            [
-                {
-                    "rank": h.rank,
-                    "count_per_step": h.count_per_step,
-                    "ms_per_step": h.ms_per_step,
-                    "calls": ", ".join(
-                        f"{name} ×{calls.count}"
-                        for name, calls in sorted(h.by_name.items(), key=lambda kv: -kv[1].total_ms)
-                    ),
-                }
-                for h in dl.host_sync
-            ]
-        )
-    return tables
-
-
-def _window_header(column: str, window: str) -> str:
-    """A step-time column named with its window: the profiled steps and every recorded
-    step give two means of one rank's step (both appear on this page)."""
-    if column.startswith("step_ms"):
-        return f"{column} ({window})"
-    return column
+        return
+    st.caption(
+        f"{md(labels['comm_exposed'].capitalize())} per step is the Overview's "
+        f"{md(labels['comm_wait'])} + {md(labels['comm_transfer'])}; the wait is measured per "
+        "rank over the profiled steps, not per step, so it is split per rank below (the "
+        "Overview chart's numbers)."
+    )
+    frame = parts.frame[parts.frame["rank"].isin(chosen)]
+    keys = ["comm_wait", "comm_transfer"]
+    split = frame[["rank", *keys]].assign(total=frame[keys].sum(axis=1))
+    headers = {k: f"{labels[k]} ms/step" for k in keys}
+    headers["total"] = f"{labels['comm_exposed']} ms/step"
+    st.dataframe(
+        numbers.styled(split.rename(columns=headers), {"rank": 0}),
+        width="stretch",
+        hide_index=True,
+    )
 
 
 def _data_loading(result: AnalysisResult) -> None:
-    tables = data_wait_tables(result)
+    tables = report_tables.data_wait_frames(result.dataloader)
     if not tables:
         return
     st.subheader("Data loading")
     for title, frame in tables.items():
         st.markdown(f"**{title}**")
-        st.dataframe(frame.round(3), width="stretch", hide_index=True)
+        st.dataframe(numbers.styled(frame), width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- Communication
@@ -492,8 +459,12 @@ def communication(ctx: ViewContext) -> None:
     _buckets(result.buckets)
     if len(result.collectives):
         with st.expander(f"All collectives ({len(result.collectives):,} rows)"):
-            shown = readable_times(result.collectives.frame(rows=_SHOWN_ROWS))
-            st.dataframe(shown, width="stretch", hide_index=True)
+            shown = report_tables.collective_calls_frame(result.collectives.frame(rows=_SHOWN_ROWS))
+            st.dataframe(
+                numbers.styled(shown, report_tables.COLLECTIVE_CALL_DIGITS),
+                width="stretch",
+                hide_index=True,
+            )
 
 
 def _skew(result: AnalysisResult) -> None:
@@ -525,19 +496,6 @@ def _skew(result: AnalysisResult) -> None:
         st.write("No cross-rank collective matching possible (one rank, or no collectives).")
 
 
-def bucket_table(buckets: pd.DataFrame) -> pd.DataFrame:
-    """DDP buckets for reading: sizes in MiB, times in ms (no raw nanosecond stamps)."""
-    out = readable_times(buckets)
-    if "bytes" in out:
-        out.insert(
-            list(out.columns).index("bytes"),
-            "MiB",
-            pd.to_numeric(out["bytes"], errors="coerce") / 2**20,
-        )
-        out = out.drop(columns="bytes")
-    return out.rename(columns={"start_ms": "start ms (in step)", "dur_ms": "duration ms"})
-
-
 def _buckets(kept: SpilledTable) -> None:
     if not len(kept):
         return
@@ -552,7 +510,9 @@ def _buckets(kept: SpilledTable) -> None:
     if {"start_ms", "dur_ms", "bucket"} <= set(buckets.columns) and buckets["dur_ms"].notna().any():
         _chart(figures.bucket_figure(buckets))
     with st.expander("Table"):
-        st.dataframe(bucket_table(buckets).round(3), width="stretch", hide_index=True)
+        st.dataframe(
+            numbers.styled(report_tables.bucket_frame(buckets)), width="stretch", hide_index=True
+        )
 
 
 # --------------------------------------------------------------------------- GPU metrics
@@ -578,15 +538,9 @@ def gpu_metrics(ctx: ViewContext) -> None:
             numbers.styled(shown, {"rank": 0, "steps": 0}), width="stretch", hide_index=True
         )
     if result.gpu.nvml:
-        nvml = pd.DataFrame([n.to_json() for n in result.gpu.nvml])
-        if "throttle_share_by_reason" in nvml:
-            nvml["throttle_share_by_reason"] = nvml["throttle_share_by_reason"].map(
-                lambda d: (
-                    ", ".join(f"{k} {v:.0%}" for k, v in d.items()) if isinstance(d, dict) else ""
-                )
-            )
         st.subheader("NVML summary per GPU")
-        st.dataframe(nvml, width="stretch", hide_index=True)
+        nvml = report_tables.nvml_frame(result.gpu.nvml)
+        st.dataframe(numbers.styled(nvml), width="stretch", hide_index=True)
     samples = result.gpu_samples
     if _has_rows(samples):
         st.caption("Red bands: clocks held back (power cap, thermal or HW slowdown).")
@@ -664,14 +618,8 @@ def dataparallel(ctx: ViewContext) -> None:
         with st.expander("How the DDP projection is made"):
             for line in dp.projection_assumptions:
                 st.markdown(f"- {md(line)}")
-    stages = pd.DataFrame(
-        {
-            "stage": list(dp.stage_ms_per_step),
-            "ms per step": list(dp.stage_ms_per_step.values()),
-            "events": [dp.stage_events.get(k, 0) for k in dp.stage_ms_per_step],
-        }
-    )
-    st.dataframe(stages.round(3), width="stretch", hide_index=True)
+    stages = report_tables.dp_stage_frame(dp.stage_ms_per_step, dp.stage_events)
+    st.dataframe(numbers.styled(stages), width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- Compare
@@ -751,23 +699,67 @@ def per_rank_pair(a: AnalysisResult, b: AnalysisResult) -> pd.DataFrame:
     return merged[[c for c in order if c in merged]].reset_index(drop=True)
 
 
+PARTNER = "partner"  # Run B's select, bound to ?partner= (a shared URL opens the comparison)
+_PARTNER_OF = "partner_of"  # session state: the run A the partner was chosen for
+_PARTNERS = "partners_chosen"  # session state: run A -> the partner last shown with it
+
+
+def _init_partner(ctx: ViewContext, labels: list[str]) -> None:
+    """Run B before its select is drawn: the URL's ?partner= when it names a run, else
+    the one last shown with this run A, else :func:`compare_pair`'s choice. Kept while
+    run A stays; a new run A (the sidebar) starts from its own."""
+    a = ctx.ref.label
+    state = st.session_state
+    if state.get(_PARTNER_OF) == a and state.get(PARTNER) in labels:
+        return
+    chosen: dict[str, str] = state.setdefault(_PARTNERS, {})
+    wanted = st.query_params.get(PARTNER) if _PARTNER_OF not in state else None
+    if wanted not in labels:
+        wanted = chosen.get(a)
+    if wanted not in labels:
+        ib = compare_pair(ctx.all_runs, ctx.ref, ctx.cached)[1]
+        wanted = labels[ib] if ib is not None else None
+    state[PARTNER] = wanted
+    state[_PARTNER_OF] = a
+
+
+def _compare_runs(ctx: ViewContext, labels: list[str]) -> tuple[str | None, str | None]:
+    """The Run A and Run B selects. Run A is the run shown (?run=): choosing another
+    there shows it, as the sidebar does. Run B is bound to ?partner=, so reloading or
+    sharing the URL opens the same comparison (browser probe of issue 31, C)."""
+    a = ctx.ref.label
+    _init_partner(ctx, labels)
+
+    def follow_a() -> None:
+        new = st.session_state.get(f"compare_a:{a}")
+        if isinstance(new, str) and new != a:
+            st.session_state[_PARTNER_OF] = new  # the partner stays with the new run A
+            ctx.select_run(new)
+
+    col_a, col_b = st.columns(2)
+    name_a = col_a.selectbox(
+        "Run A", labels, index=labels.index(a), key=f"compare_a:{a}", on_change=follow_a
+    )
+    name_b = col_b.selectbox(
+        "Run B",
+        labels,
+        index=None,
+        key=PARTNER,
+        bind="query-params",
+        placeholder="No run of the same shape analysed yet: pick one",
+    )
+    if name_b is not None:
+        st.session_state[_PARTNERS][a] = name_b
+    return name_a, name_b
+
+
 def compare(ctx: ViewContext) -> None:
     st.header("Compare")
     if len(ctx.all_runs) < 2:
         st.info("Give the dashboard at least two runs to compare.")
         return
     labels = [r.label for r in ctx.all_runs]
-    ia, ib = compare_pair(ctx.all_runs, ctx.ref, ctx.cached)
-    col_a, col_b = st.columns(2)
-    # Keyed by the selected run: choosing another run in the sidebar starts from it again.
-    name_a = col_a.selectbox("Run A", labels, index=ia, key=f"compare_a:{ctx.ref.label}")
-    name_b = col_b.selectbox(
-        "Run B",
-        labels,
-        index=ib,
-        key=f"compare_b:{ctx.ref.label}",
-        placeholder="No run of the same shape analysed yet: pick one",
-    )
+    name_a, name_b = _compare_runs(ctx, labels)
     if name_a is None or name_b is None:
         return
     res_a, err_a = ctx.result_of(ctx.all_runs[labels.index(name_a)])
@@ -850,9 +842,7 @@ def lint_table(items: list[rundir.LintDiagnostic], findings: list[Finding]) -> p
                 "message": item.message,
                 "fix": item.fix,
                 "measured as": runtime.kind if runtime else "",
-                "runtime cost ms/step": (
-                    round(float(runtime.cost_ms_per_step), 2) if runtime else None
-                ),
+                "runtime cost ms/step": (float(runtime.cost_ms_per_step) if runtime else None),
             }
         )
     return pd.DataFrame(rows)
@@ -890,7 +880,11 @@ def code(ctx: ViewContext) -> None:
     if items:
         table = lint_table(items, ctx.result.findings)
         st.dataframe(
-            table[["code", "rule", "severity", "location", "measured as", "runtime cost ms/step"]],
+            numbers.styled(
+                table[
+                    ["code", "rule", "severity", "location", "measured as", "runtime cost ms/step"]
+                ]
+            ),
             width="stretch",
             hide_index=True,
         )

@@ -29,7 +29,7 @@ from dashboards import views  # noqa: E402
 from dashboards.views import md  # noqa: E402
 from gpudiag.analysis.compare import shape_warnings  # noqa: E402
 from gpudiag.cli import dashboard as dashboard_cli  # noqa: E402
-from gpudiag.report import figures  # noqa: E402
+from gpudiag.report import figures, numbers  # noqa: E402
 from gpudiag.report import overview as report_overview  # noqa: E402
 from tests.browser.dashboard import free_port  # noqa: E402
 
@@ -289,17 +289,19 @@ def test_step_breakdown_and_communication_numbers(
     # Data loading as tables of the typed result, not a raw JSON blob.
     assert not at.json
     every_step = next(
-        d.value for d in at.dataframe if "step_ms_mean (every recorded step)" in d.value.columns
+        d.value
+        for d in at.dataframe
+        if "step ms (mean over every recorded step)" in d.value.columns
     )
     expected = [result.dataloader.run[r].data_ms_per_step for r in sorted(result.dataloader.run)]
-    assert every_step["data_ms_per_step"].tolist() == pytest.approx([round(v, 3) for v in expected])
+    assert every_step["data wait ms/step"].tolist() == pytest.approx(expected)
     _view(at, "Communication")
     summary = result.collective_summary
     assert len(summary) > 0
     # DDP buckets: sizes in MiB, times in ms, no raw nanosecond timestamps.
-    buckets = next(d.value for d in at.dataframe if "bucket" in d.value.columns)
-    assert not [c for c in buckets.columns if str(c).endswith("_ns")]
-    assert "MiB" in buckets.columns and "bytes" not in buckets.columns
+    buckets = next(d.value for d in at.dataframe if "bucket (issue order)" in d.value.columns)
+    assert not [c for c in buckets.columns if "_" in str(c)]
+    assert "size MiB" in buckets.columns and "bytes" not in buckets.columns
     assert len(buckets) == len(result.buckets)
     # No link peak on a CPU run: no bandwidth chart, the numbers in the table (units in
     # every header); the arrival skew heatmap is the first chart.
@@ -353,12 +355,12 @@ def test_host_metrics_code_and_compare(
     # run, nor `broken`, which lost rank 1's trace (a mean over 1 rank against one over 2)
     ddp, dp_cpu = _label(runs_root, "ddp"), _label(runs_root, "dp_cpu")
     assert at.selectbox(key=f"compare_a:{ddp}").value == ddp
-    assert at.selectbox(key=f"compare_b:{ddp}").value in {_label(runs_root, "ddp_noprofile"), None}
+    assert at.selectbox(key="partner").value in {_label(runs_root, "ddp_noprofile"), None}
     # ?view= is bound to the view radio: the browser writes it (tests/test_dashboard_live.py
     # checks the URL in Chromium); AppTest has no browser, so the radio's state is read
     assert at.session_state["view"] == "Compare" and at.query_params["run"] == ddp
     # DP vs DDP picked by hand: another shape, said so; what changed, per rank too
-    at.selectbox(key=f"compare_b:{ddp}").set_value(dp_cpu).run()
+    at.selectbox(key="partner").set_value(dp_cpu).run()
     assert any(
         "World size differs: A 2 ranks, B 1" in w.value.replace("\\", "") for w in at.warning
     )
@@ -370,10 +372,10 @@ def test_host_metrics_code_and_compare(
     )
     at.sidebar.selectbox(key="run").set_value(dp_cpu).run()
     assert at.selectbox(key=f"compare_a:{dp_cpu}").value == dp_cpu
-    assert at.selectbox(key=f"compare_b:{dp_cpu}").value is None  # no other 1-rank run
+    assert at.selectbox(key="partner").value is None  # no other 1-rank run
     assert at.query_params["run"] == dp_cpu
     at.sidebar.selectbox(key="run").set_value(ddp).run()
-    at.selectbox(key=f"compare_b:{ddp}").set_value(_label(runs_root, "ddp_noprofile")).run()
+    at.selectbox(key="partner").set_value(_label(runs_root, "ddp_noprofile")).run()
     from gpudiag.analysis.compare import compare
 
     table = compare(result, analyzed["ddp_noprofile"]).table
@@ -392,8 +394,9 @@ def test_dataparallel_view_on_a_real_cpu_dataparallel_run(
     dp = analyzed["dp_cpu"].dataparallel
     assert dp is not None and dp.on_cpu
     assert any("DataParallel ran on CPU" in w.value for w in at.warning)
-    assert _metric(at, "forward ms/step") == md(f"{dp.forward_ms_per_step:,.3f}")
-    assert _metric(at, "mean step ms") == md(f"{analyzed['dp_cpu'].step_ms:,.3f}")
+    # metrics through the one formatter (two decimals), as every table
+    assert _metric(at, "forward ms/step") == md(numbers.num(dp.forward_ms_per_step))
+    assert _metric(at, "mean step ms") == md(numbers.num(analyzed["dp_cpu"].step_ms))
     stages = next(t for t in _specs(at)[0]["data"] if t["type"] == "bar")
     assert list(stages["x"]) == list(dp.stage_ms_per_step)
     on_cpu = next(f for f in analyzed["dp_cpu"].findings if f.kind == "dp_on_cpu")

@@ -104,7 +104,7 @@ def test_running_run_is_live_and_becomes_its_post_mortem(
     assert bars["x"][2] == "rank 2 ◀" and bars["x"][0] == "rank 0"
     ranks = at.table[0].value
     assert list(ranks["rank"]) == ["0", "1", "2", "3"]
-    assert list(ranks["lagging"]) == ["", "", "lagging", ""]
+    assert list(ranks["lagging"]) == ["no", "no", "lagging", "no"]
     assert list(ranks["step"]) == ["14"] * 4
     assert "host" in list(at.table[1].value["device"])  # the node's host samples
     # One monitor per run, kept between refreshes (its reader remembers the offsets).
@@ -331,7 +331,7 @@ def test_real_job_live_names_the_slow_rank_then_finished(
         assert _metric(at, "Lagging ranks") == "rank 1"
         ranks = at.table[0].value
         assert list(ranks["rank"]) == ["0", "1"]
-        assert list(ranks["lagging"]) == ["", "lagging"]
+        assert list(ranks["lagging"]) == ["no", "lagging"]
         assert all(int(s) >= 1 for s in ranks["step"])
     finally:
         stop.write_text("stop")

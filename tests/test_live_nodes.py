@@ -186,7 +186,7 @@ def test_watch_per_node_dirs_names_the_slow_rank_and_its_node(
         assert next(m.value for m in at.metric if m.label == "State") == "running"
         table = at.table[0].value
         assert list(table["node"]) == ["0", "0", "1", "1"]
-        assert list(table["lagging"]) == ["", "", "", "lagging"]
+        assert list(table["lagging"]) == ["no", "no", "no", "lagging"]
     finally:
         stop.write_text("stop")
         for p in procs:

@@ -10,11 +10,13 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 NA = "–"  # None, NaN and inf: one dash everywhere
 MS_DIGITS = 2
 PCT_DIGITS = 1
+S_DIGITS = 1  # seconds (since the last step, a collective's wait): one decimal
 _BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 
 
@@ -34,7 +36,7 @@ def terminal_text(text: str) -> str:
 
 def number(value: Any) -> float | None:
     """``value`` as a finite float, or None (missing, NaN, inf, not a number)."""
-    if value is None or isinstance(value, (bool, str)):
+    if value is None or isinstance(value, (bool, np.bool_, str)):
         return None
     try:
         v = float(value)
@@ -45,10 +47,10 @@ def number(value: Any) -> float | None:
 
 def num(value: Any, digits: int = MS_DIGITS) -> str:
     """A number with ``digits`` decimals (an integer without), or the dash."""
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
-    if isinstance(value, int):
-        return str(value)
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
     v = number(value)
     if v is None:
         return NA
@@ -105,41 +107,72 @@ def per_rank(values: Mapping[Any, Any], unit: str = "") -> str:
     return ", ".join(parts)
 
 
+def digits_for(header: Any) -> int:
+    """The decimals of a table column, by the unit its header names: a percentage
+    (``overlap % of comm``, ``B − A %``) :data:`PCT_DIGITS`, seconds (``waiting s``)
+    :data:`S_DIGITS`, every other quantity (ms, ms/step, MiB, GB/s, W) :data:`MS_DIGITS`.
+    Integers print without decimals whatever the column (:func:`num`)."""
+    text = f" {header} ".replace("(", " ").replace(")", " ")
+    if " % " in text:
+        return PCT_DIGITS
+    return S_DIGITS if " s " in text else MS_DIGITS
+
+
+def cell_text(value: Any, digits: int) -> str:
+    """One table cell as text: a number through :func:`num`, a blank or missing cell the
+    dash, other text as it is."""
+    if isinstance(value, str):
+        return value if value.strip() else NA
+    return num(value, digits)
+
+
+def _digits(frame: pd.DataFrame, digits: Mapping[str, int] | None) -> dict[Any, int]:
+    given = digits or {}
+    return {col: given.get(str(col), digits_for(col)) for col in frame.columns}
+
+
 def frame_text(frame: pd.DataFrame, digits: Mapping[str, int] | None = None) -> pd.DataFrame:
-    """Every cell of ``frame`` as text through :func:`num` (columns named in ``digits``
-    with their own decimals); text cells kept as they are."""
-    digits = digits or {}
+    """Every cell of ``frame`` as text through :func:`cell_text`: decimals by each
+    column's unit (:func:`digits_for`) unless ``digits`` names the column."""
     out = frame.copy()
-    for col in out.columns:
-        d = digits.get(str(col), MS_DIGITS)
-        out[col] = [c if isinstance(c, str) else num(c, d) for c in out[col].tolist()]
+    for col, d in _digits(frame, digits).items():
+        out[col] = [cell_text(c, d) for c in out[col].tolist()]
     return out.astype(object)
+
+
+def _missing(column: pd.Series) -> bool:
+    if bool(column.isna().any()):
+        return True
+    return any(isinstance(v, str) and not v.strip() for v in column.tolist())
 
 
 def styled(frame: pd.DataFrame, digits: Mapping[str, int] | None = None) -> Any:
     """``frame`` for ``st.dataframe``: numbers stay numbers (the table sorts by value),
-    shown through :func:`num` (so NaN is the dash, as everywhere else)."""
-    digits = digits or {}
+    shown through :func:`cell_text` with the decimals of :func:`frame_text` (so NaN,
+    None and a blank cell are the dash, as everywhere else)."""
+    places = _digits(frame, digits)
 
     def cell(d: int) -> Any:
-        return lambda v: v if isinstance(v, str) else num(v, d)
+        return lambda v: cell_text(v, d)
 
     # a browser table draws a missing cell its own way ("None"): a column with one is
     # shown as text, so every missing value reads as the dash
     out = frame.copy()
-    for col in out.columns:
-        if out[col].isna().any():
-            d = digits.get(str(col), MS_DIGITS)
-            out[col] = [v if isinstance(v, str) else num(v, d) for v in out[col].tolist()]
-    formats = {c: cell(digits.get(str(c), MS_DIGITS)) for c in out.columns}
+    for col, d in places.items():
+        if _missing(out[col]):
+            out[col] = [cell_text(v, d) for v in out[col].tolist()]
+    formats = {c: cell(places[c]) for c in out.columns}
     return out.style.format(formats, na_rep=NA)
 
 
 __all__ = [
     "terminal_text",
     "MS_DIGITS",
+    "cell_text",
+    "digits_for",
     "NA",
     "PCT_DIGITS",
+    "S_DIGITS",
     "frame_text",
     "ms",
     "num",

@@ -230,9 +230,12 @@ RANK_HEADERS = {
     "step_ms_median": "step ms (median)",
     "step_ms_p90": "step ms (p90)",
     "compute": "compute ms/step",
-    "comm_overlapped": "comm overlapped ms/step",
-    "comm_exposed": "comm exposed ms/step",
-    "comm_wait": "of it waiting for peers ms/step",
+    # the communication columns by the chart's names (component_labels): one label per
+    # meaning (the Step breakdown said "exposed communication", this table "comm
+    # exposed", its wait "waiting for peers": browser probe of issue 31, L)
+    "comm_overlapped": "communication, overlapped ms/step",
+    "comm_exposed": "exposed communication ms/step",
+    "comm_wait": "of it waiting for late peers ms/step",
     "data_loading": "data loading ms/step",
     "idle": "idle ms/step",
     "other": "other ms/step",
@@ -254,7 +257,7 @@ STRAGGLER_HEADERS = {
     "cost_ms_per_step": "others' wait for it ms/step (mean)",
     "median_cost_ms": "others' wait for it ms/step (median)",
     "steps": "steps matched",
-    "last_share": "share of steps it came last",
+    "last_share": "steps it came last %",
     "noise_ms": "noise floor ms",
     "consistent": "consistent",
     "is_straggler": "straggler",
@@ -266,7 +269,11 @@ STRAGGLER_DIGITS = {
 
 
 def straggler_table(stragglers: pd.DataFrame) -> pd.DataFrame:
-    return stragglers.rename(columns=STRAGGLER_HEADERS)
+    """The per-rank arrival table in words, its share of steps as a percentage."""
+    out = stragglers.copy()
+    if "last_share" in out:
+        out["last_share"] = 100 * pd.to_numeric(out["last_share"], errors="coerce")
+    return out.rename(columns=lambda c: STRAGGLER_HEADERS.get(str(c), readable_header(str(c))))
 
 
 def metric_headers(gpu: bool | None) -> dict[str, str]:
@@ -449,6 +456,7 @@ __all__ = [
     "rank_parts",
     "rank_table",
     "step_time",
+    "readable_header",
     "verdict",
 ]
 
@@ -475,6 +483,16 @@ def _evidence_name(key: str) -> tuple[str, str]:
     if key.endswith("bytes"):
         return key.replace("_", " "), "bytes"
     return key.replace("_", " "), ""
+
+
+def readable_header(key: str) -> str:
+    """A column's key as a header a person reads, with its unit last, as the other
+    tables' headers: ``wait_ms_per_step`` -> ``wait ms/step``, ``mean_bucket_mib`` ->
+    ``mean bucket MiB``. A header already in words is kept."""
+    if "_" not in key:
+        return key
+    words, unit = _evidence_name(key)
+    return f"{words} {unit}" if unit and unit not in ("share", "bytes") else words
 
 
 def _evidence_value(value: Any, unit: str, who: str = "rank") -> str:

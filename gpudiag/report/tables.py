@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
 import pandas as pd
 
+from gpudiag.analysis.dataloader import DataLoaderResult
+from gpudiag.analysis.gpu import NvmlGpu
 from gpudiag.analysis.live_snapshot import LiveSnapshot
 from gpudiag.analysis.whatif import Projection
 from gpudiag.report import numbers
+from gpudiag.report.overview import readable_header
 
 # Columns of :func:`whatif_frame` that are not milliseconds, and their decimals (the
 # terminal's `gpudiag whatif` prints the same one decimal).
@@ -29,6 +36,204 @@ def whatif_frame(projections: list[Projection]) -> pd.DataFrame:
             "saving ms": [round(p.saving_ms, 2) for p in projections],
             "saving %": [round(p.saving_pct, 1) for p in projections],
             "assumptions": ["; ".join(p.assumptions) for p in projections],
+        }
+    )
+
+
+# --------------------------------------------------------------------------- detail tables
+#
+# The tables below the first screen (data loading, DDP buckets, every collective call,
+# NVML, DataParallel stages): each column under a header a person reads, with its unit,
+# never the analysis's key; the numbers go through numbers.styled / frame_text like every
+# other table.
+
+MIB = 2**20
+
+
+def with_headers(frame: pd.DataFrame, headers: Mapping[str, str]) -> pd.DataFrame:
+    """``frame`` with each column named by ``headers``, any other key in words with its
+    unit (:func:`gpudiag.report.overview.readable_header`)."""
+    return frame.rename(columns=lambda c: headers.get(str(c), readable_header(str(c))))
+
+
+def _step_header(window: str) -> str:
+    return f"step ms (mean over {window})"
+
+
+DATA_WAIT_HEADERS = {
+    "rank": "rank",
+    "steps": "steps",
+    "events": "DataLoader waits recorded",
+    "data_ms_per_step": "data wait ms/step",
+    "data_ms_max_step": "data wait, longest step ms",
+    "gpu_idle_waiting_ms_per_step": "GPU idle while waiting ms/step",
+    "startup_ms": "first-step start-up wait ms (set apart)",
+    "whole_trace": "whole trace as one step",
+}
+HOST_SYNC_HEADERS = {
+    "rank": "rank",
+    "count_per_step": "syncs per step",
+    "ms_per_step": "GPU idle they cause ms/step",
+    "host_blocking_ms_per_step": "host blocked in them ms/step",
+    "calls": "calls (count in the profiled steps)",
+}
+DATA_WAIT_EVERY = "Data wait over every recorded step (steps table)"
+DATA_WAIT_PROFILED = "Data wait in the profiled steps (DataLoader events)"
+HOST_SYNC = "Host synchronisation in the profiled steps"
+
+
+def data_wait_frames(dl: DataLoaderResult) -> dict[str, pd.DataFrame]:
+    """The data-loading result as tables, titled: every step (steps table), the profiled
+    window (trace DataLoader events), and host synchronisation points. The step-time
+    column names its window: the two means of one rank's step appear on one page."""
+    tables: dict[str, pd.DataFrame] = {}
+    if dl.run:
+        every = pd.DataFrame(
+            [{"rank": rank, **asdict(row)} for rank, row in sorted(dl.run.items())]
+        )
+        headers = {**DATA_WAIT_HEADERS, "step_ms_mean": _step_header("every recorded step")}
+        tables[DATA_WAIT_EVERY] = with_headers(every, headers)
+    if dl.trace:
+        profiled = pd.DataFrame([asdict(t) for t in dl.trace])
+        headers = {**DATA_WAIT_HEADERS, "step_ms_mean": _step_header("profiled steps")}
+        tables[DATA_WAIT_PROFILED] = with_headers(profiled, headers)
+    if dl.host_sync:
+        rows = [
+            {
+                "rank": h.rank,
+                "count_per_step": h.count_per_step,
+                "ms_per_step": h.ms_per_step,
+                "host_blocking_ms_per_step": h.host_blocking_ms_per_step,
+                "calls": ", ".join(
+                    f"{name} ×{calls.count}"
+                    for name, calls in sorted(h.by_name.items(), key=lambda kv: -kv[1].total_ms)
+                ),
+            }
+            for h in dl.host_sync
+        ]
+        tables[HOST_SYNC] = with_headers(pd.DataFrame(rows), HOST_SYNC_HEADERS)
+    return tables
+
+
+_TIMESTAMP_COLUMNS = ("start_ns", "end_ns", "enqueue_ns", "t_ns")
+
+
+def readable_times(frame: pd.DataFrame) -> pd.DataFrame:
+    """Raw nanosecond columns as milliseconds: timestamps from the frame's first one
+    (dropped where the analysis already gives a ``start_ms`` offset), durations scaled."""
+    out = frame.copy()
+    stamps = [c for c in _TIMESTAMP_COLUMNS if c in out]
+    if stamps and "start_ms" in out:
+        out = out.drop(columns=stamps)
+    elif stamps:
+        values = out[stamps].apply(pd.to_numeric, errors="coerce")
+        origin = values.min().min()
+        for col in stamps:
+            out[col] = (values[col] - origin) / 1e6
+        out = out.rename(columns={c: c.removesuffix("_ns") + "_from_first_ms" for c in stamps})
+    ns = [c for c in out.columns if str(c).endswith("_ns")]
+    for col in ns:
+        out[col] = pd.to_numeric(out[col], errors="coerce") / 1e6
+    return out.rename(columns={c: str(c).removesuffix("_ns") + "_ms" for c in ns})
+
+
+def _mib(frame: pd.DataFrame, column: str = "bytes") -> pd.DataFrame:
+    if column in frame:
+        frame = frame.assign(**{column: pd.to_numeric(frame[column], errors="coerce") / MIB})
+    return frame
+
+
+BUCKET_HEADERS = {
+    "rank": "rank",
+    "step": "step",
+    "bucket": "bucket (issue order)",
+    "bytes": "size MiB",
+    "start_ms": "start ms (in step)",
+    "dur_ms": "duration ms",
+}
+
+
+def bucket_frame(buckets: pd.DataFrame) -> pd.DataFrame:
+    """DDP buckets (the all-reduces of each step, in issue order) for reading: sizes in
+    MiB, times in ms, no raw nanosecond stamps."""
+    return with_headers(_mib(readable_times(buckets)), BUCKET_HEADERS)
+
+
+COLLECTIVE_CALL_HEADERS = {
+    "rank": "rank",
+    "pg_name": "group",
+    "pg_size": "group size",
+    "seq": "sequence number",
+    "index": "call on this rank",
+    "op": "op",
+    "bytes": "size MiB",
+    "dtype": "dtype",
+    "start_from_first_ms": "start ms (from the first call)",
+    "end_from_first_ms": "end ms (from the first call)",
+    "enqueue_from_first_ms": "enqueued ms (from the first call)",
+    "start_ms": "start ms (in step)",
+    "dur_ms": "duration ms",
+    "algbw_gbs": "algbw GB/s",
+    "busbw_gbs": "busbw GB/s",
+    "peak_gbs": "link peak GB/s",
+    "link": "link",
+    "step": "step",
+    "source": "recorded by",
+}
+# counts stored as floats (a column with a missing value): no decimals
+COLLECTIVE_CALL_DIGITS = {"group size": 0, "sequence number": 0}
+
+
+def collective_calls_frame(calls: pd.DataFrame) -> pd.DataFrame:
+    """Every collective call (a table of the analysis) for reading: sizes in MiB, times
+    in ms from the first call, a unit in every header."""
+    return with_headers(_mib(readable_times(calls)), COLLECTIVE_CALL_HEADERS)
+
+
+NVML_HEADERS = {
+    "node": "node",
+    "gpu": "GPU",
+    "samples": "samples",
+    "util_gpu_mean": "GPU utilisation % (mean)",
+    "util_mem_mean": "memory utilisation % (mean)",
+    "power_w_mean": "power W (mean)",
+    "temp_c_mean": "temperature °C (mean)",
+    "sm_clock_mhz_mean": "SM clock MHz (mean)",
+    "mem_used_max_gb": "memory used GB (max)",
+    "mem_total_gb": "memory GB (total)",
+    "mem_headroom_fraction": "memory headroom %",
+    "throttled_share": "time throttled %",
+    "throttle_share_by_reason": "throttled by reason (% of the time)",
+    "throttled_clock_ratio": "clock when throttled (share of the usual)",
+}
+_PERCENT_OF_FRACTION = ("mem_headroom_fraction", "throttled_share")
+
+
+def _reasons(value: Any) -> str:
+    if not isinstance(value, dict) or not value:
+        return numbers.NA
+    return ", ".join(f"{k} {numbers.pct(100 * v, 0)}" for k, v in value.items())
+
+
+def nvml_frame(nvml: tuple[NvmlGpu, ...] | list[NvmlGpu]) -> pd.DataFrame:
+    """The NVML summary per GPU: fractions as percentages, each header with its unit."""
+    frame = pd.DataFrame([n.to_json() for n in nvml])
+    for col in _PERCENT_OF_FRACTION:
+        if col in frame:
+            frame[col] = 100 * pd.to_numeric(frame[col], errors="coerce")
+    if "throttle_share_by_reason" in frame:
+        frame["throttle_share_by_reason"] = frame["throttle_share_by_reason"].map(_reasons)
+    return with_headers(frame, NVML_HEADERS)
+
+
+def dp_stage_frame(stage_ms: Mapping[str, float], events: Mapping[str, int]) -> pd.DataFrame:
+    """DataParallel's stages per step: each stage by the name of the DataParallel method
+    it times (``parallel_apply``), its ms per step and the events counted."""
+    return pd.DataFrame(
+        {
+            "stage": [f"{k.replace('_', ' ')} (DataParallel.{k})" for k in stage_ms],
+            "ms/step": list(stage_ms.values()),
+            "events": [int(events.get(k, 0)) for k in stage_ms],
         }
     )
 
@@ -94,7 +299,8 @@ def live_rank_frame(snap: LiveSnapshot) -> pd.DataFrame:
             "data wait ms": [r.data_wait_ms for r in snap.ranks],
             "GPU memory GiB": [_gib(r.memory_bytes) for r in snap.ranks],
             "status": [r.status for r in snap.ranks],
-            "lagging": ["lagging" if r.rank in lagging else "" for r in snap.ranks],
+            # "no", not a blank: a blank cell is the missing-value mark's (numbers.NA)
+            "lagging": ["lagging" if r.rank in lagging else "no" for r in snap.ranks],
         },
         dtype=object,
     )
@@ -127,7 +333,7 @@ def live_node_frame(snap: LiveSnapshot) -> pd.DataFrame:
                 "of GiB": _gib(n.mem_total),
                 "power W": None,
                 "temp °C": None,
-                "throttled": "",
+                "throttled": None,  # not a GPU: not applicable
             }
         )
         for g in n.gpus:
@@ -140,13 +346,24 @@ def live_node_frame(snap: LiveSnapshot) -> pd.DataFrame:
                     "of GiB": _gib(g.mem_total),
                     "power W": g.power_w,
                     "temp °C": g.temp_c,
-                    "throttled": ", ".join(g.throttled),
+                    "throttled": ", ".join(g.throttled) or "no",
                 }
             )
     return pd.DataFrame(rows, dtype=object)
 
 
 __all__ = [
+    "BUCKET_HEADERS",
+    "COLLECTIVE_CALL_HEADERS",
+    "DATA_WAIT_HEADERS",
+    "NVML_HEADERS",
+    "bucket_frame",
+    "collective_calls_frame",
+    "data_wait_frames",
+    "dp_stage_frame",
+    "nvml_frame",
+    "readable_times",
+    "with_headers",
     "LIVE_STATE_WORDS",
     "live_newest_step",
     "live_node_frame",

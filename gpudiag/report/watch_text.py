@@ -22,18 +22,18 @@ STATE_STYLE = {
 }
 
 
-def _fmt(value: float | int | None, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+def _fmt(value: float | int | None, digits: int = numbers.MS_DIGITS) -> str:
+    """The one formatter's text (two decimals, integers without, the dash for none), as
+    the dashboard's live table shows the same snapshot."""
+    return numbers.num(value, digits)
 
 
 def _gib(value: int | None) -> str:
-    return "-" if value is None else f"{value / 2**30:.1f} GiB"
+    return numbers.NA if value is None else f"{numbers.num(value / 2**30)} GiB"
 
 
 def _ranks(ranks: list[int]) -> str:
-    return ", ".join(str(r) for r in ranks) or "-"
+    return ", ".join(str(r) for r in ranks) or numbers.NA
 
 
 def render_live(snap: LiveSnapshot, run: str) -> RenderableType:
@@ -69,7 +69,7 @@ def render_live(snap: LiveSnapshot, run: str) -> RenderableType:
                 f"arrived {_ranks(s.arrived)}; never arrived: "
             )
         )
-        line.append(live_rank_names(snap, s.missing) or "-", style="bold red")
+        line.append(live_rank_names(snap, s.missing) or numbers.NA, style="bold red")
         parts.append(line)
     table = Table(box=None, pad_edge=False)
     for name in ("rank", "node", "step", "steps/s", "last ms", "median ms", "since last s",
@@ -81,21 +81,21 @@ def render_live(snap: LiveSnapshot, run: str) -> RenderableType:
             Text(str(r.rank), style="bold yellow" if r.rank in lagging else ""),
             _fmt(r.node),
             _fmt(r.step),
-            _fmt(r.steps_per_s, 2),
+            _fmt(r.steps_per_s),
             _fmt(r.last_step_ms),
             _fmt(r.median_step_ms),
-            _fmt(r.since_last_step_s),
+            _fmt(r.since_last_step_s, numbers.S_DIGITS),
             _fmt(r.data_wait_ms),
             _gib(r.memory_bytes),
             Text(numbers.terminal_text(r.status or "")),
         )
     parts.append(table)
     for n in snap.nodes:
-        line = Text(f"node {n.node}: host CPU {_fmt(n.cpu_percent, 0)} %, memory ")
+        line = Text(f"node {n.node}: host CPU {numbers.pct(n.cpu_percent)}, memory ")
         line.append(f"{_gib(n.mem_used)} / {_gib(n.mem_total)}")
         for g in n.gpus:
             line.append(
-                f"; GPU {g.gpu} {_fmt(g.util_gpu, 0)} % {_gib(g.mem_used)}"
+                f"; GPU {g.gpu} {numbers.pct(g.util_gpu)} {_gib(g.mem_used)}"
                 + (f" throttled ({', '.join(g.throttled)})" if g.throttled else "")
             )
         parts.append(line)

@@ -1,0 +1,287 @@
+"""Every table of every view reads by one rule (browser probe of issue 31, F, G, L, C):
+numbers through the shared formatter (two decimals for ms, MiB, GB/s, one for a
+percentage, integers without), one mark for a missing value (``numbers.NA``), a header
+in words with its unit (no snake_case key), the exposed communication under the
+Overview's names in the Step breakdown, and Compare's Run B in the page URL. Driven
+with the real Streamlit AppTest on the shipped sample runs and a public GPU trace set;
+the numbers shown are read from what the browser receives (the table's display values).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from rich.console import Console
+from streamlit import dataframe_util
+from streamlit.testing.v1 import AppTest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # dashboards/ is not an installed package
+
+from gpudiag.analysis import analyze  # noqa: E402
+from gpudiag.analysis.gpu import NvmlGpu  # noqa: E402
+from gpudiag.report import numbers, overview, tables  # noqa: E402
+from gpudiag.report.html import render_html  # noqa: E402
+from gpudiag.report.terminal import print_report  # noqa: E402
+
+APP = REPO / "dashboards" / "app.py"
+SAMPLES = REPO / "sample_runs"
+VIEWS = ("Overview", "Step breakdown", "Communication", "GPU metrics", "DataParallel", "Code")
+# what a missing value must never read as (numbers.NA is the one mark)
+NOT_MISSING_MARKS = {"", "nan", "NaN", "None", "none", "-", "<NA>", "NaT", "null", "inf"}
+NUMBER = re.compile(r"^-?\d+(?:\.(\d+))?( [%a-zA-Z/]+)?$")
+SNAKE = re.compile(r"[a-z0-9]_[a-z]")
+
+
+def _app(monkeypatch: pytest.MonkeyPatch, root: Path, **params: str) -> AppTest:
+    monkeypatch.setattr(sys, "argv", ["app.py", str(root)])
+    at = AppTest.from_file(str(APP), default_timeout=300)
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def shown(element: Any) -> pd.DataFrame:
+    """A ``st.dataframe`` as the browser draws it: the Styler's display values (what
+    numbers.styled formats); a frame sent without them is shown by the browser's own
+    number format, which the rule forbids, so it must be text already."""
+    arrow = element.proto.arrow_data
+    if arrow.styler.display_values:
+        return dataframe_util.convert_arrow_bytes_to_pandas_df(arrow.styler.display_values)
+    frame = element.value
+    raw = [c for c in frame.columns if not all(isinstance(v, str) for v in frame[c])]
+    assert not raw, f"columns shown without the shared formatter: {raw}"
+    return frame
+
+
+def _check_table(frame: pd.DataFrame, where: str) -> None:
+    for header in frame.columns:
+        assert not SNAKE.search(str(header)), f"{where}: raw key {header!r} shown as a header"
+        digits = numbers.digits_for(header)
+        for cell in frame[header].tolist():
+            text = str(cell).replace("\\", "")  # st.table cells are escaped Markdown
+            assert text.strip() not in NOT_MISSING_MARKS, f"{where}: {header!r} shows {cell!r}"
+            found = NUMBER.match(text)
+            if found and found.group(1) is not None and header not in _OWN_DIGITS:
+                assert len(found.group(1)) == digits, f"{where}: {header!r} shows {text!r}"
+
+
+# Columns with decimals of their own, each named once in gpudiag/report: a mean count
+# of calls (one decimal, in every report alike)
+_OWN_DIGITS = {"calls/rank"}
+
+
+def _check_view(at: AppTest, view: str, run: str) -> int:
+    at.sidebar.radio(key="view").set_value(view).run()
+    assert not at.exception, (run, view, [e.value for e in at.exception])
+    assert not [e.value for e in at.error if "could not render" in e.value], (run, view)
+    for i, element in enumerate(at.dataframe):
+        _check_table(shown(element), f"{run} {view} dataframe {i}")
+    for i, table in enumerate(at.table):
+        _check_table(table.value, f"{run} {view} table {i}")
+    return len(at.dataframe) + len(at.table)
+
+
+@pytest.mark.parametrize(
+    "run", ["ddp4_straggler", "ddp2_dataloader_bound", "bench_cpu/single-bs32"]
+)
+def test_every_table_of_every_view_follows_the_number_rule(
+    monkeypatch: pytest.MonkeyPatch, run: str
+) -> None:
+    """Before, the data-loading and bucket tables printed 3 decimals and "None", the
+    DataParallel stages 3, every collective call raw floats and "nan", the lint cost
+    None; their headers were the analysis's keys (``data_ms_per_step``)."""
+    at = _app(monkeypatch, SAMPLES / run)
+    counted = sum(_check_view(at, view, run) for view in VIEWS)
+    assert counted >= 5
+
+
+def test_gpu_trace_tables_follow_the_number_rule(
+    monkeypatch: pytest.MonkeyPatch, shared_traces: Path
+) -> None:
+    """A GPU run: the kernel-busy percentages with one decimal, the host
+    synchronisation table in words."""
+    at = _app(monkeypatch, shared_traces / "param_dlrm_ddp8")
+    for view in VIEWS:
+        _check_view(at, view, "param_dlrm_ddp8")
+    at.sidebar.radio(key="view").set_value("GPU metrics").run()
+    busy = next(shown(d) for d in at.dataframe if "GPU busy % (any kernel or copy)" in d.value)
+    assert all(re.fullmatch(r"\d+\.\d", v) for v in busy["GPU busy % (any kernel or copy)"])
+
+
+def test_data_loading_and_bucket_headers_are_words_with_units(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = SAMPLES / "ddp2_dataloader_bound"
+    result = analyze(run)
+    at = _app(monkeypatch, run)
+    at.sidebar.radio(key="view").set_value("Step breakdown").run()
+    every = next(d for d in at.dataframe if "data wait ms/step" in d.value.columns)
+    want = [result.dataloader.run[r].data_ms_per_step for r in sorted(result.dataloader.run)]
+    assert every.value["data wait ms/step"].tolist() == pytest.approx(want)
+    assert shown(every)["data wait ms/step"].tolist() == [numbers.num(v) for v in want]
+    assert "step ms (mean over every recorded step)" in every.value.columns
+    at.sidebar.radio(key="view").set_value("Communication").run()
+    buckets = next(d for d in at.dataframe if "bucket (issue order)" in d.value.columns)
+    assert {"size MiB", "start ms (in step)", "duration ms"} <= set(buckets.value.columns)
+    sizes = result.buckets.frame()["bytes"] / 2**20
+    assert shown(buckets)["size MiB"].tolist()[:4] == [numbers.num(v) for v in sizes[:4]]
+
+
+def test_nvml_summary_reads_as_words_and_percentages() -> None:
+    """The NVML table (a run with samples, none shipped here) was the raw to_json keys."""
+    gpus = [
+        NvmlGpu(node=0, gpu=0, samples=10, util_gpu_mean=87.25, power_w_mean=301.5,
+                mem_used_max_gb=70.123, mem_total_gb=80.0, mem_headroom_fraction=0.1234,
+                throttled_share=0.5, throttle_share_by_reason={"power_cap": 0.5}),
+        NvmlGpu(node=0, gpu=1, samples=10),
+    ]  # fmt: skip
+    frame = tables.nvml_frame(gpus)
+    text = numbers.frame_text(frame)
+    _check_table(text, "nvml")
+    row = text.iloc[0]
+    assert row["GPU utilisation % (mean)"] == "87.2"  # one decimal: a percentage
+    assert row["memory headroom %"] == "12.3" and row["time throttled %"] == "50.0"
+    assert row["throttled by reason (% of the time)"] == "power_cap 50 %"
+    assert row["power W (mean)"] == "301.50"
+    assert text.iloc[1]["GPU utilisation % (mean)"] == numbers.NA
+
+
+def test_reports_tables_use_the_one_missing_mark() -> None:
+    """The terminal and HTML reports' tables: the same decimals, the same dash."""
+    result = analyze(SAMPLES / "ddp2_dataloader_bound")
+    html = render_html([result])
+    for mark in ("nan", "None", "-", ""):
+        assert f"<td>{mark}</td>" not in html
+    buf = io.StringIO()
+    print_report(result, console=Console(file=buf, width=300, color_system=None))
+    cells = [
+        c.strip() for line in buf.getvalue().splitlines() if "│" in line for c in line.split("│")
+    ]
+    assert not {"nan", "None", "NaN"} & set(cells)
+    # the blank and NumPy cells the dashboard's tables hold read as every report's
+    assert numbers.cell_text("  ", 2) == numbers.NA
+    assert numbers.num(pd.Series([3]).iloc[0]) == "3"
+    assert numbers.num(pd.Series([True]).iloc[0]) == "yes"
+    assert numbers.digits_for("overlap % of comm") == numbers.PCT_DIGITS
+    assert numbers.digits_for("B − A %") == numbers.PCT_DIGITS
+    assert numbers.digits_for("size MiB") == numbers.MS_DIGITS
+    assert numbers.digits_for("since last step s") == numbers.S_DIGITS
+    assert numbers.digits_for("steps/s") == numbers.MS_DIGITS
+
+
+def test_watch_table_uses_the_one_formatter() -> None:
+    """`gpudiag watch` printed one decimal for ms, "-" for a missing value and "50 %" for
+    a percentage, where the dashboard's live table of the same snapshot printed two, the
+    dash and one decimal."""
+    from gpudiag.analysis.live_snapshot import LiveMonitor
+    from gpudiag.report.watch_text import render_live
+
+    snap = LiveMonitor([SAMPLES / "ddp4_straggler"]).refresh().snapshot
+    buf = io.StringIO()
+    Console(file=buf, width=200, color_system=None).print(render_live(snap, "run"))
+    text = buf.getvalue()
+    rows = [line.split() for line in text.splitlines() if line.strip().startswith(("0 ", "1 "))]
+    assert rows and all("-" not in row for row in rows), text
+    for row, rank in zip(rows, snap.ranks, strict=False):
+        assert numbers.num(rank.last_step_ms) in row, (row, rank)
+    assert re.search(r"host CPU \d+\.\d %", text), text
+
+
+def test_step_breakdown_names_exposed_communication_as_the_overview(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Step breakdown said "exposed communication" where the Overview split it into
+    "waiting for late peers" and "transfer" and its table said "comm exposed": one label
+    per meaning, the per-step sum under the Overview's name and its split per rank under
+    the chart's names, with the chart's numbers."""
+    run = SAMPLES / "ddp4_straggler"
+    result = analyze(run)
+    parts = overview.rank_parts(result)
+    labels = parts.labels
+    headers = overview.rank_headers(result)
+    assert headers["comm_exposed"] == f"{labels['comm_exposed']} ms/step"
+    assert headers["comm_wait"] == f"of it {labels['comm_wait']} ms/step"
+    at = _app(monkeypatch, run)
+    assert headers["comm_exposed"] in at.dataframe[0].value.columns  # the Overview's table
+    at.sidebar.radio(key="view").set_value("Step breakdown").run()
+    steps = at.dataframe[0].value
+    assert f"{labels['comm_exposed']} ms" in steps.columns
+    split = next(d.value for d in at.dataframe if f"{labels['comm_wait']} ms/step" in d.value)
+    wait, transfer = f"{labels['comm_wait']} ms/step", f"{labels['comm_transfer']} ms/step"
+    assert split[wait].tolist() == pytest.approx(parts.frame["comm_wait"].tolist())
+    assert split[transfer].tolist() == pytest.approx(parts.frame["comm_transfer"].tolist())
+    assert split[headers["comm_exposed"]].tolist() == pytest.approx(
+        result.ranks["comm_exposed"].tolist()
+    )
+    caption = " ".join(c.value for c in at.caption).replace("\\", "")
+    assert f"{labels['comm_wait']} + {labels['comm_transfer']}" in caption
+    legend = {t["name"] for t in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]}
+    assert labels["comm_exposed"] in legend
+
+
+def test_compare_partner_is_in_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run B was not in the URL: a reload or a shared link lost it (browser probe of
+    issue 31, C). ?partner= opens that comparison; choosing Run B from another view
+    puts it in the URL; Run A is the run shown (?run=)."""
+    a, b = "sample_runs/ddp2_healthy", "sample_runs/ddp2_dataloader_bound"
+    at = _app(monkeypatch, SAMPLES, run=a, view="Compare", partner=b)
+    assert at.selectbox(key="partner").value == b
+    assert at.selectbox(key=f"compare_a:{a}").value == a
+    table = at.dataframe[0].value
+    assert f"A: {a} (ms/step)" in table.columns and f"B: {b} (ms/step)" in table.columns
+    assert at.query_params["partner"] == b
+    # another view drops the parameter; back in Compare, the partner is restored
+    at.sidebar.radio(key="view").set_value("Overview").run()
+    assert "partner" not in at.query_params
+    at.sidebar.radio(key="view").set_value("Compare").run()
+    assert at.selectbox(key="partner").value == b and at.query_params["partner"] == b
+    # Run A changed in Compare is the run shown: the sidebar and ?run= follow, B stays
+    c = "sample_runs/ddp4_straggler"
+    at.selectbox(key=f"compare_a:{a}").set_value(c).run()
+    assert at.sidebar.selectbox[0].value == c and at.query_params["run"] == c
+    assert at.selectbox(key="partner").value == b
+    # a partner that names no run is dropped, never an error
+    bad = _app(monkeypatch, SAMPLES, run=a, view="Compare", partner="no/such/run")
+    assert bad.selectbox(key="partner").value != "no/such/run"
+
+
+@pytest.mark.browser
+def test_browser_url_with_partner_opens_the_comparison() -> None:
+    """In Chromium: the shared URL opens the comparison; leaving Compare and coming back
+    writes the partner into the page's URL again (the browser, not AppTest, writes it)."""
+    import time
+    import urllib.parse
+
+    from tests.browser import dashboard as browser
+
+    a, b = "sample_runs/ddp2_healthy", "sample_runs/ddp2_dataloader_bound"
+    server = browser.Dashboard([SAMPLES])
+    try:
+        server.wait_ready()
+        with browser.browser() as page:
+            query = urllib.parse.urlencode({"run": a, "view": "Compare", "partner": b})
+            page.goto(f"{server.url}/?{query}")
+            page.wait_for_selector('h2:has-text("Compare")', timeout=180_000)
+            browser.wait_idle(page, 180_000)
+            selects = page.locator('[data-testid="stMain"] [data-testid="stSelectbox"] input')
+            assert [s.input_value() for s in selects.all()] == [a, b]
+            sidebar = page.locator('[data-testid="stSidebar"] label')
+            for view in ("Overview", "Compare"):
+                sidebar.filter(has_text=view).click()
+                time.sleep(2)
+                browser.wait_idle(page, 120_000)
+            assert f"partner={urllib.parse.quote_plus(b)}" in page.url, page.url
+            assert [s.input_value() for s in selects.all()] == [a, b]
+            assert page.locator(browser.EXCEPTION).count() == 0
+    finally:
+        server.close()
