@@ -2462,3 +2462,24 @@ def test_method_of_an_instance_returned_by_a_project_factory(tmp_path: Path) -> 
     assert ("GD301", 5) in _codes(tmp_path, _FACTORY_MODEL.format(made="Net().cuda()"))
     unknown = _FACTORY_MODEL.format(made="Net() if torch.cuda.is_available() else make()")
     assert "GD301" not in {c for c, _ in _codes(tmp_path, unknown)}
+
+
+_BATCH_AFTER_HELPER = """\
+import torch
+def {helper}(model, batch):
+    {body}
+def predict(model, loader):
+    for batch in loader:
+        {helper}(model, batch)
+        print(batch.sid.tolist())
+"""
+
+
+def test_batch_fields_after_a_helper_that_only_reads_the_batch(tmp_path: Path) -> None:
+    """Tenth judge, class F (ocp's "Skipping batch" log after `check_traj_files(batch)`):
+    a helper that only reads the batch leaves its fields in host memory. Control: a helper
+    that moves the batch in place (ocp's `_forward`: `model(batch.to(device))`)."""
+    quiet = _BATCH_AFTER_HELPER.format(helper="check", body="return len(batch.sid) > 0")
+    assert "GD303" not in {c for c, _ in _codes(tmp_path, quiet)}
+    loud = _BATCH_AFTER_HELPER.format(helper="forward", body='return model(batch.to("cuda"))')
+    assert ("GD303", 7) in _codes(tmp_path, loud)

@@ -455,6 +455,9 @@ class Project:
             return self._resolve_function(module, again, depth + 1, classes)
         return None
 
+    def module_of(self, key: FunctionKey) -> ModuleContext:
+        return self.modules[key[0]]
+
     def definitions(self, key: FunctionKey) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
         index, name = key
         return self.modules[index].functions.get(name, [])

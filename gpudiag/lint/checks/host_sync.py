@@ -442,7 +442,9 @@ def _on_cpu_batch(
     return True
 
 
-def _moved_in_place(ctx: ModuleContext, body: list[ast.stmt], name: str, site: ast.AST) -> bool:
+def _moved_in_place(
+    ctx: ModuleContext, body: list[ast.stmt], name: str, site: ast.AST, depth: int = 0
+) -> bool:
     """Before `site`: `batch.to(device)` / `batch.cuda()` (PyTorch Geometric's `Batch.to`
     moves the fields in place, its result used or not), or the batch handed to a function of
     the project (ocp's `self._forward(batch)` does that move): its fields may be on the
@@ -460,10 +462,35 @@ def _moved_in_place(ctx: ModuleContext, body: list[ast.stmt], name: str, site: a
             and terminal_name(node.func.value) == name
         ):
             return True
-        arguments = [*node.args, *(kw.value for kw in node.keywords)]
-        if any(isinstance(a, ast.Name) and a.id == name for a in arguments) and (
-            ctx.project is None or ctx.project.callee(ctx, node) is not None
-        ):
+        if _hands_to_mover(ctx, node, name, depth):
+            return True
+    return False
+
+
+def _hands_to_mover(ctx: ModuleContext, call: ast.Call, name: str, depth: int) -> bool:
+    """`self._forward(batch)` where the project function moves its parameter
+    (`batch.to(self.device)`) or hands it on to one that does; a helper that only reads it
+    (ocp's `check_traj_files(batch, ...)`) moves nothing."""
+    passed = [
+        kw.arg for kw in call.keywords if isinstance(kw.value, ast.Name) and kw.value.id == name
+    ]
+    positions = [i for i, a in enumerate(call.args) if isinstance(a, ast.Name) and a.id == name]
+    if not passed and not positions:
+        return False
+    project = ctx.project
+    key = project.callee(ctx, call) if project is not None else None
+    if project is None or key is None or depth > 2:
+        return key is not None
+    target = project.module_of(key)
+    for definition in project.definitions(key):
+        params = [a.arg for a in [*definition.args.posonlyargs, *definition.args.args]]
+        shift = (
+            1 if params[:1] in (["self"], ["cls"]) and isinstance(call.func, ast.Attribute) else 0
+        )
+        names = {params[i + shift] for i in positions if i + shift < len(params)}
+        names |= {p for p in passed if p in params}
+        end = ast.Call(func=ast.Name("_"), args=[], keywords=[], lineno=10**9, col_offset=0)
+        if any(_moved_in_place(target, definition.body, p, end, depth + 1) for p in names):
             return True
     return False
 
