@@ -539,12 +539,12 @@ def test_table_lines_are_bounded_in_any_block_size(
     data = b"\n".join(lines) + (b"\n" if end and lines else b"")
     reader = rundir._Lines(io.BytesIO(data), limit)
     reader.BLOCK = block
-    saved = rundir.MAX_LINE_BYTES
-    rundir.MAX_LINE_BYTES = longest
+    saved = rundir.read.MAX_LINE_BYTES
+    rundir.read.MAX_LINE_BYTES = longest
     try:
         got = [(n, line, complete) for n, line, complete, _ in reader]
     finally:
-        rundir.MAX_LINE_BYTES = saved
+        rundir.read.MAX_LINE_BYTES = saved
     assert (got, reader.long_lines, reader.over) == _lines_reference(data, limit, longest)
 
 

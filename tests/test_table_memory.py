@@ -67,7 +67,7 @@ def test_blockwise_frame_is_the_whole_tables_frame(
 ) -> None:
     rows = _rows(40)
     want = pd.DataFrame.from_records([dict(r) for r in rows])
-    monkeypatch.setattr(rundir, "TABLE_BLOCK_ROWS", block)
+    monkeypatch.setattr(rundir.tables, "TABLE_BLOCK_ROWS", block)
     table = rundir._Table()
     for row in rows:
         table.append(dict(row))
@@ -95,7 +95,7 @@ def test_run_read_in_blocks_of_two_rows_is_the_same_run(
     (run / "manifest.json").write_text(json.dumps(manifest))
     whole = rundir.load_run(run)
     assert whole.clock_offsets == {2: 5000, 3: 5000}
-    monkeypatch.setattr(rundir, "TABLE_BLOCK_ROWS", 2)
+    monkeypatch.setattr(rundir.tables, "TABLE_BLOCK_ROWS", 2)
     blocks = rundir.load_run(run)
     for name in ("steps", "regions", "ddp_stats", "gpu_samples", "host_samples"):
         want, got = getattr(whole, name), getattr(blocks, name)
