@@ -1,6 +1,6 @@
 """Bounded memory of reading a run's tables (issue 28 F13): a long job's steps.jsonl is
-turned into columns a block of rows at a time (rundir._Table), never held as one Python
-dict per row (a 380 MB steps.jsonl took `gpudiag analyze` to 3 GB before, 7.8x the file
+turned into columns a block of rows at a time (rundir.tables.Table), never held as one
+Python dict per row (a 380 MB steps.jsonl took `gpudiag analyze` to 3 GB before, 7.8x the file
 above the interpreter; 518 MiB in all after, docs/reliability.md), and the frame is the
 one the whole table made at once."""
 
@@ -68,14 +68,14 @@ def test_blockwise_frame_is_the_whole_tables_frame(
     rows = _rows(40)
     want = pd.DataFrame.from_records([dict(r) for r in rows])
     monkeypatch.setattr(rundir.tables, "TABLE_BLOCK_ROWS", block)
-    table = rundir._Table()
+    table = rundir.tables.Table()
     for row in rows:
         table.append(dict(row))
     _same_frame(table.frame(["unused"]), want)
 
 
 def test_empty_table_has_its_columns() -> None:
-    frame = rundir._Table().frame(rundir.STEP_COLUMNS)
+    frame = rundir.tables.Table().frame(rundir.STEP_COLUMNS)
     assert list(frame.columns) == list(rundir.STEP_COLUMNS) and frame.empty
 
 

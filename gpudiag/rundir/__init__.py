@@ -140,19 +140,15 @@ from gpudiag.rundir.live import (
 )
 from gpudiag.rundir.load import load_run, load_summaries
 from gpudiag.rundir.merge import EARLY_EXIT, early_exit_failure, left_early, merge_manifests
-
-# private names callers outside the package still use (public in the next change)
 from gpudiag.rundir.procs import (
     LAUNCHER_HEARTBEAT_S,
     LAUNCHER_STALE_S,
-    _pid_exists,  # noqa: F401
     launcher_gone,
     launcher_pid_problem,
     run_status,
 )
 from gpudiag.rundir.read import (
     MAX_LINE_BYTES,
-    _Lines,  # noqa: F401
     final_status_written,
     iter_jsonl,
     merge_hang_reports,
@@ -161,7 +157,6 @@ from gpudiag.rundir.read import (
 )
 from gpudiag.rundir.schema import STEP_COLUMNS, Run
 from gpudiag.rundir.tables import (
-    _Table,  # noqa: F401
     release_free_memory,
 )
 from gpudiag.rundir.text import fs_safe, fs_text, has_control_chars, one_line, without_control_chars

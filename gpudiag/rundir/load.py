@@ -44,7 +44,7 @@ from gpudiag.rundir.schema import (
     STEP_COLUMNS,
     Run,
 )
-from gpudiag.rundir.tables import _frame, _Table
+from gpudiag.rundir.tables import Table, _frame
 
 if TYPE_CHECKING:
     from gpudiag.lint.report import LintReport
@@ -73,9 +73,9 @@ def _read_rank_frame(
     offsets: Mapping[int, int],
     columns: Iterable[str],
 ) -> Any:
-    """A per-rank table as a DataFrame, built a block of rows at a time (:class:`_Table`),
+    """A per-rank table as a DataFrame, built a block of rows at a time (:class:`Table`),
     each row's instants moved by its rank's clock offset (``offsets``) as it is read."""
-    built = _Table()
+    built = Table()
     for r in ranks:
         path = table_path(rank_dir(run, r), table)
         if not listing.has(path):
@@ -182,7 +182,7 @@ def _load_one(run: Path) -> Run:
         collectives, _read_rank_table(run, ranks, COLLECTIVE_TIMES, warnings, listing)
     )
 
-    node_tables: dict[str, _Table] = {t: _Table() for t in NODE_TABLES}
+    node_tables: dict[str, Table] = {t: Table() for t in NODE_TABLES}
     for n in nodes:
         for table in NODE_TABLES:
             p = table_path(node_dir(run, n), table)

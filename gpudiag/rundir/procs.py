@@ -43,7 +43,7 @@ def launcher_gone(manifest: dict[str, Any], manifest_file: str | os.PathLike[str
     if host == socket.gethostname():
         started = launcher.get("start_time")
         actual = _process_start_time(pid)
-        if actual is None and not _pid_exists(pid):
+        if actual is None and not pid_exists(pid):
             return f"launcher pid {pid} on {host} is gone"
         if actual is not None and isinstance(started, (int, float)) and abs(actual - started) > 2:
             return f"launcher pid {pid} on {host} is gone (the pid now belongs to another process)"
@@ -80,7 +80,7 @@ def _short_repr(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _pid_exists(pid: int) -> bool:
+def pid_exists(pid: int) -> bool:
     if pid <= 0 or pid > _MAX_PID:  # a pid no kernel gives (a bad manifest): not running
         return False
     try:

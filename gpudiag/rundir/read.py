@@ -148,7 +148,7 @@ def _failure_in_range(
     return failure
 
 
-class _Lines:
+class Lines:
     """The lines of a binary file (without their newline), read a block at a time:
     (line number, line, whether a newline ended it, whether it may hold a lone
     surrogate). A line longer than MAX_LINE_BYTES is skipped (``long_lines`` counts
@@ -237,7 +237,7 @@ def iter_jsonl(
     first_mistyped = ""
     fixed = 0
     first_fixed = 0
-    lines = _Lines(fh, limit)
+    lines = Lines(fh, limit)
     with fh:
         try:
             for lineno, raw, complete, hinted in lines:

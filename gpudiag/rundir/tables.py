@@ -39,7 +39,7 @@ def release_free_memory() -> None:
         trim(0)
 
 
-class _Table:
+class Table:
     """A table built from rows a block at a time, at most TABLE_BLOCK_ROWS row dicts alive:
     each block becomes a DataFrame as the whole table did (``pd.DataFrame.from_records``)
     and is kept as one array per column; :meth:`frame` joins each column's arrays.
