@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import streamlit as st
@@ -30,6 +30,9 @@ from gpudiag.report import tables as report_tables
 from gpudiag.report.tables import WHATIF_DIGITS, whatif_frame
 
 from . import runs
+
+if TYPE_CHECKING:  # annotations only: the dashboard loads the linter when it lints
+    from gpudiag.lint.report import LintDiagnostic, LintReport
 
 GPU_METRICS = (
     ("util_gpu", "%"),
@@ -822,12 +825,12 @@ def compare(ctx: ViewContext) -> None:
 # --------------------------------------------------------------------------- Code
 
 
-def lint_rows(lint: rundir.LintReport | None) -> list[rundir.LintDiagnostic]:
+def lint_rows(lint: LintReport | None) -> list[LintDiagnostic]:
     """The diagnostics of a run's lint.json."""
     return list(lint.diagnostics) if lint is not None else []
 
 
-def lint_table(items: list[rundir.LintDiagnostic], findings: list[Finding]) -> pd.DataFrame:
+def lint_table(items: list[LintDiagnostic], findings: list[Finding]) -> pd.DataFrame:
     """Lint findings joined to the runtime finding that measures them (the analysis's
     one join: the rule's ``relates_to``)."""
     rows = []
@@ -865,8 +868,9 @@ def code(ctx: ViewContext) -> None:
         st.info(f"No lint.json in this run; the traced script is {md(script)}.")
         if st.button(f"Lint {md(script.name)} now (static analysis, nothing is run)"):
             from gpudiag.lint import lint_paths
+            from gpudiag.lint.report import parse_lint
 
-            lint = rundir.parse_lint(lint_paths([script]).to_json(), str(script))
+            lint = parse_lint(lint_paths([script]).to_json(), str(script))
     if lint is None:
         st.info(
             "No lint result for this run (`gpudiag trace` writes lint.json; "

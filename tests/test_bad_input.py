@@ -502,7 +502,7 @@ def test_watch_once_survives_unusable_files(tmp_path: Path) -> None:
 
 
 def _lines_reference(data: bytes, limit: int, longest: int) -> tuple[list, int, bool]:
-    """What rundir._Lines yields, computed on the whole text at once."""
+    """What rundir.read.Lines yields, computed on the whole text at once."""
     over = len(data) > limit
     pieces = data[:limit].split(b"\n")
     last = pieces.pop()
@@ -537,14 +537,14 @@ def test_table_lines_are_bounded_in_any_block_size(
     from gpudiag import rundir
 
     data = b"\n".join(lines) + (b"\n" if end and lines else b"")
-    reader = rundir._Lines(io.BytesIO(data), limit)
+    reader = rundir.read.Lines(io.BytesIO(data), limit)
     reader.BLOCK = block
-    saved = rundir.MAX_LINE_BYTES
-    rundir.MAX_LINE_BYTES = longest
+    saved = rundir.read.MAX_LINE_BYTES
+    rundir.read.MAX_LINE_BYTES = longest
     try:
         got = [(n, line, complete) for n, line, complete, _ in reader]
     finally:
-        rundir.MAX_LINE_BYTES = saved
+        rundir.read.MAX_LINE_BYTES = saved
     assert (got, reader.long_lines, reader.over) == _lines_reference(data, limit, longest)
 
 
@@ -556,11 +556,11 @@ def test_surrogate_escape_across_a_block_boundary_is_replaced(tmp_path: Path) ->
     path.write_bytes(row * 3)
     for block in range(1, len(row) + 2):
         warnings: list[str] = []
-        saved, rundir._Lines.BLOCK = rundir._Lines.BLOCK, block
+        saved, rundir.read.Lines.BLOCK = rundir.read.Lines.BLOCK, block
         try:
             got = list(rundir.iter_jsonl(path, warnings, schema=rundir.REGIONS))
         finally:
-            rundir._Lines.BLOCK = saved
+            rundir.read.Lines.BLOCK = saved
         assert [r["name"] for r in got] == ["r\ufffd"] * 3, block
         assert warnings == [
             f"{path}: 3 string(s) (first at line 1) with a lone surrogate "

@@ -297,8 +297,8 @@ def test_hang_is_handled_when_its_report_cannot_be_written(tmp_path: Path) -> No
 def test_a_launcher_pid_no_kernel_gives_reads_as_gone(tmp_path: Path) -> None:
     """Issue 28 probe: a manifest saying `running` with pid 2**70 made `gpudiag watch`
     raise OverflowError in os.kill; such a pid is not a running process."""
-    assert not rundir._pid_exists(2**70) and not rundir._pid_exists(-1)
-    assert rundir._pid_exists(os.getpid())
+    assert not rundir.procs.pid_exists(2**70) and not rundir.procs.pid_exists(-1)
+    assert rundir.procs.pid_exists(os.getpid())
 
 
 def test_a_write_failure_is_named_by_what_the_os_says_not_guessed(tmp_path: Path) -> None:

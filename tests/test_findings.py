@@ -14,6 +14,7 @@ from gpudiag import rundir
 from gpudiag.analysis import analyze
 from gpudiag.analysis.failures import collective_mismatches
 from gpudiag.analysis.findings import KINDS, Finding, severity_for
+from gpudiag.lint.report import parse_lint
 
 
 def _profile(out: Path, body, steps: int = 4) -> Path:
@@ -287,7 +288,7 @@ def test_location_comes_from_gpudiag_lint(tmp_path):
         timeout=120,
         check=False,
     )
-    lint = rundir.parse_lint(json.loads(proc.stdout), "lint output")
+    lint = parse_lint(json.loads(proc.stdout), "lint output")
     assert lint is not None and [d.code for d in lint.diagnostics] == ["GD101"]
     assert location_from_lint("dp_on_cpu", lint) == f"{script}:4"
     assert location_from_lint("dataparallel_overhead", lint) == f"{script}:4"
@@ -299,16 +300,16 @@ def test_lint_join_is_relates_to_only():
     from gpudiag.analysis.findings import location_from_lint, measured_as
 
     item = {"code": "GD203", "path": "t.py", "line": 7, "message": "DataLoader num_workers=0"}
-    wordy = rundir.parse_lint({"findings": [item]}, "lint.json")
+    wordy = parse_lint({"findings": [item]}, "lint.json")
     assert wordy is not None and location_from_lint("dataloader_stall", wordy) is None
-    related = rundir.parse_lint({"findings": [{**item, "relates_to": "dataloader_stall"}]}, "x")
+    related = parse_lint({"findings": [{**item, "relates_to": "dataloader_stall"}]}, "x")
     assert related is not None and location_from_lint("dataloader_stall", related) == "t.py:7"
     stall = Finding("dataloader_stall", "high", 3.0, [0], "t", {}, "f", location="t.py:7")
     other = Finding("dataloader_stall", "low", 1.0, [1], "t", {}, "f")
     assert measured_as(related.diagnostics[0], [other, stall]) is stall
     assert measured_as(wordy.diagnostics[0], [other, stall]) is None
     warnings: list[str] = []
-    assert rundir.parse_lint(["not", "a", "dict"], "lint.json", warnings) is None
+    assert parse_lint(["not", "a", "dict"], "lint.json", warnings) is None
     assert warnings == ["lint.json: not a gpudiag lint result; ignored"]
 
 

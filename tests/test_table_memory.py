@@ -1,6 +1,6 @@
 """Bounded memory of reading a run's tables (issue 28 F13): a long job's steps.jsonl is
-turned into columns a block of rows at a time (rundir._Table), never held as one Python
-dict per row (a 380 MB steps.jsonl took `gpudiag analyze` to 3 GB before, 7.8x the file
+turned into columns a block of rows at a time (rundir.tables.Table), never held as one
+Python dict per row (a 380 MB steps.jsonl took `gpudiag analyze` to 3 GB before, 7.8x the file
 above the interpreter; 518 MiB in all after, docs/reliability.md), and the frame is the
 one the whole table made at once."""
 
@@ -67,15 +67,15 @@ def test_blockwise_frame_is_the_whole_tables_frame(
 ) -> None:
     rows = _rows(40)
     want = pd.DataFrame.from_records([dict(r) for r in rows])
-    monkeypatch.setattr(rundir, "TABLE_BLOCK_ROWS", block)
-    table = rundir._Table()
+    monkeypatch.setattr(rundir.tables, "TABLE_BLOCK_ROWS", block)
+    table = rundir.tables.Table()
     for row in rows:
         table.append(dict(row))
     _same_frame(table.frame(["unused"]), want)
 
 
 def test_empty_table_has_its_columns() -> None:
-    frame = rundir._Table().frame(rundir.STEP_COLUMNS)
+    frame = rundir.tables.Table().frame(rundir.STEP_COLUMNS)
     assert list(frame.columns) == list(rundir.STEP_COLUMNS) and frame.empty
 
 
@@ -95,7 +95,7 @@ def test_run_read_in_blocks_of_two_rows_is_the_same_run(
     (run / "manifest.json").write_text(json.dumps(manifest))
     whole = rundir.load_run(run)
     assert whole.clock_offsets == {2: 5000, 3: 5000}
-    monkeypatch.setattr(rundir, "TABLE_BLOCK_ROWS", 2)
+    monkeypatch.setattr(rundir.tables, "TABLE_BLOCK_ROWS", 2)
     blocks = rundir.load_run(run)
     for name in ("steps", "regions", "ddp_stats", "gpu_samples", "host_samples"):
         want, got = getattr(whole, name), getattr(blocks, name)

@@ -14,14 +14,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gpudiag import frames
 from gpudiag.analysis.gradient_sync import GradientSyncRounds
 from gpudiag.analysis.slow_rank import SlowRankCause
-from gpudiag.rundir import LintDiagnostic, LintReport
+
+if TYPE_CHECKING:  # annotations only: the analysis does not load the linter
+    from gpudiag.lint.report import LintDiagnostic, LintReport
 
 KINDS = (
     "straggler",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -21,7 +21,9 @@ from gpudiag.analysis.jsonable import plain, record_rows, records, whole
 from gpudiag.analysis.spill import SpilledTable
 from gpudiag.analysis.timeline import LANES, TIMELINE_COLUMNS, timeline
 from gpudiag.analysis.whatif import Projection
-from gpudiag.rundir import LintReport
+
+if TYPE_CHECKING:  # annotations only: the analysis does not load the linter
+    from gpudiag.lint.report import LintReport
 
 __all__ = [
     "BREAKDOWN_COLUMNS",
