@@ -16,7 +16,8 @@ from gpudiag.analysis.failures import rank_failed_findings
 from gpudiag.capture import api, launcher, profiling
 from gpudiag.capture.profiling import ProfilerWindow, fix_straddling_optimizer, parse_window
 from gpudiag.capture.steps import StepTracker
-from gpudiag.capture.worker import Worker, _Terminated
+from gpudiag.capture.worker import Worker
+from gpudiag.capture.worker_signals import _Terminated
 from gpudiag.cli import trace as trace_cli
 
 # --------------------------------------------------------------------------- argv
@@ -588,7 +589,7 @@ def test_a_script_that_creates_its_own_profiler_is_told_apart(
 ) -> None:
     """Issue 28, second probe: a script starting its own profiler inside gpudiag's window
     aborted; such a script keeps its profiler and gpudiag's window is skipped."""
-    from gpudiag.capture.worker import _profiles_itself
+    from gpudiag.capture.script_run import _profiles_itself
 
     script = tmp_path / "train.py"
     script.write_text(f"import torch\n{line}\n")
@@ -634,7 +635,7 @@ def test_a_loader_workers_error_keeps_its_own_message() -> None:
     """A DataLoader worker's error reaches the script as "Caught IndexError in DataLoader
     worker process 0." with the worker's traceback below: the recorded message was that
     line alone, without the error (seventh probe). It now ends with the error's own line."""
-    from gpudiag.capture.worker import _first_line
+    from gpudiag.capture.worker_outcome import _first_line
 
     loader = torch.utils.data.DataLoader(_CorruptSample(), batch_size=2, num_workers=1)
     with pytest.raises(IndexError) as caught:
@@ -652,7 +653,7 @@ def test_an_error_that_opens_with_a_rule_is_recorded_by_its_first_words() -> Non
     (eighth probe, F4). The first line that says something is recorded."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-    from gpudiag.capture.worker import _first_line
+    from gpudiag.capture.worker_outcome import _first_line
 
     failure = ProcessFailure(local_rank=1, pid=123, exitcode=1, error_file="/nonexistent")
     error = ChildFailedError("train.py", {1: failure})

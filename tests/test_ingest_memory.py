@@ -16,7 +16,7 @@ import orjson
 import pandas as pd
 import pytest
 
-from gpudiag.analysis import ingest
+from gpudiag.analysis import ingest, trace_files
 
 MEGATRON = ("astrasim_megatron_tp8", "megatron_kineto_0.json.gz")  # record_param_comms args
 NCCL = ("hta_nccl_a100", "nccl_data.json.gz")  # NCCL kernels with comm args
@@ -128,7 +128,7 @@ def test_small_chunks_give_the_same_table(
     plain = tmp_path / "nccl_data.json"
     plain.write_bytes(gzip.decompress(_trace(shared_traces, NCCL).read_bytes()))
     whole, _ = ingest.load_trace(plain)
-    monkeypatch.setattr(ingest, "_CHUNK_BYTES", 64 << 10)  # ~100 chunks
+    monkeypatch.setattr(trace_files, "CHUNK_BYTES", 64 << 10)  # ~100 chunks
     chunked, _ = ingest.load_trace(plain)
     assert whole is not None and chunked is not None
     assert whole.comm["comm_op"].notna().sum() > 50

@@ -116,13 +116,13 @@ def test_a_hang_up_ends_the_job_as_interrupted_unless_nohup_ignores_it(tmp_path:
 OBSERVED = """
 import os, subprocess, sys, time
 from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
-from gpudiag.capture import worker
+from gpudiag.capture import worker_exit
 
 child = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
 observer = _ChildProcessObserver(os.getpid(), [child], sleep_period=0.3)
 observer.start()
 if sys.argv[1] == "stop":
-    worker._stop_child_observers()
+    worker_exit._stop_child_observers()
 time.sleep(2.0)
 print("ALIVE", flush=True)
 """

@@ -158,7 +158,7 @@ def test_a_loader_worker_killed_but_not_yet_reaped_is_still_found() -> None:
     in the CI-like suite). The worker's exit code is waited for, briefly."""
     from torch.utils.data import DataLoader, TensorDataset
 
-    from gpudiag.capture import worker as worker_mod
+    from gpudiag.capture import worker_outcome
 
     loader = DataLoader(TensorDataset(torch.randn(256, 4)), batch_size=4, num_workers=2)
     iterator = iter(loader)
@@ -171,10 +171,10 @@ def test_a_loader_worker_killed_but_not_yet_reaped_is_still_found() -> None:
         os.kill(victim.pid, signal.SIGKILL)
         with pytest.raises(ConnectionResetError) as raised:
             _raise_through(iterator)
-        error = worker_mod._loader_failure(raised.value)
+        error = worker_outcome._loader_failure(raised.value)
         assert isinstance(error, RuntimeError), error
         assert f"DataLoader worker (pid {victim.pid}) is killed by signal: Killed" in str(error)
-        assert worker_mod._loader_worker_killed(error)
+        assert worker_outcome._loader_worker_killed(error)
     finally:
         del iterator
         signal.signal(signal.SIGCHLD, previous)
@@ -205,7 +205,7 @@ def test_a_loader_worker_that_exits_with_a_code_is_the_ranks_error() -> None:
     gpudiag the record said FileNotFoundError. The worker's exit code is waited for."""
     from torch.utils.data import DataLoader
 
-    from gpudiag.capture import worker as worker_mod
+    from gpudiag.capture import worker_outcome
 
     loader = DataLoader(_ExitsInWorker(), batch_size=2, num_workers=1, prefetch_factor=2)
     iterator = iter(loader)
@@ -217,12 +217,12 @@ def test_a_loader_worker_that_exits_with_a_code_is_the_ranks_error() -> None:
         next(iterator)
         with pytest.raises(FileNotFoundError) as raised:
             _raise_file_not_found_through(iterator)
-        error = worker_mod._loader_failure(raised.value)
+        error = worker_outcome._loader_failure(raised.value)
         assert isinstance(error, RuntimeError), error
         assert f"DataLoader worker (pid {victim.pid}) exited unexpectedly with exit code 3" in str(
             error
         )
-        assert worker_mod._loader_worker_killed(error)
+        assert worker_outcome._loader_worker_killed(error)
     finally:
         del iterator
         signal.signal(signal.SIGCHLD, previous)
@@ -281,7 +281,7 @@ def test_a_rank_takes_the_reserve_its_launcher_wrote(tmp_path: Path) -> None:
 def test_gpudiag_messages_never_raise_on_a_broken_stderr(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from gpudiag.capture import worker
+    from gpudiag.capture import worker, worker_exit, worker_outcome
 
     class Broken:
         def write(self, text: str) -> int:
@@ -297,20 +297,20 @@ def test_gpudiag_messages_never_raise_on_a_broken_stderr(
     for stream in (None, Broken()):
         monkeypatch.setattr(sys, "stderr", stream)
         monkeypatch.setattr(sys, "stdout", stream)
-        worker._say("gpudiag: a line")
-        worker._print_exception(error, error.__traceback__)
-        worker._flush_open_files()
+        worker_outcome._say("gpudiag: a line")
+        worker_outcome._print_exception(error, error.__traceback__)
+        worker_exit._flush_open_files()
         w = worker.Worker(tmp_path, {"script": "x.py"}, [])
         w._warn("a warning")
         assert w._decide(error).exc_type == "KeyError"
 
 
 def test_a_long_traceback_keeps_its_head_and_tail() -> None:
-    from gpudiag.capture import worker
+    from gpudiag.capture import worker_outcome
 
     text = "Traceback (most recent call last):\n" + "x" * 100_000 + "\nKeyError: 'bug'\n"
-    cut = worker._cut_traceback(text)
-    assert cut is not None and len(cut) < worker.TRACEBACK_KEEP_CHARS + 100
+    cut = worker_outcome._cut_traceback(text)
+    assert cut is not None and len(cut) < worker_outcome.TRACEBACK_KEEP_CHARS + 100
     assert cut.startswith("Traceback") and cut.endswith("KeyError: 'bug'\n")
 
 

@@ -34,7 +34,7 @@ import pandas as pd
 
 from gpudiag.analysis import classify as cls
 from gpudiag.analysis import intervals as iv
-from gpudiag.analysis.ingest import FramePart, RankTrace
+from gpudiag.analysis.trace_model import FramePart, RankTrace
 
 COMPONENTS = ("compute", "comm_overlapped", "comm_exposed", "data_loading", "idle", "other")
 BREAKDOWN_COLUMNS = ("rank", "step", "step_ms", *COMPONENTS)

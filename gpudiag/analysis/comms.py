@@ -6,7 +6,7 @@ Sources, in order of preference:
 * a gpudiag run's ``collectives`` table (Flight Recorder et al.): every collective of the
   run with its sequence number, not only the profiled window;
 * GPU traces: comm kernels (start/end on the GPU, op/bytes/group from the kernel's args
-  or the CPU-side op it was launched from, see ingest.py);
+  or the CPU-side op it was launched from, see trace_table.py);
 * CPU (gloo) traces: the ``c10d::*`` op on the training thread (when the rank arrives)
   paired in order with gloo's ``gloo:*`` transfer on its runloop thread (when it ends).
 """
@@ -26,9 +26,9 @@ from gpudiag.analysis import matching
 from gpudiag.analysis.breakdown import activity_sets
 from gpudiag.analysis.exact import compensated_sums, streamed_median, streamed_sum
 from gpudiag.analysis.fold import iter_rank_rows
-from gpudiag.analysis.ingest import RankTrace, with_comm
 from gpudiag.analysis.matching import Table, concat_pieces, key_blocks, match_groups, rank_blocks
 from gpudiag.analysis.spill import SpilledTable, SpillFile
+from gpudiag.analysis.trace_model import RankTrace, with_comm
 
 TABLE_COLUMNS = (
     "rank",
@@ -207,7 +207,7 @@ def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
 
 
 def trace_rows(trace: RankTrace) -> pd.DataFrame:
-    """The rank's collectives from its trace (cached on it, see ingest.RankTrace.cached)."""
+    """The rank's collectives from its trace (cached on it, see trace_model.RankTrace.cached)."""
     rows = trace.cached("collective_rows", lambda: _trace_rows(trace)).copy()
     rows.insert(0, "rank", trace.meta.rank)
     return rows

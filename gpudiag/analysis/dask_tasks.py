@@ -20,7 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from gpudiag.analysis.ingest import LoadJob, LoadResult, share_empty_events
+from gpudiag.analysis.ingest import LoadJob, LoadResult
+from gpudiag.analysis.trace_model import share_empty_events
 
 INSTALL_HINT = "pip install 'gpudiag[cluster]'"
 # How long to wait for the scheduler to answer, and for a first worker to join it

@@ -51,8 +51,8 @@ from typing import Any, TypeAlias
 import numpy as np
 import pandas as pd
 
-from gpudiag.analysis.ingest import FrameColumns, FramePart, RankTrace
 from gpudiag.analysis.spill import Blob, SpilledArray, SpilledBytes, SpillFile, as_bytes
+from gpudiag.analysis.trace_model import FrameColumns, FramePart, RankTrace
 
 # The per-rank tables the cross-rank stage reads from every rank (RankTrace.cache keys);
 # step_windows: read rank by rank (comms.peer_wait), kept in a store for its size only.

@@ -158,7 +158,7 @@ def _merge_lane(lane: str, g: pd.DataFrame, tol: int) -> pd.DataFrame:
 
 def _lanes_frame(trace: Any) -> pd.DataFrame:
     from gpudiag.analysis import breakdown as bd
-    from gpudiag.analysis.ingest import with_comm
+    from gpudiag.analysis.trace_model import with_comm
 
     ev = trace.events
     if ev is None or ev.empty:

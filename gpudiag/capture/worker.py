@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import functools
 import os
-import re
 import runpy
 import shutil
 import signal
@@ -23,106 +22,91 @@ import socket
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from types import CodeType, FrameType
 from typing import Any
 
-from gpudiag import frames, rundir
+from gpudiag import rundir
 from gpudiag.capture import agent, spawn
+from gpudiag.capture.reexec import (  # noqa: F401 - public names re-exported
+    ENV_REEXEC,
+    REEXEC_WAIT_S,
+    WORKER_MODULE,
+    install_reexec_hook,
+    reexec_command,
+    wait_for_children,
+)
+from gpudiag.capture.script_run import (
+    _backend,
+    _device,
+    _init_method,
+    _int_env,
+    _make_room_for_our_frames,
+    _profiles_itself,
+    _rank_env,
+    _set_path_head,
+    _torch_versions,
+    parse_target,
+)
+from gpudiag.capture.worker_exit import (  # noqa: F401 - public names re-exported
+    LAUNCHER_LOST_GRACE_S,
+    _destroy_process_group,
+    _end_forked_child,
+    _end_process,
+    _end_when_launcher_lost,
+    _exit_after,
+    _flush_open_files,
+    _join_threads,
+    _join_user_threads,
+    _stop_child_observers,
+    _wait_for_exit,
+)
+from gpudiag.capture.worker_outcome import (  # noqa: F401 - public names re-exported
+    EXIT_EXCEPTION,
+    EXIT_HANG,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    LOADER_DEATH_WAIT_S,
+    TRACEBACK_KEEP_CHARS,
+    Outcome,
+    _cut_traceback,
+    _fatal_signal_outcome,
+    _first_line,
+    _loader_failure,
+    _loader_worker_killed,
+    _loader_worker_terminated,
+    _outcome_of_exception,
+    _outcome_of_exit,
+    _print_exception,
+    _raised_by_the_script,
+    _say,
+    _user_frames,
+    safe_str,
+)
+from gpudiag.capture.worker_signals import (  # noqa: F401 - public names re-exported
+    _RANK_PID,
+    FATAL_SIGNALS,
+    _claim_process,
+    _handled_signal,
+    _in_forked_child,
+    _main_thread_line,
+    _on_sigterm,
+    _record_fatal_signals,
+    _set_aside_sigchld,
+    _Terminated,
+    _user_code_running,
+    sigterm_pending,
+)
 
 ENV_RUN_DIR = "GPUDIAG_RUN_DIR"
 ENV_PROFILE_STEPS = "GPUDIAG_PROFILE_STEPS"  # "A-B" or "off"
 ENV_PROFILE_DEFAULT = "GPUDIAG_PROFILE_DEFAULT"  # "1": window not chosen by the user
 ENV_NODE_RANK = "GPUDIAG_NODE_RANK"
 ENV_FINISH_TIMEOUT = "GPUDIAG_FINISH_TIMEOUT_S"
-# Set by a traced rank for a process that re-executes the traced script (Lightning's
-# subprocess launcher and the like, see install_reexec_hook): that rank's pid.
-ENV_REEXEC = "GPUDIAG_REEXEC_PARENT"
-
-EXIT_EXCEPTION = 1
-EXIT_HANG = 1
-EXIT_SIGINT = 130
-EXIT_SIGTERM = 143
 RANK_RESERVE_BYTES = rundir.RANK_RESERVE_BYTES  # summary.json and status.json, full disk
-# status.json keeps the head and the tail of a longer traceback: it must fit in the room
-# kept for it (rundir.STATUS_RESERVE_BYTES)
-TRACEBACK_KEEP_CHARS = 16000
-LAUNCHER_LOST_GRACE_S = 15.0
-# How long a rank that re-executed the script and ended ok waits, once it has written
-# everything, for those ranks to finish writing theirs (they would get the parent-death
-# signal), within the finish timeout. A rank that failed does not wait: a peer blocked
-# in a collective notices only when this process's connections close, at its exit; the
-# launcher then waits for it (launcher.ORPHAN_WAIT_S).
-REEXEC_WAIT_S = 45.0
 # A rank ended on a hang finishes from the poller thread: short, since the launcher
 # kills what is left after its own grace (launcher.HANG_FLUSH_WAIT_S).
 HANG_FINISH_TIMEOUT_S = 15.0
-
-
-@dataclass
-class Outcome:
-    status: str  # ok | failed | interrupted | hang
-    exit_code: int
-    exc_type: str | None = None
-    message: str | None = None
-    traceback: str | None = None
-    # ended from another thread while the main thread is blocked in C (signal_watch),
-    # or by a signal whose default action ends the process: written like a hang's end,
-    # with no export, no atexit handlers, no waiting
-    abrupt: bool = False
-    # the process then dies of this signal, as it would have without gpudiag
-    die_of: int | None = None
-
-
-class _Terminated(KeyboardInterrupt):
-    """Raised in the main thread by the SIGTERM handler: user code sees an interrupt,
-    so its own ``except KeyboardInterrupt`` clean-up runs."""
-
-
-# SIGTERM interrupts the user's code only. Once it has ended (an exception being turned
-# into status.json: the elastic agent sends SIGTERM right when a peer dies, which is
-# exactly when a rank is formatting its own "Connection reset by peer") it is noted and
-# the rank finishes writing: a status lost there blames the wrong rank.
-_SIGTERM_RAISES = False
-_SIGTERM_PENDING = False
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    global _SIGTERM_PENDING
-    if _SIGTERM_RAISES:
-        raise _Terminated()
-    _SIGTERM_PENDING = True
-
-
-def _user_code_running(running: bool) -> None:
-    global _SIGTERM_RAISES
-    _SIGTERM_RAISES = running
-    if not running:
-        _note_script_handlers()
-        _ignore_ctrl_c()
-
-
-# signals a script handles itself to end the run (its handler saves, then sys.exit)
-_ENDING_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
-# the code of each handler the script had installed as its code ended -> the signal
-_SCRIPT_HANDLERS: dict[CodeType, str] = {}
-
-
-def _note_script_handlers() -> None:
-    """Before gpudiag ignores Ctrl-C for its finishing: which handlers were the script's
-    (read by :func:`_handled_signal`)."""
-    _SCRIPT_HANDLERS.clear()
-    for name in _ENDING_SIGNALS:
-        try:
-            handler = signal.getsignal(getattr(signal, name))
-        except (AttributeError, ValueError):
-            continue
-        code = getattr(getattr(handler, "__func__", handler), "__code__", None)
-        if code is not None and code.co_filename != __file__:
-            _SCRIPT_HANDLERS.setdefault(code, name)
 
 
 def _handler_is_ours(signum: int) -> bool:
@@ -139,85 +123,6 @@ def _handler_is_ours(signum: int) -> bool:
     return getattr(handler, "__func__", None) is Worker.on_fatal_signal
 
 
-# Signals whose default action ends the process and that python leaves at that default:
-# the rank died without a status.json (sixth probe: SIGUSR2, SIGALRM). gpudiag handles
-# those still at the default, writes the status, then dies of the signal.
-FATAL_SIGNALS = tuple(
-    getattr(signal, name)
-    for name in ("SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPROF")
-    if hasattr(signal, name)
-)
-
-
-_FATAL_HANDLED: list[int] = []  # the signals _record_fatal_signals took over
-_RANK_PID: list[int] = []  # the rank's process (not a forked DataLoader worker)
-
-
-def _claim_process() -> None:
-    """This process is the rank: a process it forks (a DataLoader worker, the script's
-    own os.fork or fork-context multiprocessing) is not (:func:`_forked_child`)."""
-    if not _RANK_PID:
-        os.register_at_fork(after_in_child=_forked_child)
-    _RANK_PID[:] = [os.getpid()]
-
-
-def _in_forked_child() -> bool:
-    return bool(_RANK_PID) and os.getpid() != _RANK_PID[0]
-
-
-def _record_fatal_signals(worker: Worker) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        return
-    _claim_process()
-    for signum in FATAL_SIGNALS:
-        try:
-            if signal.getsignal(signum) is signal.SIG_DFL:
-                signal.signal(signum, worker.on_fatal_signal)
-                _FATAL_HANDLED.append(signum)
-        except (ValueError, OSError):
-            pass
-
-
-def _forked_child() -> None:
-    """A forked child dies of the signals gpudiag handles in the rank as it would have
-    without gpudiag: SIGTERM (a multiprocessing child's terminate(): exit -15, no
-    ``finally``; before, gpudiag's handler raised in it, tenth probe, A) and the fatal
-    ones. A handler the script installed itself is kept."""
-    try:
-        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    except (ValueError, OSError):  # not the child's main thread
-        pass
-    for signum in _FATAL_HANDLED:
-        try:
-            signal.signal(signum, signal.SIG_DFL)
-        except (ValueError, OSError):
-            pass
-
-
-def _raised_by_the_script(exc: BaseException) -> bool:
-    """The exception's innermost frame is a user frame whose line raises it (not a
-    signal's KeyboardInterrupt, which lands wherever the interpreter was)."""
-    try:
-        stack = traceback.extract_tb(exc.__traceback__)
-    except Exception:  # noqa: BLE001 - reading the source may fail
-        return False
-    if not stack:
-        return False
-    last = stack[-1]
-    return frames.is_user_file(last.filename) and (last.line or "").lstrip().startswith("raise")
-
-
-def _set_path_head(folder: str) -> None:
-    """``folder`` first on sys.path, as python puts a script's folder there: in place of
-    the entry python put for gpudiag's own module, or before the rest when python was
-    started with -P (safe path: it put none)."""
-    if sys.flags.safe_path:
-        sys.path.insert(0, folder)
-    else:
-        sys.path[0] = folder
-
-
 def _note_untraced(line: str) -> None:
     """Said on stderr at once and kept in the rank's record (status.json ``incomplete``:
     `analyze` and the dashboard show it as a warning)."""
@@ -225,123 +130,6 @@ def _note_untraced(line: str) -> None:
     rundir.note_problem(line)
     if said:
         _say(f"gpudiag: {line}")
-
-
-def _end_forked_child(outcome: Outcome) -> None:
-    """A child the script forked that ran on to the script's end (or raised, or called
-    sys.exit) ends as it would under python: its atexit handlers, its streams flushed,
-    its own exit code; nothing of the rank's record is its to write (before, it rewrote
-    status.json and summary.json: a healthy run reported failed, tenth probe, B)."""
-    try:
-        atexit._run_exitfuncs()
-    except BaseException:  # noqa: BLE001 - a handler's error is the child's, as in python
-        pass
-    _flush_open_files()
-    _end_process(outcome)
-
-
-def _fatal_signal_outcome(signum: int) -> Outcome:
-    name = signal.Signals(signum).name
-    return Outcome(
-        "interrupted",
-        128 + signum,
-        name,
-        f"ended by {name}, whose default action ends the process (the script set no handler)",
-        abrupt=True,
-        die_of=signum,
-    )
-
-
-def _end_process(outcome: Outcome) -> None:
-    """os._exit with the outcome's code, or death by its signal (as without gpudiag)."""
-    if outcome.die_of is not None:
-        try:
-            signal.signal(outcome.die_of, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, [outcome.die_of])
-            os.kill(os.getpid(), outcome.die_of)
-            time.sleep(1.0)
-        except (OSError, ValueError):
-            pass
-    os._exit(outcome.exit_code)
-
-
-def _main_thread_line() -> str | None:
-    """``file:line in func`` of the main thread's innermost user frame (gpudiag.frames),
-    and the library function it is blocked in."""
-    frame = sys._current_frames().get(threading.main_thread().ident or -1)
-    if frame is None:
-        return None
-    inner = frame.f_code.co_name
-    while frame is not None and not frames.is_user_file(frame.f_code.co_filename):
-        frame = frame.f_back
-    if frame is None:
-        return f"{inner}()"
-    where = (
-        f"{frames.absolute(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
-    )
-    return where if frame.f_code.co_name == inner else f"{where} (inside {inner}())"
-
-
-def _ignore_ctrl_c() -> None:
-    """Once the user's code has ended, a Ctrl-C must not raise on the way to finish():
-    a KeyboardInterrupt there escapes main() and the rank ends with no status.json.
-    finish() ignores it anyway (only the main thread may set handlers)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except (ValueError, OSError):
-        pass
-
-
-def parse_target(argv: list[str]) -> tuple[dict[str, str], list[str]]:
-    if not argv:
-        raise SystemExit("gpudiag worker: no script or -m module given")
-    if argv[0] == "-m":
-        if len(argv) < 2:
-            raise SystemExit("gpudiag worker: -m needs a module name")
-        return {"module": argv[1]}, argv[2:]
-    return {"script": argv[0]}, argv[1:]
-
-
-def _rank_env() -> tuple[int, int, int]:
-    return (
-        int(os.environ.get("RANK", "0")),
-        int(os.environ.get("LOCAL_RANK", "0")),
-        int(os.environ.get("WORLD_SIZE", "1")),
-    )
-
-
-def _torch_versions() -> dict[str, Any]:
-    import torch
-
-    versions: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
-    try:
-        if torch.cuda.is_available():
-            versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-            versions["cudnn"] = torch.backends.cudnn.version()
-    except Exception:
-        pass
-    return versions
-
-
-def _device(local_rank: int) -> str:
-    import torch
-
-    if torch.cuda.is_available():
-        return f"cuda:{local_rank % max(1, torch.cuda.device_count())}"
-    return "cpu"
-
-
-def _backend() -> str | None:
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return str(dist.get_backend())
-    except Exception:
-        pass
-    return None
 
 
 class Worker:
@@ -654,7 +442,7 @@ class Worker:
     def _run_callable(self, body: Callable[[], Any]) -> Outcome:
         _user_code_running(True)
         try:
-            if _SIGTERM_PENDING:  # arrived during set-up
+            if sigterm_pending():  # arrived during set-up
                 raise _Terminated()
             self._kept = body()
         except BaseException as exc:
@@ -1027,553 +815,6 @@ class Worker:
 
     def _warn(self, text: str) -> None:
         _say(f"gpudiag: rank {self.rank}: {text}")
-
-
-def _say(text: str) -> None:
-    """One line of gpudiag's on the rank's stderr: the process's own (``sys.__stderr__``),
-    not an object the script put in sys.stderr (a wrapper that uppercased gpudiag's
-    lines, fifth probe F6). Never raises: the script may have closed fd 2, pointed it at
-    a read-only file, or set sys.stderr to None."""
-    try:
-        print(text, file=sys.__stderr__ or sys.stderr, flush=True)
-    except BaseException:  # noqa: BLE001 - OSError, ValueError (closed), a signal handler
-        pass
-
-
-_PRINTED: list[int] = []  # the exception whose traceback was printed (once)
-
-
-def _print_exception(exc: BaseException, tb: Any) -> None:
-    """The user's traceback on stderr, as the interpreter would print it, once per
-    exception (the outcome may be decided again after a signal handler raised); never
-    raises (see :func:`_say`)."""
-    if id(exc) in _PRINTED:
-        return
-    _PRINTED[:] = [id(exc)]
-    hook = sys.excepthook
-    if hook is not sys.__excepthook__ and callable(hook):
-        try:  # the script's own hook prints it, as at interpreter exit (sixth probe)
-            hook(type(exc), exc, tb)
-            return
-        except BaseException:  # noqa: BLE001 - a broken hook: the default print below
-            pass
-    try:
-        text = "".join(traceback.format_exception(type(exc), exc, tb))
-    except BaseException:  # noqa: BLE001 - formatting reads source files
-        return
-    try:
-        if sys.stderr is not None:
-            sys.stderr.write(text)
-            sys.stderr.flush()
-    except BaseException:  # noqa: BLE001
-        pass
-
-
-def _cut_traceback(text: str | None) -> str | None:
-    """A traceback for status.json: its head and its tail when it is longer than
-    TRACEBACK_KEEP_CHARS (a deep recursion), so that status.json fits in its reserve."""
-    if text is None or len(text) <= TRACEBACK_KEEP_CHARS:
-        return text
-    head = TRACEBACK_KEEP_CHARS // 8
-    tail = TRACEBACK_KEEP_CHARS - head
-    cut = len(text) - head - tail
-    return f"{text[:head]}\n[... {cut} characters cut by gpudiag ...]\n{text[-tail:]}"
-
-
-# a profiler the script creates (not a record_function it only annotates with)
-_PROFILER_CALL = re.compile(r"profiler\.profile\s*\(")
-_PROFILER_IMPORT = re.compile(
-    r"from\s+torch\.(?:autograd\.)?profiler\s+import\s+(\([^)]*\)|[^\n]*)"
-)
-
-
-def _profiles_itself(target: dict[str, str]) -> bool:
-    """The script's own source (its module's for ``-m``) creates a torch profiler: read,
-    never imported; an unreadable file is taken as not profiling."""
-    path = target.get("script")
-    if path is None and target.get("module"):
-        try:
-            from importlib.util import find_spec
-
-            spec = find_spec(target["module"])
-        except (ImportError, ValueError):
-            spec = None
-        path = spec.origin if spec is not None else None
-    if path and os.path.isdir(path):  # `python pkgdir` runs pkgdir/__main__.py
-        path = os.path.join(path, "__main__.py")
-    text = rundir.read_text(path, max_bytes=8 << 20) if path else None
-    if not text:
-        return False
-    if _PROFILER_CALL.search(text):
-        return True
-    if any(re.search(r"\bprofile\b", m[1]) for m in _PROFILER_IMPORT.finditer(text)):
-        return True
-    # the profiler module under another name: `from torch import profiler as P`,
-    # `import torch.profiler as tp` (ninth probe: missed, and the job crashed), then
-    # `P.profile(` / `tp.profile(`
-    aliases = {m["alias"] or m["alias2"] for m in _PROFILER_MODULE_ALIAS.finditer(text)}
-    return any(re.search(rf"\b{re.escape(a)}\.profile\s*\(", text) for a in aliases)
-
-
-_PROFILER_MODULE_ALIAS = re.compile(
-    r"(?:from\s+torch(?:\.autograd)?\s+import\s+[^\n]*?\bprofiler\s+as\s+(?P<alias>\w+)"
-    r"|import\s+torch(?:\.autograd)?\.profiler\s+as\s+(?P<alias2>\w+))"
-)
-
-
-# frames above _run_target's stack until the script's module runs (runpy's run_path,
-# _run_module_code, _run_code, and two more the limit counts there: measured, a script
-# then recurses exactly as deep as under plain python, 998 frames at the default limit)
-_RUNPY_FRAMES = 5
-
-
-def _make_room_for_our_frames() -> None:
-    """Raise the recursion limit by the frames gpudiag and runpy put under the script's
-    module: under plain python the module is the first frame, and a script recursing
-    to within a few frames of the limit ran out 13 frames early (sixth probe)."""
-    depth = 0
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        depth, frame = depth + 1, frame.f_back
-    try:
-        sys.setrecursionlimit(sys.getrecursionlimit() + depth + _RUNPY_FRAMES)
-    except (RecursionError, ValueError):
-        pass
-
-
-def _exit_status(code: int) -> int:
-    """The status the OS reports for ``sys.exit(code)``: python passes a C long to exit(),
-    -1 when it does not fit (2**70: 255), and the OS keeps the low byte (256: 0)."""
-    if not -(2**63) <= code < 2**63:
-        return 255
-    return code & 0xFF
-
-
-def _short(code: int) -> str:
-    """The code as written, or its size (str() of a huge int raises ValueError)."""
-    return str(code) if code.bit_length() <= 100 else f"<an integer of {code.bit_length()} bits>"
-
-
-def safe_str(exc: BaseException) -> str:
-    """str(exc), or python's own words when the exception's __str__ raises."""
-    try:
-        return str(exc)
-    except BaseException:  # noqa: BLE001 - the script's __str__
-        return "<exception str() failed>"
-
-
-def _first_line(exc: BaseException, default: str) -> str:
-    text = safe_str(exc)
-    if not text:
-        return default
-    # the first line that says something: torch's ChildFailedError opens with a blank
-    # line and a rule of '=' (eighth probe: a script that runs torchrun's main itself)
-    lines = [ln for ln in text.splitlines() if any(ch.isalnum() for ch in ln)] or [text]
-    first = lines[0].strip()
-    # torch's ExceptionWrapper: "Caught IndexError in DataLoader worker process 0." and
-    # the worker's traceback; its last line is the error itself
-    if first.startswith("Caught ") and len(lines) > 1 and lines[1].startswith("Original Traceback"):
-        last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
-        first = f"{first.rstrip('.')}: {last}"
-    return first[:500]
-
-
-def _outcome_of_exit(exc: SystemExit) -> Outcome:
-    code = exc.code
-    if code is None:
-        return Outcome("ok", 0)
-    if isinstance(code, int):
-        status = _exit_status(code)
-        if status == 0:  # sys.exit(256) ends a process with 0, as python and torchrun say
-            return Outcome("ok", 0)
-        return Outcome("failed", status, "SystemExit", f"sys.exit({_short(code)})")
-    _say(str(code))  # what the interpreter would do with sys.exit("text")
-    return Outcome("failed", 1, "SystemExit", str(code))
-
-
-def _handled_signal(tb: Any) -> str | None:
-    """The signal whose handler, installed by the script, the traceback passes through
-    (``def on_sigint(signum, frame): ...; sys.exit(7)``); None when none does."""
-    codes = _SCRIPT_HANDLERS
-    while tb is not None and codes:
-        name = codes.get(tb.tb_frame.f_code)
-        if name is not None:
-            return name
-        tb = tb.tb_next
-    return None
-
-
-def _user_frames(tb: Any) -> Any:
-    """Drop gpudiag's and runpy's frames from the top, as a plain `python script.py`
-    traceback would not show them."""
-    while tb is not None and tb.tb_next is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        if filename != __file__ and filename != runpy.__file__ and not filename.startswith("<"):
-            break
-        tb = tb.tb_next
-    return tb
-
-
-def _outcome_of_exception(status: str, code: int, exc_type: Any, exc: Any, tb: Any) -> Outcome:
-    name = "SIGTERM" if exc_type is _Terminated else exc_type.__name__
-    if exc_type is _Terminated:
-        # where the user's code was when the signal came, without gpudiag's handler
-        frames = [f for f in traceback.extract_tb(_user_frames(tb)) if f.filename != __file__]
-        text = "Traceback (most recent call last):\n"
-        text += "".join(traceback.format_list(frames)) + "SIGTERM\n"
-    else:
-        text = "".join(traceback.format_exception(exc_type, exc, tb))
-    return Outcome(status, code, name, _first_line(exc, name), text)
-
-
-def _wait_for_exit() -> None:
-    """Another thread is finishing this process and ends it with os._exit."""
-    while True:
-        try:
-            time.sleep(1.0)
-        except BaseException:  # noqa: BLE001 - a second SIGTERM/Ctrl-C: keep waiting
-            continue
-
-
-def _join_user_threads(limit_s: float) -> None:
-    deadline = time.monotonic() + limit_s
-    for thread in threading.enumerate():
-        if (
-            thread is threading.current_thread()
-            or thread is threading.main_thread()
-            or thread.daemon
-            or not thread.is_alive()
-        ):
-            continue
-        thread.join(max(0.0, deadline - time.monotonic()))
-
-
-def _stop_child_observers() -> None:
-    """Lightning's ``_ChildProcessObserver``, a daemon thread of the process that started
-    the other ranks, SIGKILLs its own process within 5 s of a child rank ending non-zero
-    (as Lightning's Ctrl-C answer does to them). Under plain python the interpreter exits
-    right after the script's threads are joined, and the daemon thread with it; gpudiag's
-    finishing (trace export, tables, status) then still runs, and the observer killed it
-    midway (issue 28, fourth probe F4). Its check is ended here, at the point where
-    python would have exited."""
-    for thread in threading.enumerate():
-        if type(thread).__name__ == "_ChildProcessObserver" and thread.daemon:
-            thread._run = lambda: True  # type: ignore[attr-defined]
-            thread._finished = True  # type: ignore[attr-defined]
-
-
-def _flush_open_files() -> None:
-    """os._exit skips the flush that closing file objects at teardown would do: flush
-    every open writable file object of the script (logs, CSV writers...) ourselves."""
-    import _io
-    import gc
-
-    # type(), not isinstance(): isinstance reads __class__, which some objects warn on.
-    # _io._IOBase (the C base of every io class, io.IOBase included), not the io.IOBase
-    # ABC: an ABC subclass check per object took 1-1.5 s over a torch process's objects.
-    base = _io._IOBase
-    for obj in gc.get_objects():
-        if issubclass(type(obj), base) and not obj.closed:
-            try:
-                if obj.writable():
-                    obj.flush()
-            except Exception:
-                pass
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:
-                stream.flush()
-        except Exception:  # noqa: BLE001 - a stream the script broke (closed fd, None)
-            pass
-
-
-def _destroy_process_group() -> None:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-
-
-_LOADER_TERMINATED = re.compile(
-    r"DataLoader worker \(pid \d+\) is killed by signal: (Terminated|Interrupt)"
-)
-
-
-_LOADER_KILLED = re.compile(
-    r"DataLoader worker \(pid \d+\) (is killed by signal|exited unexpectedly)"
-)
-
-
-def _loader_worker_terminated(exc: BaseException) -> bool:
-    return isinstance(exc, RuntimeError) and bool(_LOADER_TERMINATED.search(safe_str(exc)))
-
-
-def _loader_worker_killed(exc: BaseException) -> bool:
-    """A DataLoader's error for a worker that died of its own (SIGKILL from the OOM
-    killer, a segfault), not of the job's SIGTERM or Ctrl-C."""
-    return (
-        isinstance(exc, RuntimeError)
-        and bool(_LOADER_KILLED.search(safe_str(exc)))
-        and not _loader_worker_terminated(exc)
-    )
-
-
-def _set_aside_sigchld() -> None:
-    """SIGCHLD back to its default in the main thread: once the user's code has ended, a
-    DataLoader's handler must not raise into gpudiag (:meth:`Worker._decide`)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-
-
-def _loader_failure(exc: BaseException) -> BaseException | None:
-    """The DataLoader's own error for a worker of this process that was killed by a
-    signal (torch's check, the one its SIGCHLD handler makes), or None. Only when torch
-    is loaded already; a worker ended by the job's SIGTERM or Ctrl-C is not one. torch's
-    check sees only a worker that is a zombie already; otherwise the exit codes of the
-    workers of the DataLoader iterator the script's exception ``exc`` came through tell
-    (:func:`_reaped_loader_worker_killed`)."""
-    module = sys.modules.get("torch.utils.data._utils.signal_handling")
-    check = getattr(module, "_error_if_any_worker_fails", None)
-    if check is None:
-        return None
-    try:
-        check()
-    except RuntimeError as error:
-        return error if _loader_worker_killed(error) else None
-    except Exception:  # noqa: BLE001 - never gpudiag's problem
-        return None
-    return _reaped_loader_worker_killed(exc)
-
-
-LOADER_DEATH_WAIT_S = 2.0
-
-
-def _reaped_loader_worker_killed(exc: BaseException) -> RuntimeError | None:
-    """torch's error for a DataLoader worker killed by a signal of its own, from the
-    exit codes of the workers of the iterators in ``exc``'s traceback. The script's
-    ConnectionResetError or EOFError can come before the worker is a zombie (the kernel
-    closes a dying process's sockets first; torch's check then found nothing, and under
-    load the rank's error was the ConnectionResetError): then wait a little for it."""
-    workers = _loader_workers_in(exc)
-    if not workers:
-        return None
-    # OSError: also the FileNotFoundError of torch's resource sharer, connecting to a
-    # worker that has just exited (eighth probe: sys.exit(3) in a worker)
-    deadline = time.monotonic() + (
-        LOADER_DEATH_WAIT_S if isinstance(exc, (OSError, EOFError)) else 0.0
-    )
-    while True:
-        for worker in workers:
-            code = getattr(worker, "exitcode", None)
-            if isinstance(code, int) and code < 0:
-                error = RuntimeError(
-                    f"DataLoader worker (pid {worker.pid}) is killed by signal: "
-                    f"{signal.strsignal(-code)}. "
-                )
-                return error if _loader_worker_killed(error) else None
-            if isinstance(code, int) and code > 0:  # torch's words for it
-                return RuntimeError(
-                    f"DataLoader worker (pid {worker.pid}) exited unexpectedly with exit "
-                    f"code {code}. "
-                )
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.02)
-
-
-def _loader_workers_in(exc: BaseException) -> list[Any]:
-    """The worker processes of the DataLoader iterators ``exc`` was raised through."""
-    workers: list[Any] = []
-    seen: set[int] = set()
-    tb = exc.__traceback__
-    while tb is not None:
-        it = tb.tb_frame.f_locals.get("self")
-        tb = tb.tb_next
-        found = getattr(it, "_workers", None)
-        if id(it) not in seen and isinstance(found, list):
-            seen.add(id(it))
-            workers += found
-    return workers
-
-
-def _exit_after(seconds: float, code: int) -> None:
-    """If finishing hangs (a collective that never returns, a stuck atexit handler), end
-    the process anyway."""
-
-    def _expire() -> None:
-        _say(f"gpudiag: finishing took over {seconds:.0f} s; exiting")
-        os._exit(code)
-
-    timer = threading.Timer(seconds, _expire)
-    timer.daemon = True
-    timer.start()
-
-
-def _end_when_launcher_lost(rank: int) -> None:
-    """The launcher is gone (SIGKILL, OOM): end this rank as if it had been sent SIGTERM
-    (flush, status.json, exit 143); if the main thread cannot take the signal (blocked
-    in a collective whose peer also went away), exit after a grace period."""
-    _say(f"gpudiag: rank {rank}: the launcher is gone; ending this rank")
-    os.kill(os.getpid(), signal.SIGTERM)
-    time.sleep(LAUNCHER_LOST_GRACE_S)
-    os._exit(EXIT_SIGTERM)
-
-
-# --------------------------------------------------------------------------- re-exec
-# Launchers that start the other ranks by running the script again (Lightning's
-# _SubprocessScriptLauncher: ``sys.executable /abs/script.py args`` with LOCAL_RANK,
-# WORLD_SIZE... in the environment; the same for ``-m module``): in a process gpudiag
-# started alone, such a command is run under gpudiag's worker instead, and the child
-# becomes a rank of the same run once its init_process_group names its rank.
-
-_PYTHON_NAME = re.compile(r"python[0-9.]*(?:\.exe)?$")
-_PYTHON_FLAGS_WITH_VALUE = ("-W", "-X")
-WORKER_MODULE = "gpudiag.capture.rank"
-
-
-def reexec_command(command: Any, target: dict[str, str], cwd: Any = None) -> list[str] | None:
-    """``command`` run under gpudiag's worker when it runs the traced ``target`` (the
-    same script file, or ``-m`` the same module) with a Python interpreter; None for any
-    other command (a shell string, another script, ``-c``, gpudiag's own worker)."""
-    if isinstance(command, (str, bytes)) or not isinstance(command, (list, tuple)):
-        return None
-    if not command:
-        return None
-    argv = [os.fsdecode(a) for a in command]
-    if not _is_python(argv[0]):
-        return None
-    i = 1
-    while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("-m", "-"):
-        if argv[i] == "-c" or argv[i].startswith("-c"):
-            return None
-        i += 2 if argv[i] in _PYTHON_FLAGS_WITH_VALUE else 1
-    if i >= len(argv):
-        return None
-    if argv[i] == "-m":
-        if i + 1 >= len(argv) or argv[i + 1] != target.get("module"):
-            return None
-    elif "script" not in target or not _same_file(argv[i], target["script"], cwd):
-        return None
-    return [*argv[:i], "-m", WORKER_MODULE, *argv[i:]]
-
-
-def _is_python(executable: str) -> bool:
-    if os.path.basename(executable) == os.path.basename(sys.executable):
-        return True
-    try:
-        if os.path.realpath(executable) == os.path.realpath(sys.executable):
-            return True
-    except (OSError, ValueError):
-        pass
-    return bool(_PYTHON_NAME.search(os.path.basename(executable)))
-
-
-def _same_file(path: str, script: str, cwd: Any) -> bool:
-    try:
-        base = os.fsdecode(cwd) if cwd is not None else os.getcwd()
-        return os.path.samefile(os.path.join(base, path), script)
-    except (OSError, TypeError, ValueError):
-        return False
-
-
-def install_reexec_hook(target: dict[str, str], children: list[Any]) -> None:
-    """Patch ``subprocess.Popen`` so that a command re-executing the traced script runs
-    under gpudiag's worker (:func:`reexec_command`), with this process's gpudiag
-    environment and :data:`ENV_REEXEC`; each such Popen is appended to ``children``.
-    Any other command is started untouched; the patch never raises into the caller."""
-    import inspect
-    import subprocess
-
-    original = subprocess.Popen.__init__
-    if getattr(original, "_gpudiag_wrapped", False):
-        return
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def __init__(self: subprocess.Popen, *args: Any, **kwargs: Any) -> None:
-        bound = None
-        try:
-            bound = _reexec_arguments(signature, self, args, kwargs, target)
-        except Exception:  # noqa: BLE001 - never the script's problem
-            bound = None
-        if bound is None:
-            original(self, *args, **kwargs)
-            return
-        original(*bound.args, **bound.kwargs)
-        children.append(self)
-
-    __init__._gpudiag_wrapped = True  # type: ignore[attr-defined]
-    subprocess.Popen.__init__ = __init__  # type: ignore[method-assign]
-
-
-def _reexec_arguments(
-    signature: Any, popen: Any, args: tuple, kwargs: dict[str, Any], target: dict[str, str]
-) -> Any:
-    """Popen's bound arguments rewritten for a re-executed rank, or None."""
-    bound = signature.bind(popen, *args, **kwargs)
-    given = bound.arguments
-    if given.get("shell") or given.get("executable") is not None:
-        return None
-    command = reexec_command(given.get("args"), target, given.get("cwd"))
-    if command is None:
-        return None
-    env = given.get("env")
-    env = dict(os.environ if env is None else env)
-    for key, value in os.environ.items():  # the run directory, the profile window...
-        if key.startswith("GPUDIAG_"):
-            env.setdefault(key, value)
-    env[ENV_REEXEC] = str(os.getpid())
-    given["args"] = command
-    given["env"] = env
-    return bound
-
-
-def wait_for_children(run_dir: Path, children: list[Any], deadline: float) -> None:
-    """Before this rank's process ends ok (its re-executed ranks would get the
-    parent-death signal): wait for those that became ranks to finish, until
-    REEXEC_WAIT_S or ``deadline`` (time.monotonic()); those still running then end with
-    this process. A re-executed script that is no rank (a helper) is not waited for."""
-    pids = set()
-    for rank in rundir.list_ranks(run_dir):
-        info = rundir.read_json(rundir.rank_dir(run_dir, rank) / rundir.RANK_INFO)
-        if isinstance(info, dict) and isinstance(info.get("pid"), int):
-            pids.add(info["pid"])
-    until = min(deadline, time.monotonic() + REEXEC_WAIT_S)
-    for child in children:
-        if child.pid not in pids:
-            continue
-        try:
-            child.wait(timeout=max(0.0, until - time.monotonic()))
-        except Exception:  # noqa: BLE001 - TimeoutExpired: it ends with this process
-            pass
-
-
-def _join_threads(name: str, limit_s: float) -> None:
-    deadline = time.monotonic() + limit_s
-    for thread in threading.enumerate():
-        if thread.name == name and thread is not threading.current_thread():
-            thread.join(max(0.0, deadline - time.monotonic()))
-
-
-def _init_method(args: tuple, kwargs: dict[str, Any]) -> str | None:
-    """init_process_group's rendezvous: its ``init_method`` (``tcp://A:P``,
-    ``file://...``), ``store`` when given a store, else ``env://MASTER_ADDR:MASTER_PORT``."""
-    method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
-    if isinstance(method, str) and method and method != "env://":
-        return method[:500]
-    if kwargs.get("store") is not None or (len(args) > 5 and args[5] is not None):
-        return "store"
-    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if addr and port:
-        return f"env://{addr}:{port}"[:500]
-    return None
-
-
-def _int_env(name: str) -> int | None:
-    try:
-        return int(os.environ.get(name, ""))
-    except ValueError:
-        return None
 
 
 def spawned_worker(index: int, nprocs: int) -> Worker:

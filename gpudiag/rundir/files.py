@@ -46,7 +46,7 @@ def bad_input(warnings: list[str] | None, message: str) -> None:
 MAX_DOC_BYTES = 16 << 20  # a JSON document: manifest, status, rank_info, summary, lint...
 MAX_TEXT_BYTES = 16 << 20  # a text file (stacks.txt)
 # One table (JSON Lines) in all: the rows past it are not read. GPUDIAG_MAX_TABLE_BYTES
-# overrides it; traces have their own limit (ingest.DEFAULT_MAX_TRACE_BYTES).
+# overrides it; traces have their own limit (analysis/trace_files.py, DEFAULT_MAX_TRACE_BYTES).
 DEFAULT_MAX_TABLE_BYTES = 2 << 30
 
 

@@ -1,0 +1,157 @@
+"""Running the user's script as ``__main__`` (part of the worker,
+:mod:`gpudiag.capture.worker`): its target from the command line, ``sys.path`` and
+the recursion limit as plain python would set them, whether the script profiles
+itself, and what the rank's environment and torch say about it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from types import FrameType
+from typing import Any
+
+from gpudiag import rundir
+
+
+def _set_path_head(folder: str) -> None:
+    """``folder`` first on sys.path, as python puts a script's folder there: in place of
+    the entry python put for gpudiag's own module, or before the rest when python was
+    started with -P (safe path: it put none)."""
+    if sys.flags.safe_path:
+        sys.path.insert(0, folder)
+    else:
+        sys.path[0] = folder
+
+
+def parse_target(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    if not argv:
+        raise SystemExit("gpudiag worker: no script or -m module given")
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            raise SystemExit("gpudiag worker: -m needs a module name")
+        return {"module": argv[1]}, argv[2:]
+    return {"script": argv[0]}, argv[1:]
+
+
+def _rank_env() -> tuple[int, int, int]:
+    return (
+        int(os.environ.get("RANK", "0")),
+        int(os.environ.get("LOCAL_RANK", "0")),
+        int(os.environ.get("WORLD_SIZE", "1")),
+    )
+
+
+def _torch_versions() -> dict[str, Any]:
+    import torch
+
+    versions: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    try:
+        if torch.cuda.is_available():
+            versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+            versions["cudnn"] = torch.backends.cudnn.version()
+    except Exception:
+        pass
+    return versions
+
+
+def _device(local_rank: int) -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return f"cuda:{local_rank % max(1, torch.cuda.device_count())}"
+    return "cpu"
+
+
+def _backend() -> str | None:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return str(dist.get_backend())
+    except Exception:
+        pass
+    return None
+
+
+# a profiler the script creates (not a record_function it only annotates with)
+_PROFILER_CALL = re.compile(r"profiler\.profile\s*\(")
+_PROFILER_IMPORT = re.compile(
+    r"from\s+torch\.(?:autograd\.)?profiler\s+import\s+(\([^)]*\)|[^\n]*)"
+)
+
+
+def _profiles_itself(target: dict[str, str]) -> bool:
+    """The script's own source (its module's for ``-m``) creates a torch profiler: read,
+    never imported; an unreadable file is taken as not profiling."""
+    path = target.get("script")
+    if path is None and target.get("module"):
+        try:
+            from importlib.util import find_spec
+
+            spec = find_spec(target["module"])
+        except (ImportError, ValueError):
+            spec = None
+        path = spec.origin if spec is not None else None
+    if path and os.path.isdir(path):  # `python pkgdir` runs pkgdir/__main__.py
+        path = os.path.join(path, "__main__.py")
+    text = rundir.read_text(path, max_bytes=8 << 20) if path else None
+    if not text:
+        return False
+    if _PROFILER_CALL.search(text):
+        return True
+    if any(re.search(r"\bprofile\b", m[1]) for m in _PROFILER_IMPORT.finditer(text)):
+        return True
+    # the profiler module under another name: `from torch import profiler as P`,
+    # `import torch.profiler as tp` (ninth probe: missed, and the job crashed), then
+    # `P.profile(` / `tp.profile(`
+    aliases = {m["alias"] or m["alias2"] for m in _PROFILER_MODULE_ALIAS.finditer(text)}
+    return any(re.search(rf"\b{re.escape(a)}\.profile\s*\(", text) for a in aliases)
+
+
+_PROFILER_MODULE_ALIAS = re.compile(
+    r"(?:from\s+torch(?:\.autograd)?\s+import\s+[^\n]*?\bprofiler\s+as\s+(?P<alias>\w+)"
+    r"|import\s+torch(?:\.autograd)?\.profiler\s+as\s+(?P<alias2>\w+))"
+)
+
+
+# frames above _run_target's stack until the script's module runs (runpy's run_path,
+# _run_module_code, _run_code, and two more the limit counts there: measured, a script
+# then recurses exactly as deep as under plain python, 998 frames at the default limit)
+_RUNPY_FRAMES = 5
+
+
+def _make_room_for_our_frames() -> None:
+    """Raise the recursion limit by the frames gpudiag and runpy put under the script's
+    module: under plain python the module is the first frame, and a script recursing
+    to within a few frames of the limit ran out 13 frames early (sixth probe)."""
+    depth = 0
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    try:
+        sys.setrecursionlimit(sys.getrecursionlimit() + depth + _RUNPY_FRAMES)
+    except (RecursionError, ValueError):
+        pass
+
+
+def _init_method(args: tuple, kwargs: dict[str, Any]) -> str | None:
+    """init_process_group's rendezvous: its ``init_method`` (``tcp://A:P``,
+    ``file://...``), ``store`` when given a store, else ``env://MASTER_ADDR:MASTER_PORT``."""
+    method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
+    if isinstance(method, str) and method and method != "env://":
+        return method[:500]
+    if kwargs.get("store") is not None or (len(args) > 5 and args[5] is not None):
+        return "store"
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if addr and port:
+        return f"env://{addr}:{port}"[:500]
+    return None
+
+
+def _int_env(name: str) -> int | None:
+    try:
+        return int(os.environ.get(name, ""))
+    except ValueError:
+        return None

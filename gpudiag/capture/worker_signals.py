@@ -1,0 +1,193 @@
+"""The rank's signals (part of the worker, :mod:`gpudiag.capture.worker`): SIGTERM
+raises in the user's code only (:func:`_on_sigterm`), the fatal signals left at their
+default get a status first (:func:`_record_fatal_signals`), a process the rank forks
+dies of them as it would without gpudiag (:func:`_forked_child`), and which handlers
+were the script's own (:func:`_note_script_handlers`).
+
+The flags and lists here are the process's one copy: read them through this module.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from types import CodeType
+from typing import TYPE_CHECKING, Any
+
+from gpudiag import frames
+
+if TYPE_CHECKING:
+    from gpudiag.capture.worker import Worker
+
+# gpudiag's worker modules: a signal handler or a frame of one of them is gpudiag's, not
+# the script's (siblings of this file, named as their __file__ is)
+WORKER_FILES = frozenset(
+    os.path.join(os.path.dirname(__file__), name)
+    for name in (
+        "worker.py",
+        "worker_signals.py",
+        "worker_outcome.py",
+        "worker_exit.py",
+        "script_run.py",
+        "reexec.py",
+    )
+)
+
+
+class _Terminated(KeyboardInterrupt):
+    """Raised in the main thread by the SIGTERM handler: user code sees an interrupt,
+    so its own ``except KeyboardInterrupt`` clean-up runs."""
+
+
+# SIGTERM interrupts the user's code only. Once it has ended (an exception being turned
+# into status.json: the elastic agent sends SIGTERM right when a peer dies, which is
+# exactly when a rank is formatting its own "Connection reset by peer") it is noted and
+# the rank finishes writing: a status lost there blames the wrong rank.
+_SIGTERM_RAISES = False
+_SIGTERM_PENDING = False
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    global _SIGTERM_PENDING
+    if _SIGTERM_RAISES:
+        raise _Terminated()
+    _SIGTERM_PENDING = True
+
+
+def sigterm_pending() -> bool:
+    """A SIGTERM came while the user's code was not running (during set-up)."""
+    return _SIGTERM_PENDING
+
+
+def _user_code_running(running: bool) -> None:
+    global _SIGTERM_RAISES
+    _SIGTERM_RAISES = running
+    if not running:
+        _note_script_handlers()
+        _ignore_ctrl_c()
+
+
+# signals a script handles itself to end the run (its handler saves, then sys.exit)
+_ENDING_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+# the code of each handler the script had installed as its code ended -> the signal
+_SCRIPT_HANDLERS: dict[CodeType, str] = {}
+
+
+def _note_script_handlers() -> None:
+    """Before gpudiag ignores Ctrl-C for its finishing: which handlers were the script's
+    (read by :func:`_handled_signal`)."""
+    _SCRIPT_HANDLERS.clear()
+    for name in _ENDING_SIGNALS:
+        try:
+            handler = signal.getsignal(getattr(signal, name))
+        except (AttributeError, ValueError):
+            continue
+        code = getattr(getattr(handler, "__func__", handler), "__code__", None)
+        if code is not None and code.co_filename not in WORKER_FILES:
+            _SCRIPT_HANDLERS.setdefault(code, name)
+
+
+# Signals whose default action ends the process and that python leaves at that default:
+# the rank died without a status.json (sixth probe: SIGUSR2, SIGALRM). gpudiag handles
+# those still at the default, writes the status, then dies of the signal.
+FATAL_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPROF")
+    if hasattr(signal, name)
+)
+
+
+_FATAL_HANDLED: list[int] = []  # the signals _record_fatal_signals took over
+_RANK_PID: list[int] = []  # the rank's process (not a forked DataLoader worker)
+
+
+def _claim_process() -> None:
+    """This process is the rank: a process it forks (a DataLoader worker, the script's
+    own os.fork or fork-context multiprocessing) is not (:func:`_forked_child`)."""
+    if not _RANK_PID:
+        os.register_at_fork(after_in_child=_forked_child)
+    _RANK_PID[:] = [os.getpid()]
+
+
+def _in_forked_child() -> bool:
+    return bool(_RANK_PID) and os.getpid() != _RANK_PID[0]
+
+
+def _record_fatal_signals(worker: Worker) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _claim_process()
+    for signum in FATAL_SIGNALS:
+        try:
+            if signal.getsignal(signum) is signal.SIG_DFL:
+                signal.signal(signum, worker.on_fatal_signal)
+                _FATAL_HANDLED.append(signum)
+        except (ValueError, OSError):
+            pass
+
+
+def _forked_child() -> None:
+    """A forked child dies of the signals gpudiag handles in the rank as it would have
+    without gpudiag: SIGTERM (a multiprocessing child's terminate(): exit -15, no
+    ``finally``; before, gpudiag's handler raised in it, tenth probe, A) and the fatal
+    ones. A handler the script installed itself is kept."""
+    try:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (ValueError, OSError):  # not the child's main thread
+        pass
+    for signum in _FATAL_HANDLED:
+        try:
+            signal.signal(signum, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+
+
+def _main_thread_line() -> str | None:
+    """``file:line in func`` of the main thread's innermost user frame (gpudiag.frames),
+    and the library function it is blocked in."""
+    frame = sys._current_frames().get(threading.main_thread().ident or -1)
+    if frame is None:
+        return None
+    inner = frame.f_code.co_name
+    while frame is not None and not frames.is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return f"{inner}()"
+    where = (
+        f"{frames.absolute(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
+    )
+    return where if frame.f_code.co_name == inner else f"{where} (inside {inner}())"
+
+
+def _ignore_ctrl_c() -> None:
+    """Once the user's code has ended, a Ctrl-C must not raise on the way to finish():
+    a KeyboardInterrupt there escapes main() and the rank ends with no status.json.
+    finish() ignores it anyway (only the main thread may set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except (ValueError, OSError):
+        pass
+
+
+def _handled_signal(tb: Any) -> str | None:
+    """The signal whose handler, installed by the script, the traceback passes through
+    (``def on_sigint(signum, frame): ...; sys.exit(7)``); None when none does."""
+    codes = _SCRIPT_HANDLERS
+    while tb is not None and codes:
+        name = codes.get(tb.tb_frame.f_code)
+        if name is not None:
+            return name
+        tb = tb.tb_next
+    return None
+
+
+def _set_aside_sigchld() -> None:
+    """SIGCHLD back to its default in the main thread: once the user's code has ended, a
+    DataLoader's handler must not raise into gpudiag (:meth:`Worker._decide`)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
