@@ -398,6 +398,8 @@ def _on_cpu_batch(
         return False
     if depth < 3 and _batch_parameter(ctx, receiver, depth, field):
         return True
+    if depth < 3 and _unpacked_from_batch(ctx, receiver, depth):
+        return True
     child: ast.AST = receiver  # a loop whose `iter` holds the receiver does not bind it
     loops: list[ast.For | ast.AsyncFor] = []
     for ancestor in ctx.ancestors(receiver):
@@ -440,6 +442,31 @@ def _on_cpu_batch(
             ):
                 return False
     return True
+
+
+def _unpacked_from_batch(ctx: ModuleContext, name: ast.Name, depth: int) -> bool:
+    """`idx, question, actions, length = batch` in the loop body, where `batch` is a host
+    batch straight from the DataLoader: each field unpacked from it is host memory too, as
+    long as the name is bound by nothing else in its scope (`question =
+    question.to(device)` would move it; habitat's pacman_trainer, eleventh judge)."""
+    if ctx.assigned_values(name.id, name) or _bound_otherwise(ctx, name):
+        return False
+    scope = ctx.scope_of(name)
+    sources: list[ast.expr] = []
+    for node in ctx.body_nodes(scope.body):  # type: ignore[attr-defined]
+        if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            if any(isinstance(n, ast.Name) and n.id == name.id for n in ast.walk(target)):
+                if not isinstance(target, (ast.Tuple, ast.List)) or not any(
+                    isinstance(e, ast.Name) and e.id == name.id for e in target.elts
+                ):
+                    return False  # `(a, b)[0] = ...`, a starred or nested field: not followed
+                sources.append(node.value)  # type: ignore[arg-type]
+    return bool(sources) and all(
+        isinstance(v, ast.Name) and _on_cpu_batch(ctx, v, depth + 1, True) for v in sources
+    )
 
 
 def _moved_in_place(
