@@ -2533,3 +2533,27 @@ def test_gd203_quiet_when_the_samples_are_computed_on_the_gpu(tmp_path: Path) ->
     quiet = _CUDA_SAMPLES.format(moved="x.to(self.device)")
     assert "GD203" not in {c for c, _ in _codes(tmp_path, quiet)}
     assert ("GD203", 13) in _codes(tmp_path, _CUDA_SAMPLES.format(moved="x"))
+
+
+_LATCH = """\
+import torch
+def train(loader, model, optimizer, queue):
+    use_queue = False
+    for x in loader:
+        {reset}
+        out = model(x.cuda(non_blocking=True))
+        if use_queue or not torch.all(queue[-1, :] == 0):
+            use_queue = True
+            out = torch.cat((queue @ out.t(), out))
+        loss = out.mean()
+        optimizer.zero_grad(); loss.backward(); optimizer.step()
+"""
+
+
+def test_a_tensor_test_behind_a_short_circuit_latch(tmp_path: Path) -> None:
+    """Eleventh judge, class A (swav's `if use_the_queue or not torch.all(...)`): the body
+    sets the flag and nothing in the loop resets it, so `or` skips the tensor read on every
+    later step. Control: a flag reset at each step reads the tensor every step."""
+    quiet = _LATCH.format(reset="pass")
+    assert "GD301" not in {c for c, _ in _codes(tmp_path, quiet)}
+    assert ("GD301", 7) in _codes(tmp_path, _LATCH.format(reset="use_queue = False"))

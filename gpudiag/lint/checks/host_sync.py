@@ -13,6 +13,7 @@ from gpudiag.lint.context import (
     LOOP_TYPES,
     SCOPE_TYPES,
     ModuleContext,
+    is_const,
     keyword,
     names_in,
     terminal_name,
@@ -744,6 +745,8 @@ def _tensor_tests(ctx: ModuleContext, tensor_names: dict[str, set[ast.AST]]) -> 
             continue  # `if loss.item() > x:` is reported as .item()
         keyword_ = "assert" if isinstance(node, ast.Assert) else "if"
         for tested in _names_tested(node.test):
+            if _behind_latch(ctx, node, tested):
+                continue
             if (
                 _tensor_expression(ctx, tested, node, 0)
                 if not isinstance(tested, ast.Name)
@@ -752,6 +755,49 @@ def _tensor_tests(ctx: ModuleContext, tensor_names: dict[str, set[ast.AST]]) -> 
                 text = f"`{keyword_} {ast.unparse(node.test)}`"
                 yield Hit("GD301", node.test, f": {text} reads a tensor")
                 break
+
+
+def _behind_latch(ctx: ModuleContext, node: ast.AST, tested: ast.expr) -> bool:
+    """`if use_the_queue or not torch.all(queue[-1] == 0): use_the_queue = True`: the tensor
+    is read only while the flag is unset; the body sets it and nothing in the loop resets it,
+    so Python's `or` skips the read on every later step (swav's queue, eleventh judge)."""
+    test = getattr(node, "test", None)
+    if not isinstance(node, ast.If) or not isinstance(test, ast.BoolOp):
+        return False
+    if not isinstance(test.op, ast.Or):
+        return False
+    loops: list[ast.AST] = []  # the outermost loop of the function: a reset anywhere in it
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, SCOPE_TYPES):
+            break
+        if isinstance(ancestor, LOOP_TYPES):
+            loops.append(ancestor)
+    if not loops:
+        return False
+    loop = loops[-1]
+    for value in test.values:
+        if any(n is tested for n in ast.walk(value)):
+            return False
+        if not isinstance(value, ast.Name):
+            continue
+        sets = [
+            stmt
+            for stmt in node.body
+            if isinstance(stmt, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == value.id for t in stmt.targets)
+        ]
+        others = [
+            n
+            for n in ctx.body_nodes(loop.body)  # type: ignore[attr-defined]
+            if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+            and any(
+                isinstance(t, ast.Name) and t.id == value.id
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+            )
+        ]
+        if sets and all(is_const(n.value, True) for n in others):
+            return True
+    return False
 
 
 def _names_tested(test: ast.expr) -> list[ast.expr]:
