@@ -2557,3 +2557,27 @@ def test_a_tensor_test_behind_a_short_circuit_latch(tmp_path: Path) -> None:
     quiet = _LATCH.format(reset="pass")
     assert "GD301" not in {c for c, _ in _codes(tmp_path, quiet)}
     assert ("GD301", 7) in _codes(tmp_path, _LATCH.format(reset="use_queue = False"))
+
+
+_INTERVAL_COUNT = """\
+import time, torch
+def state_to_cpu(sd):
+    return {{k: v.cpu() for k, v in sd.items()}}
+def train(model, loader, optimizer, interval=300):
+    start, cnt, seen = time.time(), 1, 0
+    for batch in loader:
+        loss = model(batch.cuda()).mean(); loss.backward(); optimizer.step()
+        seen += 1
+        if {elapsed} // interval >= cnt:
+            torch.save(state_to_cpu(model.state_dict()), "latest.pth")
+            cnt += 1
+"""
+
+
+def test_elapsed_time_counted_in_intervals_is_a_time_throttle(tmp_path: Path) -> None:
+    """Eleventh judge, class F (OpenPCDet's checkpoint every `ckpt_save_time_interval`
+    seconds: `elapsed // interval >= cnt`): the body runs once per interval of wall-clock
+    time, not per step. Control: the same test on a count that is not a time."""
+    quiet = _INTERVAL_COUNT.format(elapsed="(time.time() - start)")
+    assert "GD301" not in {c for c, _ in _codes(tmp_path, quiet)}
+    assert ("GD301", 3) in _codes(tmp_path, _INTERVAL_COUNT.format(elapsed="(seen * 2)"))

@@ -1272,14 +1272,21 @@ def _truth_names(test: ast.expr) -> list[str]:
 
 
 def _is_time_throttle(node: ast.AST) -> bool:
-    """`now - last_logging > log_freq_time`: runs once every so many seconds, not per step."""
+    """`now - last_logging > log_freq_time`, or the elapsed time counted in intervals
+    `elapsed // interval >= save_cnt` (OpenPCDet, eleventh judge): runs once every so many
+    seconds, not per step."""
     return (
         isinstance(node, ast.Compare)
         and len(node.ops) == 1
         and isinstance(node.ops[0], (ast.Gt, ast.GtE))
         and isinstance(node.left, ast.BinOp)
-        and isinstance(node.left.op, ast.Sub)
-        and any(_TIME_NAME.search(name) for name in names_in(node.left))
+        and isinstance(node.left.op, (ast.Sub, ast.FloorDiv))
+        and any(
+            _TIME_NAME.search(name)
+            for name in names_in(
+                node.left.left if isinstance(node.left.op, ast.FloorDiv) else node.left
+            )
+        )
     )
 
 
