@@ -2581,3 +2581,25 @@ def test_elapsed_time_counted_in_intervals_is_a_time_throttle(tmp_path: Path) ->
     quiet = _INTERVAL_COUNT.format(elapsed="(time.time() - start)")
     assert "GD301" not in {c for c, _ in _codes(tmp_path, quiet)}
     assert ("GD301", 3) in _codes(tmp_path, _INTERVAL_COUNT.format(elapsed="(seen * 2)"))
+
+
+_FRAMEWORK_INIT = """\
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from {module} import distrib
+def init():
+    if not torch.distributed.is_initialized():
+        distrib.{function}()
+def wrap(model):
+    return DistributedDataParallel(model.cuda(), device_ids=[torch.cuda.current_device()])
+"""
+
+
+def test_gd403_trusts_a_framework_distributed_init(tmp_path: Path) -> None:
+    """Eleventh judge, class C (demucs's `dora.distrib.init()`, which sets each rank's
+    device before `init_process_group`): a framework's distributed init picks the GPU.
+    Control: another function of the same framework module does not."""
+    quiet = _FRAMEWORK_INIT.format(module="dora", function="init")
+    assert "GD403" not in {c for c, _ in _codes(tmp_path, quiet)}
+    loud = _FRAMEWORK_INIT.format(module="dora", function="rank")
+    assert ("GD403", 8) in _codes(tmp_path, loud)

@@ -49,7 +49,13 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
         ddp for ddp in ddp_calls if not _device_set_before(ctx, ddp) and not ctx.cpu_branch(ddp)
     ]
     # set_device is CUDA's: an XPU / MPS job has its own (or none) to advise
-    if unset and ctx.gpu_job and not framework and ctx.device_kind() == "cuda":
+    if (
+        unset
+        and ctx.gpu_job
+        and not framework
+        and ctx.device_kind() == "cuda"
+        and not _framework_distributed_init(ctx)
+    ):
         yield Hit("GD403", unset[0], _PLACED if _placed_per_rank(ctx) else "")
     if ddp_calls and not framework and not _seeded_before(ctx, ddp_calls[0]):
         cuda_only = any(_cuda_seed(m, c) for m in ctx.component() for c in _seed_calls(m, True))
@@ -363,6 +369,26 @@ def _reached_from(ctx: ModuleContext, name: str) -> set[ast.AST]:
 
 
 _FRAMEWORK_SETUP = re.compile(r"^(launch|default_setup|setup_distributed|init_distributed\w*)$")
+
+
+_DISTRIBUTED_INIT = re.compile(r"(^|\.)(distrib|distributed)\.(init|initialize|setup)$")
+
+
+def _framework_distributed_init(ctx: ModuleContext) -> bool:
+    """The component initialises distributed training through a framework it imports,
+    `dora.distrib.init()` (demucs, eleventh judge): such an init picks each rank's GPU
+    (`torch.cuda.set_device(local_rank)`) before `init_process_group`; its code cannot be
+    read here, so GD403 trusts it (not GD405: it seeds nothing)."""
+    for module in ctx.component():
+        for qualified in module.call_names.values():
+            top = qualified.split(".", 1)[0]
+            if top in ("torch", "os", "sys") or module.project is None:
+                continue
+            if module.project.module_named(module, top) is not None:
+                continue  # a module of the project: its code is read, not trusted
+            if _DISTRIBUTED_INIT.search(qualified):
+                return True
+    return False
 
 
 def _framework_setup(ctx: ModuleContext) -> bool:
