@@ -10,6 +10,7 @@ from gpudiag.lint.checks import Hit
 from gpudiag.lint.context import (
     ACCELERATOR,
     ACCUMULATION_NAME,
+    DDP,
     ModuleContext,
     early_exit_before,
     names_in,
@@ -53,9 +54,13 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
     # accelerate's `with accelerator.accumulate(model):` (no_sync on the non-final micro-steps)
     component = ctx.component()
     # (a method call: yolov5's `accumulate` is a plain number of micro-batches)
-    if any(m.ddp_code for m in component) and all(
-        m.identifiers.isdisjoint(_SKIPS_SYNC) and not m.method_calls("accumulate")
-        for m in component
+    if (
+        any(m.ddp_code for m in component)
+        and all(
+            m.identifiers.isdisjoint(_SKIPS_SYNC) and not m.method_calls("accumulate")
+            for m in component
+        )
+        and not _sharded_only(component)
     ):
         yield from _accumulation_without_no_sync(ctx)
 
@@ -119,6 +124,22 @@ def _quantization_argument(ctx: ModuleContext, node: ast.AST, depth: int) -> boo
         ]
         return bool(reads) and all(_quantization_argument(ctx, n, depth + 1) for n in reads)
     return False
+
+
+_FSDP = re.compile(r"\.fsdp\.(\w+\.)*(FullyShardedDataParallel|fully_shard)$")
+
+
+def _sharded_only(component: list[ModuleContext]) -> bool:
+    """The job wraps its model in FSDP (`FullyShardedDataParallel(...)`, FSDP2's
+    `fully_shard(...)`) and nowhere in DDP nor through accelerate (llama-recipes, eleventh
+    judge): FSDP reduce-scatters sharded gradients, the rule's all-reduce and its
+    `no_sync()` fix (full unsharded gradients held between micro-steps) do not apply."""
+    names = [q for m in component for q in m.call_names.values()]
+    return (
+        any(_FSDP.search(q) for q in names)
+        and DDP not in names
+        and not any(m.accelerators for m in component)
+    )
 
 
 def _accumulation_without_no_sync(ctx: ModuleContext) -> Iterator[Hit]:
