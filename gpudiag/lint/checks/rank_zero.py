@@ -81,6 +81,7 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
             and not _overlapped(ctx, call)
             and not ctx.in_eval_loop_only(call)
             and not _agrees_on_a_flag(ctx, call)
+            and not _normalises_a_local_result(ctx, call)
             and not opted_in(ctx, call, flags)
         ):
             yield Hit("GD704", call, f": {qualified.rsplit('.', 1)[1]}")
@@ -187,6 +188,64 @@ def _agrees_on_a_flag(ctx: ModuleContext, call: ast.Call) -> bool:
             if isinstance(loop, (ast.For, ast.AsyncFor)) and tensor.id in set(names_in(loop.target))
         ]
     return any(_FLAG_NAME.search(name) for source in sources for name in names_in(source))
+
+
+_HOST_READS = {"item", "cpu", "numpy", "tolist"}
+
+
+def _normalises_a_local_result(ctx: ModuleContext, call: ast.Call) -> bool:
+    """`s = Q.sum(); dist.all_reduce(s); Q /= s; ... return Q`: the all-reduced sum
+    normalises a tensor of this rank (not itself reduced, never read to the host) that the
+    function returns: a global-batch normalisation that is part of the computation
+    (swav's distributed Sinkhorn-Knopp, eleventh judge), not a metric to read every N steps
+    nor a gradient reduction DDP could do. A reduced metric (`reduce_mean(t)`: the reduced
+    tensor itself returned) still is one."""
+    function = next((a for a in ctx.ancestors(call) if isinstance(a, FUNCTION_TYPES)), None)
+    if function is None or not call.args or not isinstance(call.args[0], ast.Name):
+        return False
+    reduced = call.args[0].id
+    collected: set[str] = set()
+    host_read: set[str] = set()
+    returned: set[str] = set()
+    scaled: set[str] = set()
+    for node in ctx.body_nodes(function.body):
+        if isinstance(node, ast.Call) and ctx.call_names.get(node) in _COLLECTIVES and node.args:
+            collected |= set(names_in(node.args[0]))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _HOST_READS
+        ):
+            host_read |= set(names_in(node.func.value))
+        if isinstance(node, ast.Return) and node.value is not None:
+            returned |= set(names_in(node.value))
+        target = _scaled_by(node, reduced)
+        if target is not None:
+            scaled.add(target)
+    local = scaled - collected - host_read
+    return bool(local & returned)
+
+
+def _scaled_by(node: ast.AST, divisor: str) -> str | None:
+    """The name `x` of `x /= d`, `x *= d` or `x = x / d` (`d` the divisor's name)."""
+    if (
+        isinstance(node, ast.AugAssign)
+        and isinstance(node.op, (ast.Div, ast.Mult))
+        and isinstance(node.target, ast.Name)
+        and divisor in names_in(node.value)
+    ):
+        return node.target.id
+    if (
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.BinOp)
+        and isinstance(node.value.op, (ast.Div, ast.Mult))
+        and divisor in names_in(node.value.right)
+        and node.targets[0].id in names_in(node.value.left)
+    ):
+        return node.targets[0].id
+    return None
 
 
 def _per_rank_warning(call: ast.Call) -> bool:
