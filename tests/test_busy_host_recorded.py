@@ -76,7 +76,7 @@ def test_a_lead_the_rank_explains_is_not_hedged_as_the_schedulers() -> None:
     long per step as the lead, "the scheduler alone can make a rank this late" held even
     though the rank's own time explained the lead. The hedge is for a lead nothing the rank
     does explains: here the recorded runs' stragglers, with that run-queue figure."""
-    from gpudiag.analysis import findings as fnd
+    from gpudiag.analysis import straggler_findings as stf
 
     sleeping, _ = _straggler("rank1_sleeps_50ms")
     (named,) = [f for f in sleeping.findings if f.kind == "straggler"]
@@ -87,17 +87,17 @@ def test_a_lead_the_rank_explains_is_not_hedged_as_the_schedulers() -> None:
         main=named.evidence["main_cause"],
     )
     busier_than_the_lead = named.cost_ms_per_step + 1.0
-    (own,) = fnd.straggler_findings(
+    (own,) = stf.straggler_findings(
         sleeping.stragglers, sleeping.step_ms, causes={1: cause}, runq_ms=busier_than_the_lead
     )
     assert own.severity == "high", own.title
     assert "scheduler alone" not in own.title
     unexplained = slow_rank.SlowRankCause(1, cause.lead_ms, cause.extra_ms, main=None)
-    (hedged,) = fnd.straggler_findings(
+    (hedged,) = stf.straggler_findings(
         sleeping.stragglers, sleeping.step_ms, causes={1: unexplained}, runq_ms=busier_than_the_lead
     )
     assert hedged.severity == "low" and "the scheduler alone" in hedged.title
-    (no_cause,) = fnd.straggler_findings(
+    (no_cause,) = stf.straggler_findings(
         sleeping.stragglers, sleeping.step_ms, runq_ms=busier_than_the_lead
     )
     assert no_cause.severity == "low"

@@ -124,7 +124,7 @@ def test_a_file_size_limit_runs_the_job_and_names_the_limit(tmp_path: Path, kib:
 def test_default_out_of_a_script_named_with_a_newline_has_none() -> None:
     """The default --out is built from the script's name: a control character there
     becomes _ (an --out given with one is refused; torch cannot export under it)."""
-    from gpudiag.capture.launcher import default_out
+    from gpudiag.capture.run_claim import default_out
 
     out = default_out({"script": "/tmp/x\ny\x1b.py"})
     assert out.parent == Path("gpudiag_runs") and out.name.startswith("x_y_-")

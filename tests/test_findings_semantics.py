@@ -217,12 +217,12 @@ def test_straggler_of_a_run_that_failed_or_hung_is_at_most_low(analysed) -> None
     """The labelled suite's only false medium finding (quiet machine, 2026-11-30): a
     straggler (0.9 ms/step, rank 0) in a run whose rank 1 raised at step 8. The failure
     is the finding; the few steps before it say little about a rank's pace."""
-    from gpudiag.analysis import findings as fnd
+    from gpudiag.analysis import straggler_findings as stf
 
     res = analysed["ddp4_straggler"]
-    (healthy_run,) = fnd.straggler_findings(res.stragglers, res.step_ms)
+    (healthy_run,) = stf.straggler_findings(res.stragglers, res.step_ms)
     assert healthy_run.severity == "high"
-    (ended_early,) = fnd.straggler_findings(res.stragglers, res.step_ms, ended_early=True)
+    (ended_early,) = stf.straggler_findings(res.stragglers, res.step_ms, ended_early=True)
     assert ended_early.severity == "low" and ended_early.ranks == healthy_run.ranks
     assert ended_early.cost_ms_per_step == healthy_run.cost_ms_per_step
     # and says why it is low (browser re-probe: a 91 % straggler at low, unexplained)

@@ -28,8 +28,8 @@ from typing import Any
 import pandas as pd
 
 from gpudiag import rundir
-from gpudiag.analysis import findings as fnd
 from gpudiag.analysis import gpu as gpu_health
+from gpudiag.analysis import straggler_findings as stf
 from gpudiag.analysis import stragglers as strag
 
 DEFAULT_WINDOW_STEPS = 50
@@ -285,7 +285,7 @@ def lagging_ranks(win: LiveWindow, window: int) -> tuple[list[int], list[int] | 
         if len(steps_frame)
         else float("nan")
     )
-    named = {r for f in fnd.straggler_findings(slow, step_ms) for r in f.ranks}
+    named = {r for f in stf.straggler_findings(slow, step_ms) for r in f.ranks}
     return sorted(int(r) for r in named), span
 
 

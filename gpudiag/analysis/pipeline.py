@@ -29,6 +29,7 @@ from gpudiag.analysis import (
     whatif,
 )
 from gpudiag.analysis import findings as fnd
+from gpudiag.analysis import straggler_findings as stf
 from gpudiag.analysis.dataloader import DataLoaderResult
 from gpudiag.analysis.findings import Finding, attach_locations, sort_findings
 from gpudiag.analysis.gpu import GpuResult
@@ -473,7 +474,7 @@ def _communication_findings(
     contention = _guard(warnings, "host CPU", host.host_contention, run) if run else None
     ended_early = run is not None and (run.manifest or {}).get("status") in ("failed", "hang")
     steady_count = steady.steady_step_count(base.run_steps) or None
-    straggler = fnd.straggler_findings(
+    straggler = stf.straggler_findings(
         inputs.slow,
         base.step_ms,
         contention,
@@ -592,7 +593,7 @@ def _slow_rank_causes(
         return {}
     column = "median_cost_ms" if "median_cost_ms" in slow else "cost_ms_per_step"
     flagged = slow[slow["is_straggler"].astype(bool)]
-    spread = fnd.spread_over_run(slow, run_steps)
+    spread = stf.spread_over_run(slow, run_steps)
     causes = {}
     for rank, lead in zip(flagged["rank"], flagged[column], strict=False):
         cause = slow_rank.explain(int(rank), float(lead) * spread, times, traces)
@@ -929,7 +930,7 @@ def _step_findings(w: _Work) -> None:
         w.gpu_info, w.step_ms, dp_active=w.dp is not None and not w.dp.on_cpu, ranks=w.ranks
     )
     found += gpu.no_amp_findings(w.traces, w.step_ms)
-    fnd.link_straggler_causes(found)
+    stf.link_straggler_causes(found)
     w.info = info = _run_info(w.path, run, w.traces, w.breakdown, w.steady_ms)
     if info.world_size and info.kind == "gpudiag_run":
         present = {r for r in info.ranks_present if 0 <= r < info.world_size}

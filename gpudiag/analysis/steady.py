@@ -11,7 +11,7 @@ window, which the profiler slows: docs/findings.md "Severity"):
   (sleeping or blocked: waiting for data, peers, I/O, a ``time.sleep``).
 
 A rank whose extra time is run-queue delay was *starved*; one whose extra time is on the
-CPU or off it was slow by itself (stragglers: findings.straggler_findings).
+CPU or off it was slow by itself (stragglers: straggler_findings.straggler_findings).
 """
 
 from __future__ import annotations

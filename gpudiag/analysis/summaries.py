@@ -32,7 +32,7 @@ import pandas as pd
 from gpudiag import rundir
 from gpudiag.analysis.dataloader import DataLoaderResult, RunDataWait, dataloader_findings
 from gpudiag.analysis.failures import rank_failed_findings
-from gpudiag.analysis.findings import hedge_few_steps, sort_findings, straggler_findings
+from gpudiag.analysis.findings import hedge_few_steps, sort_findings
 from gpudiag.analysis.gpu import GpuResult
 from gpudiag.analysis.result import (
     BREAKDOWN_COLUMNS,
@@ -43,6 +43,7 @@ from gpudiag.analysis.result import (
     RunInfo,
 )
 from gpudiag.analysis.spill import SpilledTable
+from gpudiag.analysis.straggler_findings import straggler_findings
 
 
 def summary_frame(summaries: dict[int, dict[str, Any]]) -> pd.DataFrame:

@@ -181,7 +181,7 @@ def _costliest(findings: list[Finding], scenario: Scenario) -> Finding | None:
 
 
 def _caused_elsewhere(finding: Finding, findings: list[Finding]) -> bool:
-    """A finding another one causes (findings.link_straggler_causes: a straggler slowed
+    """A finding another one causes (straggler_findings.link_straggler_causes: a straggler slowed
     by its own data wait): its time is projected once, by the cause's scenario."""
     cause = finding.evidence.get("caused_by") if isinstance(finding.evidence, dict) else None
     return bool(cause) and any(f.kind == cause for f in findings)
