@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpudiag.numfmt import MS_DIGITS, PCT_DIGITS, fixed
+
 NA = "–"  # None, NaN and inf: one dash everywhere
-MS_DIGITS = 2
-PCT_DIGITS = 1
 S_DIGITS = 1  # seconds (since the last step, a collective's wait): one decimal
 _BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 
@@ -54,8 +54,7 @@ def num(value: Any, digits: int = MS_DIGITS) -> str:
     v = number(value)
     if v is None:
         return NA
-    text = f"{v:.{digits}f}"
-    return "0" + text[2:] if text.startswith("-0") and float(text) == 0 else text
+    return fixed(v, digits)
 
 
 def ms(value: Any, unit: str = "ms") -> str:
@@ -70,8 +69,8 @@ def pct(value: Any, digits: int = PCT_DIGITS) -> str:
     return text if text == NA else f"{text} %"
 
 
-def share(value: Any, digits: int = 0) -> str:
-    """A fraction (0..1) as a percentage: ``49 %``."""
+def share(value: Any, digits: int = PCT_DIGITS) -> str:
+    """A fraction (0..1) as a percentage: ``49.0 %``."""
     v = number(value)
     return NA if v is None else pct(100 * v, digits)
 

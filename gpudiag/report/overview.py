@@ -505,10 +505,12 @@ def _evidence_value(value: Any, unit: str, who: str = "rank") -> str:
             return numbers.share(value)
         if unit == "bytes":
             return numbers.size(value)
-        if isinstance(value, float) and 0 < abs(value) < 0.01:
-            text = f"{value:.2g}"  # a p-value, a tiny time: its significant digits
+        if unit == "%":
+            return numbers.pct(value)
+        if isinstance(value, float) and 0 < abs(value) < 0.01 and not unit:
+            text = f"{value:.2g}"  # a p-value: its significant digits
         else:
-            text = numbers.num(value)
+            text = numbers.num(value)  # a time, a size: the tables' decimals
         return f"{text} {unit}" if unit and text != numbers.NA else text
     if isinstance(value, dict):
         if value and all(str(k).lstrip("-").isdigit() for k in value):
