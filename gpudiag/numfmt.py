@@ -25,4 +25,10 @@ def pct_text(value: float) -> str:
     return f"{fixed(value, PCT_DIGITS)} %"
 
 
-__all__ = ["MS_DIGITS", "PCT_DIGITS", "fixed", "ms_text", "pct_text"]
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``1 step``, ``3 steps``, ``2 problems``: the count and the word as it reads with
+    it (``many`` where the plural is not the word plus ``s``)."""
+    return f"{count} {word if count == 1 else (many or word + 's')}"
+
+
+__all__ = ["MS_DIGITS", "PCT_DIGITS", "fixed", "ms_text", "pct_text", "plural"]

@@ -425,7 +425,7 @@ def test_run_without_traces_shows_its_step_table(
 def test_broken_run_shows_what_it_can(monkeypatch: pytest.MonkeyPatch, runs_root: Path) -> None:
     at = _app(monkeypatch, [runs_root], run=_label(runs_root, "broken"))
     assert not at.exception
-    assert any("problem(s) reading this run" in w.value for w in at.warning)
+    assert any("reading this run" in w.value for w in at.warning)
     details = "\n".join(t.value for t in at.text)
     assert "manifest.json" in details and "rank1.pt.trace.json.gz" in details
     assert at.caption[0].value.startswith("2 ranks")  # rank 0's trace is intact

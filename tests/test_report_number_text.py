@@ -62,3 +62,24 @@ def test_shared_traces_titles(shared_traces):
     for f in res.findings:
         assert _bad_numbers(f.title) == [], f.title
         assert all(_bad_numbers(ln) == [] for ln in evidence_lines(f.evidence))
+
+
+def test_counts_read_as_words(result):
+    from gpudiag.numfmt import plural
+
+    assert plural(1, "step") == "1 step" and plural(2, "problem") == "2 problems"
+    buf = io.StringIO()
+    print_report(result, console=Console(file=buf, width=400, color_system=None))
+    html = re.sub(r"<script.*?</script>|<style.*?</style>", " ", render_html([result]), flags=re.S)
+    text = buf.getvalue() + html
+    assert not re.search(r"[a-z]\(s\)", text)
+    steps = result.run.steps_analysed
+    assert f"{steps} {'step' if steps == 1 else 'steps'} analysed" in text
+
+
+def test_one_step_trace_wording(shared_traces):
+    res = analyze(shared_traces / "param_dlrm_ddp8", workers=1)
+    buf = io.StringIO()
+    print_report(res, console=Console(file=buf, width=400, color_system=None))
+    text = buf.getvalue()
+    assert not re.search(r"[a-z]\(s\)", text) and "1 steps" not in text

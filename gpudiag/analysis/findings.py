@@ -21,7 +21,7 @@ import numpy as np
 from gpudiag import frames
 from gpudiag.analysis.gradient_sync import GradientSyncRounds
 from gpudiag.analysis.slow_rank import SlowRankCause
-from gpudiag.numfmt import ms_text, pct_text
+from gpudiag.numfmt import ms_text, pct_text, plural
 
 if TYPE_CHECKING:  # annotations only: the analysis does not load the linter
     from gpudiag.lint.report import LintDiagnostic, LintReport
@@ -598,7 +598,9 @@ def _straggler_hedges(
             if run_steps and matched < run_steps
             else ""
         )
-        return f" (collectives in only {matched} step(s){spread}: not shown to be consistent)"
+        return (
+            f" (collectives in only {plural(matched, 'step')}{spread}: not shown to be consistent)"
+        )
     if chance is not None:
         late = min(consistency.get("late_share_of_steps", {}).values(), default=0)
         return (

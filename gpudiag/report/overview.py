@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from gpudiag.analysis.findings import FEW_STEPS, SEVERITY_RANK, STATE_KINDS, Finding
+from gpudiag.numfmt import plural
 from gpudiag.report import numbers
 
 # Failures first (a run that hung is the first thing to know), then by severity, then by
@@ -432,7 +433,7 @@ def reading_problems(result: Any) -> str | None:
         more = (
             f" (and {len(warnings) - 1} more, listed under Warnings)" if len(warnings) > 1 else ""
         )
-        parts.append(f"{len(warnings)} problem(s) reading this run: {first}{more}")
+        parts.append(f"{plural(len(warnings), 'problem')} reading this run: {first}{more}")
     return "; ".join(parts) + "."
 
 

@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gpudiag.numfmt import plural
 from gpudiag.report import numbers
 from gpudiag.report.overview import (
     COLLECTIVE_DIGITS,
@@ -71,7 +72,7 @@ def _header(result: AnalysisResult) -> Text:
         f"kind {run.kind}",
         f"world size {run.world_size or '?'}",
         f"backend {run.backend or '?'}",
-        f"{run.steps_analysed} steps analysed",
+        f"{plural(run.steps_analysed, 'step')} analysed",
         f"ranks traced {run.traced_ranks}",
     ]
     if run.devices:
@@ -287,7 +288,7 @@ def print_scale(scaled: Any, console: Console | None = None) -> None:
     collective model and the assumptions (a ScaleProjection, gpudiag/analysis/scaling.py)."""
     table = Table(
         title=f"What if: {scaled.from_world_size} -> {scaled.world_size} ranks "
-        f"on {scaled.nodes} node(s) (weak scaling)"
+        f"on {plural(scaled.nodes, 'node')} (weak scaling)"
     )
     for col in ("part", "measured ms", "projected ms"):
         table.add_column(col, justify="left" if col == "part" else "right")
