@@ -238,7 +238,7 @@ def findings_table(findings: list[Finding]) -> pd.DataFrame:
             "severity": [f.severity for f in ordered],
             "cost ms/step": [numbers.num(f.cost_ms_per_step) for f in ordered],
             "kind": [f.kind for f in ordered],
-            "ranks": [", ".join(map(str, f.ranks)) or "all" for f in ordered],
+            "ranks": [numbers.rank_cell(f.ranks) for f in ordered],
             "title": [f.title for f in ordered],
             "fix": [f.fix for f in ordered],
         }

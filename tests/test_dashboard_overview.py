@@ -427,3 +427,27 @@ def test_the_chart_splits_exposed_communication_whatever_the_findings(
     # a run whose waits cannot be measured (1 of 8 ranks traced) is not split
     lone = analyze(shared_traces / "tracelens_mi300_ddp")
     assert "comm_wait" not in lone.ranks and not overview.rank_parts(lone).split
+
+
+def test_a_finding_without_ranks_reads_the_same_everywhere(
+    monkeypatch: pytest.MonkeyPatch, straggler: AnalysisResult
+) -> None:
+    """bucket_size names no rank: "all ranks" in the dashboard's Findings table, the
+    terminal's finding header and the HTML report alike (probe 31, class J)."""
+    from dashboards.views import findings_table
+
+    empty = [f for f in straggler.findings if not f.ranks]
+    assert empty, [f.kind for f in straggler.findings]
+    table = findings_table(straggler.findings)
+    for f in empty:
+        assert table.loc[table["kind"] == f.kind, "ranks"].tolist() == ["all ranks"]
+    buf = io.StringIO()
+    print_report(straggler, console=Console(file=buf, width=300, color_system=None))
+    heads = [ln for ln in buf.getvalue().splitlines() if any(f.kind in ln for f in empty)]
+    assert heads and all("all ranks" in ln for ln in heads[:1]), heads
+    html = render_html([straggler])
+    for f in empty:
+        assert re.search(rf"<b>{f.kind}</b> — [^<]* — all ranks", html)
+    at = _app(monkeypatch, STRAGGLER)
+    shown = [str(t.value.to_dict()) for t in at.table]
+    assert any("all ranks" in s for s in shown) and not any("'all'" in s for s in shown)

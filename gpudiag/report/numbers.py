@@ -86,11 +86,19 @@ def size(value: Any) -> str:
     return f"{v:.0f} B"
 
 
+ALL_RANKS = "all ranks"  # a finding or fix that names no rank, in every report
+
+
+def rank_cell(values: Iterable[Any]) -> str:
+    """A rank list for a table cell: ``0, 2, 3``, or ``all ranks`` for none named."""
+    return ", ".join(str(v) for v in values) or ALL_RANKS
+
+
 def ranks(values: Iterable[Any]) -> str:
     """``rank 2``, ``ranks 0 and 6``, ``ranks 0, 2 and 3``."""
     items = [str(int(v)) if number(v) is not None else str(v) for v in values]
     if not items:
-        return "all ranks"
+        return ALL_RANKS
     if len(items) == 1:
         return f"rank {items[0]}"
     return f"ranks {', '.join(items[:-1])} and {items[-1]}"
@@ -165,6 +173,8 @@ def styled(frame: pd.DataFrame, digits: Mapping[str, int] | None = None) -> Any:
 
 
 __all__ = [
+    "ALL_RANKS",
+    "rank_cell",
     "terminal_text",
     "MS_DIGITS",
     "cell_text",

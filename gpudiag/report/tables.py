@@ -26,7 +26,7 @@ def whatif_frame(projections: list[Projection]) -> pd.DataFrame:
         {
             "fix": [p.scenario for p in projections],
             "finding": [p.finding_kind for p in projections],
-            "ranks": [", ".join(map(str, p.ranks)) or "all" for p in projections],
+            "ranks": [numbers.rank_cell(p.ranks) for p in projections],
             "step ms": [round(p.step_ms, 2) for p in projections],
             "projected ms": [round(p.projected_step_ms, 2) for p in projections],
             "range ms": [

@@ -94,8 +94,7 @@ def render_findings(console: Console, findings: list[Any], no_findings: str) -> 
         head.append(f"{i}. [{f.severity.upper()}] ", style=style)
         head.append(f"{f.kind}", style="bold")
         head.append(f"  {numbers.ms(f.cost_ms_per_step, 'ms/step')}")
-        if f.ranks:
-            head.append(f"  {numbers.ranks(f.ranks)}")
+        head.append(f"  {numbers.ranks(f.ranks)}")
         body = Text()
         body.append(numbers.terminal_text(f.title) + "\n")
         body.append("evidence:\n", style="dim")
@@ -260,7 +259,7 @@ def whatif_table(projections: list[Any]) -> Table | None:
         table.add_row(
             p.scenario,
             p.finding_kind,
-            ",".join(map(str, p.ranks)) or "all",
+            numbers.rank_cell(p.ranks),
             _num(p.step_ms),
             _num(p.projected_step_ms),
             f"{_num(p.projected_low_ms)}–{_num(p.projected_high_ms)}",
