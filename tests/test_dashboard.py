@@ -176,8 +176,36 @@ def test_query_param_outside_roots_is_refused(
     typo.query_params["run"] = "runs/no_such_run"
     typo.run()
     errors = [e.value.replace("\\", "") for e in typo.error]
-    assert any("no run of that name among the runs found" in e for e in errors), errors
+    assert any("no run of that name among the runs found (run= in the URL)" in e for e in errors), (
+        errors
+    )
     assert not any("outside the run roots" in e for e in errors)
+
+
+def test_bad_view_and_partner_in_the_url_get_the_run_notice(
+    monkeypatch: pytest.MonkeyPatch, runs_root: Path
+) -> None:
+    """?view= and ?partner= naming nothing get the one-line notice ?run= gets (probe 31, H)."""
+    monkeypatch.setattr(sys, "argv", ["app.py", str(runs_root)])
+    bad_view = AppTest.from_file(str(APP), default_timeout=180)
+    bad_view.query_params["view"] = "Nope"
+    bad_view.run()
+    assert not bad_view.exception
+    errors = [e.value.replace("\\", "") for e in bad_view.error]
+    assert any(
+        e.startswith("Nope: no view of that name among the dashboard's views (view= in the URL)")
+        for e in errors
+    ), errors
+    bad_partner = AppTest.from_file(str(APP), default_timeout=180)
+    bad_partner.query_params["view"] = "Compare"
+    bad_partner.query_params["partner"] = "nope"
+    bad_partner.run()
+    assert not bad_partner.exception
+    errors = [e.value.replace("\\", "") for e in bad_partner.error]
+    assert any(
+        e.startswith("nope: no partner of that name among the runs found (partner= in the URL)")
+        for e in errors
+    ), errors
 
 
 # --------------------------------------------------------------------------- views
