@@ -451,3 +451,34 @@ def test_a_finding_without_ranks_reads_the_same_everywhere(
     at = _app(monkeypatch, STRAGGLER)
     shown = [str(t.value.to_dict()) for t in at.table]
     assert any("all ranks" in s for s in shown) and not any("'all'" in s for s in shown)
+
+
+def test_metric_charts_and_live_host_cpu_say_words_and_units(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """GPU metrics chart titles are words with a unit, never a field name; the live
+    page's host CPU says of what it is a percentage (probe 31, class G)."""
+    import json
+    from types import SimpleNamespace
+
+    from dashboards import views
+    from gpudiag.report import figures, tables
+
+    for metric, unit in views.GPU_METRICS:
+        assert "_" not in figures.metric_title(metric, unit)
+    for metric, unit in views.HOST_METRICS:
+        assert "_" not in figures.metric_title(metric, unit, host=True)
+    monkeypatch.setattr(sys, "argv", ["app.py", str(STRAGGLER)])
+    at = AppTest.from_file(str(APP), default_timeout=180)
+    at.query_params["view"] = "GPU metrics"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    titles = [
+        json.loads(c.proto.spec)["layout"].get("title", {}).get("text", "")
+        for c in at.get("plotly_chart")
+    ]
+    assert "host CPU busy (% of all cores)" in titles, titles
+    assert not any(t.split(" (")[0] in ("cpu_percent", "mem_used", "proc_rss") for t in titles)
+    host = SimpleNamespace(node=0, cpu_percent=20.0, mem_used=2**30, mem_total=2**31, gpus=[])
+    frame = tables.live_node_frame(SimpleNamespace(nodes=[host]))  # type: ignore[arg-type]
+    assert "util % (host: of all cores)" in frame.columns

@@ -328,7 +328,7 @@ def live_node_frame(snap: LiveSnapshot) -> pd.DataFrame:
             {
                 "node": n.node,
                 "device": "host",
-                "util %": n.cpu_percent,
+                "util % (host: of all cores)": n.cpu_percent,
                 "memory GiB": _gib(n.mem_used),
                 "of GiB": _gib(n.mem_total),
                 "power W": None,
@@ -341,7 +341,7 @@ def live_node_frame(snap: LiveSnapshot) -> pd.DataFrame:
                 {
                     "node": n.node,
                     "device": f"GPU {g.gpu}",
-                    "util %": g.util_gpu,
+                    "util % (host: of all cores)": g.util_gpu,
                     "memory GiB": _gib(g.mem_used),
                     "of GiB": _gib(g.mem_total),
                     "power W": g.power_w,
