@@ -83,3 +83,13 @@ def test_one_step_trace_wording(shared_traces):
     print_report(res, console=Console(file=buf, width=400, color_system=None))
     text = buf.getvalue()
     assert not re.search(r"[a-z]\(s\)", text) and "1 steps" not in text
+
+
+def test_gpu_idle_verdict_calls_the_mean_a_mean(shared_traces):
+    """probe 31, K: not "worst on" every rank, not "up to" a mean."""
+    from gpudiag.report.overview import verdict
+
+    res = analyze(shared_traces / "param_dlrm_ddp8", workers=1)
+    head = verdict(res).headline
+    assert "worst on" not in head and "up to" not in head, head
+    assert "on every rank" in head and "(the mean over ranks)" in head, head

@@ -205,9 +205,11 @@ def verdict(result: Any) -> Verdict:
             if numbers.number(busy) is not None and numbers.number(still) is not None
             else "the 'GPU idle · host busy' and 'GPU idle · host idle' columns"
         )
+        traced = list(getattr(result.run, "traced_ranks", []) or [])
+        on = "every rank" if not f.ranks or sorted(f.ranks) == sorted(traced) else who
         head = (
-            f"GPU idle {cost}{of_step} (mean over ranks: {parts}), worst on {who}: "
-            f"up to {cost} back."
+            f"GPU idle {cost}{of_step} (mean over ranks: {parts}), on {on}: "
+            f"about {cost} back (the mean over ranks)."
         )
     elif f.kind == "exposed_communication":
         head = (
