@@ -358,12 +358,16 @@ def test_host_metrics_code_and_compare(
     _view(at, "GPU metrics")
     host = result.host_samples
     assert len(host) > 0
-    cpu = next(s for s in _specs(at) if s["layout"]["title"]["text"].startswith("cpu_percent"))
+    cpu = next(s for s in _specs(at) if s["layout"]["title"]["text"].startswith("host CPU busy"))
     assert _values(cpu["data"][0]["y"]) == pytest.approx(
         host.sort_values("t_ns")["cpu_percent"].tolist(), nan_ok=True
     )
     # Memory in GiB or MiB, never plotly's SI "1.6B" for bytes.
-    rss = next(s for s in _specs(at) if s["layout"]["title"]["text"].startswith("proc_rss"))
+    rss = next(
+        s
+        for s in _specs(at)
+        if s["layout"]["title"]["text"].startswith("training processes' resident memory")
+    )
     unit = rss["layout"]["yaxis"]["title"]["text"]
     assert unit in ("GiB", "MiB"), unit
     scale = 2**30 if unit == "GiB" else 2**20
