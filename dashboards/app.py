@@ -82,7 +82,7 @@ def _initial_run(refs: list[runs.RunRef], roots: list[Path]) -> int:
         return labels.index(wanted)
     if not Path(wanted).is_absolute() and ".." not in Path(wanted).parts:
         # a run's label mistyped, not a path leaving the roots: say that (browser probe)
-        st.error(views.md(f"{wanted}: no run of that name among the runs found"))
+        views.bad_url_value("run", wanted, "the runs found", f"showing {refs[0].label}")
         return 0
     try:
         path = runs.confine(wanted, roots)
@@ -153,6 +153,11 @@ def main() -> None:
     # The view is bound to ?view= by Streamlit itself (the browser writes the URL when
     # it is clicked): set from Python, a click during a live run's refreshes reached the
     # URL one click late (browser probe of issue 31). An unknown ?view= is dropped.
+    asked = st.query_params.get("view")
+    if asked and asked not in views.VIEWS:
+        views.bad_url_value(
+            "view", asked, "the dashboard's views", f"showing {next(iter(views.VIEWS))}"
+        )
     view = st.sidebar.radio("View", list(views.VIEWS), key="view", bind="query-params")
     st.query_params["run"] = label  # a shareable URL
     ref = refs[labels.index(label)]

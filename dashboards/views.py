@@ -238,7 +238,7 @@ def findings_table(findings: list[Finding]) -> pd.DataFrame:
             "severity": [f.severity for f in ordered],
             "cost ms/step": [numbers.num(f.cost_ms_per_step) for f in ordered],
             "kind": [f.kind for f in ordered],
-            "ranks": [", ".join(map(str, f.ranks)) or "all" for f in ordered],
+            "ranks": [numbers.rank_cell(f.ranks) for f in ordered],
             "title": [f.title for f in ordered],
             "fix": [f.fix for f in ordered],
         }
@@ -707,6 +707,12 @@ _PARTNER_OF = "partner_of"  # session state: the run A the partner was chosen fo
 _PARTNERS = "partners_chosen"  # session state: run A -> the partner last shown with it
 
 
+def bad_url_value(key: str, value: str, among: str, shown: str) -> None:
+    """The one-line notice for a URL value that names nothing (``?run=``, ``?view=``,
+    ``?partner=``): what was asked, that it is not there, and what is shown instead."""
+    st.error(md(f"{value}: no {key} of that name among {among} ({key}= in the URL); {shown}"))
+
+
 def _init_partner(ctx: ViewContext, labels: list[str]) -> None:
     """Run B before its select is drawn: the URL's ?partner= when it names a run, else
     the one last shown with this run A, else :func:`compare_pair`'s choice. Kept while
@@ -717,6 +723,8 @@ def _init_partner(ctx: ViewContext, labels: list[str]) -> None:
         return
     chosen: dict[str, str] = state.setdefault(_PARTNERS, {})
     wanted = st.query_params.get(PARTNER) if _PARTNER_OF not in state else None
+    if wanted and wanted not in labels:
+        bad_url_value(PARTNER, wanted, "the runs found", "Run B is chosen below")
     if wanted not in labels:
         wanted = chosen.get(a)
     if wanted not in labels:

@@ -89,7 +89,7 @@ def test_each_bad_file_is_named_and_the_rest_analysed(run_dir: Path, shared_trac
     _one_line_naming(warnings, not_trace, "not a profiler trace")
     _one_line_naming(warnings, duplicate, "a second trace for rank 0")
     assert any(w.startswith(str(corrupt)) and "gzip" in w for w in warnings), warnings
-    assert any("traces for 6 of 8 ranks are missing (1-2, 4-7)" in w for w in warnings)
+    assert any("traces for 6 of 8 ranks are missing (ranks 1-2, 4-7)" in w for w in warnings)
     assert all("\n" not in w for w in warnings)
     _analyse(traces)
 
@@ -316,7 +316,7 @@ def test_unfinished_last_row_is_a_crash_artefact_not_bad_input(
     lines = table.read_text().splitlines(keepends=True)
     table.write_text("".join([*lines[:3], '{"step": 3, "sta\n', *lines[3:]]))
     assert analyze_cli.main([str(broken), "--json"]) == 2
-    assert f"{table}: skipped 1 malformed line(s), first at line 4" in capsys.readouterr().err
+    assert f"{table}: skipped 1 malformed line, first at line 4" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- unusable files

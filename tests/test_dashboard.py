@@ -176,8 +176,36 @@ def test_query_param_outside_roots_is_refused(
     typo.query_params["run"] = "runs/no_such_run"
     typo.run()
     errors = [e.value.replace("\\", "") for e in typo.error]
-    assert any("no run of that name among the runs found" in e for e in errors), errors
+    assert any("no run of that name among the runs found (run= in the URL)" in e for e in errors), (
+        errors
+    )
     assert not any("outside the run roots" in e for e in errors)
+
+
+def test_bad_view_and_partner_in_the_url_get_the_run_notice(
+    monkeypatch: pytest.MonkeyPatch, runs_root: Path
+) -> None:
+    """?view= and ?partner= naming nothing get the one-line notice ?run= gets (probe 31, H)."""
+    monkeypatch.setattr(sys, "argv", ["app.py", str(runs_root)])
+    bad_view = AppTest.from_file(str(APP), default_timeout=180)
+    bad_view.query_params["view"] = "Nope"
+    bad_view.run()
+    assert not bad_view.exception
+    errors = [e.value.replace("\\", "") for e in bad_view.error]
+    assert any(
+        e.startswith("Nope: no view of that name among the dashboard's views (view= in the URL)")
+        for e in errors
+    ), errors
+    bad_partner = AppTest.from_file(str(APP), default_timeout=180)
+    bad_partner.query_params["view"] = "Compare"
+    bad_partner.query_params["partner"] = "nope"
+    bad_partner.run()
+    assert not bad_partner.exception
+    errors = [e.value.replace("\\", "") for e in bad_partner.error]
+    assert any(
+        e.startswith("nope: no partner of that name among the runs found (partner= in the URL)")
+        for e in errors
+    ), errors
 
 
 # --------------------------------------------------------------------------- views
@@ -330,12 +358,16 @@ def test_host_metrics_code_and_compare(
     _view(at, "GPU metrics")
     host = result.host_samples
     assert len(host) > 0
-    cpu = next(s for s in _specs(at) if s["layout"]["title"]["text"].startswith("cpu_percent"))
+    cpu = next(s for s in _specs(at) if s["layout"]["title"]["text"].startswith("host CPU busy"))
     assert _values(cpu["data"][0]["y"]) == pytest.approx(
         host.sort_values("t_ns")["cpu_percent"].tolist(), nan_ok=True
     )
     # Memory in GiB or MiB, never plotly's SI "1.6B" for bytes.
-    rss = next(s for s in _specs(at) if s["layout"]["title"]["text"].startswith("proc_rss"))
+    rss = next(
+        s
+        for s in _specs(at)
+        if s["layout"]["title"]["text"].startswith("training processes' resident memory")
+    )
     unit = rss["layout"]["yaxis"]["title"]["text"]
     assert unit in ("GiB", "MiB"), unit
     scale = 2**30 if unit == "GiB" else 2**20
@@ -425,7 +457,7 @@ def test_run_without_traces_shows_its_step_table(
 def test_broken_run_shows_what_it_can(monkeypatch: pytest.MonkeyPatch, runs_root: Path) -> None:
     at = _app(monkeypatch, [runs_root], run=_label(runs_root, "broken"))
     assert not at.exception
-    assert any("problem(s) reading this run" in w.value for w in at.warning)
+    assert any("reading this run" in w.value for w in at.warning)
     details = "\n".join(t.value for t in at.text)
     assert "manifest.json" in details and "rank1.pt.trace.json.gz" in details
     assert at.caption[0].value.startswith("2 ranks")  # rank 0's trace is intact

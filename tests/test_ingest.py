@@ -68,7 +68,7 @@ def test_ranks_from_distributed_info(loaded) -> None:
     assert [t.meta.rank for t in loaded["astrasim_megatron_tp8"][0]] == list(range(8))
     assert [t.meta.rank for t in loaded["hta_sampled_2of128"][0]] == [0, 1]
     warnings = loaded["hta_sampled_2of128"][1]
-    assert any("126 of 128 ranks are missing (2-127)" in w for w in warnings)
+    assert any("126 of 128 ranks are missing (ranks 2-127)" in w for w in warnings)
 
 
 def test_new_nccl_naming_and_bytes_from_input_dims(loaded) -> None:
@@ -286,7 +286,7 @@ def test_run_directory_layout(shared_traces: Path, tmp_path: Path) -> None:
     warnings: list[str] = []
     traces = load_traces(found, warnings=warnings, workers=2)
     assert [t.meta.rank for t in traces] == [0, 1]
-    assert any("6 of 8 ranks are missing (2-7)" in w for w in warnings)
+    assert any("6 of 8 ranks are missing (ranks 2-7)" in w for w in warnings)
 
 
 def test_serial_and_parallel_give_the_same_tables(shared_traces: Path) -> None:

@@ -93,7 +93,7 @@ CASES: dict[str, tuple[str, Callable[[Path], None], str, bool]] = {
     "steps-no-permission": ("rank1/steps.jsonl", _no_permission, "Permission denied", True),
     "steps-directory": ("rank1/steps.jsonl", _directory, "a directory, not a regular file", False),
     "steps-fifo": ("rank1/steps.jsonl", _fifo, "a FIFO, not a regular file", False),
-    "steps-bad-line": ("rank1/steps.jsonl", _bad_middle_line, "1 malformed line(s)", False),
+    "steps-bad-line": ("rank1/steps.jsonl", _bad_middle_line, "1 malformed line", False),
     "status-no-permission": ("rank1/status.json", _no_permission, "Permission denied", True),
     "status-directory": ("rank1/status.json", _directory, "a directory, not a regular file", False),
     "status-truncated": ("rank1/status.json", _truncate, "not valid JSON", False),

@@ -23,6 +23,7 @@ from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.breakdown import step_windows
 from gpudiag.analysis.findings import Finding, ms, severity_for
 from gpudiag.analysis.jsonable import rows_of, whole
+from gpudiag.numfmt import ms_text, pct_text
 
 DATALOADER_FIX = (
     "Load batches in parallel and ahead of the GPU: DataLoader(num_workers=4..8, "
@@ -453,18 +454,20 @@ def dataloader_findings(info: DataLoaderResult, step_ms: dict[int, float]) -> li
         evidence["startup_ms_per_rank"] = {str(r): ms(v) for r, v in sorted(startup.items())}
     if idle:
         evidence["gpu_idle_waiting_ms_per_step"] = ms(float(np.mean(idle)))
-    share = f"{100 * cost / mean_step:.0f}%"
+    share = f"{pct_text(100 * cost / mean_step)}"
     if len(waiting) < len(per_rank):
         who = ", ".join(str(r) for r in waiting)
         title = (
             f"Rank{'s' if len(waiting) > 1 else ''} {who} wait{'' if len(waiting) > 1 else 's'} "
-            f"{cost:.2f} ms per step for data ({share} of the step; the other ranks "
-            f"{evidence['other_ranks_data_ms']:.1f} ms)"
+            f"{ms_text(cost)} ms per step for data ({share} of the step; the other ranks "
+            f"{ms_text(evidence['other_ranks_data_ms'])} ms)"
         )
     elif whole_trace:
-        title = f"Data loading takes {cost:.1f} ms of the {mean_step:.1f} ms traced ({share})"
+        title = (
+            f"Data loading takes {ms_text(cost)} ms of the {ms_text(mean_step)} ms traced ({share})"
+        )
     else:
-        title = f"Steps wait {cost:.1f} ms for data ({share} of the step)"
+        title = f"Steps wait {ms_text(cost)} ms for data ({share} of the step)"
     return [
         Finding(
             kind="dataloader_stall",
@@ -499,8 +502,8 @@ def host_sync_findings(info: DataLoaderResult, step_ms: dict[int, float]) -> lis
             cost_ms_per_step=cost,
             ranks=sorted(r.rank for r in rows),
             title=(
-                f"Host synchronisation leaves the GPU idle {cost:.2f} ms per step "
-                f"(the host blocks {blocking:.1f} ms in it)"
+                f"Host synchronisation leaves the GPU idle {ms_text(cost)} ms per step "
+                f"(the host blocks {ms_text(blocking)} ms in it)"
             ),
             evidence={
                 "gpu_idle_caused_ms_per_step": ms(cost),

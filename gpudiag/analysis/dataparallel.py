@@ -20,6 +20,7 @@ import pandas as pd
 from gpudiag.analysis.classify import name_mask
 from gpudiag.analysis.dataloader import _per_step_union_ms, merge_intervals, overlap_ns
 from gpudiag.analysis.findings import Finding, ms, severity_for
+from gpudiag.numfmt import ms_text, pct_text
 
 DP_FORWARD_RE = re.compile(r"(?<!Distributed)DataParallel\.forward")
 # Stage -> names (CPU ops, autograd nodes, Python functions) that belong to it.
@@ -206,8 +207,8 @@ def dataparallel_findings(info: DataParallelResult | None, step_ms: float) -> li
             cost_ms_per_step=cost,
             ranks=[0],
             title=(
-                f"DataParallel scatter/replicate/gather costs {cost:.2f} ms per step "
-                f"({100 * cost / step_ms:.0f}%)"
+                f"DataParallel scatter/replicate/gather costs {ms_text(cost)} ms per step "
+                f"({pct_text(100 * cost / step_ms)})"
             ),
             evidence={
                 **{f"{k}_ms": ms(v) for k, v in info.stage_ms_per_step.items()},

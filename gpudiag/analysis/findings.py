@@ -20,6 +20,7 @@ import numpy as np
 
 from gpudiag import frames
 from gpudiag.analysis.gradient_sync import GradientSyncRounds
+from gpudiag.numfmt import ms_text, pct_text
 
 if TYPE_CHECKING:  # annotations only: the analysis does not load the linter
     from gpudiag.lint.report import LintDiagnostic, LintReport
@@ -568,7 +569,7 @@ def _microstep_sync_finding(
         f"all-reduces of {rounds.buckets} bucket{'s' * (rounds.buckets != 1)}, counted over "
         f"{rounds.steps} steps): gradient accumulation without no_sync()? The first {k - 1} "
         f"rounds are summed over by the next backward; skipping them gives back about "
-        f"{cost:.2f} ms per step ({k - 1}/{k} of the {split.gross_ms:.2f} ms of exposed "
+        f"{ms_text(cost)} ms per step ({k - 1}/{k} of the {ms_text(split.gross_ms)} ms of exposed "
         f"communication, {cost / step_ms:.0%} of the step)"
     )
     if host_starved(runq_share):
@@ -633,8 +634,8 @@ def _window_evidence(
 
 def _scaled_words(window: ExposedSplit, window_step_ms: float | None) -> str:
     return (
-        f" (measured in the profiled steps, which took {window_step_ms or 0:.1f} ms: "
-        f"{window.gross_ms:.1f} ms exposed, {window.transfer_ms:.1f} ms transfer; scaled "
+        f" (measured in the profiled steps, which took {ms_text(window_step_ms or 0)} ms: "
+        f"{ms_text(window.gross_ms)} ms exposed, {ms_text(window.transfer_ms)} ms transfer; scaled "
         "to the steady step)"
     )
 
@@ -657,23 +658,23 @@ def _exposed_title(split: ExposedSplit, step_ms: float, straggler: bool = False)
     the wait for peers to arrive (a straggler's included, costed by ``straggler``) is set
     apart; an upper bound when some collectives could not be matched across ranks."""
     cost = split.transfer_ms
-    share = f"{100 * cost / step_ms:.0f}% of the step"
+    share = f"{pct_text(100 * cost / step_ms)} of the step"
     bound = (
-        f", an upper bound on the transfer: {split.unknown_ms:.2f} ms of it is in collectives "
+        f", an upper bound on the transfer: {ms_text(split.unknown_ms)} ms of it is in collectives "
         "not matched across ranks (not every rank traced), whose wait for late peers is unknown"
         if split.upper_bound
         else ""
     )
     if split.waiting_ms <= 0.05 * split.gross_ms:
         return (
-            f"{cost:.2f} ms per step of communication is not overlapped with compute "
+            f"{ms_text(cost)} ms per step of communication is not overlapped with compute "
             f"({share}){bound}"
         )
     whom = " (the straggler among them)" if straggler else ""
     return (
-        f"{split.gross_ms:.2f} ms per step of communication is not overlapped with compute "
-        f"(mean over ranks); {split.waiting_ms:.2f} ms of it is waiting for late peers to "
-        f"arrive at collectives{whom}, the other {cost:.2f} ms ({share}) is the transfer "
+        f"{ms_text(split.gross_ms)} ms per step of communication is not overlapped with compute "
+        f"(mean over ranks); {ms_text(split.waiting_ms)} ms of it is waiting for late peers to "
+        f"arrive at collectives{whom}, the other {ms_text(cost)} ms ({share}) is the transfer "
         f"itself{bound}"
     )
 
@@ -720,7 +721,7 @@ def bucket_findings(
             severity="low" if host_starved(runq_share) else severity_for(known, step_ms) or "low",
             cost_ms_per_step=cost,
             ranks=[],
-            title=f"DDP uses {why} gradient buckets ({count:.0f} per step) while {exposed:.2f} ms/step of communication transfer is exposed",
+            title=f"DDP uses {why} gradient buckets ({count:.0f} per step) while {ms_text(exposed)} ms/step of communication transfer is exposed",
             evidence={
                 "buckets_per_step": round(count, 2),
                 # MiB (2**20 bytes), as the collectives table's sizes

@@ -15,6 +15,7 @@ from gpudiag.analysis.breakdown import startup_ns, step_windows
 from gpudiag.analysis.classify import name_mask
 from gpudiag.analysis.findings import Finding, ms, severity_for
 from gpudiag.analysis.jsonable import rows_of, whole
+from gpudiag.numfmt import ms_text, pct_text
 
 # NVML clock-event (throttle) reason bits (nvml.h, nvmlClocksEventReason*).
 THROTTLE_BITS = {
@@ -262,24 +263,24 @@ def _idle_finding(info: GpuResult, step_ms: float, ranks: pd.DataFrame | None) -
     severity = severity_for(cost, step)
     if severity is None:
         return []
-    share = f"{100 * cost / step:.0f}%"
+    share = f"{pct_text(100 * cost / step)}"
     if "host_busy_ms_per_step" in evidence:
         split = (
-            f"host busy {evidence['host_busy_ms_per_step']:.1f} ms, "
-            f"host idle {evidence['host_idle_ms_per_step']:.1f} ms"
+            f"host busy {ms_text(evidence['host_busy_ms_per_step'])} ms, "
+            f"host idle {ms_text(evidence['host_idle_ms_per_step'])} ms"
         )
         if "window" in evidence:
-            title = f"GPU idle {cost:.1f} ms of the {step:.1f} ms traced ({share}: {split}"
+            title = (
+                f"GPU idle {ms_text(cost)} ms of the {ms_text(step)} ms traced ({share}: {split}"
+            )
             title += "; no ProfilerStep marks"
             if first_startup is not None:
-                title += (
-                    f"; {first_startup:.1f} ms of start-up before the first GPU event not counted"
-                )
+                title += f"; {ms_text(first_startup)} ms of start-up before the first GPU event not counted"
             title += ")"
         else:
-            title = f"GPU idle {cost:.2f} ms per step ({share} of the step: {split})"
+            title = f"GPU idle {ms_text(cost)} ms per step ({share} of the step: {split})"
     else:
-        title = f"GPU idle {cost:.2f} ms per step ({share} of the step)"
+        title = f"GPU idle {ms_text(cost)} ms per step ({share} of the step)"
     return [
         Finding(
             kind="gpu_idle",
@@ -309,7 +310,9 @@ def _throttle_finding(info: GpuResult, step_ms: float) -> list[Finding]:
             severity=severity,
             cost_ms_per_step=cost,
             ranks=[],
-            title=(f"GPU {worst.gpu} (node {worst.node}) throttled {100 * share:.0f}% of the run"),
+            title=(
+                f"GPU {worst.gpu} (node {worst.node}) throttled {pct_text(100 * share)} of the run"
+            ),
             evidence={
                 "gpus": [
                     {
@@ -358,7 +361,7 @@ def _imbalance_finding(info: GpuResult, step_ms: float, dp_active: bool) -> list
                 ranks=[],
                 title=(
                     f"GPU0 on node {node} works harder than the others "
-                    f"(util {util0:.0f}% vs {util_others:.0f}%"
+                    f"(util {pct_text(util0)} vs {pct_text(util_others)}"
                     + (f", memory x{mem_ratio:.2f}" if mem_ratio else "")
                     + ")"
                 ),
@@ -479,7 +482,7 @@ def no_amp_findings(traces: list[Any], step_ms: float) -> list[Finding]:
             severity=severity,
             cost_ms_per_step=cost,
             ranks=sorted(g["rank"] for g in rows),
-            title=f"{fp32_ms:.1f} ms per step of fp32 matrix multiplies (no mixed precision)",
+            title=f"{ms_text(fp32_ms)} ms per step of fp32 matrix multiplies (no mixed precision)",
             evidence={
                 "fp32_gemm_ms_per_step": ms(fp32_ms),
                 "gemm_ms_per_step": ms(float(np.mean([g["gemm_ms_per_step"] for g in rows]))),

@@ -334,7 +334,8 @@ def _warn_missing_ranks(traces: list[RankTrace], warnings: list[str]) -> None:
         where = traces[0].meta.path.parent if traces else ""
         warnings.append(
             f"{where}: traces for {len(missing)} of {world} ranks are missing "
-            f"({_ranges(missing)}); analysing the {len(traces)} present"
+            f"({'rank' if len(missing) == 1 else 'ranks'} {_ranges(missing)}); analysing the "
+            f"{len(traces)} present"
         )
 
 

@@ -35,6 +35,7 @@ import pandas as pd
 from gpudiag.analysis.comms import busbw_factor, transfer_ms
 from gpudiag.analysis.result import RunInfo
 from gpudiag.analysis.whatif import step_range
+from gpudiag.numfmt import ms_text
 
 ALGORITHMS = ("ring", "tree")
 
@@ -535,7 +536,7 @@ def _comm_scaling_assumption(cpu_run: bool, waiting: float) -> str:
         "the measured communication (waiting for peers included) scales as the "
         "model's time per step"
         if cpu_run
-        else f"the waiting for peers ({waiting:.2f} ms/step) is kept and the transfer "
+        else f"the waiting for peers ({ms_text(waiting)} ms/step) is kept and the transfer "
         "scales as the model"
     )
     return (

@@ -31,6 +31,7 @@ import pandas as pd
 
 from gpudiag.analysis import classify as cls
 from gpudiag.analysis.steady import RankTime
+from gpudiag.numfmt import ms_text
 
 PARTS = ("data", "starved", "compute", "blocked")
 # A part explains the lead when it is at least this share of it.
@@ -75,7 +76,7 @@ class SlowRankCause:
             "blocking I/O, a lock, or waiting for its own threads)",
         }
         shown = [
-            f"{self.extra_ms[p]:.1f} ms {parts[p]}"
+            f"{ms_text(self.extra_ms[p])} ms {parts[p]}"
             for p in PARTS
             if self.extra_ms.get(p, 0.0) >= 0.15 * self.lead_ms and self.extra_ms[p] > 0
         ]
@@ -85,7 +86,7 @@ class SlowRankCause:
             f"Per step, rank {self.rank} spends " + "; ".join(shown) + " more than the median rank"
         )
         if self.ops and self.main == "compute":
-            text += " (most in " + ", ".join(f"{n} +{v:.1f} ms" for n, v in self.ops) + ")"
+            text += " (most in " + ", ".join(f"{n} +{ms_text(v)} ms" for n, v in self.ops) + ")"
         if self.same_ops_slower:
             text += ", running the same ops as the others, as many times per step, each slower"
         return text + "."

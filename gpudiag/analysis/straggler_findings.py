@@ -14,6 +14,7 @@ from typing import Any
 
 from gpudiag.analysis.findings import Finding, ms, severity_for
 from gpudiag.analysis.slow_rank import SlowRankCause
+from gpudiag.numfmt import ms_text, plural
 
 STRAGGLER_FIX = (
     "Every other rank waits for this one at each collective. Compare its host (CPU "
@@ -123,7 +124,7 @@ def straggler_findings(
     title = (
         f"Rank{'s' if len(ranks) > 1 else ''} {', '.join(where[r] for r in ranks)} arrive"
         f"{'' if len(ranks) > 1 else 's'} last at collectives; the others wait "
-        f"{worst:.2f} ms per step"
+        f"{ms_text(worst)} ms per step"
         + _straggler_hedges(consistency, consistent, chance if by_chance else None, run_steps)
         + hedge.words(bool(known))
         # why a costly straggler is low (browser re-probe: 91 % of the step, low, unsaid)
@@ -253,7 +254,7 @@ class _StragglerHedge:
         text = _starved_words(self.starved, known)
         if self.scheduler_sized and self.runq_ms is not None:
             text += (
-                f" (no more than the ranks' own wait for a CPU, {self.runq_ms:.1f} ms per "
+                f" (no more than the ranks' own wait for a CPU, {ms_text(self.runq_ms)} ms per "
                 "step: the scheduler alone can make a rank this late)"
             )
         if self.unexplained_on_busy_host:
@@ -333,7 +334,9 @@ def _straggler_hedges(
             if run_steps and matched < run_steps
             else ""
         )
-        return f" (collectives in only {matched} step(s){spread}: not shown to be consistent)"
+        return (
+            f" (collectives in only {plural(matched, 'step')}{spread}: not shown to be consistent)"
+        )
     if chance is not None:
         late = min(consistency.get("late_share_of_steps", {}).values(), default=0)
         return (

@@ -28,6 +28,7 @@ from gpudiag.analysis.trace_files import (
     read_trace_bytes,
 )
 from gpudiag.analysis.trace_model import _COMM_FIELDS, _DTYPE_GUESS, _OBJECT_FIELDS, TraceError
+from gpudiag.numfmt import plural
 from gpudiag.rundir import BadInput
 
 _MAX_ABS_TS_US = 4e15  # keeps base + ts*1000 inside int64 (year ~2096 as epoch µs)
@@ -115,7 +116,7 @@ class _Collector:
         if self.skipped:
             warnings.append(
                 BadInput(
-                    f"{path}: skipped {self.skipped} malformed event(s) "
+                    f"{path}: skipped {plural(self.skipped, 'malformed event')} "
                     "(missing/invalid name, ts or dur)"
                 )
             )

@@ -400,6 +400,30 @@ def _scaled(samples: pd.DataFrame, metric: str, unit: str) -> tuple[pd.Series, s
     return values / size, shown
 
 
+# a sampled metric's field as a chart title says it (the unit is added after it)
+GPU_METRIC_WORDS = {
+    "util_gpu": "GPU utilisation",
+    "sm_clock_mhz": "SM clock",
+    "power_w": "GPU power",
+    "mem_used": "GPU memory used",
+    "temp_c": "GPU temperature",
+    "pcie_tx_kbs": "PCIe sent",
+    "nvlink_tx_kbs": "NVLink sent",
+}
+HOST_METRIC_WORDS = {
+    "cpu_percent": "host CPU busy",
+    "proc_cpu_percent": "training processes' CPU",
+    "mem_used": "host memory used",
+    "proc_rss": "training processes' resident memory",
+}
+
+
+def metric_title(metric: str, unit: str, host: bool = False) -> str:
+    """``host CPU busy (% of all cores)``: the field in words, then its unit."""
+    words = (HOST_METRIC_WORDS if host else GPU_METRIC_WORDS).get(metric, metric.replace("_", " "))
+    return f"{words} ({unit})"
+
+
 def gpu_metric_figure(samples: pd.DataFrame, metric: str, unit: str) -> go.Figure:
     """One line per (node, GPU); throttled spans shaded red."""
     fig = go.Figure()
@@ -414,7 +438,9 @@ def gpu_metric_figure(samples: pd.DataFrame, metric: str, unit: str) -> go.Figur
         )
         for a, b in throttle_spans(part):
             fig.add_vrect(x0=a - t0 / 1e9, x1=b - t0 / 1e9, fillcolor="red", opacity=0.12)
-    fig.update_layout(title=f"{metric} ({unit})", xaxis_title="s", yaxis_title=unit, **_LAYOUT)
+    fig.update_layout(
+        title=metric_title(metric, unit), xaxis_title="s", yaxis_title=unit, **_LAYOUT
+    )
     return fig
 
 
@@ -429,7 +455,9 @@ def host_metric_figure(samples: pd.DataFrame, metric: str, unit: str) -> go.Figu
                 x=(part["t_ns"] - t0) / 1e9, y=part["_y"], mode="lines", name=f"node {node}"
             )
         )
-    fig.update_layout(title=f"{metric} ({unit})", xaxis_title="s", yaxis_title=unit, **_LAYOUT)
+    fig.update_layout(
+        title=metric_title(metric, unit, host=True), xaxis_title="s", yaxis_title=unit, **_LAYOUT
+    )
     return fig
 
 

@@ -11,6 +11,7 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpudiag.numfmt import plural
 from gpudiag.report import figures, numbers, overview
 from gpudiag.report.overview import evidence_lines, no_findings_text, ordered_findings
 from gpudiag.report.tables import WHATIF_DIGITS, whatif_frame
@@ -99,7 +100,7 @@ def _result_section(result: AnalysisResult, include_js: bool) -> str:
     return (
         f"<h1>gpudiag: {_e(result.source)}</h1>"
         f"<p>{_e(run.kind)} · world size {_e(run.world_size)} · backend "
-        f"{_e(run.backend)} · {_e(run.steps_analysed)} steps analysed · devices "
+        f"{_e(run.backend)} · {_e(plural(run.steps_analysed, 'step'))} analysed · devices "
         f"{_e(', '.join(run.devices) or 'CPU')} · {_e(' '.join(overview.step_time(result)[::-1]))}</p>"
         + _problems_html(result)
         + f"<p class='verdict'><b>{_e(verdict.headline)}</b>"

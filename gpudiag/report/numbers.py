@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpudiag.numfmt import MS_DIGITS, PCT_DIGITS, fixed
+
 NA = "–"  # None, NaN and inf: one dash everywhere
-MS_DIGITS = 2
-PCT_DIGITS = 1
 S_DIGITS = 1  # seconds (since the last step, a collective's wait): one decimal
 _BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 
@@ -54,8 +54,7 @@ def num(value: Any, digits: int = MS_DIGITS) -> str:
     v = number(value)
     if v is None:
         return NA
-    text = f"{v:.{digits}f}"
-    return "0" + text[2:] if text.startswith("-0") and float(text) == 0 else text
+    return fixed(v, digits)
 
 
 def ms(value: Any, unit: str = "ms") -> str:
@@ -70,8 +69,8 @@ def pct(value: Any, digits: int = PCT_DIGITS) -> str:
     return text if text == NA else f"{text} %"
 
 
-def share(value: Any, digits: int = 0) -> str:
-    """A fraction (0..1) as a percentage: ``49 %``."""
+def share(value: Any, digits: int = PCT_DIGITS) -> str:
+    """A fraction (0..1) as a percentage: ``49.0 %``."""
     v = number(value)
     return NA if v is None else pct(100 * v, digits)
 
@@ -87,11 +86,19 @@ def size(value: Any) -> str:
     return f"{v:.0f} B"
 
 
+ALL_RANKS = "all ranks"  # a finding or fix that names no rank, in every report
+
+
+def rank_cell(values: Iterable[Any]) -> str:
+    """A rank list for a table cell: ``0, 2, 3``, or ``all ranks`` for none named."""
+    return ", ".join(str(v) for v in values) or ALL_RANKS
+
+
 def ranks(values: Iterable[Any]) -> str:
     """``rank 2``, ``ranks 0 and 6``, ``ranks 0, 2 and 3``."""
     items = [str(int(v)) if number(v) is not None else str(v) for v in values]
     if not items:
-        return "all ranks"
+        return ALL_RANKS
     if len(items) == 1:
         return f"rank {items[0]}"
     return f"ranks {', '.join(items[:-1])} and {items[-1]}"
@@ -166,6 +173,8 @@ def styled(frame: pd.DataFrame, digits: Mapping[str, int] | None = None) -> Any:
 
 
 __all__ = [
+    "ALL_RANKS",
+    "rank_cell",
     "terminal_text",
     "MS_DIGITS",
     "cell_text",

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from gpudiag.analysis.findings import FEW_STEPS, SEVERITY_RANK, STATE_KINDS, Finding
+from gpudiag.numfmt import plural
 from gpudiag.report import numbers
 
 # Failures first (a run that hung is the first thing to know), then by severity, then by
@@ -204,9 +205,11 @@ def verdict(result: Any) -> Verdict:
             if numbers.number(busy) is not None and numbers.number(still) is not None
             else "the 'GPU idle · host busy' and 'GPU idle · host idle' columns"
         )
+        traced = list(getattr(result.run, "traced_ranks", []) or [])
+        on = "every rank" if not f.ranks or sorted(f.ranks) == sorted(traced) else who
         head = (
-            f"GPU idle {cost}{of_step} (mean over ranks: {parts}), worst on {who}: "
-            f"up to {cost} back."
+            f"GPU idle {cost}{of_step} (mean over ranks: {parts}), on {on}: "
+            f"about {cost} back (the mean over ranks)."
         )
     elif f.kind == "exposed_communication":
         head = (
@@ -432,7 +435,7 @@ def reading_problems(result: Any) -> str | None:
         more = (
             f" (and {len(warnings) - 1} more, listed under Warnings)" if len(warnings) > 1 else ""
         )
-        parts.append(f"{len(warnings)} problem(s) reading this run: {first}{more}")
+        parts.append(f"{plural(len(warnings), 'problem')} reading this run: {first}{more}")
     return "; ".join(parts) + "."
 
 
@@ -505,10 +508,12 @@ def _evidence_value(value: Any, unit: str, who: str = "rank") -> str:
             return numbers.share(value)
         if unit == "bytes":
             return numbers.size(value)
-        if isinstance(value, float) and 0 < abs(value) < 0.01:
-            text = f"{value:.2g}"  # a p-value, a tiny time: its significant digits
+        if unit == "%":
+            return numbers.pct(value)
+        if isinstance(value, float) and 0 < abs(value) < 0.01 and not unit:
+            text = f"{value:.2g}"  # a p-value: its significant digits
         else:
-            text = numbers.num(value)
+            text = numbers.num(value)  # a time, a size: the tables' decimals
         return f"{text} {unit}" if unit and text != numbers.NA else text
     if isinstance(value, dict):
         if value and all(str(k).lstrip("-").isdigit() for k in value):

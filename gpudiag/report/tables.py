@@ -26,7 +26,7 @@ def whatif_frame(projections: list[Projection]) -> pd.DataFrame:
         {
             "fix": [p.scenario for p in projections],
             "finding": [p.finding_kind for p in projections],
-            "ranks": [", ".join(map(str, p.ranks)) or "all" for p in projections],
+            "ranks": [numbers.rank_cell(p.ranks) for p in projections],
             "step ms": [round(p.step_ms, 2) for p in projections],
             "projected ms": [round(p.projected_step_ms, 2) for p in projections],
             "range ms": [
@@ -328,7 +328,7 @@ def live_node_frame(snap: LiveSnapshot) -> pd.DataFrame:
             {
                 "node": n.node,
                 "device": "host",
-                "util %": n.cpu_percent,
+                "util % (host: of all cores)": n.cpu_percent,
                 "memory GiB": _gib(n.mem_used),
                 "of GiB": _gib(n.mem_total),
                 "power W": None,
@@ -341,7 +341,7 @@ def live_node_frame(snap: LiveSnapshot) -> pd.DataFrame:
                 {
                     "node": n.node,
                     "device": f"GPU {g.gpu}",
-                    "util %": g.util_gpu,
+                    "util % (host: of all cores)": g.util_gpu,
                     "memory GiB": _gib(g.mem_used),
                     "of GiB": _gib(g.mem_total),
                     "power W": g.power_w,

@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gpudiag.numfmt import plural
 from gpudiag.report import numbers
 from gpudiag.report.overview import (
     COLLECTIVE_DIGITS,
@@ -71,7 +72,7 @@ def _header(result: AnalysisResult) -> Text:
         f"kind {run.kind}",
         f"world size {run.world_size or '?'}",
         f"backend {run.backend or '?'}",
-        f"{run.steps_analysed} steps analysed",
+        f"{plural(run.steps_analysed, 'step')} analysed",
         f"ranks traced {run.traced_ranks}",
     ]
     if run.devices:
@@ -93,8 +94,7 @@ def render_findings(console: Console, findings: list[Any], no_findings: str) -> 
         head.append(f"{i}. [{f.severity.upper()}] ", style=style)
         head.append(f"{f.kind}", style="bold")
         head.append(f"  {numbers.ms(f.cost_ms_per_step, 'ms/step')}")
-        if f.ranks:
-            head.append(f"  {numbers.ranks(f.ranks)}")
+        head.append(f"  {numbers.ranks(f.ranks)}")
         body = Text()
         body.append(numbers.terminal_text(f.title) + "\n")
         body.append("evidence:\n", style="dim")
@@ -259,7 +259,7 @@ def whatif_table(projections: list[Any]) -> Table | None:
         table.add_row(
             p.scenario,
             p.finding_kind,
-            ",".join(map(str, p.ranks)) or "all",
+            numbers.rank_cell(p.ranks),
             _num(p.step_ms),
             _num(p.projected_step_ms),
             f"{_num(p.projected_low_ms)}–{_num(p.projected_high_ms)}",
@@ -287,7 +287,7 @@ def print_scale(scaled: Any, console: Console | None = None) -> None:
     collective model and the assumptions (a ScaleProjection, gpudiag/analysis/scaling.py)."""
     table = Table(
         title=f"What if: {scaled.from_world_size} -> {scaled.world_size} ranks "
-        f"on {scaled.nodes} node(s) (weak scaling)"
+        f"on {plural(scaled.nodes, 'node')} (weak scaling)"
     )
     for col in ("part", "measured ms", "projected ms"):
         table.add_column(col, justify="left" if col == "part" else "right")

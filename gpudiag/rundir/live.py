@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpudiag.numfmt import plural
 from gpudiag.rundir.clock import INSTANT_COLUMNS, MAX_CLOCK_OFFSET_NS, _shift_instants
 from gpudiag.rundir.discover import (
     _rank_layout,
@@ -91,7 +92,7 @@ class TableTail:
         lines skipped so far."""
         out = [self.problem] if self.problem else []
         if self.malformed:
-            out.append(f"{self.path}: {self.malformed} malformed line(s) skipped")
+            out.append(f"{self.path}: {plural(self.malformed, 'malformed line')} skipped")
         return out
 
     def read(self) -> list[dict[str, Any]]:

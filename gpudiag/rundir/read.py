@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from gpudiag.numfmt import plural
 from gpudiag.rundir.files import (
     _SURROGATE_HINT,
     _not_unicode,
@@ -276,7 +277,7 @@ def iter_jsonl(
     if long_lines:
         bad_input(
             warnings,
-            f"{path}: skipped {long_lines} line(s) longer than {_size_text(MAX_LINE_BYTES)}, "
+            f"{path}: skipped {plural(long_lines, 'line')} longer than {_size_text(MAX_LINE_BYTES)}, "
             f"first at line {first_long}",
         )
     if bad == 1 and torn_tail:
@@ -288,7 +289,7 @@ def iter_jsonl(
     elif bad:
         bad_input(
             warnings,
-            f"{path}: skipped {bad} malformed line(s), first at line {first_bad} "
+            f"{path}: skipped {plural(bad, 'malformed line')}, first at line {first_bad} "
             "(torn write from a crash?)",
         )
     if fixed:
@@ -296,7 +297,7 @@ def iter_jsonl(
     if mistyped:
         bad_input(
             warnings,
-            f"{path}: skipped {mistyped} row(s) with a field of the wrong type "
+            f"{path}: skipped {plural(mistyped, 'row')} with a field of the wrong type "
             f"(first at {first_mistyped})",
         )
 
