@@ -97,7 +97,7 @@ def test_gpu_idle_without_profiler_steps(shared_traces: Path) -> None:
     # the 2.6 ms before the first GPU event is start-up: outside the window, said apart
     assert busy.startup_ms == pytest.approx(2.64, abs=0.01)
     assert idle.evidence["startup_ms"] == {"0": pytest.approx(2.642, abs=0.001)}
-    assert "2.6 ms of start-up before the first GPU event not counted" in idle.title
+    assert "2.64 ms of start-up before the first GPU event not counted" in idle.title
 
 
 def test_gpus_listed_but_no_kernels_is_said_once() -> None:
@@ -184,7 +184,7 @@ def test_gpu_idle_numbers_are_the_tables_columns(shared_traces: Path) -> None:
     assert idle.evidence["host_busy_ms_per_step"] == pytest.approx(row["other"], abs=0.001)
     assert idle.evidence["host_idle_ms_per_step"] == pytest.approx(row["idle"], abs=0.001)
     assert idle.cost_ms_per_step == pytest.approx(row["other"] + row["idle"])
-    assert f"host busy {row['other']:.1f} ms, host idle {row['idle']:.1f} ms" in idle.title
+    assert f"host busy {row['other']:.2f} ms, host idle {row['idle']:.2f} ms" in idle.title
     megatron = analyze(shared_traces / "astrasim_megatron_tp8")
     table = megatron.ranks.set_index("rank")
     assert len(megatron.gpu.kernel_busy) == 8
