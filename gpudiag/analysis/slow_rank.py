@@ -10,8 +10,8 @@ the profiled window) it is split, in this order, into:
   wait per ms on a CPU, and at least one ms per ms), other processes holding its cores,
   nothing the rank does; the training thread's, at most the lead;
 * ``compute``: more time on a CPU (ops, or Python between them), with the run-queue wait
-  that extra work brings on a shared host (the other ranks' wait per ms on a CPU, times
-  its CPU time); the profiled window names the ops (or kernels, on a GPU) whose time per
+  that extra work brings on a shared host (the other ranks' wait per ms on a CPU, at
+  least one, times its extra CPU time); the profiled window names the ops (or kernels, on a GPU) whose time per
   step grew the most;
 * ``blocked``: the rest, off the CPU and not waiting for data: sleeping, blocking I/O,
   a lock, a host-side wait of its own. It names the cause only when it explains the lead
@@ -127,7 +127,7 @@ def explain(
     # ahead of the queue, a thread that computes without pause shares its core. At least
     # one ms waited per extra ms of CPU work is its work's (a core shared with one other
     # runnable thread; CI, 2026-12-03: 40 ms spun per step gave 23 ms on a CPU and 24 ms
-    # in the run queue, against a peer's stretch of 0.1, and was called the host's doing).
+    # in the run queue beside a peer that waited next to nothing: called the host's doing).
     stretch = max(runq_others / cpu_others if cpu_others > 0 else 0.0, BUSY_STRETCH)
     cpu = mine.cpu_ms - cpu_others
     runq_extra = max(mine.runq_ms - runq_others, 0.0)
