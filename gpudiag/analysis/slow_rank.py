@@ -11,8 +11,8 @@ the profiled window) it is split, in this order, into:
   nothing the rank does; the training thread's, at most the lead;
 * ``compute``: more time on a CPU (ops, or Python between them), with the run-queue wait
   that extra work brings on a shared host (the other ranks' wait per ms on a CPU, at
-  least one, times its extra CPU time); the profiled window names the ops (or kernels, on a GPU) whose time per
-  step grew the most;
+  least one, times its extra CPU time); the profiled window names the ops (or kernels,
+  on a GPU) whose time per step grew the most;
 * ``blocked``: the rest, off the CPU and not waiting for data: sleeping, blocking I/O,
   a lock, a host-side wait of its own. It names the cause only when it explains the lead
   without the run-queue delay of the rank's other threads (intra-op workers the training
