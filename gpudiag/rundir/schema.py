@@ -73,6 +73,21 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     "pid": (lambda v: type(v) is int and 0 < v < 2**31, "a process id"),
 }
 
+# the NVML sample's numbers: the gpu table's schema and its columns
+_GPU_NUMBERS = (
+    "util_gpu",
+    "util_mem",
+    "mem_used",
+    "mem_total",
+    "power_w",
+    "sm_clock_mhz",
+    "throttle_reasons",
+    "pcie_tx_kbs",
+    "pcie_rx_kbs",
+    "nvlink_tx_kbs",
+    "nvlink_rx_kbs",
+    "temp_c",
+)
 SCHEMAS: dict[str, dict[str, str]] = {
     STEPS: {
         "step": "int",
@@ -117,23 +132,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "t_ns": "int",
         "gpu": "int",
         "uuid": "str",
-        **{
-            k: "num"
-            for k in (
-                "util_gpu",
-                "util_mem",
-                "mem_used",
-                "mem_total",
-                "power_w",
-                "sm_clock_mhz",
-                "throttle_reasons",
-                "pcie_tx_kbs",
-                "pcie_rx_kbs",
-                "nvlink_tx_kbs",
-                "nvlink_rx_kbs",
-                "temp_c",
-            )
-        },
+        **{k: "num" for k in _GPU_NUMBERS},
     },
     HOST_SAMPLES: {
         "t_ns": "int",
@@ -369,24 +368,7 @@ COLLECTIVE_COLUMNS = (
     "source",
 )
 REGION_COLUMNS = ("rank", "name", "start_ns", "end_ns", "step")
-GPU_COLUMNS = (
-    "node",
-    "t_ns",
-    "gpu",
-    "uuid",
-    "util_gpu",
-    "util_mem",
-    "mem_used",
-    "mem_total",
-    "power_w",
-    "sm_clock_mhz",
-    "throttle_reasons",
-    "pcie_tx_kbs",
-    "pcie_rx_kbs",
-    "nvlink_tx_kbs",
-    "nvlink_rx_kbs",
-    "temp_c",
-)
+GPU_COLUMNS = ("node", "t_ns", "gpu", "uuid", *_GPU_NUMBERS)
 HOST_COLUMNS = (
     "node",
     "t_ns",

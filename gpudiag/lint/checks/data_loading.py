@@ -318,13 +318,20 @@ def _getitem(
     for stmt in definition.body:
         if isinstance(stmt, FUNCTION_TYPES) and stmt.name == "__getitem__":
             return module, stmt
+    base = next(_project_bases(module, definition, depth), None)
+    return _getitem(base[0], base[1], depth + 1) if base is not None else None
+
+
+def _project_bases(
+    module: ModuleContext, definition: ast.ClassDef, depth: int
+) -> Iterator[tuple[ModuleContext, ast.ClassDef]]:
+    """The class's bases defined in the project (up to a few levels deep), in order."""
     if depth > 3 or module.project is None:
-        return None
+        return
     for base in definition.bases:
         made = module.project.class_of_call(module, ast.Call(func=base, args=[], keywords=[]))
         if made is not None and made[1] is not definition:
-            return _getitem(made[0], made[1], depth + 1)
-    return None
+            yield made
 
 
 def _returns_device_tensor(
@@ -509,13 +516,8 @@ def _indexes_only(ctx: ModuleContext, definition: ast.ClassDef, depth: int) -> b
                 and body[0].value is not None
                 and _indexing(body[0].value)
             )
-    if depth > 3 or ctx.project is None:
-        return False
-    for base in definition.bases:
-        made = ctx.project.class_of_call(ctx, ast.Call(func=base, args=[], keywords=[]))
-        if made is not None and made[1] is not definition:
-            return _indexes_only(made[0], made[1], depth + 1)
-    return False
+    base = next(_project_bases(ctx, definition, depth), None)
+    return base is not None and _indexes_only(base[0], base[1], depth + 1)
 
 
 def _docstring(stmt: ast.stmt) -> bool:

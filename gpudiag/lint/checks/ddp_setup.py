@@ -379,22 +379,19 @@ def _framework_distributed_init(ctx: ModuleContext) -> bool:
     `dora.distrib.init()` (demucs, eleventh judge): such an init picks each rank's GPU
     (`torch.cuda.set_device(local_rank)`) before `init_process_group`; its code cannot be
     read here, so GD403 trusts it (not GD405: it seeds nothing)."""
-    for module in ctx.component():
-        for qualified in module.call_names.values():
-            top = qualified.split(".", 1)[0]
-            if top in ("torch", "os", "sys") or module.project is None:
-                continue
-            if module.project.module_named(module, top) is not None:
-                continue  # a module of the project: its code is read, not trusted
-            if _DISTRIBUTED_INIT.search(qualified):
-                return True
-    return False
+    return any(_DISTRIBUTED_INIT.search(q) for q in _framework_calls(ctx))
 
 
 def _framework_setup(ctx: ModuleContext) -> bool:
     """The component hands process set-up to a framework it imports (detectron2's
     `launch(main, ...)` sets each worker's device, `default_setup(cfg, args)` seeds it):
     what that code does cannot be read here, so GD403 / GD405 trust it."""
+    return any(_FRAMEWORK_SETUP.match(q.rsplit(".", 1)[-1]) for q in _framework_calls(ctx))
+
+
+def _framework_calls(ctx: ModuleContext) -> Iterator[str]:
+    """The qualified names of the component's calls into imported code that is neither
+    torch, os, sys nor a module of the project (whose code is read, not trusted)."""
     for module in ctx.component():
         for qualified in module.call_names.values():
             top = qualified.split(".", 1)[0]
@@ -402,6 +399,4 @@ def _framework_setup(ctx: ModuleContext) -> bool:
                 continue
             if module.project.module_named(module, top) is not None:
                 continue  # a module of the project: its code is read, not trusted
-            if _FRAMEWORK_SETUP.match(qualified.rsplit(".", 1)[-1]):
-                return True
-    return False
+            yield qualified
