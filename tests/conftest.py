@@ -8,9 +8,10 @@ them.
 
 Markers: `slow` (launches training processes or servers, or inflates gigabytes) and
 `browser` (drives headless Chromium). `pytest -q` skips both (pyproject's addopts);
-`pytest -q -m "" -n 2 --dist loadgroup` runs everything, as CI does (the slow and browser
-tests one at a time on one worker: pytest_collection_modifyitems). A test that uses one of the fixtures in
-RECORDING_FIXTURES records a gloo job, so it is slow wherever it lives.
+`pytest -q -m "" -n 2 --dist loadfile` runs everything, as CI does: each test file on one
+worker, so the jobs a file's module or session fixture records are recorded once (tests of
+one file spread over both workers recorded them twice). A test that uses one of the fixtures
+in RECORDING_FIXTURES records a gloo job, so it is slow wherever it lives.
 """
 
 from __future__ import annotations
@@ -70,9 +71,3 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if RECORDING_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        if item.get_closest_marker("slow") or item.get_closest_marker("browser"):
-            # Under pytest-xdist (`-n 2 --dist loadgroup`, the README's full command) the
-            # tests that start jobs, servers or Chromium run one at a time on one worker,
-            # in file order; the in-process tests share the other core beside them (a
-            # busy host, which the job tests are written for).
-            item.add_marker(pytest.mark.xdist_group("jobs"))
