@@ -131,3 +131,38 @@ def test_a_shared_url_opens_the_same_comparison(
     assert at.selectbox(key="partner").value == four
     assert at.query_params["partner"] == four
     assert any(w.startswith("World size differs") for w in _warnings(at))
+
+
+@pytest.mark.browser
+def test_browser_run_b_picked_by_hand_is_in_the_url(root: Path) -> None:
+    """In Chromium (the browser writes a bound select's value into the URL; AppTest
+    cannot): Run B picked by hand, of another shape, is in the page URL and warned of."""
+    import time
+    import urllib.parse
+
+    from tests.browser import dashboard as browser
+
+    server = browser.Dashboard([root])
+    try:
+        server.wait_ready()
+        with browser.browser() as page:
+            a = f"{root.name}/ddp2_healthy"
+            b = f"{root.name}/ddp4_straggler"
+            query = urllib.parse.urlencode({"run": a, "view": "Compare"})
+            page.goto(f"{server.url}/?{query}")
+            page.wait_for_selector('h2:has-text("Compare")', timeout=180_000)
+            browser.wait_idle(page, 180_000)
+            run_b = page.locator('[data-testid="stMain"] [data-testid="stSelectbox"] input').nth(1)
+            run_b.click()
+            run_b.fill(b)
+            page.keyboard.press("Enter")
+            page.get_by_text("World size differs").first.wait_for(timeout=180_000)
+            browser.wait_idle(page, 180_000)
+            deadline = time.monotonic() + 10
+            while f"partner={urllib.parse.quote_plus(b)}" not in page.url:
+                assert time.monotonic() < deadline, page.url
+                time.sleep(0.25)
+            assert run_b.input_value() == b
+            assert page.locator(browser.EXCEPTION).count() == 0
+    finally:
+        server.close()
