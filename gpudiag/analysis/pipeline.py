@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from gpudiag.analysis import classify as cls
 from gpudiag.analysis import (
     dataloader,
     dataparallel,
+    ddp,
     failures,
     gpu,
     gradient_sync,
@@ -220,7 +220,7 @@ def _run_info(
         steady_step_ms=steady_ms,
         steady_steps=steady.steady_step_count(run.steps) if steady_ms is not None else None,
         warmup_steps=steady.warmup_step_count(run.steps) if steady_ms is not None else None,
-        ddp_evidence=_ddp_evidence(traces, run),
+        ddp_evidence=ddp.ddp_evidence(traces, run),
     )
 
 
@@ -424,49 +424,7 @@ def _largest_bytes(coll: SpilledTable) -> float | None:
 
 
 def _uses_ddp(traces: list[Any], run: Any) -> bool:
-    return _ddp_evidence(traces, run) is not None
-
-
-def _ddp_evidence(traces: list[Any], run: Any) -> str | None:
-    """What says the run's all-reduces are DDP's gradient buckets (RunInfo.ddp_evidence):
-    DDP's own logging data, recorded by `gpudiag trace` (its bucket sizes among them), or
-    DDP's record_function names in a trace (``DistributedDataParallel.forward``, the
-    Reducer's ``reducer::`` ops); None when nothing does. Megatron's tensor-parallel
-    all-reduces have neither (issue 31, D): they are all-reduce calls, not buckets, and get
-    no DDP advice (bucket_cap_mb, no_sync)."""
-    if run is not None and len(getattr(run, "ddp_stats", [])):
-        return "DDP's logging data (bucket sizes) recorded by gpudiag trace"
-    for trace in traces:
-        found = _trace_uses_ddp(trace)
-        if found:
-            return f"{found} in the traces"
-    return None
-
-
-# DDP's record_function names: its forward, and its Reducer's ops (copy_bucket_to_grad,
-# mul_out, ...: torch/csrc/distributed/c10d/reducer.cpp).
-_DDP_NAMES = (
-    ("DistributedDataParallel.forward", "DistributedDataParallel.forward"),
-    ("reducer::", "DDP's Reducer (reducer::...)"),
-)
-
-
-def _contains(needle: str) -> Callable[[pd.Series], pd.Series]:
-    return lambda names: names.str.contains(needle, regex=False)
-
-
-def _trace_uses_ddp(trace: Any) -> str:
-    """The first of DDP's names (:data:`_DDP_NAMES`) the trace has, in words; "" for
-    none."""
-
-    def compute() -> str:
-        names = trace.events["name"]
-        for needle, words in _DDP_NAMES:
-            if cls.name_mask(names, _contains(needle)).any():
-                return words
-        return ""
-
-    return str(trace.cached("uses_ddp", compute))
+    return ddp.ddp_evidence(traces, run) is not None
 
 
 def _has_gpu_events(trace: Any) -> bool:
@@ -701,7 +659,7 @@ def _per_rank_analyses() -> list[Any]:
         dataparallel.trace_dataparallel,
         gpu.kernel_busy,
         gpu.gemm_precision,
-        _trace_uses_ddp,
+        ddp.trace_ddp_names,
         _has_gpu_events,
         tl.rank_timeline,
     ]

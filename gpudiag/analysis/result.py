@@ -98,7 +98,7 @@ class RunInfo:
     # how many steps that median is over, and how many warm-up steps it left out
     steady_steps: int | None = None
     warmup_steps: int | None = None
-    # What says the run's all-reduces are DDP's gradient buckets (pipeline._ddp_evidence:
+    # What says the run's all-reduces are DDP's gradient buckets (analysis/ddp.py:
     # DDP's logging data, or its record_function names in a trace); None: no evidence of
     # DDP, and they are called all-reduce calls (a Megatron tensor-parallel run's).
     ddp_evidence: str | None = None
