@@ -22,7 +22,7 @@ from gpudiag import rundir
 from gpudiag.analysis.compare import compare as compare_results
 from gpudiag.analysis.compare import shape_warnings
 from gpudiag.analysis.findings import Finding, measured_as
-from gpudiag.analysis.result import AnalysisResult, SpilledTable
+from gpudiag.analysis.result import AnalysisResult, RunInfo, SpilledTable
 from gpudiag.analysis.whatif import Projection
 from gpudiag.report import figures, numbers
 from gpudiag.report import overview as report_overview
@@ -128,7 +128,7 @@ SOURCE_KINDS = {"gpudiag_run": "run dir", "traces": "traces", "summaries": "summ
 # The view each finding's evidence is clearest in (a button under the verdict).
 EVIDENCE_VIEW = {
     "straggler": ("Communication", "arrival skew per collective"),
-    "exposed_communication": ("Communication", "collectives and DDP buckets"),
+    "exposed_communication": ("Communication", "collectives and all-reduces per step"),
     "bucket_size": ("Communication", "DDP buckets"),
     "gpu_idle": ("GPU metrics", "GPU busy per rank"),
     "gpu_throttled": ("GPU metrics", "clocks and throttling"),
@@ -272,12 +272,17 @@ def _whatif(projections: list[Projection]) -> None:
     _table(numbers.frame_text(whatif_frame(projections), WHATIF_DIGITS))
 
 
+_SHOWN_WARNINGS = 200  # reading problems listed in the Overview's Details
+
+
 def _warnings(warnings: list[str]) -> None:
     if not warnings:
         return
     st.warning(f"{len(warnings)} problem(s) reading this run; showing what could be read.")
     with st.expander("Details"):
-        st.text("\n".join(warnings[:200]))
+        if len(warnings) > _SHOWN_WARNINGS:
+            st.caption(f"Showing the first {_SHOWN_WARNINGS} of {len(warnings):,} problems.")
+        st.text("\n".join(warnings[:_SHOWN_WARNINGS]))
 
 
 def _reader(path: Path) -> Callable[[], bytes]:
@@ -346,6 +351,8 @@ def timeline(ctx: ViewContext) -> None:
             f" {len(drawn)} of {len(all_ranks)} ranks: those named by findings, then the "
             "slowest and the fastest."
         )
+    elif subset is not None:
+        shown = f" {len(subset)} of {len(all_ranks)} ranks: those picked above."
     st.caption(f"{len(frame):,} intervals drawn.{shown} Drag to zoom, double-click to reset.")
     _chart(figures.timeline_figure(frame, gpu=bool(ctx.result.run.has_gpu_trace)))
 
@@ -443,9 +450,8 @@ def communication(ctx: ViewContext) -> None:
     if _has_rows(summary):
         st.caption(
             "Size: the median of one call. Calls/rank: over the profiled steps. Wall "
-            "ms/step: the time the calls take per step, calls in flight together (DDP "
-            "buckets) counted once; the sum of call durations counts each, so it can "
-            "exceed the step."
+            "ms/step: the time the calls take per step, calls in flight together counted "
+            "once; the sum of call durations counts each, so it can exceed the step."
         )
         if "peak_gbs" in summary and summary["peak_gbs"].notna().any():
             _chart(figures.busbw_figure(summary))
@@ -459,10 +465,16 @@ def communication(ctx: ViewContext) -> None:
         )
     else:
         st.info("No collectives recorded in this run.")
-    _buckets(result.buckets)
+    _buckets(result.buckets, result.run)
     if len(result.collectives):
         with st.expander(f"All collectives ({len(result.collectives):,} rows)"):
-            shown = report_tables.collective_calls_frame(result.collectives.frame(rows=_SHOWN_ROWS))
+            calls = result.collectives.frame(rows=_SHOWN_ROWS)
+            if len(result.collectives) > len(calls):
+                st.caption(
+                    f"Showing {len(calls):,} of {len(result.collectives):,} rows: the first "
+                    f"{len(calls):,}, rank by rank."
+                )
+            shown = report_tables.collective_calls_frame(calls)
             st.dataframe(
                 numbers.styled(shown, report_tables.COLLECTIVE_CALL_DIGITS),
                 width="stretch",
@@ -479,7 +491,11 @@ def _skew(result: AnalysisResult) -> None:
             f"**{md(straggler.title)}** ({md(numbers.ms(straggler.cost_ms_per_step, 'ms/step'))})"
         )
     if len(result.skew):
-        _chart(figures.skew_heatmap(result.skew.frame(figures.SKEW_HEATMAP_READS)))
+        skew = result.skew.frame(figures.SKEW_HEATMAP_READS)
+        _chart(figures.skew_heatmap(skew))
+        left_out = figures.skew_shown_text(figures.MAX_SKEW_COLUMNS, figures.skew_columns(skew))
+        if left_out:
+            st.caption(md(left_out.capitalize() + "."))
     if _has_rows(result.stragglers):
         with st.expander("Per rank: arrival skew and the wait it causes"):
             st.caption(
@@ -499,22 +515,35 @@ def _skew(result: AnalysisResult) -> None:
         st.write("No cross-rank collective matching possible (one rank, or no collectives).")
 
 
-def _buckets(kept: SpilledTable) -> None:
+def _buckets(kept: SpilledTable, run: RunInfo) -> None:
+    """The all-reduces of each step, named as the analysis names them
+    (RunInfo.allreduce_label: DDP's gradient buckets only where the run shows DDP)."""
     if not len(kept):
         return
-    st.subheader("All-reduces per step, in issue order")
-    st.caption(
-        "On a DDP run these are its gradient buckets; on a tensor-parallel run "
-        "(Megatron-style) they are the layers' all-reduces, not DDP buckets."
-    )
+    st.subheader(f"All-reduces per step, in issue order: {md(run.allreduce_label)}")
+    if run.ddp_evidence:
+        st.caption(f"DDP's gradient buckets: {md(run.ddp_evidence)}.")
+    else:
+        st.caption(
+            "Nothing in this run shows DDP (no DDP logging data, no DistributedDataParallel "
+            "or Reducer names in its traces): these are all-reduce calls, not DDP buckets "
+            "(a tensor-parallel run's layer all-reduces, for one)."
+        )
     buckets = kept.frame(rows=_SHOWN_ROWS)
     if len(kept) > len(buckets):
         st.caption(f"The first {len(buckets):,} of {len(kept):,} calls (rank, then step).")
     if {"start_ms", "dur_ms", "bucket"} <= set(buckets.columns) and buckets["dur_ms"].notna().any():
         _chart(figures.bucket_figure(buckets))
+        left_out = figures.bucket_shown_text(buckets)
+        if left_out:  # the chart's title says it too; the table below has every call
+            st.caption(
+                md(f"{left_out.capitalize()}; the table below lists the calls left out too.")
+            )
     with st.expander("Table"):
         st.dataframe(
-            numbers.styled(report_tables.bucket_frame(buckets)), width="stretch", hide_index=True
+            numbers.styled(report_tables.bucket_frame(buckets, bool(run.ddp_evidence))),
+            width="stretch",
+            hide_index=True,
         )
 
 
@@ -628,26 +657,17 @@ def dataparallel(ctx: ViewContext) -> None:
 # --------------------------------------------------------------------------- Compare
 
 
-def _bench_pair(refs: list[runs.RunRef]) -> tuple[int, int] | None:
-    """The bench's own pair (a folder with bench.json): DP vs DDP, else single vs DDP."""
-    bench = [i for i, r in enumerate(refs) if rundir.is_regular_file(r.path.parent / rundir.BENCH)]
-    if len(bench) < 2:
-        return None
-
-    def first(pred: Callable[[str], bool]) -> int | None:
-        return next((i for i in bench if pred(refs[i].path.name.lower())), None)
-
-    ddp = first(lambda n: "ddp" in n)
-    other = first(lambda n: "dp" in n.replace("ddp", "")) or first(lambda n: "single" in n)
-    if ddp is not None and other is not None and ddp != other:
-        return other, ddp
-    return None
-
-
 def _shape(result: AnalysisResult | None) -> tuple[Any, ...] | None:
     if result is None:
         return None
     return (result.run.world_size, result.run.backend, result.run.has_gpu_trace)
+
+
+def comparable(a: AnalysisResult | None, b: AnalysisResult | None) -> bool:
+    """Two runs comparable step for step: the same shape (world size, backend, GPU or
+    not) and nothing :func:`shape_warnings` warns of (the script and its arguments where
+    both results name them, every rank analysed)."""
+    return a is not None and b is not None and _shape(a) == _shape(b) and not shape_warnings(a, b)
 
 
 def compare_pair(
@@ -655,23 +675,25 @@ def compare_pair(
     selected: runs.RunRef,
     cached: Callable[[runs.RunRef], AnalysisResult | None] = lambda ref: None,
 ) -> tuple[int, int | None]:
-    """Run A is the run selected in the sidebar; run B its partner: the other run of the
-    bench's pair when A is in it, else the first run among those already analysed that
-    is comparable step for step (same shape: world size, backend, GPU or not; and the
-    same script and arguments, :func:`shape_warnings`), else none (the reader picks).
-    Before, a run of the same world size with another script or batch was chosen."""
+    """Run A is the run selected in the sidebar; run B its partner: the first run among
+    those already analysed that is :func:`comparable` with it, else none (the reader
+    picks, and the page says why none was). Before, a run of the same world size with
+    another script or batch was chosen, and a run of the bench's pair (single process vs
+    2-rank DDP, another script) was chosen whatever its shape (issue 31, F)."""
     a = refs.index(selected)
-    pair = _bench_pair(refs)
-    if pair is not None and a in pair:
-        return a, pair[1] if a == pair[0] else pair[0]
     mine = cached(selected)
     if mine is None:
         return a, None
     for i, ref in enumerate(refs):
-        other = cached(ref) if i != a else None
-        if other is not None and _shape(other) == _shape(mine) and not shape_warnings(mine, other):
+        if i != a and comparable(mine, cached(ref)):
             return a, i
     return a, None
+
+
+NO_PARTNER = (
+    "No comparable run analysed yet (the same world size, backend, script and arguments): "
+    "pick Run B to compare anyway; the page then says what differs."
+)
 
 
 def finding_changes_frame(changes: list[Any]) -> pd.DataFrame:
@@ -744,8 +766,16 @@ def _compare_runs(ctx: ViewContext, labels: list[str]) -> tuple[str | None, str 
     def follow_a() -> None:
         new = st.session_state.get(f"compare_a:{a}")
         if isinstance(new, str) and new != a:
-            st.session_state[_PARTNER_OF] = new  # the partner stays with the new run A
+            # The partner stays with the new run A only when comparable with it; else the
+            # new run A gets its own (:func:`_init_partner`). Before, a 4-rank run kept
+            # the 2-rank partner of the run before it (issue 31, F).
+            partner = st.session_state.get(PARTNER)
+            if partner in labels and comparable(_cached(new), _cached(partner)):
+                st.session_state[_PARTNER_OF] = new
             ctx.select_run(new)
+
+    def _cached(label: str) -> AnalysisResult | None:
+        return ctx.cached(ctx.all_runs[labels.index(label)])
 
     col_a, col_b = st.columns(2)
     name_a = col_a.selectbox(
@@ -757,10 +787,12 @@ def _compare_runs(ctx: ViewContext, labels: list[str]) -> tuple[str | None, str 
         index=None,
         key=PARTNER,
         bind="query-params",
-        placeholder="No run of the same shape analysed yet: pick one",
+        placeholder="No comparable run analysed yet: pick one",
     )
     if name_b is not None:
         st.session_state[_PARTNERS][a] = name_b
+    else:
+        st.caption(NO_PARTNER)
     return name_a, name_b
 
 

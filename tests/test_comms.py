@@ -106,3 +106,57 @@ def test_bus_bandwidth_factors_of_a_table_equal_each_calls() -> None:
     )
     want = np.array([comms.busbw_factor(op, n) for op, n in zip(ops, sizes, strict=True)])
     np.testing.assert_array_equal(comms.busbw_factors(ops, sizes), want)
+
+
+# DDP's own knobs: advice that names one fits only a run that shows DDP (issue 31, D)
+DDP_KNOBS = ("bucket_cap_mb", "no_sync", "DDP(", "gradient_as_bucket_view", "comm hook")
+
+
+@pytest.mark.parametrize(
+    ("trace_set", "evidence"),
+    [
+        ("astrasim_megatron_tp8", None),  # tensor-parallel all-reduces, no DDP in the traces
+        ("tracelens_b200_vllm", None),  # vLLM's tensor-parallel all-reduces
+        ("tracelens_mi300_ddp", "DistributedDataParallel.forward in the traces"),
+        ("hta_nccl_a100", "DistributedDataParallel.forward in the traces"),
+    ],
+)
+def test_all_reduces_are_ddp_buckets_only_where_the_run_shows_ddp(
+    shared_traces: Path, trace_set: str, evidence: str | None
+) -> None:
+    """On Megatron TP8 the tensor-parallel all-reduces were called DDP "buckets" and got
+    DDP-only fixes (bucket_cap_mb, no_sync). Now they are "all-reduce calls" with advice
+    that fits, unless DDP's names are in the traces."""
+    from gpudiag.analysis import analyze
+
+    result = analyze(shared_traces / trace_set)
+    assert result.run.ddp_evidence == evidence
+    assert result.run.to_json()["ddp_evidence"] == evidence
+    exposed = next(f for f in result.findings if f.kind == "exposed_communication")
+    advice = " ".join(
+        [f.fix for f in result.findings] + [a for p in result.whatif for a in p.assumptions]
+    )
+    if evidence is None:
+        assert result.run.allreduce_label == "all-reduce calls"
+        assert not [k for k in DDP_KNOBS if k in advice], advice
+        # "bucket" only where the fix says they are not DDP's gradient buckets
+        assert "bucket" not in advice.replace("not DDP's gradient buckets", "").lower(), advice
+        assert "bucket_size" not in {f.kind for f in result.findings}
+        assert "comm_bucketed" not in {p.scenario for p in result.whatif}
+        assert "not DDP's gradient buckets" in exposed.fix
+    else:
+        assert result.run.allreduce_label == "DDP gradient buckets"
+        assert "bucket_cap_mb" in exposed.fix and "no_sync" in exposed.fix
+
+
+def test_a_gpudiag_run_shows_ddp_by_its_logging_data() -> None:
+    """A gloo DDP run recorded by gpudiag trace (the shipped sample): DDP's logging data
+    (its bucket sizes) is the evidence; the DDP advice stays."""
+    from gpudiag.analysis import analyze
+
+    result = analyze(Path(__file__).resolve().parents[1] / "sample_runs" / "ddp4_straggler")
+    assert result.run.ddp_evidence == "DDP's logging data (bucket sizes) recorded by gpudiag trace"
+    assert result.run.allreduce_label == "DDP gradient buckets"
+    kinds = {f.kind: f for f in result.findings}
+    assert "bucket_cap_mb" in kinds["exposed_communication"].fix
+    assert kinds["bucket_size"].title.startswith("DDP uses few gradient buckets")

@@ -240,6 +240,25 @@ EXPOSED_COMM_FIX_LATENCY = (
     "often: accumulate gradients over several micro-batches with model.no_sync() on the "
     "non-final ones, or use a larger per-GPU batch; keep ranks that talk often on one host."
 )
+# The same advice where nothing shows DDP (RunInfo.ddp_evidence is None): the all-reduces
+# are not DDP's gradient buckets (Megatron's tensor-parallel layers', a framework's own),
+# so DDP's knobs (bucket_cap_mb, no_sync, its comm hooks) do not apply (issue 31, D).
+EXPOSED_COMM_FIX_NOT_DDP = (
+    "Communication is not hidden behind compute. Nothing in the traces shows DDP, so these "
+    "all-reduce calls are not DDP's gradient buckets (a tensor-parallel layer's all-reduce, "
+    "in Megatron-style models, sits between its GEMMs and waits for them): overlap them with "
+    "compute where the framework can (Megatron-LM: --sequence-parallel with "
+    "--tp-comm-overlap), keep each tensor-parallel group inside one node's NVLink domain, "
+    "use a smaller tensor-parallel size (more pipeline or data parallelism instead) or a "
+    "larger micro-batch so each call carries more work; on multi-node jobs, a faster "
+    "interconnect."
+)
+EXPOSED_COMM_FIX_LATENCY_NOT_DDP = (
+    "Every collective carries only a few bytes: the time is per-call latency, not "
+    "bandwidth, so compressing or sharding the data would not help. Make fewer, larger "
+    "calls (reduce tensors together, a larger micro-batch) and keep ranks that talk often "
+    "on one host."
+)
 # Below this many bytes in its largest collective, a job's communication is latency-bound:
 # at >= 1 GB/s, 64 KiB moves in <= 64 µs, the order of one gloo/NCCL call's latency.
 LATENCY_BOUND_BYTES = 64 * 1024
@@ -452,6 +471,7 @@ def exposed_comm_findings(
     window_step_ms: float | None = None,
     sync_rounds: GradientSyncRounds | None = None,
     straggler_wait: Mapping[int, float] | None = None,
+    ddp: bool = True,
 ) -> list[Finding]:
     """Exposed communication net of the waiting for peers: the cost is the transfer part,
     what better overlap gives back. ``peer_wait`` (comms.peer_wait) gives each rank's
@@ -470,7 +490,9 @@ def exposed_comm_findings(
     times are scaled to the steady step (:func:`window_scale`) and the title says so.
     ``sync_rounds`` (gradient_sync.gradient_sync_rounds): DDP all-reduced the gradients
     more than once per optimizer step; the finding then says so, and its cost is what
-    no_sync() on the non-final micro-steps gives back (:func:`_microstep_sync_finding`)."""
+    no_sync() on the non-final micro-steps gives back (:func:`_microstep_sync_finding`).
+    ``ddp``: the run shows DDP (RunInfo.ddp_evidence); without it the fix names no DDP
+    knob (:data:`EXPOSED_COMM_FIX_NOT_DDP`)."""
     if ranks is None or len(ranks) == 0 or "comm_exposed" not in ranks:
         return []
     exposed = ranks["comm_exposed"].astype(float)
@@ -535,9 +557,15 @@ def exposed_comm_findings(
                     else {}
                 ),
             },
-            fix=EXPOSED_COMM_FIX_LATENCY if latency_bound(largest_bytes) else EXPOSED_COMM_FIX,
+            fix=_exposed_fix(latency_bound(largest_bytes), ddp),
         )
     ]
+
+
+def _exposed_fix(latency: bool, ddp: bool) -> str:
+    if latency:
+        return EXPOSED_COMM_FIX_LATENCY if ddp else EXPOSED_COMM_FIX_LATENCY_NOT_DDP
+    return EXPOSED_COMM_FIX if ddp else EXPOSED_COMM_FIX_NOT_DDP
 
 
 NO_SYNC_FIX = (

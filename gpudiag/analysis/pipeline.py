@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from gpudiag.analysis import classify as cls
 from gpudiag.analysis import (
     dataloader,
     dataparallel,
+    ddp,
     failures,
     gpu,
     gradient_sync,
@@ -220,6 +220,7 @@ def _run_info(
         steady_step_ms=steady_ms,
         steady_steps=steady.steady_step_count(run.steps) if steady_ms is not None else None,
         warmup_steps=steady.warmup_step_count(run.steps) if steady_ms is not None else None,
+        ddp_evidence=ddp.ddp_evidence(traces, run),
     )
 
 
@@ -423,18 +424,7 @@ def _largest_bytes(coll: SpilledTable) -> float | None:
 
 
 def _uses_ddp(traces: list[Any], run: Any) -> bool:
-    if run is not None and len(getattr(run, "ddp_stats", [])):
-        return True
-    return any(_trace_uses_ddp(t) for t in traces)
-
-
-def _trace_uses_ddp(trace: Any) -> bool:
-    def compute() -> bool:
-        names = trace.events["name"]
-        mask = cls.name_mask(names, lambda n: n.str.contains("DistributedDataParallel.forward"))
-        return bool(mask.any())
-
-    return bool(trace.cached("uses_ddp", compute))
+    return ddp.ddp_evidence(traces, run) is not None
 
 
 def _has_gpu_events(trace: Any) -> bool:
@@ -505,6 +495,7 @@ def _communication_findings(
         peer_wait=peer_wait,
         runq_share=runq_share,
         window_step_ms=base.window_ms,
+        ddp=_uses_ddp(inputs.traces, run),
         sync_rounds=_guard(
             warnings,
             "gradient sync rounds",
@@ -668,7 +659,7 @@ def _per_rank_analyses() -> list[Any]:
         dataparallel.trace_dataparallel,
         gpu.kernel_busy,
         gpu.gemm_precision,
-        _trace_uses_ddp,
+        ddp.trace_ddp_names,
         _has_gpu_events,
         tl.rank_timeline,
     ]

@@ -61,6 +61,13 @@ class AnalysisInputError(ValueError):
         self.warnings = list(warnings or [])
 
 
+# The names of a step's all-reduces (RunInfo.allreduce_label): DDP's gradient buckets
+# only where the run shows DDP (issue 31, D: Megatron's tensor-parallel all-reduces were
+# called buckets).
+ALLREDUCE_LABEL_DDP = "DDP gradient buckets"
+ALLREDUCE_LABEL = "all-reduce calls"
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """The facts of the run analysed (docs/json-schema.md, ``run``)."""
@@ -91,6 +98,15 @@ class RunInfo:
     # how many steps that median is over, and how many warm-up steps it left out
     steady_steps: int | None = None
     warmup_steps: int | None = None
+    # What says the run's all-reduces are DDP's gradient buckets (analysis/ddp.py:
+    # DDP's logging data, or its record_function names in a trace); None: no evidence of
+    # DDP, and they are called all-reduce calls (a Megatron tensor-parallel run's).
+    ddp_evidence: str | None = None
+
+    @property
+    def allreduce_label(self) -> str:
+        """The name every view gives the all-reduces of a step (:attr:`ddp_evidence`)."""
+        return ALLREDUCE_LABEL_DDP if self.ddp_evidence else ALLREDUCE_LABEL
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -98,7 +114,7 @@ class RunInfo:
             "kind", "path", "world_size", "backend", "devices", "ranks_present",
             "traced_ranks", "steps_analysed", "steady_step_ms", "steady_steps", "warmup_steps",
             "has_gpu_trace", "status",
-            "exit_code", "script", "total_steps", "rank_statuses", "synthetic",
+            "exit_code", "script", "total_steps", "rank_statuses", "synthetic", "ddp_evidence",
         )  # fmt: skip
         return {
             k: out[k]

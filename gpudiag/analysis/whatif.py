@@ -279,6 +279,15 @@ def _saving(
     return 0.0 if remaining is None else max(cost - remaining, 0.0)
 
 
+def _assumptions(scenario: Scenario, ddp: bool) -> tuple[str, ...]:
+    """The scenario's assumptions; "better bucketing" only on a DDP run (``ddp``: the
+    pipeline passes the collective table only there): a Megatron TP run's all-reduces
+    are not buckets (issue 31, D)."""
+    if scenario.name == "comm_overlapped" and not ddp:
+        return ("every collective overlaps computation",) + scenario.assumptions[1:]
+    return scenario.assumptions
+
+
 def project(
     findings: list[Finding],
     ranks: pd.DataFrame,
@@ -321,7 +330,8 @@ def project(
                 projected_high_ms=max(high - saving, 0.0),
                 saving_ms=saving,
                 saving_pct=100.0 * saving / step_ms,
-                assumptions=scenario.assumptions + _also_gives_back(finding, findings),
+                assumptions=_assumptions(scenario, collectives is not None)
+                + _also_gives_back(finding, findings),
             )
         )
     return projections

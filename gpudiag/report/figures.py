@@ -51,6 +51,9 @@ def _segments(frame: pd.DataFrame, column: str) -> list:
     return out
 
 
+MAX_STEP_BANDS = 200  # steps shaded in the timeline (each band is one SVG shape)
+
+
 def timeline_figure(
     timeline: pd.DataFrame, title: str = "Timeline", gpu: bool = False
 ) -> go.Figure:
@@ -90,7 +93,9 @@ def timeline_figure(
         )
     steps = tl[tl["lane"] == "step"]
     steps = steps[steps["rank"] == steps["rank"].min()] if len(steps) else steps
-    for row in steps.head(200).itertuples():
+    if len(steps) > MAX_STEP_BANDS:  # the bands left out, said in the title
+        title += f" (steps shaded: the first {MAX_STEP_BANDS} of {len(steps):,})"
+    for row in steps.head(MAX_STEP_BANDS).itertuples():
         fig.add_vrect(x0=row.start_ms, x1=row.end_ms, fillcolor=COLORS["step"], opacity=0.06)
     fig.update_yaxes(
         tickvals=list(position.values()), ticktext=list(position.keys()), showgrid=False
@@ -286,11 +291,40 @@ _RANK_PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2
                  "#9d755d", "#ff9da6", "#bab0ac")  # fmt: skip
 
 
+def bucket_lanes_shown(
+    buckets: pd.DataFrame, max_lanes: int = MAX_BUCKET_LANES
+) -> tuple[int, int] | None:
+    """(lanes drawn, lanes in ``buckets``) when :func:`bucket_figure` leaves calls out:
+    it draws one lane per call in the step's issue order and only the first
+    ``max_lanes`` of them (calls ``#0`` to ``#max_lanes - 1``); None when every call
+    has its lane."""
+    timed = buckets.dropna(subset=["start_ms", "dur_ms"])
+    lanes = int(timed["bucket"].max()) + 1 if len(timed) else 0
+    return (max_lanes, lanes) if lanes > max_lanes else None
+
+
+def bucket_shown_text(buckets: pd.DataFrame, max_lanes: int = MAX_BUCKET_LANES) -> str | None:
+    """What :func:`bucket_figure` leaves out, in words (its title and the dashboard's
+    caption say the same): "showing 64 of 84 calls per step: the first 64 in issue
+    order (#0-#63)"; None when it draws every call."""
+    shown = bucket_lanes_shown(buckets, max_lanes)
+    if shown is None:
+        return None
+    drawn, lanes = shown
+    return (
+        f"showing {drawn} of {lanes} calls per step: the first {drawn} in issue order "
+        f"(#0–#{drawn - 1})"
+    )
+
+
 def bucket_figure(buckets: pd.DataFrame, max_lanes: int = MAX_BUCKET_LANES) -> go.Figure:
     """All-reduces per step, one lane per call in issue order (``bucket``), each drawn
     from its start in the step (``start_ms``) for its duration (``dur_ms``), one colour
     per rank; every step of a lane overlaid, so a lane's spread is the variation over
-    steps. No text on the bars (hover for values): readable with many buckets."""
+    steps. No text on the bars (hover for values): readable with many buckets. Only the
+    first ``max_lanes`` calls of a step are drawn; the title says so when calls are left
+    out (:func:`bucket_shown_text`: a Megatron TP step has 84)."""
+    left_out = bucket_shown_text(buckets, max_lanes)
     b = buckets.dropna(subset=["start_ms", "dur_ms"])
     b = b[b["bucket"] < max_lanes]
     fig = go.Figure()
@@ -318,7 +352,7 @@ def bucket_figure(buckets: pd.DataFrame, max_lanes: int = MAX_BUCKET_LANES) -> g
     )
     fig.update_xaxes(title="ms from the step's first all-reduce")
     fig.update_layout(
-        title="All-reduces per step, one lane per call",
+        title="All-reduces per step, one lane per call" + (f" ({left_out})" if left_out else ""),
         barmode="group",
         bargap=0.25,
         height=min(1800, max(260, (6 + 4 * len(ranks)) * lanes + 140)),
@@ -331,14 +365,43 @@ def bucket_figure(buckets: pd.DataFrame, max_lanes: int = MAX_BUCKET_LANES) -> g
 SKEW_HEATMAP_READS = ("pg_name", "seq", "index", "rank", "skew_ms")
 
 
-def skew_heatmap(skew: pd.DataFrame, max_columns: int = 300) -> go.Figure:
-    """Arrival skew (ms behind the first rank) per rank × collective."""
+MAX_SKEW_COLUMNS = 300
+
+
+def skew_shown_text(shown: int, total: int) -> str | None:
+    """What :func:`skew_heatmap` leaves out, in words (its title and the dashboard's
+    caption): "showing 300 of 1,344 collectives: the first 300 by process group and
+    call order"; None when it draws them all."""
+    if total <= shown:
+        return None
+    return (
+        f"showing {shown:,} of {total:,} collectives: the first {shown:,} by process group "
+        "and call order"
+    )
+
+
+def _skew_pivot(skew: pd.DataFrame) -> tuple[str, pd.DataFrame, list[str]]:
     key = "seq" if "seq" in skew and skew["seq"].notna().any() else "index"
     s = skew.copy()
     s["collective"] = s["pg_name"].astype(str) + ":" + s[key].astype("Int64").astype(str)
     pivot = s.pivot_table(index="rank", columns="collective", values="skew_ms", aggfunc="max")
     order = s.drop_duplicates("collective").sort_values(["pg_name", key])["collective"]
-    pivot = pivot.reindex(columns=[c for c in order if c in pivot.columns][:max_columns])
+    return key, pivot, [c for c in order if c in pivot.columns]
+
+
+def skew_columns(skew: pd.DataFrame) -> int:
+    """The collectives :func:`skew_heatmap` has a column for before it keeps the first
+    ``max_columns``."""
+    return len(_skew_pivot(skew)[2]) if len(skew) else 0
+
+
+def skew_heatmap(skew: pd.DataFrame, max_columns: int = MAX_SKEW_COLUMNS) -> go.Figure:
+    """Arrival skew (ms behind the first rank) per rank × collective: the first
+    ``max_columns`` collectives by process group and sequence number; the title says so
+    when some are left out (:func:`skew_shown_text`)."""
+    key, pivot, columns = _skew_pivot(skew)
+    left_out = skew_shown_text(max_columns, len(columns))
+    pivot = pivot.reindex(columns=columns[:max_columns])
     fig = go.Figure(
         go.Heatmap(
             z=pivot.values,
@@ -349,7 +412,8 @@ def skew_heatmap(skew: pd.DataFrame, max_columns: int = 300) -> go.Figure:
         )
     )
     fig.update_layout(
-        title="Arrival skew: ms each rank arrives after the first, per collective",
+        title="Arrival skew: ms each rank arrives after the first, per collective"
+        + (f" ({left_out})" if left_out else ""),
         xaxis_title=(
             "collective (process group : sequence number)"
             if key == "seq"

@@ -153,10 +153,12 @@ BUCKET_HEADERS = {
 }
 
 
-def bucket_frame(buckets: pd.DataFrame) -> pd.DataFrame:
-    """DDP buckets (the all-reduces of each step, in issue order) for reading: sizes in
-    MiB, times in ms, no raw nanosecond stamps."""
-    return with_headers(_mib(readable_times(buckets)), BUCKET_HEADERS)
+def bucket_frame(buckets: pd.DataFrame, ddp: bool = True) -> pd.DataFrame:
+    """The all-reduces of each step, in issue order, for reading: sizes in MiB, times in
+    ms, no raw nanosecond stamps. Each is a "bucket" only where the run shows DDP
+    (``ddp``: RunInfo.ddp_evidence), else a "call" (a Megatron TP run's, issue 31, D)."""
+    headers = BUCKET_HEADERS if ddp else {**BUCKET_HEADERS, "bucket": "call (issue order)"}
+    return with_headers(_mib(readable_times(buckets)), headers)
 
 
 COLLECTIVE_CALL_HEADERS = {

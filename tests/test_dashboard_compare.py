@@ -1,0 +1,168 @@
+"""Compare's Run B (probe of issue 31, F): the default partner is a run comparable step
+for step with Run A (same world size, backend and script with its arguments, where the
+results say so) or none with a one-line note; a partner of another shape gets a warning;
+Run B is in the page URL (?partner=). Driven with Streamlit's AppTest on copies of the
+shipped sample runs."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # dashboards/ is not an installed package
+
+from dashboards import views  # noqa: E402
+
+APP = REPO / "dashboards" / "app.py"
+SAMPLES = REPO / "sample_runs"
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bench (single process vs 2-rank DDP, the pair Compare used to default to), a
+    4-rank run, and the healthy 2-rank run twice (the only comparable pair)."""
+    root = tmp_path_factory.mktemp("runs")
+    for name in ("bench_cpu", "ddp4_straggler", "ddp2_healthy"):
+        shutil.copytree(SAMPLES / name, root / name)
+    shutil.copytree(SAMPLES / "ddp2_healthy", root / "healthy_again")
+    return root
+
+
+def _app(monkeypatch: pytest.MonkeyPatch, root: Path) -> AppTest:
+    monkeypatch.setattr(sys, "argv", ["app.py", str(root)])
+    at = AppTest.from_file(str(APP), default_timeout=300)
+    at.run()
+    labels = at.sidebar.selectbox(key="run").options
+    for label in labels:  # every run analysed (the server's prewarm does the same)
+        at.sidebar.selectbox(key="run").set_value(label).run()
+    at.sidebar.radio(key="view").set_value("Compare").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _show(at: AppTest, run: str) -> AppTest:
+    at.sidebar.selectbox(key="run").set_value(run).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _warnings(at: AppTest) -> list[str]:
+    return [w.value.replace("\\", "") for w in at.warning]
+
+
+def _label(at: AppTest, name: str) -> str:
+    return next(o for o in at.sidebar.selectbox(key="run").options if o.endswith(name))
+
+
+def test_default_partner_is_comparable_or_none_and_in_the_url(
+    monkeypatch: pytest.MonkeyPatch, root: Path
+) -> None:
+    at = _app(monkeypatch, root)
+    healthy, again = _label(at, "ddp2_healthy"), _label(at, "healthy_again")
+    four = _label(at, "ddp4_straggler")
+    # the bench's 2-rank DDP run was paired with its 1-process run (another world size,
+    # backend and script): now none, said in one line; no partner in the URL
+    for name in ("bench_cpu/ddp-bs128", "bench_cpu/single-bs128", "ddp4_straggler"):
+        _show(at, _label(at, name))
+        assert at.selectbox(key="partner").value is None, name
+        assert "partner" not in at.query_params, name
+        assert views.NO_PARTNER in [c.value for c in at.caption], name
+        assert not _warnings(at), name
+    # a comparable run exists: it is the default, in the URL, and nothing is warned of
+    _show(at, healthy)
+    assert at.selectbox(key="partner").value == again
+    assert at.query_params["partner"] == again
+    assert not _warnings(at)
+    assert views.NO_PARTNER not in [c.value for c in at.caption]
+    # a partner of another shape picked by hand: in the URL, and the page warns
+    # (the browser writes a select's value into the URL when it is clicked: AppTest has
+    # no browser; test_dashboard_tables.py::test_browser_url_with_partner_opens_the_comparison)
+    at.selectbox(key="partner").set_value(four).run()
+    assert at.session_state["partner"] == four
+    warned = _warnings(at)
+    assert any(w.startswith("World size differs: A 2 ranks, B 4.") for w in warned), warned
+    assert any(w.startswith("Script or arguments differ") for w in warned), warned
+
+
+def test_a_new_run_a_keeps_its_partner_only_when_comparable(
+    monkeypatch: pytest.MonkeyPatch, root: Path
+) -> None:
+    """Compare's own Run A select: the partner stayed with the new run A whatever its
+    shape (a 4-rank run A kept the 2-rank partner of the run before it)."""
+    at = _app(monkeypatch, root)
+    healthy, again = _label(at, "ddp2_healthy"), _label(at, "healthy_again")
+    four = _label(at, "ddp4_straggler")
+    _show(at, healthy)
+    assert at.selectbox(key="partner").value == again
+    at.selectbox(key=f"compare_a:{healthy}").set_value(four).run()
+    assert at.query_params["run"] == four
+    assert at.selectbox(key="partner").value is None
+    assert "partner" not in at.query_params
+    assert not _warnings(at)
+    # and back: the 2-rank run A finds its comparable partner again
+    at.selectbox(key=f"compare_a:{four}").set_value(again).run()
+    assert at.selectbox(key="partner").value == healthy
+    assert at.query_params["partner"] == healthy
+
+
+def test_a_shared_url_opens_the_same_comparison(
+    monkeypatch: pytest.MonkeyPatch, root: Path
+) -> None:
+    """?run=&view=Compare&partner= opens that pair, even one of another shape (the reader
+    asked for it), with the warning."""
+    monkeypatch.setattr(sys, "argv", ["app.py", str(root)])
+    first = AppTest.from_file(str(APP), default_timeout=300)
+    first.run()
+    four = next(
+        o for o in first.sidebar.selectbox(key="run").options if o.endswith("ddp4_straggler")
+    )
+    healthy = next(
+        o for o in first.sidebar.selectbox(key="run").options if o.endswith("ddp2_healthy")
+    )
+    at = AppTest.from_file(str(APP), default_timeout=300)
+    at.query_params.update({"run": healthy, "view": "Compare", "partner": four})
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="partner").value == four
+    assert at.query_params["partner"] == four
+    assert any(w.startswith("World size differs") for w in _warnings(at))
+
+
+@pytest.mark.browser
+def test_browser_run_b_picked_by_hand_is_in_the_url(root: Path) -> None:
+    """In Chromium (the browser writes a bound select's value into the URL; AppTest
+    cannot): Run B picked by hand, of another shape, is in the page URL and warned of."""
+    import time
+    import urllib.parse
+
+    from tests.browser import dashboard as browser
+
+    server = browser.Dashboard([root])
+    try:
+        server.wait_ready()
+        with browser.browser() as page:
+            a = f"{root.name}/ddp2_healthy"
+            b = f"{root.name}/ddp4_straggler"
+            query = urllib.parse.urlencode({"run": a, "view": "Compare"})
+            page.goto(f"{server.url}/?{query}")
+            page.wait_for_selector('h2:has-text("Compare")', timeout=180_000)
+            browser.wait_idle(page, 180_000)
+            run_b = page.locator('[data-testid="stMain"] [data-testid="stSelectbox"] input').nth(1)
+            run_b.click()
+            run_b.fill(b)
+            page.keyboard.press("Enter")
+            page.get_by_text("World size differs").first.wait_for(timeout=180_000)
+            browser.wait_idle(page, 180_000)
+            deadline = time.monotonic() + 10
+            while f"partner={urllib.parse.quote_plus(b)}" not in page.url:
+                assert time.monotonic() < deadline, page.url
+                time.sleep(0.25)
+            assert run_b.input_value() == b
+            assert page.locator(browser.EXCEPTION).count() == 0
+    finally:
+        server.close()

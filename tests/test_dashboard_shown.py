@@ -1,0 +1,118 @@
+"""A chart or table that shows part of its data says so, with the right numbers (probe of
+issue 31, E): the Communication view's lane chart of all-reduces drew 64 of a Megatron
+TP step's 84 calls without a word. Driven with Streamlit's AppTest on a public GPU trace
+set (read in place) and checked against `gpudiag.analysis.analyze` directly."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # dashboards/ is not an installed package
+
+from gpudiag.analysis import analyze  # noqa: E402
+from gpudiag.report import figures  # noqa: E402
+
+APP = REPO / "dashboards" / "app.py"
+
+
+def _communication(monkeypatch: pytest.MonkeyPatch, run: Path) -> AppTest:
+    monkeypatch.setattr(sys, "argv", ["app.py", str(run)])
+    at = AppTest.from_file(str(APP), default_timeout=300)
+    at.query_params["view"] = "Communication"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_lane_chart_of_calls_says_how_many_it_shows(
+    monkeypatch: pytest.MonkeyPatch, shared_traces: Path
+) -> None:
+    """Megatron TP8: 84 all-reduces per step and rank; the chart draws lanes #0-#63 and
+    its caption and title say "showing 64 of 84 calls per step"; the table lists all."""
+    run = shared_traces / "astrasim_megatron_tp8"
+    calls = analyze(run).buckets.frame()
+    per_step = calls.groupby(["rank", "step"]).size()
+    assert set(per_step) == {84}  # the trace's own count, not the chart's
+    at = _communication(monkeypatch, run)
+    want = "showing 64 of 84 calls per step: the first 64 in issue order (#0–#63)"
+    captions = [c.value.replace("\\", "") for c in at.caption]
+    assert any(c.startswith(want.capitalize()) for c in captions), captions
+    spec = next(
+        json.loads(c.proto.spec)
+        for c in at.get("plotly_chart")
+        if "one lane per call" in json.loads(c.proto.spec)["layout"]["title"]["text"]
+    )
+    assert want in spec["layout"]["title"]["text"]
+    lanes = {y for trace in spec["data"] for y in trace["y"]}
+    assert lanes == {f"#{k}" for k in range(64)}
+    bars = sum(len(trace["y"]) for trace in spec["data"])
+    assert bars == int((calls["bucket"] < 64).sum()) == 64 * len(per_step)
+    table = next(d.value for d in at.dataframe if "call (issue order)" in d.value.columns)
+    assert len(table) == len(calls) == 84 * len(per_step)
+
+
+def test_a_chart_that_shows_everything_says_nothing_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The shipped 4-rank run: 2 calls per step, all drawn, no "showing" caption."""
+    at = _communication(monkeypatch, REPO / "sample_runs" / "ddp4_straggler")
+    assert not [c.value for c in at.caption if "showing" in c.value.lower()]
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    assert "All-reduces per step, one lane per call" in titles
+
+
+def test_skew_heatmap_and_step_bands_say_what_they_leave_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The other capped figures: the skew heatmap's first 300 collectives, the
+    timeline's first shaded steps (200; 5 here, to keep the test quick)."""
+    skew = pd.DataFrame(
+        {
+            "pg_name": "0",
+            "seq": [s for s in range(310) for _ in range(2)],
+            "index": 0,
+            "rank": [0, 1] * 310,
+            "skew_ms": 1.0,
+        }
+    )
+    assert figures.skew_columns(skew) == 310
+    title = figures.skew_heatmap(skew).layout.title.text
+    assert "showing 300 of 310 collectives" in title
+    assert "showing" not in figures.skew_heatmap(skew[skew["seq"] < 300]).layout.title.text
+    monkeypatch.setattr(figures, "MAX_STEP_BANDS", 5)
+    steps = pd.DataFrame({"rank": 0, "lane": "step", "start_ms": range(7), "end_ms": range(1, 8)})
+    fig = figures.timeline_figure(steps)
+    assert fig.layout.title.text == "Timeline (steps shaded: the first 5 of 7)"
+    assert len(fig.layout.shapes) == 5
+    assert "shaded" not in figures.timeline_figure(steps.head(5)).layout.title.text
+
+
+def test_megatron_all_reduces_are_shown_as_calls_not_ddp_buckets(
+    monkeypatch: pytest.MonkeyPatch, shared_traces: Path
+) -> None:
+    """Issue 31, D: the Communication view names a Megatron TP run's all-reduces as the
+    analysis does (RunInfo.allreduce_label), with no DDP advice; a DDP run's stay buckets."""
+    at = _communication(monkeypatch, shared_traces / "astrasim_megatron_tp8")
+    heads = [h.value.replace("\\", "") for h in at.subheader]
+    assert "All-reduces per step, in issue order: all-reduce calls" in heads, heads
+    assert not [h for h in heads if "bucket" in h.lower()], heads
+    table = next(d.value for d in at.dataframe if "call (issue order)" in d.value.columns)
+    assert "bucket (issue order)" not in table.columns
+    at.sidebar.radio(key="view").set_value("Overview").run()
+    text = " ".join(
+        e.value
+        for e in [*at.markdown, *at.table, *at.error, *at.warning, *at.info]
+        if isinstance(e.value, str)
+    ).replace("\\", "")
+    assert "bucket_cap_mb" not in text and "no_sync" not in text
+    ddp = _communication(monkeypatch, REPO / "sample_runs" / "ddp4_straggler")
+    heads = [h.value.replace("\\", "") for h in ddp.subheader]
+    assert "All-reduces per step, in issue order: DDP gradient buckets" in heads, heads
+    assert any("bucket (issue order)" in d.value.columns for d in ddp.dataframe)
