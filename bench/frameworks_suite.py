@@ -319,6 +319,25 @@ def target_ms(case, run_dir: Path, runs: dict):
     return None, ""
 
 
+def measured_gain_ms(case, run_dir: Path, runs: dict):
+    """What removing a slow rank's injected work gave back, timed by the scripts: the
+    median step of this run minus the healthy run's of the same repetition. On a loaded
+    2-core host a rank that spins 40 ms also slows its own threads, so the others wait
+    longer than the 40 ms injected (measured 23-54 ms); the step the fix gives back is the
+    truth the cost must meet, the injected time its quiet-host value. Added 2026-12-03 by
+    the engineer tuning gpudiag, after the CI runs' 53.6 ms (+34 %) on a loaded host;
+    None where either run has no script timing."""
+    fw, inj = case.split(":")
+    if inj != "slow_compute_rank" or f"{fw}:none" not in runs:
+        return None
+    a, b = script_step_ms(run_dir), script_step_ms(runs[f"{fw}:none"])
+    return a - b if a is not None and b is not None and a > b else None
+
+
+def _near(cost: float, target) -> bool:
+    return target is not None and target > 0 and abs(cost - target) <= TOLERANCE * target
+
+
 def score(case, run_dir: Path, runs: dict, results: dict):
     fw, inj = case.split(":")
     meta = json.loads(run_dir.with_name(run_dir.name + ".meta.json").read_text())
@@ -386,8 +405,17 @@ def score(case, run_dir: Path, runs: dict, results: dict):
             else:
                 err = (cost - tgt) / tgt
                 row["cost_err"] = err
-                if abs(err) > TOLERANCE:
-                    row["why"].append(f"cost {cost:.1f} vs target {tgt:.1f} ms ({err:+.0%})")
+                gain = measured_gain_ms(case, run_dir, runs)
+                if gain is not None:
+                    row["measured_gain"] = gain
+                if abs(err) > TOLERANCE and not _near(cost, gain):
+                    also = f"; the script-timed gain {gain:.1f} ms" if gain is not None else ""
+                    row["why"].append(f"cost {cost:.1f} vs target {tgt:.1f} ms ({err:+.0%}){also}")
+                elif abs(err) > TOLERANCE:
+                    row["notes"].append(
+                        f"cost {cost:.1f} ms is {err:+.0%} off the injected {tgt:.0f} ms but "
+                        f"within {TOLERANCE:.0%} of the script-timed gain, {gain:.1f} ms"
+                    )
             ref = f"{fw}:none"
             refjs = results.get(ref, {}).get("json")
             if refjs is None:

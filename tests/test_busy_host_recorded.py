@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.analysis import analyze, slow_rank, steady
+from gpudiag.analysis import analyze, dataloader, slow_rank, steady
 
 RECORDED = Path(__file__).parent / "fixtures" / "busy_host"
 
@@ -172,3 +172,45 @@ def test_a_busy_ranks_run_queue_wait_is_its_works_not_the_hosts() -> None:
     starved = steady.RankTime(rank=1, step_ms=55.8, cpu_ms=3.3, runq_ms=24.336, **base)
     cause = slow_rank.explain(1, 24.4, {0: peer, 1: starved})
     assert cause is not None and cause.starved and cause.main == "starved", cause.extra_ms
+
+
+def _data_stall(name: str):
+    result = analyze(RECORDED / name)
+    per_rank, share = steady.runq_per_step(steady.rank_times(result.run_steps))
+    (stall,) = [f for f in result.findings if f.kind == "dataloader_stall"]
+    return stall, per_rank, share
+
+
+def test_a_data_wait_the_hosts_load_explains_is_low_and_says_so() -> None:
+    """Lightning with one DataLoader worker per rank beside three CPU hogs (and a 3 s
+    first batch, reported apart as start-up): steps waited 3.7 ms (22 % of a 16.8 ms
+    step) for data while the training threads themselves waited 4.8 ms per step for a
+    CPU. The worker queued for a CPU as they did: the host's load, not the loader; it was
+    a MEDIUM dataloader_stall before, whose fix (more workers) would not give it back."""
+    stall, per_rank, share = _data_stall("lightning_startup_wait_3_hogs")
+    assert share is not None and share >= 0.10
+    assert stall.evidence["share_of_step"] >= 0.10  # medium by its share alone
+    assert stall.cost_ms_per_step <= min(per_rank.values())
+    assert stall.severity == "low", stall.title
+    assert stall.evidence["runq_ms_per_step"] == pytest.approx(
+        sum(per_rank.values()) / len(per_rank), abs=0.01
+    )
+    assert "waited 29% of the step (4.79 ms) for a CPU" in stall.title
+    assert "more loader workers may not give this back" in stall.title
+    assert stall.evidence["startup_ms_per_rank"]  # the 3 s first batch is set apart
+
+
+def test_a_data_wait_longer_than_the_hosts_load_stays_high() -> None:
+    """The control, beside the same three hogs: rank 1's collate sleeps 40 ms per batch.
+    Its 41 ms wait is far more than its CPU wait (7.6 ms per step): named, high, at its
+    cost, not hedged; and it would not be on a host starved more (the rule by hand)."""
+    stall, per_rank, share = _data_stall("lightning_rank1_data_40ms_3_hogs")
+    assert stall.ranks == [1]
+    assert stall.severity == "high", stall.title
+    assert stall.cost_ms_per_step == pytest.approx(40.0, rel=0.2)
+    assert stall.cost_ms_per_step > 5 * max(per_rank.values())
+    assert "runq_ms_per_step" not in stall.evidence and "for a CPU" not in stall.title
+    starved = dict(per_rank)
+    assert dataloader._host_explains(stall.cost_ms_per_step, [1], starved, 0.5) is None
+    assert dataloader._host_explains(3.0, [1], starved, 0.5) == pytest.approx(starved[1])
+    assert dataloader._host_explains(3.0, [1], starved, 0.05) is None  # host not starved

@@ -68,5 +68,7 @@ def test_slow_compute_rank_under_lightning_is_found_costed_and_not_inverted(scor
     row = scored["lightning_ddp:slow_compute_rank"]
     assert row.get("status") == "ok", _explain(row)
     assert row.get("matched", "").startswith("straggler:"), _explain(row)
-    # medium or high, cost within 20 % of the injected 40 ms, no inversion, nothing false
+    # medium or high, cost within 20 % of the injected 40 ms or of the step the scripts
+    # timed it to give back (a loaded host: bench/frameworks_suite.measured_gain_ms), no
+    # inversion, nothing false
     assert row["verdict"] == "PASS", _explain(row)

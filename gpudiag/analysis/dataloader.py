@@ -21,7 +21,7 @@ import pandas as pd
 
 from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.breakdown import step_windows
-from gpudiag.analysis.findings import Finding, ms, severity_for
+from gpudiag.analysis.findings import Finding, host_starved, ms, severity_for
 from gpudiag.analysis.jsonable import rows_of, whole
 from gpudiag.numfmt import ms_text, pct_text
 
@@ -396,13 +396,45 @@ def startup_findings(info: DataLoaderResult, step_ms: dict[int, float]) -> list[
     ]
 
 
-def dataloader_findings(info: DataLoaderResult, step_ms: dict[int, float]) -> list[Finding]:
+# A data wait no longer than the run-queue wait of the ranks' own training threads, on a
+# host whose other processes held the cores: the loader's workers queued for a CPU as the
+# training threads did, so the host's load, not the loader, is what the wait shows.
+_STARVED_LOADER_WORDS = (
+    "; the ranks waited {share:.0%} of the step ({runq} ms) for a CPU: other processes "
+    "held the host's cores, so loading the data was short of CPU too, and more loader "
+    "workers may not give this back"
+)
+
+
+def _host_explains(
+    cost: float, ranks: list[int], runq_ms: dict[int, float] | None, runq_share: float | None
+) -> float | None:
+    """The named ranks' mean run-queue wait per step (ms) when the host was starved
+    (findings.host_starved) and that wait is at least the data wait; else None."""
+    if not runq_ms or not host_starved(runq_share):
+        return None
+    waits = [runq_ms[r] for r in ranks if r in runq_ms and np.isfinite(runq_ms[r])]
+    if not waits:
+        return None
+    wait = float(np.mean(waits))
+    return wait if cost <= wait else None
+
+
+def dataloader_findings(
+    info: DataLoaderResult,
+    step_ms: dict[int, float],
+    runq_ms: dict[int, float] | None = None,
+    runq_share: float | None = None,
+) -> list[Finding]:
     """dataloader_stall from the whole-run steps table when present (it covers every
     step), else from the profiled window (a trace without ProfilerStep marks: its whole
     span as one window). The cost is per step, the start-up wait set apart (evidence
     ``startup_ms_per_rank``). When only some ranks wait (rank 1's collate_fn sleeps), the
     finding names those ranks and costs their own wait, not the mean over every rank;
-    ``per_rank_data_ms`` keeps every rank's wait (ms per step)."""
+    ``per_rank_data_ms`` keeps every rank's wait (ms per step). ``runq_ms`` (each rank's
+    training thread's mean run-queue wait per steady step) and ``runq_share`` (the median
+    rank's share, steady.runq_share): on a starved host a data wait no longer than that
+    wait is capped at low and says so (:func:`_host_explains`)."""
     per_rank: dict[int, float] = {}
     startup: dict[int, float] = {}
     source = "run steps table (every step)"
@@ -430,6 +462,9 @@ def dataloader_findings(info: DataLoaderResult, step_ms: dict[int, float]) -> li
     severity = severity_for(cost, mean_step)
     if severity is None:
         return []
+    host_wait = _host_explains(cost, waiting, runq_ms, runq_share)
+    if host_wait is not None:
+        severity = "low"
     idle = [
         r.gpu_idle_waiting_ms_per_step
         for r in info.trace
@@ -454,6 +489,9 @@ def dataloader_findings(info: DataLoaderResult, step_ms: dict[int, float]) -> li
         evidence["startup_ms_per_rank"] = {str(r): ms(v) for r, v in sorted(startup.items())}
     if idle:
         evidence["gpu_idle_waiting_ms_per_step"] = ms(float(np.mean(idle)))
+    if host_wait is not None and runq_share is not None:
+        evidence["runq_ms_per_step"] = ms(host_wait)
+        evidence["runq_share_of_step"] = round(runq_share, 3)
     share = f"{pct_text(100 * cost / mean_step)}"
     if len(waiting) < len(per_rank):
         who = ", ".join(str(r) for r in waiting)
@@ -468,6 +506,8 @@ def dataloader_findings(info: DataLoaderResult, step_ms: dict[int, float]) -> li
         )
     else:
         title = f"Steps wait {ms_text(cost)} ms for data ({share} of the step)"
+    if host_wait is not None:
+        title += _STARVED_LOADER_WORDS.format(share=runq_share, runq=ms_text(host_wait))
     return [
         Finding(
             kind="dataloader_stall",

@@ -913,7 +913,7 @@ def _step_findings(w: _Work) -> None:
         run,
         w.warnings,
     )
-    found += dataloader.dataloader_findings(w.dl, step_by_rank)
+    found += dataloader.dataloader_findings(w.dl, step_by_rank, *steady.runq_per_step(w.rank_times))
     found += dataloader.startup_findings(w.dl, step_by_rank)
     found += dataloader.host_sync_findings(w.dl, step_by_rank)
     found += dataparallel.dataparallel_findings(w.dp, w.step_ms)

@@ -143,6 +143,13 @@ def runq_share(times: dict[int, RankTime]) -> float | None:
     return float(np.median(shares)) if shares else None
 
 
+def runq_per_step(times: dict[int, RankTime]) -> tuple[dict[int, float], float | None]:
+    """Each rank's training thread's mean run-queue wait per steady step (ms: its share
+    times its step), and the median rank's share (:func:`runq_share`)."""
+    per_rank = {r: t.runq_share * t.step_ms for r, t in times.items() if t.runq_share is not None}
+    return per_rank, runq_share(times)
+
+
 def median_runq_ms(times: dict[int, RankTime]) -> float | None:
     """The median rank's run-queue delay per steady step (ms), None without counters."""
     values = [t.runq_ms for t in times.values() if t.runq_ms is not None]
