@@ -220,6 +220,7 @@ def _normalise_op(raw: str) -> str | None:
     return _OP_KEYS.get(key)
 
 
+@lru_cache(maxsize=4096)  # per distinct kernel name, asked again by every rank's parse
 def is_comm_kernel(name: str) -> bool:
     return bool(
         _NCCL_KERNEL.match(name)

@@ -85,6 +85,7 @@ class _Collector:
         self.comm_strings: dict[str, str] = {}  # one object per distinct op/dtype/group
         self.thread_names: dict[tuple[str, str], str] = {}
         self.keeps_comm_args: dict[tuple[str, str], bool] = {}  # per distinct (name, cat)
+        self.category_of = _Categories()
 
     def add(self, events: list) -> None:
         cols = _collect_chunk(events, self)
@@ -135,6 +136,14 @@ class _Collector:
         return cols
 
 
+class _Categories(dict[str, str]):
+    """classify.canonical_category of each distinct ``cat`` spelling, worked out once."""
+
+    def __missing__(self, cat: str) -> str:
+        canonical = self[cat] = cls.canonical_category(cat)
+        return canonical
+
+
 _COLLECTED = ("name", "cat", "pid", "tid", "ts", "dur", "stream", "correlation", "external_id")
 
 
@@ -157,7 +166,8 @@ def _intern(values: list, table: dict[Any, int]) -> np.ndarray:
 
 
 def _collect_chunk(events: list, acc: _Collector) -> dict[str, Any]:
-    """One pass over raw events: keep complete ('X') events and thread names."""
+    """One pass over raw events: keep complete ('X') events and thread names (a category
+    is canonicalised once per distinct spelling)."""
     names: list[str] = []
     cats: list[str] = []
     tss: list[float] = []
@@ -173,8 +183,9 @@ def _collect_chunk(events: list, acc: _Collector) -> dict[str, Any]:
     offset = acc.n
     skipped = 0
     gpu_cats = cls.GPU_CATS
-    canonical_cat = cls.canonical_category
+    category_of = acc.category_of
     keeps_comm_args = acc.keeps_comm_args
+    no_args = _NO_ARGS
     for ev in events:
         if type(ev) is not dict:
             skipped += 1
@@ -196,10 +207,11 @@ def _collect_chunk(events: list, acc: _Collector) -> dict[str, Any]:
         ):
             skipped += 1  # NaN fails every comparison above
             continue
-        cat = canonical_cat(ev.get("cat"))  # old Kineto spellings too (classify.py)
-        args = ev.get("args")
+        cat: Any = ev.get("cat")  # old Kineto spellings too (classify.py)
+        cat = category_of[cat] if type(cat) is str else ""  # as canonical_category
+        args = ev.get("args", no_args)
         if type(args) is not dict:
-            args = _NO_ARGS
+            args = no_args
         stream: Any = -1
         if cat in gpu_cats:
             stream = args.get("stream")
@@ -230,8 +242,8 @@ def _collect_chunk(events: list, acc: _Collector) -> dict[str, Any]:
         durs.append(dur)
         pid = ev.get("pid", "")
         tid = ev.get("tid", "")
-        pids.append(pid if type(pid) in (int, str) else str(pid))
-        tids.append(tid if type(tid) in (int, str) else str(tid))
+        pids.append(pid if type(pid) is int or type(pid) is str else str(pid))
+        tids.append(tid if type(tid) is int or type(tid) is str else str(tid))
         streams.append(stream)
         correlations.append(corr)
         external_ids.append(ext)
