@@ -203,6 +203,8 @@ def first_screen(ctx: ViewContext) -> None:
                 "could be measured (a rank's trace missing, or collectives not matched "
                 "across ranks), so waiting cannot be told from transfer here."
             )
+        if verdict.chart_note:
+            st.caption(md(verdict.chart_note))
         if parts.named and verdict.finding is not None:
             st.caption(
                 f"◀ outlined: {md(numbers.ranks(parts.named))}, named by the top finding "

@@ -482,3 +482,31 @@ def test_metric_charts_and_live_host_cpu_say_words_and_units(
     host = SimpleNamespace(node=0, cpu_percent=20.0, mem_used=2**30, mem_total=2**31, gpus=[])
     frame = tables.live_node_frame(SimpleNamespace(nodes=[host]))  # type: ignore[arg-type]
     assert "util % (host: of all cores)" in frame.columns
+
+
+def test_a_scaled_verdict_is_tied_to_the_charts_column(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31, B: the healthy sample's verdict costs its exposed transfer per steady
+    step, scaled from the profiled steps the chart shows, so the verdict and the chart's
+    transfer bars gave two numbers without a word. The first screen, the HTML report and
+    the verdict say both, each equal to what it names."""
+    run = REPO / "sample_runs" / "ddp2_healthy"
+    result = analyze(run)
+    verdict = overview.verdict(result)
+    top = verdict.finding
+    assert top is not None and top.kind == "exposed_communication"
+    scale = top.evidence["window_scale"]
+    assert scale < 1  # the profiled steps were slower than the steady step
+    parts = overview.rank_parts(result)
+    chart_transfer = float(parts.frame["comm_transfer"].mean())
+    assert chart_transfer == pytest.approx(top.evidence["window_transfer_ms"], abs=0.006)
+    assert top.cost_ms_per_step == pytest.approx(chart_transfer * scale, rel=0.01)
+    note = verdict.chart_note
+    assert f"there the transfer is {chart_transfer:.2f} ms per step" in note
+    assert f"The verdict's {top.cost_ms_per_step:.2f} ms/step" in note
+    assert f"{float(parts.frame['step_ms'].mean()):.2f} ms per step" in note
+    at = _app(monkeypatch, run)
+    assert any(_plain(c.value) == note for c in at.caption), [c.value for c in at.caption]
+    html = render_html([result])
+    assert f"there the transfer is {chart_transfer:.2f} ms per step" in html
+    # a verdict measured as the chart is (the straggler sample's) adds nothing
+    assert overview.verdict(analyze(STRAGGLER)).chart_note == ""

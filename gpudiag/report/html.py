@@ -107,6 +107,7 @@ def _result_section(result: AnalysisResult, include_js: bool) -> str:
         + (f"<br><b>Fix:</b> {_e(verdict.fix)}" if verdict.fix else "")
         + "</p>"
         + "".join(charts[:1])
+        + (f"<p class='note'>{_e(verdict.chart_note)}</p>" if verdict.chart_note else "")
         + f"<h2>Findings</h2>{_findings_html(result.findings, no_findings_text(result))}"
         + _whatif_html(result)
         + "<h2>Per rank (ms per step, mean over the profiled steps)</h2>"
