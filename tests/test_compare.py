@@ -44,6 +44,7 @@ from gpudiag.analysis.regression import (  # noqa: E402
     StepSample,
     assess,
     mann_whitney_greater,
+    paired_samples,
 )
 from gpudiag.cli import compare as compare_cli  # noqa: E402
 
@@ -187,3 +188,40 @@ def test_a_cpu_run_beside_a_gpu_run_is_named_by_the_breakdowns_definitions(
         capture_output=True, text=True, timeout=300, check=False,
     ).stdout  # fmt: skip
     assert "GPU idle · host busy ms/step" not in text
+
+
+GATE_BUSY = Path(__file__).resolve().parent / "fixtures" / "gate_busy"
+
+
+def test_a_slowdown_the_hosts_load_explains_is_not_a_regression() -> None:
+    """The same 2-rank job recorded twice (tests/fixtures/gate_busy): BASE on a quiet
+    host, NEW with the whole job pinned to one CPU beside two spinning processes. NEW's
+    steps took 5.8 % longer (interval from +2.7 %), all of it waiting for a CPU: net of
+    each step's run-queue wait the step did not change. At a 2 % gate the old verdict was
+    a regression; now it is not, and the report says why. The job with 15 ms more sleep
+    per step, recorded on the same starved CPU, is still a regression, net or not."""
+    base = analyze(GATE_BUSY / "base")
+    starved = analyze(GATE_BUSY / "again_starved")
+    v = assess(*paired_samples(base, starved), 2.0)
+    assert v.ci_low_pct > 2.0  # the raw interval alone would fail the build
+    assert v.net_ci_low_pct is not None and v.net_ci_low_pct < 2.0
+    assert abs(v.net_change_pct) < 3.0
+    assert v.cpu_wait_change_ms is not None and v.cpu_wait_change_ms > 1.0
+    assert not v.regressed and v.load_explains
+    slower = assess(*paired_samples(base, analyze(GATE_BUSY / "slower_starved")), 5.0)
+    assert slower.regressed and not slower.load_explains
+    assert slower.net_change_pct == pytest.approx(45, abs=10)  # 15 ms more of a ~33 ms step
+    out = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "compare", str(GATE_BUSY / "base"),
+         str(GATE_BUSY / "again_starved"), "--fail-on-regression", "2"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "Not declared a regression: NEW's ranks waited +" in out.stdout
+    js = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "compare", str(GATE_BUSY / "base"),
+         str(GATE_BUSY / "again_starved"), "--fail-on-regression", "2", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    verdict = json.loads(js.stdout)["regression"]
+    assert verdict["load_explains"] is True and verdict["regressed"] is False

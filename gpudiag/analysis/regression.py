@@ -10,6 +10,12 @@ bootstrap confidence interval; a one-sided Mann-Whitney test of NEW against BASE
 the threshold is reported beside it. A regression is declared only when the interval's
 lower bound is above the threshold: on a noisy machine the gate says less rather than fail
 a build that did not get slower.
+
+Host load: where both run tables carry the training threads' run-queue wait (runq_ns:
+runnable, waiting for a CPU that other processes held), the same statistic is also taken
+on each step net of the largest such wait of any rank in it. A change the host's load
+explains (raw interval above the threshold, net one not) is not declared a regression, and
+the verdict says how much longer NEW's ranks waited for a CPU (``load_explains``).
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ class StepSample:
 
     ms: np.ndarray
     source: str
+    # per step (aligned with ms): the largest run-queue wait of any rank's training
+    # thread in that step, ms; None where the run tables have no scheduler counters
+    cpu_wait_ms: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -53,10 +62,23 @@ class RegressionVerdict:
     new_steps: int
     base_source: str
     new_source: str
+    # the same statistic net of each step's CPU wait (module docstring); None without
+    # scheduler counters in both inputs
+    net_change_pct: float | None = None
+    net_ci_low_pct: float | None = None
+    # NEW's median per-step CPU wait minus BASE's, ms
+    cpu_wait_change_ms: float | None = None
 
     @property
     def regressed(self) -> bool:
-        return self.ci_low_pct > self.threshold_pct
+        if self.ci_low_pct <= self.threshold_pct:
+            return False
+        return self.net_ci_low_pct is None or self.net_ci_low_pct > self.threshold_pct
+
+    @property
+    def load_explains(self) -> bool:
+        """Slower beyond the threshold, but not once the CPU wait is set apart."""
+        return self.ci_low_pct > self.threshold_pct and not self.regressed
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -73,6 +95,10 @@ class RegressionVerdict:
             "new_steps": self.new_steps,
             "base_source": self.base_source,
             "new_source": self.new_source,
+            "net_change_pct": self.net_change_pct,
+            "net_ci_low_pct": self.net_ci_low_pct,
+            "cpu_wait_change_ms": self.cpu_wait_change_ms,
+            "load_explains": self.load_explains,
         }
 
 
@@ -90,12 +116,35 @@ def job_step_ms(steps: pd.DataFrame, duration_ms: pd.Series) -> np.ndarray:
 
 
 def sample_from_run_steps(steps: pd.DataFrame) -> StepSample | None:
-    """Every step of the run tables (start_ns/end_ns per rank and step), or None."""
+    """Every step of the run tables (start_ns/end_ns per rank and step), or None; with
+    each step's largest training-thread run-queue wait where runq_ns was recorded."""
     if steps is None or steps.empty or not {"start_ns", "end_ns"} <= set(steps.columns):
         return None
     s = steps.dropna(subset=["start_ns", "end_ns"])
-    ms = job_step_ms(s, (s["end_ns"].astype(float) - s["start_ns"].astype(float)) / 1e6)
-    return StepSample(ms, f"run tables, {len(ms)} steps") if len(ms) else None
+    frame = pd.DataFrame(
+        {
+            "step": s["step"].to_numpy(),
+            "ms": (s["end_ns"].astype(float) - s["start_ns"].astype(float)).to_numpy() / 1e6,
+            "wait": _runq_ms(s),
+        }
+    )
+    frame = frame[np.isfinite(frame["ms"]) & (frame["ms"] > 0)]
+    per_step = frame.groupby("step", sort=True).agg(ms=("ms", "max"), wait=("wait", "max"))
+    per_step = per_step.iloc[warmup_steps(len(per_step)) :]
+    if per_step.empty:
+        return None
+    wait = per_step["wait"].to_numpy(dtype=float)
+    return StepSample(
+        per_step["ms"].to_numpy(dtype=float),
+        f"run tables, {len(per_step)} steps",
+        wait if np.isfinite(wait).all() else None,
+    )
+
+
+def _runq_ms(steps: pd.DataFrame) -> np.ndarray:
+    if "runq_ns" not in steps:
+        return np.full(len(steps), np.nan)
+    return pd.to_numeric(steps["runq_ns"], errors="coerce").to_numpy(dtype=float) / 1e6
 
 
 def sample_from_breakdown(breakdown: pd.DataFrame) -> StepSample | None:
@@ -177,6 +226,7 @@ def assess(
             )
     base_median, new_median = float(np.median(base.ms)), float(np.median(new.ms))
     low, high = bootstrap_change_pct(base.ms, new.ms, confidence, resamples, seed)
+    net = _net_of_cpu_wait(base, new, confidence, resamples, seed)
     return RegressionVerdict(
         threshold_pct=threshold_pct,
         confidence=confidence,
@@ -190,7 +240,26 @@ def assess(
         new_steps=len(new.ms),
         base_source=base.source,
         new_source=new.source,
+        net_change_pct=net[0] if net else None,
+        net_ci_low_pct=net[1] if net else None,
+        cpu_wait_change_ms=net[2] if net else None,
     )
+
+
+def _net_of_cpu_wait(
+    base: StepSample, new: StepSample, confidence: float, resamples: int, seed: int
+) -> tuple[float, float, float] | None:
+    """(change %, its interval's lower bound %, CPU wait change ms) of the steps net of
+    their CPU wait, or None where either sample has no wait (or a step left nothing)."""
+    if base.cpu_wait_ms is None or new.cpu_wait_ms is None:
+        return None
+    base_net, new_net = base.ms - base.cpu_wait_ms, new.ms - new.cpu_wait_ms
+    if not ((base_net > 0).all() and (new_net > 0).all()):
+        return None
+    change = 100.0 * (float(np.median(new_net)) / float(np.median(base_net)) - 1.0)
+    low, _ = bootstrap_change_pct(base_net, new_net, confidence, resamples, seed)
+    wait_change = float(np.median(new.cpu_wait_ms) - np.median(base.cpu_wait_ms))
+    return change, low, wait_change
 
 
 __all__ = [

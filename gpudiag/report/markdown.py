@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from gpudiag.analysis.compare import Comparison
-from gpudiag.report.overview import change_side, metric_headers
+from gpudiag.report.overview import change_side, load_explains_text, metric_headers
 
 
 def _code(text: str) -> str:
@@ -39,6 +39,7 @@ def _verdict_lines(comparison: Comparison) -> list[str]:
         f"Median step {_ms(v.base_median_ms)} → {_ms(v.new_median_ms)} ms "
         f"(base: {v.base_source}; new: {v.new_source}).",
         "",
+        *([load_explains_text(v), ""] if v.load_explains else []),
     ]
 
 

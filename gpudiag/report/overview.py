@@ -316,6 +316,19 @@ def metric_headers(gpu: bool | None) -> dict[str, str]:
     return headers
 
 
+def load_explains_text(verdict: Any) -> str:
+    """Why a slower NEW is not a regression when the host's load explains it
+    (regression.RegressionVerdict.load_explains); empty otherwise."""
+    if not verdict.load_explains:
+        return ""
+    return (
+        f"Not declared a regression: NEW's ranks waited {verdict.cpu_wait_change_ms:+.2f} ms "
+        "per step longer for a CPU (other processes held the host's cores); net of that wait "
+        f"the step changed {verdict.net_change_pct:+.1f} % ({100 * verdict.confidence:.0f} % "
+        f"CI from {verdict.net_ci_low_pct:+.1f} %). Record both runs under the same load."
+    )
+
+
 def change_side(severity: str | None, ranks: tuple[int, ...]) -> str:
     """One side of a finding change between two runs: ``medium (rank 2)``, or ``none``."""
     if severity is None:

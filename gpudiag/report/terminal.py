@@ -21,6 +21,7 @@ from gpudiag.report.overview import (
     collectives_frame,
     component_labels,
     evidence_lines,
+    load_explains_text,
     metric_headers,
     no_findings_text,
     ordered_findings,
@@ -229,6 +230,9 @@ def print_comparison(comparison: Any, console: Console | None = None) -> None:
             f"A: {verdict.base_source}, B: {verdict.new_source}",
             highlight=False,
         )
+        load_words = load_explains_text(verdict)
+        if load_words:
+            console.print(load_words, highlight=False)
     console.print(table)
     moved = comparison.changed_components()
     if moved:
