@@ -24,7 +24,7 @@ from gpudiag.analysis.compare import shape_warnings
 from gpudiag.analysis.findings import Finding, measured_as
 from gpudiag.analysis.result import AnalysisResult, RunInfo, SpilledTable
 from gpudiag.analysis.whatif import Projection
-from gpudiag.report import figures, numbers
+from gpudiag.report import colours, figures, numbers
 from gpudiag.report import overview as report_overview
 from gpudiag.report import tables as report_tables
 from gpudiag.report.tables import WHATIF_DIGITS, whatif_frame
@@ -823,7 +823,7 @@ def compare(ctx: ViewContext) -> None:
     if table.dropna(subset=["a", "b"], how="all").empty:
         st.info("Neither run has per-rank step times to compare.")
     else:
-        _chart(figures.compare_figure(table, name_a, name_b))
+        _chart(figures.compare_figure(table, name_a, name_b, list(comparison.table["metric"])))
         shown = table.rename(
             columns={
                 "a": f"A: {name_a} (ms/step)",
@@ -859,6 +859,7 @@ def compare(ctx: ViewContext) -> None:
                 [c for c in pair.columns if c.endswith("step ms (mean)")],
                 "Step time per rank, A and B (ms)",
                 barmode="group",
+                colors=list(colours.RUN_COLORS),
             )
         )
         st.dataframe(numbers.styled(pair, {"rank": 0}), width="stretch", hide_index=True)

@@ -16,19 +16,12 @@ import plotly.graph_objects as go
 from gpudiag.analysis.gpu import PERF_THROTTLE_MASK
 from gpudiag.analysis.live_snapshot import LiveSnapshot
 from gpudiag.analysis.result import BREAKDOWN_KEYS, LANES
-from gpudiag.report import numbers
-from gpudiag.report.overview import COMPONENT_COLORS, RankParts, component_labels
+from gpudiag.report import colours, numbers
+from gpudiag.report.colours import component_color
+from gpudiag.report.overview import RankParts, component_labels
 
-# One colour per component in every chart (gpudiag/report/overview.py).
-BREAKDOWN_COLORS = {k: COMPONENT_COLORS[k] for k in BREAKDOWN_KEYS}
-LANE_COLORS = {
-    "compute": COMPONENT_COLORS["compute"],
-    "communication": COMPONENT_COLORS["comm_exposed"],
-    "data_loading": COMPONENT_COLORS["data_loading"],
-    "other": COMPONENT_COLORS["other"],
-    "idle": COMPONENT_COLORS["idle"],
-}
-COLORS = {**BREAKDOWN_COLORS, **LANE_COLORS, "step": "#444444"}
+# Every component's colour comes from colours.COMPONENT_COLORS through component_color
+# (one colour per component in every chart, the HTML report's and the dashboard's).
 # Byte-valued metrics are drawn in GiB (or MiB when small), never as plotly's "1.6B".
 _BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 _LAYOUT = dict(
@@ -86,7 +79,7 @@ def timeline_figure(
                 y=_segments(part, "y"),
                 text=_segments(part, "hover"),
                 mode="lines",
-                line=dict(width=10, color=COLORS.get(lane, "#17becf")),
+                line=dict(width=10, color=component_color(lane)),
                 name=names_of.get(lane, lane),
                 hovertemplate="%{text}<br>at %{x:.3f} ms<extra></extra>",
             )
@@ -96,7 +89,7 @@ def timeline_figure(
     if len(steps) > MAX_STEP_BANDS:  # the bands left out, said in the title
         title += f" (steps shaded: the first {MAX_STEP_BANDS} of {len(steps):,})"
     for row in steps.head(MAX_STEP_BANDS).itertuples():
-        fig.add_vrect(x0=row.start_ms, x1=row.end_ms, fillcolor=COLORS["step"], opacity=0.06)
+        fig.add_vrect(x0=row.start_ms, x1=row.end_ms, fillcolor=colours.STEP_COLOR, opacity=0.06)
     fig.update_yaxes(
         tickvals=list(position.values()), ticktext=list(position.keys()), showgrid=False
     )
@@ -120,7 +113,9 @@ def rank_parts_figure(parts: RankParts, title: str | None = None) -> go.Figure:
             name=parts.labels[key],
             x=x,
             y=frame[key],
-            marker=dict(color=COMPONENT_COLORS[key], line=dict(color="#111", width=outline)),
+            marker=dict(
+                color=component_color(key), line=dict(color=colours.OUTLINE_COLOR, width=outline)
+            ),
             hovertemplate="%{x} · " + parts.labels[key] + ": %{y:.2f} ms/step<extra></extra>",
         )
     fig.update_layout(
@@ -169,7 +164,7 @@ def rank_parts_svg(parts: RankParts, title: str, width: int = 1100, height: int 
             y_text = 34 + 20 * i
             out.append(
                 f'<rect x="{x:.0f}" y="{y_text - 10}" width="12" height="12" '
-                f'fill="{COMPONENT_COLORS[key]}"/><text x="{x + 16:.0f}" y="{y_text}">{_x(label)}</text>'
+                f'fill="{component_color(key)}"/><text x="{x + 16:.0f}" y="{y_text}">{_x(label)}</text>'
             )
             x += 28 + 6.5 * len(label)
     for k in range(int(round(y_max / step)) + 1):
@@ -198,7 +193,7 @@ def rank_parts_svg(parts: RankParts, title: str, width: int = 1100, height: int 
             base -= h
             out.append(
                 f'<rect x="{cx - bar / 2:.1f}" y="{base:.1f}" width="{bar:.1f}" height="{h:.1f}" '
-                f'fill="{COMPONENT_COLORS[key]}" data-component="{key}" data-rank="{rank}" '
+                f'fill="{component_color(key)}" data-component="{key}" data-rank="{rank}" '
                 f'data-ms="{value:.4f}"><title>rank {rank} · {_x(parts.labels[key])}: '
                 f"{numbers.ms(value, 'ms/step')}</title></rect>"
             )
@@ -209,7 +204,7 @@ def rank_parts_svg(parts: RankParts, title: str, width: int = 1100, height: int 
         if named:
             out.append(
                 f'<rect x="{cx - bar / 2 - 2:.1f}" y="{base - 2:.1f}" width="{bar + 4:.1f}" '
-                f'height="{top_pad + plot_h - base + 2:.1f}" fill="none" stroke="#111" '
+                f'height="{top_pad + plot_h - base + 2:.1f}" fill="none" stroke="{colours.OUTLINE_COLOR}" '
                 'stroke-width="2.5" class="named-rank"/>'
             )
         weight = ' font-weight="700"' if named else ""
@@ -252,7 +247,7 @@ def step_breakdown_figure(
     for key in BREAKDOWN_KEYS:
         if key in bd:
             fig.add_trace(
-                go.Bar(x=x, y=bd[key], name=names.get(key, key), marker_color=COLORS[key])
+                go.Bar(x=x, y=bd[key], name=names.get(key, key), marker_color=component_color(key))
             )
     fig.update_layout(
         barmode="stack", title="Step time per rank and step", yaxis_title="ms", **_LAYOUT
@@ -264,7 +259,12 @@ def busbw_figure(summary: pd.DataFrame) -> go.Figure:
     """Median bus bandwidth per collective and group against the link peak."""
     labels = [f"{op} ({pg})" for op, pg in zip(summary["op"], summary["pg_name"], strict=False)]
     fig = go.Figure(
-        go.Bar(x=labels, y=summary["busbw_gbs_median"], name="busbw median", marker_color="#1f77b4")
+        go.Bar(
+            x=labels,
+            y=summary["busbw_gbs_median"],
+            name="busbw median",
+            marker_color=colours.MEASURED_COLOR,
+        )
     )
     if "peak_gbs" in summary and summary["peak_gbs"].notna().any():
         fig.add_trace(
@@ -273,7 +273,7 @@ def busbw_figure(summary: pd.DataFrame) -> go.Figure:
                 y=summary["peak_gbs"],
                 mode="markers+lines",
                 name="link peak",
-                line=dict(dash="dash", color="#d62728"),
+                line=dict(dash="dash", color=colours.PEAK_COLOR),
             )
         )
     values = pd.concat([summary["busbw_gbs_median"], summary.get("peak_gbs", pd.Series())])
@@ -287,8 +287,6 @@ def busbw_figure(summary: pd.DataFrame) -> go.Figure:
 
 
 MAX_BUCKET_LANES = 64
-_RANK_PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#eeca3b",
-                 "#9d755d", "#ff9da6", "#bab0ac")  # fmt: skip
 
 
 def bucket_lanes_shown(
@@ -331,6 +329,7 @@ def bucket_figure(buckets: pd.DataFrame, max_lanes: int = MAX_BUCKET_LANES) -> g
     ranks = sorted(b["rank"].unique()) if "rank" in b else []
     for i, rank in enumerate(ranks):
         part = b[b["rank"] == rank]
+        rank_color, pattern = colours.rank_style(i)
         fig.add_trace(
             go.Bar(
                 x=part["dur_ms"],
@@ -338,7 +337,7 @@ def bucket_figure(buckets: pd.DataFrame, max_lanes: int = MAX_BUCKET_LANES) -> g
                 y=[f"#{int(k)}" for k in part["bucket"]],
                 orientation="h",
                 name=f"rank {int(rank)}",
-                marker_color=_RANK_PALETTE[i % len(_RANK_PALETTE)],
+                marker=dict(color=rank_color, pattern=dict(shape=pattern)),
                 opacity=0.6,
                 customdata=part[["step"]].to_numpy() if "step" in part else None,
                 hovertemplate=f"rank {int(rank)} · call %{{y}} · step %{{customdata[0]}}<br>"
@@ -489,7 +488,7 @@ def metric_title(metric: str, unit: str, host: bool = False) -> str:
 
 
 def gpu_metric_figure(samples: pd.DataFrame, metric: str, unit: str) -> go.Figure:
-    """One line per (node, GPU); throttled spans shaded red."""
+    """One line per (node, GPU); throttled spans shaded grey."""
     fig = go.Figure()
     t0 = samples["t_ns"].min()
     values, unit = _scaled(samples, metric, unit)
@@ -501,7 +500,9 @@ def gpu_metric_figure(samples: pd.DataFrame, metric: str, unit: str) -> go.Figur
             )
         )
         for a, b in throttle_spans(part):
-            fig.add_vrect(x0=a - t0 / 1e9, x1=b - t0 / 1e9, fillcolor="red", opacity=0.12)
+            fig.add_vrect(
+                x0=a - t0 / 1e9, x1=b - t0 / 1e9, fillcolor=colours.THROTTLE_COLOR, opacity=0.12
+            )
     fig.update_layout(
         title=metric_title(metric, unit), xaxis_title="s", yaxis_title=unit, **_LAYOUT
     )
@@ -526,21 +527,42 @@ def host_metric_figure(samples: pd.DataFrame, metric: str, unit: str) -> go.Figu
 
 
 def stacked_columns_figure(
-    frame: pd.DataFrame, x: str, columns: list[str], title: str, barmode: str = "stack"
+    frame: pd.DataFrame,
+    x: str,
+    columns: list[str],
+    title: str,
+    barmode: str = "stack",
+    colors: list[str] | None = None,
 ) -> go.Figure:
+    """Bars of ``columns`` (none of them a component: Compare's per-rank step of runs A and
+    B, the lint findings' cost), in ``colors`` or the neutral measure colour."""
     fig = go.Figure()
-    for col in columns:
-        fig.add_trace(go.Bar(x=frame[x].astype(str), y=frame[col], name=col))
+    for i, col in enumerate(columns):
+        color = colors[i % len(colors)] if colors else colours.MEASURED_COLOR
+        fig.add_trace(go.Bar(x=frame[x].astype(str), y=frame[col], name=col, marker_color=color))
     fig.update_layout(barmode=barmode, title=title, yaxis_title="ms", **_LAYOUT)
     return fig
 
 
-def compare_figure(deltas: pd.DataFrame, name_a: str, name_b: str) -> go.Figure:
-    """Grouped bars: each component's ms/step in both runs."""
+def compare_figure(
+    deltas: pd.DataFrame, name_a: str, name_b: str, keys: list[str] | None = None
+) -> go.Figure:
+    """Grouped bars: each component's ms/step in both runs. With ``keys`` (the metric
+    key of each row: ``step_ms_mean``, ``compute``, ...) each bar has its component's
+    colour, run A hatched and paler, run B solid; without, the two runs' neutral colours."""
+    if keys is None:
+        a_color: str | list[str] = colours.RUN_COLORS[0]
+        b_color: str | list[str] = colours.RUN_COLORS[1]
+        a_marker: dict[str, object] = dict(color=a_color)
+    else:
+        b_color = [
+            colours.STEP_COLOR if k.startswith("step_ms") else component_color(k) for k in keys
+        ]
+        a_marker = dict(color=b_color, opacity=0.55, pattern=dict(shape="/"))
     fig = go.Figure(
         [
-            go.Bar(x=deltas["metric"], y=deltas["a"], name=name_a, marker_color="#1f77b4"),
-            go.Bar(x=deltas["metric"], y=deltas["b"], name=name_b, marker_color="#ff7f0e"),
+            go.Bar(x=deltas["metric"], y=deltas["a"], name=f"A: {name_a}", marker=a_marker),
+            go.Bar(x=deltas["metric"], y=deltas["b"], name=f"B: {name_b}", marker_color=b_color),
         ]
     )
     fig.update_layout(barmode="group", title="ms per step, mean over ranks", **_LAYOUT)
@@ -556,13 +578,13 @@ def busy_figure(busy: pd.DataFrame) -> go.Figure:
                 x=x,
                 y=100 * busy["busy_fraction"],
                 name="any kernel/copy",
-                marker_color=COMPONENT_COLORS["comm_overlapped"],
+                marker_color=component_color("gpu_busy"),
             ),
             go.Bar(
                 x=x,
                 y=100 * busy["compute_fraction"],
                 name="compute",
-                marker_color=COMPONENT_COLORS["compute"],
+                marker_color=component_color("compute"),
             ),
         ]
     )
@@ -574,14 +596,21 @@ def dp_figure(
     stages: dict[str, float], step_ms: float | None, projected: float | None
 ) -> go.Figure:
     """DataParallel stages per step, beside the measured step and the projected DDP step."""
-    fig = go.Figure(go.Bar(x=list(stages), y=list(stages.values()), name="DP stage ms/step"))
+    fig = go.Figure(
+        go.Bar(
+            x=list(stages),
+            y=list(stages.values()),
+            name="DP stage ms/step",
+            marker_color=[component_color(f"dp_{stage}") for stage in stages],
+        )
+    )
     if step_ms is not None:
         fig.add_hline(y=step_ms, line_dash="dash", annotation_text=f"step {step_ms:.2f} ms")
     if projected is not None:
         fig.add_hline(
             y=float(projected),
             line_dash="dot",
-            line_color="#2ca02c",
+            line_color=colours.PEAK_COLOR,
             annotation_text=f"projected DDP step {float(projected):.2f} ms",
         )
     fig.update_layout(title="DataParallel stages (ms per step)", yaxis_title="ms", **_LAYOUT)
@@ -600,7 +629,8 @@ def live_rank_figure(snap: LiveSnapshot) -> go.Figure:
                 y=[r.median_step_ms for r in snap.ranks],
                 name=f"median step, last {snap.window_steps} steps",
                 marker=dict(
-                    color=COMPONENT_COLORS["compute"], line=dict(color="#111", width=outline)
+                    color=colours.STEP_COLOR,
+                    line=dict(color=colours.OUTLINE_COLOR, width=outline),
                 ),
                 hovertemplate="%{x}: median %{y:.2f} ms<extra></extra>",
             ),
@@ -609,7 +639,7 @@ def live_rank_figure(snap: LiveSnapshot) -> go.Figure:
                 y=[r.last_step_ms for r in snap.ranks],
                 mode="markers",
                 name="last step",
-                marker=dict(color=COMPONENT_COLORS["comm_wait"], size=10, symbol="diamond"),
+                marker=dict(color=colours.LAST_STEP_COLOR, size=10, symbol="diamond"),
                 hovertemplate="%{x}: last step %{y:.2f} ms<extra></extra>",
             ),
         ]

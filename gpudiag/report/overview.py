@@ -17,6 +17,7 @@ import pandas as pd
 from gpudiag.analysis.findings import FEW_STEPS, SEVERITY_RANK, STATE_KINDS, Finding
 from gpudiag.numfmt import plural
 from gpudiag.report import numbers
+from gpudiag.report.colours import COMPONENT_COLORS
 
 # Failures first (a run that hung is the first thing to know), then by severity, then by
 # cost: the order of the terminal report, the HTML report and the dashboard alike.
@@ -43,17 +44,7 @@ def ordered_findings(findings: Iterable[Finding]) -> list[Finding]:
 
 # --------------------------------------------------------------------------- components
 
-# One colour per component, in every chart (the dashboard's and the HTML report's).
-COMPONENT_COLORS = {
-    "compute": "#4c78a8",
-    "comm_overlapped": "#72b7b2",
-    "comm_wait": "#e45756",
-    "comm_transfer": "#ff9da6",
-    "comm_exposed": "#e45756",
-    "data_loading": "#f58518",
-    "other": "#9d755d",
-    "idle": "#bab0ac",
-}
+# One colour per component, in every chart: gpudiag/report/colours.py (re-exported here).
 # Stacking order, bottom up.
 COMPONENTS = (
     "compute",
