@@ -314,9 +314,11 @@ def load_explains_text(verdict: Any) -> str:
         return ""
     return (
         f"Not declared a regression: NEW's ranks waited {verdict.cpu_wait_change_ms:+.2f} ms "
-        "per step longer for a CPU (other processes held the host's cores); net of that wait "
-        f"the step changed {verdict.net_change_pct:+.1f} % ({100 * verdict.confidence:.0f} % "
-        f"CI from {verdict.net_ci_low_pct:+.1f} %). Record both runs under the same load."
+        "per step longer for a CPU (held by other processes on the host, or by the job's own "
+        "extra threads or loader workers); net of that wait the step changed "
+        f"{verdict.net_change_pct:+.1f} % ({100 * verdict.confidence:.0f} % CI from "
+        f"{verdict.net_ci_low_pct:+.1f} %). Record both runs under the same load; if NEW "
+        "starts more threads or workers, that is the change."
     )
 
 
