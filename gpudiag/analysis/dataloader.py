@@ -397,12 +397,12 @@ def startup_findings(info: DataLoaderResult, step_ms: dict[int, float]) -> list[
 
 
 # A data wait no longer than the run-queue wait of the ranks' own training threads, on a
-# host whose other processes held the cores: the loader's workers queued for a CPU as the
-# training threads did, so the host's load, not the loader, is what the wait shows.
+# starved host: the loader's workers queued for a CPU as the training threads did, so the
+# shortage of CPU, not the loader's settings, is what the wait shows.
 _STARVED_LOADER_WORDS = (
-    "; the ranks waited {share:.0%} of the step ({runq} ms) for a CPU: other processes "
-    "held the host's cores, so loading the data was short of CPU too, and more loader "
-    "workers may not give this back"
+    "; the ranks waited {share:.0%} of the step ({runq} ms) for a CPU (the cores were "
+    "busy: other processes, or the job's own threads and workers), so loading the data was "
+    "short of CPU too, and more loader workers may not give this back"
 )
 
 
