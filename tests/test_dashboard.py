@@ -162,20 +162,24 @@ def test_runs_are_discovered_and_paths_confined(runs_root: Path, tmp_path: Path)
     assert dash_runs.fingerprint(runs_root / "ddp") != key  # content changed -> new key
 
 
+def _url_errors(**params: str) -> list[str]:
+    """The app opened with these URL query parameters: its error lines as plain text
+    (it must raise nothing)."""
+    at = AppTest.from_file(str(APP), default_timeout=180)
+    for name, value in params.items():
+        at.query_params[name] = value
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return [e.value.replace("\\", "") for e in at.error]
+
+
 def test_query_param_outside_roots_is_refused(
     monkeypatch: pytest.MonkeyPatch, runs_root: Path
 ) -> None:
     monkeypatch.setattr(sys, "argv", ["app.py", str(runs_root)])
-    at = AppTest.from_file(str(APP), default_timeout=180)
-    at.query_params["run"] = "/etc"
-    at.run()
-    assert any("outside the run roots" in e.value for e in at.error)
-    assert not at.exception
+    assert any("outside the run roots" in e for e in _url_errors(run="/etc"))
     # a mistyped run name is no path leaving the roots: said as what it is (fourth probe)
-    typo = AppTest.from_file(str(APP), default_timeout=180)
-    typo.query_params["run"] = "runs/no_such_run"
-    typo.run()
-    errors = [e.value.replace("\\", "") for e in typo.error]
+    errors = _url_errors(run="runs/no_such_run")
     assert any("no run of that name among the runs found (run= in the URL)" in e for e in errors), (
         errors
     )
@@ -187,21 +191,12 @@ def test_bad_view_and_partner_in_the_url_get_the_run_notice(
 ) -> None:
     """?view= and ?partner= naming nothing get the one-line notice ?run= gets (probe 31, H)."""
     monkeypatch.setattr(sys, "argv", ["app.py", str(runs_root)])
-    bad_view = AppTest.from_file(str(APP), default_timeout=180)
-    bad_view.query_params["view"] = "Nope"
-    bad_view.run()
-    assert not bad_view.exception
-    errors = [e.value.replace("\\", "") for e in bad_view.error]
+    errors = _url_errors(view="Nope")
     assert any(
         e.startswith("Nope: no view of that name among the dashboard's views (view= in the URL)")
         for e in errors
     ), errors
-    bad_partner = AppTest.from_file(str(APP), default_timeout=180)
-    bad_partner.query_params["view"] = "Compare"
-    bad_partner.query_params["partner"] = "nope"
-    bad_partner.run()
-    assert not bad_partner.exception
-    errors = [e.value.replace("\\", "") for e in bad_partner.error]
+    errors = _url_errors(view="Compare", partner="nope")
     assert any(
         e.startswith("nope: no partner of that name among the runs found (partner= in the URL)")
         for e in errors
