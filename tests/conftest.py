@@ -8,9 +8,9 @@ them.
 
 Markers: `slow` (launches training processes or servers, or inflates gigabytes) and
 `browser` (drives headless Chromium). `pytest -q` skips both (pyproject's addopts);
-`pytest -q -m "" -n 2 --dist loadfile` runs everything, as CI does: each test file on one
+`pytest -q -m "" -n 3 --dist loadfile` runs everything, as CI does: each test file on one
 worker, so the jobs a file's module or session fixture records are recorded once (tests of
-one file spread over both workers recorded them twice). A test that uses one of the fixtures
+one file spread over several workers recorded them once per worker). A test that uses one of the fixtures
 in RECORDING_FIXTURES records a gloo job, so it is slow wherever it lives.
 """
 
