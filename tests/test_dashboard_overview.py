@@ -510,3 +510,34 @@ def test_a_scaled_verdict_is_tied_to_the_charts_column(monkeypatch: pytest.Monke
     assert f"there the transfer is {chart_transfer:.2f} ms per step" in html
     # a verdict measured as the chart is (the straggler sample's) adds nothing
     assert overview.verdict(analyze(STRAGGLER)).chart_note == ""
+
+
+def test_a_larger_part_of_the_chart_than_the_verdict_is_said_and_tied(
+    monkeypatch: pytest.MonkeyPatch, shared_traces: Path
+) -> None:
+    """Issue 31 probe, D1 and D4: on the recorded Megatron set the verdict is GPU idle
+    (69.59 ms/step) above a chart mostly "waiting for late peers" (mean 367 ms), whose
+    straggler finding is low (one step) and said 145.34 ms where the chart drew ~430 ms
+    on the other ranks, with nothing between. The note under the chart names the larger
+    part, its finding and severity, and ties the straggler's net cost to the chart's wait;
+    the same words in the dashboard and the HTML report."""
+    run = shared_traces / "astrasim_megatron_tp8"
+    result = analyze(run)
+    verdict = overview.verdict(result)
+    parts = overview.rank_parts(result)
+    top = verdict.finding
+    straggler = next(f for f in result.findings if f.kind == "straggler")
+    assert top is not None and top.kind != "straggler" and straggler.severity == "low"
+    wait_mean = float(parts.frame["comm_wait"].mean())
+    assert wait_mean > 1.5 * top.cost_ms_per_step
+    others = parts.frame[~parts.frame["rank"].isin(straggler.ranks)]
+    note = verdict.chart_note
+    assert f"'waiting for late peers', {wait_mean:.2f} ms per step" in note
+    assert f"its finding (straggler) is low: {straggler.title}" in note
+    assert f"on the other ranks is {float(others['comm_wait'].mean()):.2f} ms per step" in note
+    assert f"The straggler finding's {straggler.cost_ms_per_step:.2f} ms/step" in note
+    at = _app(monkeypatch, run)
+    assert any(_plain(c.value) == note for c in at.caption), [c.value for c in at.caption]
+    assert _plain(note) in _plain(render_html([result])).replace("&#x27;", "'")
+    # where the chart's largest part is the verdict's own (the straggler sample), nothing
+    assert overview.verdict(analyze(STRAGGLER)).chart_note == ""

@@ -223,6 +223,94 @@ _CHART_PART = {"exposed_communication": "transfer"}
 
 
 def chart_note(result: Any, f: Finding) -> str:
+    """What ties the verdict to the chart under it, where a reader would see two numbers
+    or two stories: the cost scaled from the profiled steps (:func:`_scaled_note`), a
+    straggler's net cost beside every wait the chart draws (:func:`_straggler_note`), a
+    larger part of the chart that the verdict is not about (:func:`_larger_part_note`)."""
+    notes = [_scaled_note(result, f), _straggler_note(result, f), _larger_part_note(result, f)]
+    return " ".join(n for n in notes if n)
+
+
+# The finding that speaks for a part of the chart, when that part is larger than the verdict.
+_PART_FINDING = {
+    "comm_wait": ("straggler", "exposed_communication"),
+    "comm_transfer": ("exposed_communication",),
+    "comm_exposed": ("exposed_communication",),
+    "data_loading": ("dataloader_stall",),
+}
+
+
+def _part_means(result: Any) -> tuple[RankParts, dict[str, float]] | None:
+    try:
+        parts = rank_parts(result)
+    except (KeyError, ValueError, TypeError, AttributeError):
+        return None
+    means = {}
+    for key in parts.keys:
+        value = numbers.number(pd.to_numeric(parts.frame[key], errors="coerce").mean())
+        if value is not None:
+            means[key] = value
+    return parts, means
+
+
+def _straggler_note(result: Any, f: Finding, whose: str = "verdict's") -> str:
+    """A straggler costs the others' wait for it, net of what other late ranks cause; the
+    chart's wait is every wait at every collective. On Megatron the verdict said 145.34
+    ms and the chart about 430 ms on the other ranks, with nothing between (issue 31
+    probe, D4)."""
+    if f.kind != "straggler" or not f.ranks:
+        return ""
+    found = _part_means(result)
+    if found is None or not found[0].split:
+        return ""
+    parts = found[0]
+    others = parts.frame[~parts.frame["rank"].isin([int(r) for r in f.ranks])]
+    chart = numbers.number(pd.to_numeric(others["comm_wait"], errors="coerce").mean())
+    cost = numbers.number(f.cost_ms_per_step)
+    if chart is None or cost is None or abs(chart - cost) <= max(0.15 * cost, 0.5):
+        return ""
+    who = numbers.ranks(f.ranks)
+    return (
+        f"The chart's '{parts.labels['comm_wait']}' on the other ranks is {numbers.ms(chart)} "
+        f"per step (mean, {steps_window(result)}): every wait at every collective, for "
+        f"whichever peer came last. The {whose} {numbers.ms(cost, 'ms/step')} is the "
+        f"part of it {who} cause{'s' if len(f.ranks) == 1 else ''}, net of what the other "
+        "late ranks cause."
+    )
+
+
+def _larger_part_note(result: Any, f: Finding) -> str:
+    """A part of the chart (waiting, transfer, data) larger than the verdict's cost, whose
+    own finding is listed lower: say which finding speaks for it and at what severity. On
+    Megatron the verdict was GPU idle 69.59 ms/step above a chart 59 % "waiting for late
+    peers", whose straggler finding was low (one step) and only in the table (D1)."""
+    found = _part_means(result)
+    cost = numbers.number(f.cost_ms_per_step)
+    if found is None or cost is None:
+        return ""
+    parts, means = found
+    candidates = [(v, k) for k, v in means.items() if k in _PART_FINDING and v > 1.5 * cost]
+    if not candidates:
+        return ""
+    value, key = max(candidates)
+    if f.kind in _PART_FINDING[key]:
+        return ""
+    label = parts.labels.get(key, key)
+    others = [g for g in ordered_findings(result.findings) if g.kind in _PART_FINDING[key]]
+    said = (
+        f"its finding ({others[0].kind}) is {others[0].severity}: {others[0].title}."
+        if others
+        else "no finding names a cause for it."
+    )
+    tie = _straggler_note(result, others[0], "straggler finding's") if others else ""
+    return (
+        f"The chart's largest part here is '{label}', {numbers.ms(value)} per step (mean "
+        f"over ranks), more than the verdict's {numbers.ms(cost, 'ms/step')}; {said}"
+        + (f" {tie}" if tie else "")
+    )
+
+
+def _scaled_note(result: Any, f: Finding) -> str:
     """The finding's cost beside the chart's column for it, when the cost was measured in
     the profiled steps the chart shows and scaled to the steady step (evidence
     ``window_scale``): the probe read 8.19 ms in the verdict and 8.92 ms in the chart
