@@ -2656,3 +2656,27 @@ def test_gd704_quiet_on_a_collective_that_normalises_a_local_result(tmp_path: Pa
     assert "GD704" not in {c for c, _ in _codes(tmp_path, quiet)}
     loud = _SINKHORN.format(scale="s = s / 2", result="s")
     assert ("GD704", 5) in _codes(tmp_path, loud)
+
+
+_EVAL_SYNC = """\
+import torch
+def evaluate(model, loader):
+    correct = 0
+    for x, y in loader:
+        correct += (model(x.cuda()).argmax(1) == y.cuda()).sum().item()
+    return correct
+"""
+
+
+def test_gd303_off_by_default(tmp_path: Path) -> None:
+    """Severity decision after the twelfth judge: GD303 is below 0.8 pooled over the tenth
+    to twelfth judges, so it runs only when selected (as GD701 / GD702). Control: selected
+    by code, by prefix or with every rule, it still fires."""
+    path = tmp_path / "evaluate.py"
+    path.write_text(_EVAL_SYNC)
+    assert "GD303" not in {f.code for f in lint_paths([path]).findings}
+    for select in (["GD303"], ["GD3"], ALL):
+        assert ("GD303", 5) in {
+            (f.code, f.line) for f in lint_paths([path], select=select).findings
+        }
+    assert not RULES["GD303"].default and RULES["GD303"].severity == "low"
