@@ -119,10 +119,13 @@ def test_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
         assert finding["path"] == path and finding["end_line"] >= finding["line"] >= 1
     by_code = {f["code"]: f for f in data["findings"]}
     assert by_code["GD703"]["relates_to"] == "exposed_communication"
-    assert by_code["GD303"]["relates_to"] == "host_sync"
     assert by_code["GD401"]["line"] == 82
-    # GD701 is off by default (opt-in): its save is reported only when selected
-    assert data["counts"] == {"GD202": 1, "GD303": 1, "GD401": 1, "GD703": 1}
+    # GD303 and GD701 are off by default (opt-in): reported only when selected
+    assert data["counts"] == {"GD202": 1, "GD401": 1, "GD703": 1}
+    assert lint_main(["--format", "json", "--select", "GD303", path]) == 1
+    selected = json.loads(capsys.readouterr().out)
+    assert selected["counts"] == {"GD303": 1}
+    assert selected["findings"][0]["relates_to"] == "host_sync"
 
 
 def test_to_json_relates_to_analysis_kinds() -> None:

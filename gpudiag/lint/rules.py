@@ -147,6 +147,7 @@ _RULES = [
         "Accumulate the metric in a GPU tensor (`correct += (pred == target).sum()`) and read it "
         "once after the loop.",
         "host_sync",
+        default=False,
     ),
     Rule(
         "GD401",

