@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from gpudiag import rundir
 from gpudiag.analysis.compare import compare as compare_results
@@ -756,6 +757,22 @@ def _init_partner(ctx: ViewContext, labels: list[str]) -> None:
         wanted = labels[ib] if ib is not None else None
     state[PARTNER] = wanted
     state[_PARTNER_OF] = a
+    _partner_to_url(wanted)
+
+
+def _partner_to_url(wanted: str | None) -> None:
+    """Run B into the URL before its select is first drawn. Streamlit writes a bound
+    select's value into the URL when it is clicked, or set in session state after it was
+    drawn; a value set before the first draw (the default partner, Compare opened from a
+    URL or another view) stayed out of it, so a shared link did not name Run B (probe
+    31f, D10). Unbound until the select is drawn, ?partner= can be written here; the
+    select then reads it from the URL. Once bound, Streamlit writes it itself."""
+    if wanted is None or st.query_params.get(PARTNER) == wanted:
+        return
+    try:
+        st.query_params[PARTNER] = wanted
+    except StreamlitAPIException:  # bound: the select was drawn, Streamlit writes it
+        pass
 
 
 def _compare_runs(ctx: ViewContext, labels: list[str]) -> tuple[str | None, str | None]:
