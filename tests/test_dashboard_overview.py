@@ -510,3 +510,25 @@ def test_a_scaled_verdict_is_tied_to_the_charts_column(monkeypatch: pytest.Monke
     assert f"there the transfer is {chart_transfer:.2f} ms per step" in html
     # a verdict measured as the chart is (the straggler sample's) adds nothing
     assert overview.verdict(analyze(STRAGGLER)).chart_note == ""
+
+
+def test_the_gpu_idle_verdict_names_the_ranks_analysed(
+    monkeypatch: pytest.MonkeyPatch, shared_traces: Path
+) -> None:
+    """hta_nccl_a100 lacks rank 1 of 2: the verdict said "on every rank" with only rank 0
+    analysed (probe 31f, D6). It names rank 0, the same in the dashboard and the HTML; a
+    run with every rank analysed says how many."""
+    run = shared_traces / "hta_nccl_a100"
+    result = analyze(run)
+    assert result.run.traced_ranks == [0] and result.run.world_size == 2
+    head = overview.verdict(result).headline
+    assert head.startswith("GPU idle "), head
+    assert "on rank 0:" in head and "every rank" not in head, head
+    assert "mean over ranks" not in head, head  # one rank: no mean over ranks
+    assert head in render_html([result])
+    at = _app(monkeypatch, run)
+    verdicts = [_plain(e.value) for e in [*at.error, *at.warning, *at.info]]
+    assert any(head in v for v in verdicts), verdicts
+    assert not any("every rank" in v for v in verdicts), verdicts
+    full = overview.verdict(analyze(shared_traces / "param_dlrm_ddp8", workers=1)).headline
+    assert "on all 8 ranks:" in full and "(the mean over ranks)" in full, full

@@ -176,6 +176,19 @@ def _straggler_window(evidence: dict[str, Any]) -> str:
     return ""
 
 
+def analysed_ranks(traced: list[int], world_size: Any) -> str:
+    """The ranks a finding that names every analysed rank covers, as they are: ``rank 0``
+    when one was analysed, ``all 4 ranks`` when every rank of the world was, else the
+    ranks by number (the verdict said "every rank" with rank 1 of 2 missing: probe 31f,
+    D6). ``all ranks`` when the run names none."""
+    if not traced:
+        return numbers.ALL_RANKS
+    world = numbers.number(world_size)
+    if len(traced) > 1 and (world is None or len(traced) == int(world)):
+        return f"all {len(traced)} ranks"
+    return numbers.ranks(traced)
+
+
 def verdict(result: Any) -> Verdict:
     """The top finding as one line a reader takes in at a glance."""
     findings = ordered_findings(result.findings)
@@ -199,12 +212,13 @@ def verdict(result: Any) -> Verdict:
             if numbers.number(busy) is not None and numbers.number(still) is not None
             else "the 'GPU idle · host busy' and 'GPU idle · host idle' columns"
         )
-        traced = list(getattr(result.run, "traced_ranks", []) or [])
-        on = "every rank" if not f.ranks or sorted(f.ranks) == sorted(traced) else who
-        head = (
-            f"GPU idle {cost}{of_step} (mean over ranks: {parts}), on {on}: "
-            f"about {cost} back (the mean over ranks)."
-        )
+        traced = sorted(int(r) for r in getattr(result.run, "traced_ranks", []) or [])
+        on = who
+        if not f.ranks or sorted(int(r) for r in f.ranks) == traced:
+            on = analysed_ranks(traced, getattr(result.run, "world_size", None))
+        mean = "mean over ranks: " if len(f.ranks or traced) != 1 else ""
+        back = " (the mean over ranks)" if mean else ""
+        head = f"GPU idle {cost}{of_step} ({mean}{parts}), on {on}: about {cost} back{back}."
     elif f.kind == "exposed_communication":
         head = (
             f"Exposed communication transfer {cost}{of_step} on {who} (the wait for late "
