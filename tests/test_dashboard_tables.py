@@ -71,13 +71,19 @@ def _check_table(frame: pd.DataFrame, where: str) -> None:
             text = str(cell).replace("\\", "")  # st.table cells are escaped Markdown
             assert text.strip() not in NOT_MISSING_MARKS, f"{where}: {header!r} shows {cell!r}"
             found = NUMBER.match(text)
-            if found and found.group(1) is not None and header not in _OWN_DIGITS:
+            if header in _COUNTS or digits == numbers.COUNT_DIGITS:
+                # a count: whole without decimals, a mean that is not whole with two
+                assert found, f"{where}: {header!r} shows {text!r}"
+                if found.group(1) is not None:
+                    assert len(found.group(1)) == numbers.MS_DIGITS, (where, header, text)
+                    assert float(text) != round(float(text)), f"{where}: {header!r}: {text!r}"
+            elif found and found.group(1) is not None:
                 assert len(found.group(1)) == digits, f"{where}: {header!r} shows {text!r}"
 
 
-# Columns with decimals of their own, each named once in gpudiag/report: a mean count
-# of calls (one decimal, in every report alike)
-_OWN_DIGITS = {"calls/rank"}
+# Count columns whose header does not end in "per step" (numbers.digits_for), each named
+# once in gpudiag/report: the collectives' mean calls per rank
+_COUNTS = {"calls/rank"}
 
 
 def _check_view(at: AppTest, view: str, run: str) -> int:
@@ -287,3 +293,36 @@ def test_browser_url_with_partner_opens_the_comparison() -> None:
             assert page.locator(browser.EXCEPTION).count() == 0
     finally:
         server.close()
+
+
+def test_counts_per_step_read_as_counts_everywhere(
+    monkeypatch: pytest.MonkeyPatch, shared_traces: Path
+) -> None:
+    """A count per step or rank read "6.0" (calls/rank), "124.00" (syncs per step) and
+    "2.00" (buckets per step, terminal) (probe 31f, D7): whole counts are written without
+    decimals in the dashboard, the terminal and the HTML; a mean that is not whole keeps
+    the formatter's two."""
+    assert numbers.count(6.0) == "6" and numbers.count(93) == "93"
+    assert numbers.count(2.5) == "2.50" and numbers.count(None) == numbers.NA
+    assert numbers.num(6.0, numbers.COUNT_DIGITS) == "6"
+    assert numbers.digits_for("syncs per step") == numbers.COUNT_DIGITS
+    assert numbers.digits_for("data wait ms/step") == numbers.MS_DIGITS
+    straggler = analyze(SAMPLES / "ddp4_straggler")
+    buf = io.StringIO()
+    print_report(straggler, console=Console(file=buf, width=300, color_system=None))
+    text = buf.getvalue()
+    assert re.search(r"buckets per step: 2\b(?!\.)", text), text
+    calls = overview.collectives_frame(straggler.collective_summary, straggler.collective_wall)
+    want = [numbers.count(c) for c in calls["calls/rank"]]
+    assert want and all("." not in w for w in want), want  # 6 calls per rank, whole
+    html = render_html([straggler])
+    assert all(f"<td>{w}</td>" in html for w in want), want
+    at = _app(monkeypatch, SAMPLES / "ddp4_straggler")
+    at.sidebar.radio(key="view").set_value("Communication").run()
+    table = next(shown(d) for d in at.dataframe if "calls/rank" in d.value.columns)
+    assert table["calls/rank"].tolist() == want
+    dlrm = shared_traces / "param_dlrm_ddp8"
+    at = _app(monkeypatch, dlrm)
+    at.sidebar.radio(key="view").set_value("Step breakdown").run()
+    syncs = next(shown(d) for d in at.dataframe if "syncs per step" in d.value.columns)
+    assert syncs["syncs per step"].tolist()[:3] == ["124", "72", "124"]

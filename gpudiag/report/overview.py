@@ -398,8 +398,9 @@ def collectives_per_step(summary: pd.DataFrame, wall: pd.DataFrame | None) -> pd
 
 
 # The decimals of the collectives table's columns in every view (terminal, HTML,
-# dashboard): one rule, where each view had its own (calls/rank 6, 6.0 and 6.00).
-COLLECTIVE_DIGITS = {"calls/rank": 1, "ranks": 0, "group": 0}
+# dashboard): one rule, where each view had its own (calls/rank 6, 6.0 and 6.00); a
+# count, whole without decimals (probe 31f, D7: "6.0").
+COLLECTIVE_DIGITS = {"calls/rank": numbers.COUNT_DIGITS, "ranks": 0, "group": 0}
 
 
 def collectives_frame(summary: pd.DataFrame, wall: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -544,7 +545,7 @@ def readable_header(key: str) -> str:
     return f"{words} {unit}" if unit and unit not in ("share", "bytes") else words
 
 
-def _evidence_value(value: Any, unit: str, who: str = "rank") -> str:
+def _evidence_value(value: Any, unit: str, who: str = "rank", count: bool = False) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if value is None:
@@ -558,12 +559,16 @@ def _evidence_value(value: Any, unit: str, who: str = "rank") -> str:
             return numbers.pct(value)
         if isinstance(value, float) and 0 < abs(value) < 0.01 and not unit:
             text = f"{value:.2g}"  # a p-value: its significant digits
+        elif not unit and count:  # buckets per step: a count (probe 31f, D7: "2.00")
+            text = numbers.count(value)
         else:
             text = numbers.num(value)  # a time, a size: the tables' decimals
         return f"{text} {unit}" if unit and text != numbers.NA else text
     if isinstance(value, dict):
         if value and all(str(k).lstrip("-").isdigit() for k in value):
-            return ", ".join(f"{who} {k}: {_evidence_value(v, unit)}" for k, v in value.items())
+            return ", ".join(
+                f"{who} {k}: {_evidence_value(v, unit, count=count)}" for k, v in value.items()
+            )
         parts = []
         for k, v in value.items():
             # a key that is data (an op's name, `aten::_local_scalar_dense`), not a field
@@ -572,7 +577,7 @@ def _evidence_value(value: Any, unit: str, who: str = "rank") -> str:
             parts.append(f"{name}: {_evidence_value(v, inner, 'node' if 'node' in name else who)}")
         return "; ".join(parts)
     if isinstance(value, (list, tuple)):
-        return ", ".join(_evidence_value(v, unit) for v in value) or numbers.NA
+        return ", ".join(_evidence_value(v, unit, count=count) for v in value) or numbers.NA
     return _EVIDENCE_WORDS.get(str(value), str(value))
 
 
@@ -590,5 +595,6 @@ def evidence_lines(evidence: dict[str, Any]) -> list[str]:
     for key, value in evidence.items():
         name, unit = _evidence_name(str(key))
         who = "node" if "node" in name else "rank"
-        lines.append(f"{name}: {_evidence_value(value, unit, who)}")
+        per_step = name.endswith(" per step")  # no unit: a count per step
+        lines.append(f"{name}: {_evidence_value(value, unit, who, per_step)}")
     return lines
