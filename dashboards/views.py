@@ -10,7 +10,7 @@ goes through :func:`md` before it reaches anything Streamlit renders as Markdown
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -114,6 +114,20 @@ def _metrics(facts: dict[str, Any]) -> None:
         row = items[start : start + 4]
         for col, (label, value) in zip(st.columns(len(row)), row, strict=True):
             col.metric(label, md(_scalar(value)))
+
+
+def _dataframe(frame: pd.DataFrame, digits: Mapping[str, int] | None = None) -> None:
+    """A sortable table through the one number formatter (:func:`numbers.styled`). A
+    number column with a missing cell is sent as text (so the cell reads ``–``): it is
+    kept right-aligned as the other number columns (Compare's B columns were
+    left-aligned beside the A columns: probe 31f, D11)."""
+    right = st.column_config.Column(alignment="right")
+    st.dataframe(
+        numbers.styled(frame, digits),
+        width="stretch",
+        hide_index=True,
+        column_config={str(c): right for c in numbers.numbers_as_text(frame)},
+    )
 
 
 def _table(frame: pd.DataFrame) -> None:
@@ -223,11 +237,7 @@ def overview(ctx: ViewContext) -> None:
     if _has_rows(result.ranks):
         st.subheader("Per rank (ms per step, mean over the profiled steps)")
         table = report_overview.rank_table(result)
-        st.dataframe(
-            numbers.styled(table, report_overview.rank_table_digits()),
-            width="stretch",
-            hide_index=True,
-        )
+        _dataframe(table, report_overview.rank_table_digits())
     _warnings(result.warnings)
     _raw_traces(ctx)
 
@@ -386,9 +396,7 @@ def step_breakdown(ctx: ViewContext) -> None:
         shown = part.rename(
             columns={"step_ms": "step ms", **{k: f"{v} ms" for k, v in labels.items()}}
         )
-        st.dataframe(
-            numbers.styled(shown, {"rank": 0, "step": 0}), width="stretch", hide_index=True
-        )
+        _dataframe(shown, {"rank": 0, "step": 0})
         _exposed_split(ctx.result, chosen)
     _data_loading(ctx.result)
 
@@ -420,11 +428,7 @@ def _exposed_split(result: AnalysisResult, chosen: list[int]) -> None:
     split = frame[["rank", *keys]].assign(total=frame[keys].sum(axis=1))
     headers = {k: f"{labels[k]} ms/step" for k in keys}
     headers["total"] = f"{labels['comm_exposed']} ms/step"
-    st.dataframe(
-        numbers.styled(split.rename(columns=headers), {"rank": 0}),
-        width="stretch",
-        hide_index=True,
-    )
+    _dataframe(split.rename(columns=headers), {"rank": 0})
 
 
 def _data_loading(result: AnalysisResult) -> None:
@@ -434,7 +438,7 @@ def _data_loading(result: AnalysisResult) -> None:
     st.subheader("Data loading")
     for title, frame in tables.items():
         st.markdown(f"**{title}**")
-        st.dataframe(numbers.styled(frame), width="stretch", hide_index=True)
+        _dataframe(frame)
 
 
 # --------------------------------------------------------------------------- Communication
@@ -461,11 +465,7 @@ def communication(ctx: ViewContext) -> None:
         else:
             st.caption("No link peak known for these devices: bus bandwidth is in the table only.")
         shown = report_overview.collectives_frame(summary, result.collective_wall)
-        st.dataframe(
-            numbers.styled(shown, report_overview.COLLECTIVE_DIGITS),
-            width="stretch",
-            hide_index=True,
-        )
+        _dataframe(shown, report_overview.COLLECTIVE_DIGITS)
     else:
         st.info("No collectives recorded in this run.")
     _buckets(result.buckets, result.run)
@@ -478,11 +478,7 @@ def communication(ctx: ViewContext) -> None:
                     f"{len(calls):,}, rank by rank."
                 )
             shown = report_tables.collective_calls_frame(calls)
-            st.dataframe(
-                numbers.styled(shown, report_tables.COLLECTIVE_CALL_DIGITS),
-                width="stretch",
-                hide_index=True,
-            )
+            _dataframe(shown, report_tables.COLLECTIVE_CALL_DIGITS)
 
 
 def _skew(result: AnalysisResult) -> None:
@@ -506,13 +502,8 @@ def _skew(result: AnalysisResult) -> None:
                 "rank's, overlapped with compute or not, over every matched step; the "
                 "Overview's 'waiting for late peers' is the exposed part, in the profiled steps."
             )
-            st.dataframe(
-                numbers.styled(
-                    report_overview.straggler_table(result.stragglers),
-                    report_overview.STRAGGLER_DIGITS,
-                ),
-                width="stretch",
-                hide_index=True,
+            _dataframe(
+                report_overview.straggler_table(result.stragglers), report_overview.STRAGGLER_DIGITS
             )
     if not len(result.skew) and not _has_rows(result.stragglers):
         st.write("No cross-rank collective matching possible (one rank, or no collectives).")
@@ -543,11 +534,7 @@ def _buckets(kept: SpilledTable, run: RunInfo) -> None:
                 md(f"{left_out.capitalize()}; the table below lists the calls left out too.")
             )
     with st.expander("Table"):
-        st.dataframe(
-            numbers.styled(report_tables.bucket_frame(buckets, bool(run.ddp_evidence))),
-            width="stretch",
-            hide_index=True,
-        )
+        _dataframe(report_tables.bucket_frame(buckets, bool(run.ddp_evidence)))
 
 
 # --------------------------------------------------------------------------- GPU metrics
@@ -569,13 +556,11 @@ def gpu_metrics(ctx: ViewContext) -> None:
             busy_fraction=100 * busy["busy_fraction"],
             compute_fraction=100 * busy["compute_fraction"],
         ).rename(columns=BUSY_HEADERS)
-        st.dataframe(
-            numbers.styled(shown, {"rank": 0, "steps": 0}), width="stretch", hide_index=True
-        )
+        _dataframe(shown, {"rank": 0, "steps": 0})
     if result.gpu.nvml:
         st.subheader("NVML summary per GPU")
         nvml = report_tables.nvml_frame(result.gpu.nvml)
-        st.dataframe(numbers.styled(nvml), width="stretch", hide_index=True)
+        _dataframe(nvml)
     samples = result.gpu_samples
     if _has_rows(samples):
         st.caption("Red bands: clocks held back (power cap, thermal or HW slowdown).")
@@ -654,7 +639,7 @@ def dataparallel(ctx: ViewContext) -> None:
             for line in dp.projection_assumptions:
                 st.markdown(f"- {md(line)}")
     stages = report_tables.dp_stage_frame(dp.stage_ms_per_step, dp.stage_events)
-    st.dataframe(numbers.styled(stages), width="stretch", hide_index=True)
+    _dataframe(stages)
 
 
 # --------------------------------------------------------------------------- Compare
@@ -849,9 +834,7 @@ def compare(ctx: ViewContext) -> None:
                 "delta_pct": "B − A %",
             }
         )
-        st.dataframe(
-            numbers.styled(shown, {"B − A %": numbers.PCT_DIGITS}), width="stretch", hide_index=True
-        )
+        _dataframe(shown, {"B − A %": numbers.PCT_DIGITS})
     moved = comparison.changed_components()
     if moved:  # the line `gpudiag compare` prints, in the same words
         names = [headers.get(n, n).removesuffix(" ms/step") for n, _ in moved]
@@ -879,7 +862,7 @@ def compare(ctx: ViewContext) -> None:
                 colors=list(colours.RUN_COLORS),
             )
         )
-        st.dataframe(numbers.styled(pair, {"rank": 0}), width="stretch", hide_index=True)
+        _dataframe(pair, {"rank": 0})
 
 
 # --------------------------------------------------------------------------- Code
@@ -943,14 +926,8 @@ def code(ctx: ViewContext) -> None:
         st.warning(md(f"{err.path}:{err.line}: {err.message}"))
     if items:
         table = lint_table(items, ctx.result.findings)
-        st.dataframe(
-            numbers.styled(
-                table[
-                    ["code", "rule", "severity", "location", "measured as", "runtime cost ms/step"]
-                ]
-            ),
-            width="stretch",
-            hide_index=True,
+        _dataframe(
+            table[["code", "rule", "severity", "location", "measured as", "runtime cost ms/step"]]
         )
         for item, row in zip(items, table.itertuples(index=False), strict=True):
             cost = row[-1]

@@ -10,6 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -235,3 +236,32 @@ def test_browser_default_run_b_is_in_the_url(root: Path) -> None:
             assert page.locator(browser.EXCEPTION).count() == 0
     finally:
         server.close()
+
+
+def test_per_rank_b_columns_stay_right_aligned_with_missing_ranks(
+    monkeypatch: pytest.MonkeyPatch, root: Path
+) -> None:
+    """A 4-rank run A against a 2-rank run B: B has no ranks 2 and 3, so its columns hold
+    the missing mark and were sent as text, left-aligned beside the right-aligned A
+    columns (probe 31f, D11). They read "–" and are right-aligned like numbers."""
+    import json
+
+    from gpudiag.report import numbers
+
+    at = _app(monkeypatch, root)
+    four, healthy = _label(at, "ddp4_straggler"), _label(at, "ddp2_healthy")
+    opened = AppTest.from_file(str(APP), default_timeout=300)
+    opened.query_params.update({"run": four, "view": "Compare", "partner": healthy})
+    opened.run()
+    assert not opened.exception, [e.value for e in opened.exception]
+    pair = next(d for d in opened.dataframe if "B step ms (mean)" in d.value.columns)
+    b_cols = [c for c in pair.value.columns if c.startswith("B ")]
+    assert len(b_cols) >= 3, b_cols
+    config = json.loads(pair.proto.columns)
+    for col in b_cols:
+        assert config.get(col, {}).get("alignment") == "right", (col, config)
+        cells = pair.value[col].tolist()
+        assert cells[2:] == [numbers.NA, numbers.NA], (col, cells)  # ranks 2 and 3
+        assert all(float(c) >= 0 for c in cells[:2]), (col, cells)
+    for col in [c for c in pair.value.columns if c.startswith("A ")]:
+        assert pd.api.types.is_numeric_dtype(pair.value[col]), col  # numbers, sortable

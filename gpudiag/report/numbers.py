@@ -175,6 +175,20 @@ def _missing(column: pd.Series) -> bool:
     return any(isinstance(v, str) and not v.strip() for v in column.tolist())
 
 
+def numbers_as_text(frame: pd.DataFrame) -> list[Any]:
+    """The columns of ``frame`` that hold numbers and that :func:`styled` sends as text
+    (a missing cell among them): a view keeps them right-aligned like the others."""
+    out = []
+    for col in frame.columns:
+        values = frame[col].tolist()
+        held = [v for v in values if not (isinstance(v, str) or v is None)]
+        if not _missing(frame[col]) or not held:
+            continue
+        if all(number(v) is not None or isinstance(v, float) for v in held):
+            out.append(col)
+    return out
+
+
 def styled(frame: pd.DataFrame, digits: Mapping[str, int] | None = None) -> Any:
     """``frame`` for ``st.dataframe``: numbers stay numbers (the table sorts by value),
     shown through :func:`cell_text` with the decimals of :func:`frame_text` (so NaN,
@@ -207,6 +221,7 @@ __all__ = [
     "PCT_DIGITS",
     "S_DIGITS",
     "frame_text",
+    "numbers_as_text",
     "ms",
     "num",
     "number",
