@@ -394,6 +394,9 @@ def skew_columns(skew: pd.DataFrame) -> int:
     return len(_skew_pivot(skew)[2]) if len(skew) else 0
 
 
+SKEW_TITLE = "Arrival skew: ms each rank arrives after the first, per collective"
+
+
 def skew_heatmap(skew: pd.DataFrame, max_columns: int = MAX_SKEW_COLUMNS) -> go.Figure:
     """Arrival skew (ms behind the first rank) per rank × collective: the first
     ``max_columns`` collectives by process group and sequence number; the title says so
@@ -410,9 +413,10 @@ def skew_heatmap(skew: pd.DataFrame, max_columns: int = MAX_SKEW_COLUMNS) -> go.
             colorbar=dict(title="skew ms"),
         )
     )
+    # the rule on a line of its own: on one line the title ran past the chart's right
+    # edge and was cut ("...by process group and call orde": probe 31f, D9)
     fig.update_layout(
-        title="Arrival skew: ms each rank arrives after the first, per collective"
-        + (f" ({left_out})" if left_out else ""),
+        title=SKEW_TITLE + (f"<br><sup>{left_out}</sup>" if left_out else ""),
         xaxis_title=(
             "collective (process group : sequence number)"
             if key == "seq"
@@ -421,6 +425,8 @@ def skew_heatmap(skew: pd.DataFrame, max_columns: int = MAX_SKEW_COLUMNS) -> go.
         height=max(260, 30 * len(pivot) + 120),
         **_LAYOUT,
     )
+    if left_out:  # room for the title's second line
+        fig.update_layout(margin_t=80)
     return fig
 
 
