@@ -391,7 +391,11 @@ def step_breakdown(ctx: ViewContext) -> None:
         chosen = st.multiselect("Ranks", ranks, default=ranks, key="breakdown_ranks")
         part = bd[bd["rank"].isin(chosen)]
         labels = report_overview.component_labels(bool(ctx.result.run.has_gpu_trace))
-        _chart(figures.step_breakdown_figure(part, labels=labels))
+        _chart(
+            figures.step_breakdown_figure(
+                report_overview.step_parts(ctx.result, part), labels=labels
+            )
+        )
         st.caption("Per profiled step (ms); the Overview's per-rank chart is their mean.")
         shown = part.rename(
             columns={"step_ms": "step ms", **{k: f"{v} ms" for k, v in labels.items()}}
@@ -418,10 +422,11 @@ def _exposed_split(result: AnalysisResult, chosen: list[int]) -> None:
         )
         return
     st.caption(
-        f"{md(labels['comm_exposed'].capitalize())} per step is the Overview's "
-        f"{md(labels['comm_wait'])} + {md(labels['comm_transfer'])}; the wait is measured per "
-        "rank over the profiled steps, not per step, so it is split per rank below (the "
-        "Overview chart's numbers)."
+        f"{md(labels['comm_exposed'].capitalize())} per step (the table above) is the "
+        f"Overview's {md(labels['comm_wait'])} + {md(labels['comm_transfer'])}. The wait is "
+        "measured per rank over the profiled steps, not per step: the chart gives each step "
+        "its rank's share of waiting (below, the Overview chart's numbers) of its own "
+        "exposed time, so a rank's steps average to its Overview column."
     )
     frame = parts.frame[parts.frame["rank"].isin(chosen)]
     keys = ["comm_wait", "comm_transfer"]
@@ -821,11 +826,21 @@ def compare(ctx: ViewContext) -> None:
         st.warning(md(line))
     # the metrics under the names the Overview gives them, not the table's keys
     headers = report_overview.metric_headers(comparison.has_gpu_trace)
-    table = comparison.table.assign(metric=[headers.get(m, m) for m in comparison.table["metric"]])
+    parts_named = report_overview.component_labels(comparison.has_gpu_trace)
+    # exposed communication split as the Overview splits it (probe 31f, D2)
+    headers.update({k: f"{parts_named[k]} ms/step" for k in ("comm_wait", "comm_transfer")})
+    split = report_overview.split_compare_table(comparison.table, res_a, res_b)
+    table = split.assign(metric=[headers.get(m, m) for m in split["metric"]])
     if table.dropna(subset=["a", "b"], how="all").empty:
         st.info("Neither run has per-rank step times to compare.")
     else:
-        _chart(figures.compare_figure(table, name_a, name_b, list(comparison.table["metric"])))
+        _chart(figures.compare_figure(table, name_a, name_b, list(split["metric"])))
+        if "comm_exposed" in set(split["metric"]) and "comm_exposed" in res_a.ranks:
+            st.caption(
+                f"{md(parts_named['comm_exposed'].capitalize())} is not split into "
+                f"{md(parts_named['comm_wait'])} and transfer here: one of the runs has a rank "
+                "whose wait could not be measured (as its Overview says)."
+            )
         shown = table.rename(
             columns={
                 "a": f"A: {name_a} (ms/step)",

@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))  # dashboards/ is not an installed package
 
 from gpudiag.analysis import analyze  # noqa: E402
 from gpudiag.analysis.gpu import NvmlGpu  # noqa: E402
-from gpudiag.report import numbers, overview, tables  # noqa: E402
+from gpudiag.report import colours, numbers, overview, tables  # noqa: E402
 from gpudiag.report.html import render_html  # noqa: E402
 from gpudiag.report.terminal import print_report  # noqa: E402
 
@@ -231,8 +231,68 @@ def test_step_breakdown_names_exposed_communication_as_the_overview(
     )
     caption = " ".join(c.value for c in at.caption).replace("\\", "")
     assert f"{labels['comm_wait']} + {labels['comm_transfer']}" in caption
-    legend = {t["name"] for t in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]}
-    assert labels["comm_exposed"] in legend
+    # the chart splits each step's exposed communication as the Overview does, in the
+    # Overview's colours: a rank's steps average to its Overview column, each step adds
+    # up to its exposed time (probe 31f, D2: one 40-50 ms block read communication-bound)
+    traces = {t["name"]: t for t in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]}
+    assert labels["comm_exposed"] not in traces
+    bd = result.breakdown.sort_values(["rank", "step"]).reset_index(drop=True)
+    for key in ("comm_wait", "comm_transfer"):
+        trace = traces[labels[key]]
+        assert trace["marker"]["color"] == colours.COMPONENT_COLORS[key]
+        per_step = pd.Series(_ys(trace), index=bd.index)
+        means = per_step.groupby(bd["rank"]).mean()
+        assert means.tolist() == pytest.approx(parts.frame[key].tolist(), abs=1e-6), key
+    summed = pd.Series(_ys(traces[labels["comm_wait"]])) + pd.Series(
+        _ys(traces[labels["comm_transfer"]])
+    )
+    assert summed.tolist() == pytest.approx(bd["comm_exposed"].tolist(), abs=1e-6)
+    waiting = parts.frame.set_index("rank")["comm_wait"]
+    assert waiting[2] == 0 and min(waiting[[0, 1, 3]]) > 35  # the straggler's peers wait
+
+
+def _ys(trace: dict) -> list[float]:
+    """A plotly trace's y values (a list, or the typed array plotly sends)."""
+    y = trace["y"]
+    if isinstance(y, dict):  # {"dtype": "f8", "bdata": base64}
+        import base64
+
+        import numpy as np
+
+        return np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"]).tolist()
+    return [float(v) for v in y]
+
+
+def test_compare_splits_exposed_communication_as_the_overview(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Compare's metric table and chart had one "exposed communication" row, so the
+    straggler's waiting (29.44 ms/step of its 37.98) read as a communication regression
+    (probe 31f, D2). Both runs split: waiting for late peers and transfer, each the mean
+    over ranks of the run's Overview columns, in the Overview's colours."""
+    a, b = SAMPLES / "ddp4_straggler", SAMPLES / "ddp2_healthy"
+    parts = [overview.rank_parts(analyze(r)) for r in (a, b)]
+    labels = parts[0].labels
+    at = _app(
+        monkeypatch,
+        SAMPLES,
+        run="sample_runs/ddp4_straggler",
+        view="Compare",
+        partner="sample_runs/ddp2_healthy",
+    )
+    table = next(d.value for d in at.dataframe if "metric" in d.value.columns)
+    metrics = table["metric"].tolist()
+    assert f"{labels['comm_exposed']} ms/step" not in metrics
+    chart = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
+    for key in ("comm_wait", "comm_transfer"):
+        row = table[table["metric"] == f"{labels[key]} ms/step"]
+        assert len(row) == 1, (key, metrics)
+        for col, p in zip(table.columns[1:3], parts, strict=True):
+            assert float(row[col].iloc[0]) == pytest.approx(p.frame[key].mean(), abs=1e-6)
+        i = chart[1]["x"].index(f"{labels[key]} ms/step")
+        assert chart[1]["marker"]["color"][i] == colours.COMPONENT_COLORS[key]
+    wait = table[table["metric"] == f"{labels['comm_wait']} ms/step"]
+    assert float(wait.iloc[0, 1]) > 25 > float(wait.iloc[0, 2])  # A waits, B hardly
 
 
 def test_compare_partner_is_in_the_url(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -235,6 +235,9 @@ def _x(text: str) -> str:
     return html.escape(str(text), quote=True)
 
 
+_SPLIT = {"comm_exposed": ("comm_exposed", "comm_transfer", "comm_wait")}
+
+
 def step_breakdown_figure(
     breakdown: pd.DataFrame, max_bars: int = 400, labels: dict[str, str] | None = None
 ) -> go.Figure:
@@ -244,7 +247,10 @@ def step_breakdown_figure(
     x = [f"r{r} s{s}" for r, s in zip(bd["rank"], bd["step"], strict=False)]
     names = labels or {}
     fig = go.Figure()
-    for key in BREAKDOWN_KEYS:
+    # exposed communication drawn whole, or split as the Overview splits it
+    # (:func:`overview.step_parts`: waiting for late peers, transfer)
+    keys = [k for key in BREAKDOWN_KEYS for k in _SPLIT.get(key, (key,))]
+    for key in keys:
         if key in bd:
             fig.add_trace(
                 go.Bar(x=x, y=bd[key], name=names.get(key, key), marker_color=component_color(key))
