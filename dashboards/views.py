@@ -444,6 +444,8 @@ def _data_loading(result: AnalysisResult) -> None:
     for title, frame in tables.items():
         st.markdown(f"**{title}**")
         _dataframe(frame)
+        if title == report_tables.DATA_WAIT_PROFILED:
+            st.caption(report_tables.DATA_WAIT_PROFILED_NOTE)
 
 
 # --------------------------------------------------------------------------- Communication
