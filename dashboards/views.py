@@ -45,8 +45,8 @@ GPU_METRICS = (
     ("nvlink_tx_kbs", "KB/s"),
 )
 BUSY_HEADERS = {
-    "busy_fraction": "GPU busy % (any kernel or copy)",
-    "compute_fraction": "GPU compute %",
+    "busy_fraction": f"{report_overview.GPU_BUSY} %",
+    "compute_fraction": f"{report_overview.COMPUTE_KERNELS} %",
     "window_ms": "window ms",
     "idle_ms_per_step": "GPU idle ms/step",
     "startup_ms": "start-up ms (before the first kernel)",
@@ -559,6 +559,7 @@ def gpu_metrics(ctx: ViewContext) -> None:
             "Overview chart's data loading (GPU idle) + GPU idle · host busy + GPU idle · "
             "host idle; the gpu_idle finding counts the last two (data loading has its own)."
         )
+        st.caption(report_overview.GPU_COMPUTE_NOTE)
         shown = busy.assign(
             busy_fraction=100 * busy["busy_fraction"],
             compute_fraction=100 * busy["compute_fraction"],

@@ -277,7 +277,7 @@ def test_timeline_draws_the_analysis_intervals(
     shaded = [s for s in spec["layout"].get("shapes", []) if s.get("type") == "rect"]
     assert len(shaded) == (steps["rank"] == steps["rank"].min()).sum() >= 1
     ticks = spec["layout"]["yaxis"]["ticktext"]
-    assert "rank 7 · communication" in ticks and "rank 0 · GPU compute (kernels, copies)" in ticks
+    assert "rank 7 · communication" in ticks and f"rank 0 · {report_overview.GPU_COMPUTE}" in ticks
     # the lanes are named as the Overview's chart names the components (fourth probe)
     assert not any(t.endswith((" · other", " · idle", " · data_loading")) for t in ticks)
     assert {t["type"] for t in spec["data"]} == {"scatter"}

@@ -120,8 +120,9 @@ def test_gpu_trace_tables_follow_the_number_rule(
     for view in VIEWS:
         _check_view(at, view, "param_dlrm_ddp8")
     at.sidebar.radio(key="view").set_value("GPU metrics").run()
-    busy = next(shown(d) for d in at.dataframe if "GPU busy % (any kernel or copy)" in d.value)
-    assert all(re.fullmatch(r"\d+\.\d", v) for v in busy["GPU busy % (any kernel or copy)"])
+    header = f"{overview.GPU_BUSY} %"
+    busy = next(shown(d) for d in at.dataframe if header in d.value)
+    assert all(re.fullmatch(r"\d+\.\d", v) for v in busy[header])
 
 
 def test_data_loading_and_bucket_headers_are_words_with_units(

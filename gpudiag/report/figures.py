@@ -18,7 +18,7 @@ from gpudiag.analysis.live_snapshot import LiveSnapshot
 from gpudiag.analysis.result import BREAKDOWN_KEYS, LANES
 from gpudiag.report import colours, numbers
 from gpudiag.report.colours import component_color
-from gpudiag.report.overview import RankParts, component_labels
+from gpudiag.report.overview import COMPUTE_KERNELS, GPU_BUSY, RankParts, component_labels
 
 # Every component's colour comes from colours.COMPONENT_COLORS through component_color
 # (one colour per component in every chart, the HTML report's and the dashboard's).
@@ -589,14 +589,14 @@ def busy_figure(busy: pd.DataFrame) -> go.Figure:
             go.Bar(
                 x=x,
                 y=100 * busy["busy_fraction"],
-                name="any kernel/copy",
+                name=GPU_BUSY,
                 marker_color=component_color("gpu_busy"),
             ),
             go.Bar(
                 x=x,
                 y=100 * busy["compute_fraction"],
-                name="compute",
-                marker_color=component_color("compute"),
+                name=COMPUTE_KERNELS,
+                marker_color=component_color("compute_kernels"),
             ),
         ]
     )

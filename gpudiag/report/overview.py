@@ -58,6 +58,22 @@ COMPONENTS = (
 )
 
 
+GPU_COMPUTE = "GPU compute, no collective running (kernels, copies)"
+# The GPU metrics view's two series (analysis.gpu.KernelBusy), named apart from the
+# breakdown's GPU_COMPUTE: the same windows (the profiled steps), other quantities.
+GPU_BUSY = "GPU busy (any kernel, copy or collective)"
+COMPUTE_KERNELS = "compute kernels (a collective running or not, no copies)"
+# Under the GPU metrics chart: where its compute differs from the Overview's and why
+# (hta_nccl_a100: 17.3 % of 667.11 ms over 3 steps = 38.55 ms/step, the Overview's
+# 36.87 + 2.56 overlapped - 0.89 of copies; the probe took it for another window).
+GPU_COMPUTE_NOTE = (
+    "The windows are the Overview's (the profiled steps: window ms / steps is its step "
+    f"ms). {COMPUTE_KERNELS.capitalize()} is not the Overview's '{GPU_COMPUTE}': it counts "
+    "the time a collective runs alongside (there 'communication, overlapped') and leaves "
+    "copies out, so the two differ by those."
+)
+
+
 def component_labels(gpu: bool | None) -> dict[str, str]:
     """The name of each component of the per-rank step. On a GPU run the breakdown's
     ``other`` and ``idle`` are both time with no kernel on the device (the host busy, or
@@ -74,7 +90,10 @@ def component_labels(gpu: bool | None) -> dict[str, str]:
             "idle": "idle (no range / GPU idle, host idle)",
         }
     labels = {
-        "compute": "GPU compute (kernels, copies)" if gpu else "compute (an op running)",
+        # GPU runs: kernels and copies while no collective runs (with one, the time is
+        # "communication, overlapped"); not the GPU metrics view's compute kernels, which
+        # count that time and leave copies out (probe 31f, D5: one name per quantity)
+        "compute": GPU_COMPUTE if gpu else "compute (an op running)",
         "comm_overlapped": "communication, overlapped",
         "comm_wait": waiting,
         "comm_transfer": "transfer (exposed communication)",
