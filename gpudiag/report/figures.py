@@ -258,6 +258,9 @@ def step_breakdown_figure(
     fig.update_layout(
         barmode="stack", title="Step time per rank and step", yaxis_title="ms", **_LAYOUT
     )
+    # the legend's rows (eight parts with the split wait) above the plot, the title above
+    # them: at the default margin the rows ran over the title
+    fig.update_layout(margin_t=110, title=dict(y=0.98, yanchor="top", yref="container"))
     return fig
 
 
