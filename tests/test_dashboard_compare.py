@@ -191,6 +191,11 @@ def test_the_default_run_b_is_in_the_url_on_the_first_draw(
     clicked.sidebar.radio(key="view").set_value("Compare").run()
     assert clicked.selectbox(key="partner").value == again
     assert clicked.query_params["partner"] == again
+    # away and back: Run B again, and in the URL
+    clicked.sidebar.radio(key="view").set_value("Overview").run()
+    clicked.sidebar.radio(key="view").set_value("Compare").run()
+    assert clicked.selectbox(key="partner").value == again
+    assert clicked.query_params["partner"] == again
     # a run with no comparable partner: none in the URL
     four = _label(at, "ddp4_straggler")
     alone = AppTest.from_file(str(APP), default_timeout=300)
