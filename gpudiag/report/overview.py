@@ -65,7 +65,7 @@ GPU_BUSY = "GPU busy (any kernel, copy or collective)"
 COMPUTE_KERNELS = "compute kernels (a collective running or not, no copies)"
 # Under the GPU metrics chart: where its compute differs from the Overview's and why
 # (hta_nccl_a100: 17.3 % of 667.11 ms over 3 steps = 38.55 ms/step, the Overview's
-# 36.87 + 2.56 overlapped - 0.89 of copies; the probe took it for another window).
+# 36.87 + 2.56 overlapped - 0.88 of copies; the probe took it for another window).
 GPU_COMPUTE_NOTE = (
     "The windows are the Overview's (the profiled steps: window ms / steps is its step "
     f"ms). {COMPUTE_KERNELS.capitalize()} is not the Overview's '{GPU_COMPUTE}': it counts "
