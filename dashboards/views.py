@@ -10,13 +10,14 @@ goes through :func:`md` before it reaches anything Streamlit renders as Markdown
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from gpudiag import rundir
 from gpudiag.analysis.compare import compare as compare_results
@@ -44,8 +45,8 @@ GPU_METRICS = (
     ("nvlink_tx_kbs", "KB/s"),
 )
 BUSY_HEADERS = {
-    "busy_fraction": "GPU busy % (any kernel or copy)",
-    "compute_fraction": "GPU compute %",
+    "busy_fraction": f"{report_overview.GPU_BUSY} %",
+    "compute_fraction": f"{report_overview.COMPUTE_KERNELS} %",
     "window_ms": "window ms",
     "idle_ms_per_step": "GPU idle ms/step",
     "startup_ms": "start-up ms (before the first kernel)",
@@ -113,6 +114,20 @@ def _metrics(facts: dict[str, Any]) -> None:
         row = items[start : start + 4]
         for col, (label, value) in zip(st.columns(len(row)), row, strict=True):
             col.metric(label, md(_scalar(value)))
+
+
+def _dataframe(frame: pd.DataFrame, digits: Mapping[str, int] | None = None) -> None:
+    """A sortable table through the one number formatter (:func:`numbers.styled`). A
+    number column with a missing cell is sent as text (so the cell reads ``–``): it is
+    kept right-aligned as the other number columns (Compare's B columns were
+    left-aligned beside the A columns: probe 31f, D11)."""
+    right = st.column_config.Column(alignment="right")
+    st.dataframe(
+        numbers.styled(frame, digits),
+        width="stretch",
+        hide_index=True,
+        column_config={str(c): right for c in numbers.numbers_as_text(frame)},
+    )
 
 
 def _table(frame: pd.DataFrame) -> None:
@@ -222,11 +237,7 @@ def overview(ctx: ViewContext) -> None:
     if _has_rows(result.ranks):
         st.subheader("Per rank (ms per step, mean over the profiled steps)")
         table = report_overview.rank_table(result)
-        st.dataframe(
-            numbers.styled(table, report_overview.rank_table_digits()),
-            width="stretch",
-            hide_index=True,
-        )
+        _dataframe(table, report_overview.rank_table_digits())
     _warnings(result.warnings)
     _raw_traces(ctx)
 
@@ -380,14 +391,16 @@ def step_breakdown(ctx: ViewContext) -> None:
         chosen = st.multiselect("Ranks", ranks, default=ranks, key="breakdown_ranks")
         part = bd[bd["rank"].isin(chosen)]
         labels = report_overview.component_labels(bool(ctx.result.run.has_gpu_trace))
-        _chart(figures.step_breakdown_figure(part, labels=labels))
+        _chart(
+            figures.step_breakdown_figure(
+                report_overview.step_parts(ctx.result, part), labels=labels
+            )
+        )
         st.caption("Per profiled step (ms); the Overview's per-rank chart is their mean.")
         shown = part.rename(
             columns={"step_ms": "step ms", **{k: f"{v} ms" for k, v in labels.items()}}
         )
-        st.dataframe(
-            numbers.styled(shown, {"rank": 0, "step": 0}), width="stretch", hide_index=True
-        )
+        _dataframe(shown, {"rank": 0, "step": 0})
         _exposed_split(ctx.result, chosen)
     _data_loading(ctx.result)
 
@@ -409,21 +422,18 @@ def _exposed_split(result: AnalysisResult, chosen: list[int]) -> None:
         )
         return
     st.caption(
-        f"{md(labels['comm_exposed'].capitalize())} per step is the Overview's "
-        f"{md(labels['comm_wait'])} + {md(labels['comm_transfer'])}; the wait is measured per "
-        "rank over the profiled steps, not per step, so it is split per rank below (the "
-        "Overview chart's numbers)."
+        f"{md(labels['comm_exposed'].capitalize())} per step (the table above) is the "
+        f"Overview's {md(labels['comm_wait'])} + {md(labels['comm_transfer'])}. The wait is "
+        "measured per rank over the profiled steps, not per step: the chart gives each step "
+        "its rank's share of waiting (below, the Overview chart's numbers) of its own "
+        "exposed time, so a rank's steps average to its Overview column."
     )
     frame = parts.frame[parts.frame["rank"].isin(chosen)]
     keys = ["comm_wait", "comm_transfer"]
     split = frame[["rank", *keys]].assign(total=frame[keys].sum(axis=1))
     headers = {k: f"{labels[k]} ms/step" for k in keys}
     headers["total"] = f"{labels['comm_exposed']} ms/step"
-    st.dataframe(
-        numbers.styled(split.rename(columns=headers), {"rank": 0}),
-        width="stretch",
-        hide_index=True,
-    )
+    _dataframe(split.rename(columns=headers), {"rank": 0})
 
 
 def _data_loading(result: AnalysisResult) -> None:
@@ -433,7 +443,9 @@ def _data_loading(result: AnalysisResult) -> None:
     st.subheader("Data loading")
     for title, frame in tables.items():
         st.markdown(f"**{title}**")
-        st.dataframe(numbers.styled(frame), width="stretch", hide_index=True)
+        _dataframe(frame)
+        if title == report_tables.DATA_WAIT_PROFILED:
+            st.caption(report_tables.DATA_WAIT_PROFILED_NOTE)
 
 
 # --------------------------------------------------------------------------- Communication
@@ -460,11 +472,7 @@ def communication(ctx: ViewContext) -> None:
         else:
             st.caption("No link peak known for these devices: bus bandwidth is in the table only.")
         shown = report_overview.collectives_frame(summary, result.collective_wall)
-        st.dataframe(
-            numbers.styled(shown, report_overview.COLLECTIVE_DIGITS),
-            width="stretch",
-            hide_index=True,
-        )
+        _dataframe(shown, report_overview.COLLECTIVE_DIGITS)
     else:
         st.info("No collectives recorded in this run.")
     _buckets(result.buckets, result.run)
@@ -477,11 +485,7 @@ def communication(ctx: ViewContext) -> None:
                     f"{len(calls):,}, rank by rank."
                 )
             shown = report_tables.collective_calls_frame(calls)
-            st.dataframe(
-                numbers.styled(shown, report_tables.COLLECTIVE_CALL_DIGITS),
-                width="stretch",
-                hide_index=True,
-            )
+            _dataframe(shown, report_tables.COLLECTIVE_CALL_DIGITS)
 
 
 def _skew(result: AnalysisResult) -> None:
@@ -505,13 +509,8 @@ def _skew(result: AnalysisResult) -> None:
                 "rank's, overlapped with compute or not, over every matched step; the "
                 "Overview's 'waiting for late peers' is the exposed part, in the profiled steps."
             )
-            st.dataframe(
-                numbers.styled(
-                    report_overview.straggler_table(result.stragglers),
-                    report_overview.STRAGGLER_DIGITS,
-                ),
-                width="stretch",
-                hide_index=True,
+            _dataframe(
+                report_overview.straggler_table(result.stragglers), report_overview.STRAGGLER_DIGITS
             )
     if not len(result.skew) and not _has_rows(result.stragglers):
         st.write("No cross-rank collective matching possible (one rank, or no collectives).")
@@ -542,11 +541,7 @@ def _buckets(kept: SpilledTable, run: RunInfo) -> None:
                 md(f"{left_out.capitalize()}; the table below lists the calls left out too.")
             )
     with st.expander("Table"):
-        st.dataframe(
-            numbers.styled(report_tables.bucket_frame(buckets, bool(run.ddp_evidence))),
-            width="stretch",
-            hide_index=True,
-        )
+        _dataframe(report_tables.bucket_frame(buckets, bool(run.ddp_evidence)))
 
 
 # --------------------------------------------------------------------------- GPU metrics
@@ -564,17 +559,16 @@ def gpu_metrics(ctx: ViewContext) -> None:
             "Overview chart's data loading (GPU idle) + GPU idle · host busy + GPU idle · "
             "host idle; the gpu_idle finding counts the last two (data loading has its own)."
         )
+        st.caption(report_overview.GPU_COMPUTE_NOTE)
         shown = busy.assign(
             busy_fraction=100 * busy["busy_fraction"],
             compute_fraction=100 * busy["compute_fraction"],
         ).rename(columns=BUSY_HEADERS)
-        st.dataframe(
-            numbers.styled(shown, {"rank": 0, "steps": 0}), width="stretch", hide_index=True
-        )
+        _dataframe(shown, {"rank": 0, "steps": 0})
     if result.gpu.nvml:
         st.subheader("NVML summary per GPU")
         nvml = report_tables.nvml_frame(result.gpu.nvml)
-        st.dataframe(numbers.styled(nvml), width="stretch", hide_index=True)
+        _dataframe(nvml)
     samples = result.gpu_samples
     if _has_rows(samples):
         st.caption("Red bands: clocks held back (power cap, thermal or HW slowdown).")
@@ -653,7 +647,7 @@ def dataparallel(ctx: ViewContext) -> None:
             for line in dp.projection_assumptions:
                 st.markdown(f"- {md(line)}")
     stages = report_tables.dp_stage_frame(dp.stage_ms_per_step, dp.stage_events)
-    st.dataframe(numbers.styled(stages), width="stretch", hide_index=True)
+    _dataframe(stages)
 
 
 # --------------------------------------------------------------------------- Compare
@@ -756,6 +750,22 @@ def _init_partner(ctx: ViewContext, labels: list[str]) -> None:
         wanted = labels[ib] if ib is not None else None
     state[PARTNER] = wanted
     state[_PARTNER_OF] = a
+    _partner_to_url(wanted)
+
+
+def _partner_to_url(wanted: str | None) -> None:
+    """Run B into the URL before its select is first drawn. Streamlit writes a bound
+    select's value into the URL when it is clicked, or set in session state after it was
+    drawn; a value set before the first draw (the default partner, Compare opened from a
+    URL or another view) stayed out of it, so a shared link did not name Run B (probe
+    31f, D10). Unbound until the select is drawn, ?partner= can be written here; the
+    select then reads it from the URL. Once bound, Streamlit writes it itself."""
+    if wanted is None or st.query_params.get(PARTNER) == wanted:
+        return
+    try:
+        st.query_params[PARTNER] = wanted
+    except StreamlitAPIException:  # bound: the select was drawn, Streamlit writes it
+        pass
 
 
 def _compare_runs(ctx: ViewContext, labels: list[str]) -> tuple[str | None, str | None]:
@@ -819,11 +829,21 @@ def compare(ctx: ViewContext) -> None:
         st.warning(md(line))
     # the metrics under the names the Overview gives them, not the table's keys
     headers = report_overview.metric_headers(comparison.has_gpu_trace)
-    table = comparison.table.assign(metric=[headers.get(m, m) for m in comparison.table["metric"]])
+    parts_named = report_overview.component_labels(comparison.has_gpu_trace)
+    # exposed communication split as the Overview splits it (probe 31f, D2)
+    headers.update({k: f"{parts_named[k]} ms/step" for k in ("comm_wait", "comm_transfer")})
+    split = report_overview.split_compare_table(comparison.table, res_a, res_b)
+    table = split.assign(metric=[headers.get(m, m) for m in split["metric"]])
     if table.dropna(subset=["a", "b"], how="all").empty:
         st.info("Neither run has per-rank step times to compare.")
     else:
-        _chart(figures.compare_figure(table, name_a, name_b, list(comparison.table["metric"])))
+        _chart(figures.compare_figure(table, name_a, name_b, list(split["metric"])))
+        if "comm_exposed" in set(split["metric"]) and "comm_exposed" in res_a.ranks:
+            st.caption(
+                f"{md(parts_named['comm_exposed'].capitalize())} is not split into "
+                f"{md(parts_named['comm_wait'])} and transfer here: one of the runs has a rank "
+                "whose wait could not be measured (as its Overview says)."
+            )
         shown = table.rename(
             columns={
                 "a": f"A: {name_a} (ms/step)",
@@ -832,9 +852,7 @@ def compare(ctx: ViewContext) -> None:
                 "delta_pct": "B − A %",
             }
         )
-        st.dataframe(
-            numbers.styled(shown, {"B − A %": numbers.PCT_DIGITS}), width="stretch", hide_index=True
-        )
+        _dataframe(shown, {"B − A %": numbers.PCT_DIGITS})
     moved = comparison.changed_components()
     if moved:  # the line `gpudiag compare` prints, in the same words
         names = [headers.get(n, n).removesuffix(" ms/step") for n, _ in moved]
@@ -862,7 +880,7 @@ def compare(ctx: ViewContext) -> None:
                 colors=list(colours.RUN_COLORS),
             )
         )
-        st.dataframe(numbers.styled(pair, {"rank": 0}), width="stretch", hide_index=True)
+        _dataframe(pair, {"rank": 0})
 
 
 # --------------------------------------------------------------------------- Code
@@ -926,14 +944,8 @@ def code(ctx: ViewContext) -> None:
         st.warning(md(f"{err.path}:{err.line}: {err.message}"))
     if items:
         table = lint_table(items, ctx.result.findings)
-        st.dataframe(
-            numbers.styled(
-                table[
-                    ["code", "rule", "severity", "location", "measured as", "runtime cost ms/step"]
-                ]
-            ),
-            width="stretch",
-            hide_index=True,
+        _dataframe(
+            table[["code", "rule", "severity", "location", "measured as", "runtime cost ms/step"]]
         )
         for item, row in zip(items, table.itertuples(index=False), strict=True):
             cost = row[-1]

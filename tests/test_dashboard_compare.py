@@ -10,6 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -166,3 +167,106 @@ def test_browser_run_b_picked_by_hand_is_in_the_url(root: Path) -> None:
             assert page.locator(browser.EXCEPTION).count() == 0
     finally:
         server.close()
+
+
+def test_the_default_run_b_is_in_the_url_on_the_first_draw(
+    monkeypatch: pytest.MonkeyPatch, root: Path
+) -> None:
+    """Compare opened from a URL without ?partner= (or from another view) picks its default
+    Run B and writes it into the URL like a hand-picked one: a shared link then names Run B
+    (probe 31f, D10: the URL stayed ?run=...&view=Compare)."""
+    at = _app(monkeypatch, root)  # every run analysed: the default partner can be found
+    healthy, again = _label(at, "ddp2_healthy"), _label(at, "healthy_again")
+    opened = AppTest.from_file(str(APP), default_timeout=300)
+    opened.query_params.update({"run": healthy, "view": "Compare"})
+    opened.run()
+    assert not opened.exception, [e.value for e in opened.exception]
+    assert opened.selectbox(key="partner").value == again
+    assert opened.query_params["partner"] == again
+    # reached from the Overview: the same
+    clicked = AppTest.from_file(str(APP), default_timeout=300)
+    clicked.query_params.update({"run": healthy})
+    clicked.run()
+    assert "partner" not in clicked.query_params
+    clicked.sidebar.radio(key="view").set_value("Compare").run()
+    assert clicked.selectbox(key="partner").value == again
+    assert clicked.query_params["partner"] == again
+    # away and back: Run B again, and in the URL
+    clicked.sidebar.radio(key="view").set_value("Overview").run()
+    clicked.sidebar.radio(key="view").set_value("Compare").run()
+    assert clicked.selectbox(key="partner").value == again
+    assert clicked.query_params["partner"] == again
+    # a run with no comparable partner: none in the URL
+    four = _label(at, "ddp4_straggler")
+    alone = AppTest.from_file(str(APP), default_timeout=300)
+    alone.query_params.update({"run": four, "view": "Compare"})
+    alone.run()
+    assert alone.selectbox(key="partner").value is None
+    assert "partner" not in alone.query_params
+
+
+@pytest.mark.browser
+def test_browser_default_run_b_is_in_the_url(root: Path) -> None:
+    """In Chromium: Compare opened from a URL that names no Run B picks the comparable run
+    and the page URL names it (probe 31f, D10)."""
+    import time
+    import urllib.parse
+
+    from tests.browser import dashboard as browser
+
+    server = browser.Dashboard([root])
+    try:
+        server.wait_ready()
+        with browser.browser() as page:
+            a = f"{root.name}/ddp2_healthy"
+            b = f"{root.name}/healthy_again"
+            # both analysed first (the server's prewarm does it once the page is quiet)
+            for run in (a, b):
+                page.goto(f"{server.url}/?{urllib.parse.urlencode({'run': run})}")
+                page.wait_for_selector('h2:has-text("Overview")', timeout=180_000)
+                browser.wait_idle(page, 180_000)
+            page.goto(f"{server.url}/?{urllib.parse.urlencode({'run': a, 'view': 'Compare'})}")
+            page.wait_for_selector('h2:has-text("Compare")', timeout=180_000)
+            browser.wait_idle(page, 180_000)
+            deadline = time.monotonic() + 10
+            while f"partner={urllib.parse.quote_plus(b)}" not in page.url:
+                assert time.monotonic() < deadline, page.url
+                time.sleep(0.25)
+            run_b = page.locator('[data-testid="stMain"] [data-testid="stSelectbox"] input').nth(1)
+            assert run_b.input_value() == b
+            page.reload()
+            page.wait_for_selector('h2:has-text("Compare")', timeout=180_000)
+            browser.wait_idle(page, 180_000)
+            assert f"partner={urllib.parse.quote_plus(b)}" in page.url
+            assert page.locator(browser.EXCEPTION).count() == 0
+    finally:
+        server.close()
+
+
+def test_per_rank_b_columns_stay_right_aligned_with_missing_ranks(
+    monkeypatch: pytest.MonkeyPatch, root: Path
+) -> None:
+    """A 4-rank run A against a 2-rank run B: B has no ranks 2 and 3, so its columns hold
+    the missing mark and were sent as text, left-aligned beside the right-aligned A
+    columns (probe 31f, D11). They read "–" and are right-aligned like numbers."""
+    import json
+
+    from gpudiag.report import numbers
+
+    at = _app(monkeypatch, root)
+    four, healthy = _label(at, "ddp4_straggler"), _label(at, "ddp2_healthy")
+    opened = AppTest.from_file(str(APP), default_timeout=300)
+    opened.query_params.update({"run": four, "view": "Compare", "partner": healthy})
+    opened.run()
+    assert not opened.exception, [e.value for e in opened.exception]
+    pair = next(d for d in opened.dataframe if "B step ms (mean)" in d.value.columns)
+    b_cols = [c for c in pair.value.columns if c.startswith("B ")]
+    assert len(b_cols) >= 3, b_cols
+    config = json.loads(pair.proto.columns)
+    for col in b_cols:
+        assert config.get(col, {}).get("alignment") == "right", (col, config)
+        cells = pair.value[col].tolist()
+        assert cells[2:] == [numbers.NA, numbers.NA], (col, cells)  # ranks 2 and 3
+        assert all(float(c) >= 0 for c in cells[:2]), (col, cells)
+    for col in [c for c in pair.value.columns if c.startswith("A ")]:
+        assert pd.api.types.is_numeric_dtype(pair.value[col]), col  # numbers, sortable

@@ -541,3 +541,67 @@ def test_a_larger_part_of_the_chart_than_the_verdict_is_said_and_tied(
     assert _plain(note) in _plain(render_html([result])).replace("&#x27;", "'")
     # where the chart's largest part is the verdict's own (the straggler sample), nothing
     assert overview.verdict(analyze(STRAGGLER)).chart_note == ""
+
+
+def test_the_gpu_idle_verdict_names_the_ranks_analysed(
+    monkeypatch: pytest.MonkeyPatch, shared_traces: Path
+) -> None:
+    """hta_nccl_a100 lacks rank 1 of 2: the verdict said "on every rank" with only rank 0
+    analysed (probe 31f, D6). It names rank 0, the same in the dashboard and the HTML; a
+    run with every rank analysed says how many."""
+    run = shared_traces / "hta_nccl_a100"
+    result = analyze(run)
+    assert result.run.traced_ranks == [0] and result.run.world_size == 2
+    head = overview.verdict(result).headline
+    assert head.startswith("GPU idle "), head
+    assert "on rank 0:" in head and "every rank" not in head, head
+    assert "mean over ranks" not in head, head  # one rank: no mean over ranks
+    assert head in render_html([result])
+    at = _app(monkeypatch, run)
+    verdicts = [_plain(e.value) for e in [*at.error, *at.warning, *at.info]]
+    assert any(head in v for v in verdicts), verdicts
+    assert not any("every rank" in v for v in verdicts), verdicts
+    full = overview.verdict(analyze(shared_traces / "param_dlrm_ddp8", workers=1)).headline
+    assert "on all 8 ranks:" in full and "(the mean over ranks)" in full, full
+
+
+def test_gpu_compute_has_one_name_per_quantity(
+    monkeypatch: pytest.MonkeyPatch, shared_traces: Path
+) -> None:
+    """hta_nccl_a100: the Overview's blue "GPU compute (kernels, copies)" was 36.87 ms/step,
+    GPU metrics' "compute" 17.3 % of the same 3 steps (38.55 ms/step), and "any
+    kernel/copy" read as the Overview's blue (probe 31f, D5). The windows are the same;
+    the quantities are not: each has its own name in every view (and the GPU metrics
+    one its own colour), and the page says how they differ."""
+    import json
+
+    from gpudiag.report import colours
+
+    run = shared_traces / "hta_nccl_a100"
+    result = analyze(run)
+    busy = result.gpu.kernel_busy[0]
+    row = result.ranks[result.ranks["rank"] == busy.rank].iloc[0]
+    # the same window: the Overview's mean step is the GPU window over its steps
+    assert busy.window_ms / busy.steps == pytest.approx(row["step_ms_mean"], abs=1e-6)
+    kernels_ms = busy.compute_fraction * busy.window_ms / busy.steps
+    assert abs(kernels_ms - row["compute"]) > 1.0  # 38.55 against 36.87: other quantities
+    labels = overview.component_labels(True)
+    assert labels["compute"] == overview.GPU_COMPUTE
+    assert len({overview.GPU_COMPUTE, overview.GPU_BUSY, overview.COMPUTE_KERNELS}) == 3
+    at = _app(monkeypatch, run)
+    assert overview.GPU_COMPUTE in _svg(at)
+    at.sidebar.radio(key="view").set_value("GPU metrics").run()
+    assert not at.exception
+    chart = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
+    named = {t["name"]: t["marker"]["color"] for t in chart}
+    assert named == {
+        overview.GPU_BUSY: colours.COMPONENT_COLORS["gpu_busy"],
+        overview.COMPUTE_KERNELS: colours.COMPONENT_COLORS["compute_kernels"],
+    }
+    assert colours.COMPONENT_COLORS["compute_kernels"] != colours.COMPONENT_COLORS["compute"]
+    assert overview.GPU_COMPUTE_NOTE in [c.value for c in at.caption]
+    table = next(d.value for d in at.dataframe if f"{overview.GPU_BUSY} %" in d.value)
+    assert f"{overview.COMPUTE_KERNELS} %" in table.columns
+    at.sidebar.radio(key="view").set_value("Step breakdown").run()
+    legend = {t["name"] for t in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]}
+    assert overview.GPU_COMPUTE in legend and overview.COMPUTE_KERNELS not in legend

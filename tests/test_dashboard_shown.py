@@ -83,8 +83,16 @@ def test_skew_heatmap_and_step_bands_say_what_they_leave_out(
         }
     )
     assert figures.skew_columns(skew) == 310
-    title = figures.skew_heatmap(skew).layout.title.text
+    fig = figures.skew_heatmap(skew)
+    title = fig.layout.title.text
     assert "showing 300 of 310 collectives" in title
+    # the rule on a line of its own under the title, with room for it: on one line it ran
+    # past the chart's right edge and was cut (probe 31f, D9; in Chromium at 1440 px the
+    # two lines end at 822 px of a 1320 px chart on a 2,800-collective run)
+    first, second = title.split("<br>")
+    assert first == figures.SKEW_TITLE and len(first) <= 70
+    assert second == f"<sup>{figures.skew_shown_text(300, 310)}</sup>"
+    assert fig.layout.margin.t >= 80
     assert "showing" not in figures.skew_heatmap(skew[skew["seq"] < 300]).layout.title.text
     monkeypatch.setattr(figures, "MAX_STEP_BANDS", 5)
     steps = pd.DataFrame({"rank": 0, "lane": "step", "start_ms": range(7), "end_ms": range(1, 8)})

@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))  # dashboards/ is not an installed package
 
 from gpudiag.analysis import analyze  # noqa: E402
 from gpudiag.analysis.gpu import NvmlGpu  # noqa: E402
-from gpudiag.report import numbers, overview, tables  # noqa: E402
+from gpudiag.report import colours, numbers, overview, tables  # noqa: E402
 from gpudiag.report.html import render_html  # noqa: E402
 from gpudiag.report.terminal import print_report  # noqa: E402
 
@@ -71,13 +71,19 @@ def _check_table(frame: pd.DataFrame, where: str) -> None:
             text = str(cell).replace("\\", "")  # st.table cells are escaped Markdown
             assert text.strip() not in NOT_MISSING_MARKS, f"{where}: {header!r} shows {cell!r}"
             found = NUMBER.match(text)
-            if found and found.group(1) is not None and header not in _OWN_DIGITS:
+            if header in _COUNTS or digits == numbers.COUNT_DIGITS:
+                # a count: whole without decimals, a mean that is not whole with two
+                assert found, f"{where}: {header!r} shows {text!r}"
+                if found.group(1) is not None:
+                    assert len(found.group(1)) == numbers.MS_DIGITS, (where, header, text)
+                    assert float(text) != round(float(text)), f"{where}: {header!r}: {text!r}"
+            elif found and found.group(1) is not None:
                 assert len(found.group(1)) == digits, f"{where}: {header!r} shows {text!r}"
 
 
-# Columns with decimals of their own, each named once in gpudiag/report: a mean count
-# of calls (one decimal, in every report alike)
-_OWN_DIGITS = {"calls/rank"}
+# Count columns whose header does not end in "per step" (numbers.digits_for), each named
+# once in gpudiag/report: the collectives' mean calls per rank
+_COUNTS = {"calls/rank"}
 
 
 def _check_view(at: AppTest, view: str, run: str) -> int:
@@ -114,8 +120,9 @@ def test_gpu_trace_tables_follow_the_number_rule(
     for view in VIEWS:
         _check_view(at, view, "param_dlrm_ddp8")
     at.sidebar.radio(key="view").set_value("GPU metrics").run()
-    busy = next(shown(d) for d in at.dataframe if "GPU busy % (any kernel or copy)" in d.value)
-    assert all(re.fullmatch(r"\d+\.\d", v) for v in busy["GPU busy % (any kernel or copy)"])
+    header = f"{overview.GPU_BUSY} %"
+    busy = next(shown(d) for d in at.dataframe if header in d.value)
+    assert all(re.fullmatch(r"\d+\.\d", v) for v in busy[header])
 
 
 def test_data_loading_and_bucket_headers_are_words_with_units(
@@ -225,8 +232,68 @@ def test_step_breakdown_names_exposed_communication_as_the_overview(
     )
     caption = " ".join(c.value for c in at.caption).replace("\\", "")
     assert f"{labels['comm_wait']} + {labels['comm_transfer']}" in caption
-    legend = {t["name"] for t in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]}
-    assert labels["comm_exposed"] in legend
+    # the chart splits each step's exposed communication as the Overview does, in the
+    # Overview's colours: a rank's steps average to its Overview column, each step adds
+    # up to its exposed time (probe 31f, D2: one 40-50 ms block read communication-bound)
+    traces = {t["name"]: t for t in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]}
+    assert labels["comm_exposed"] not in traces
+    bd = result.breakdown.sort_values(["rank", "step"]).reset_index(drop=True)
+    for key in ("comm_wait", "comm_transfer"):
+        trace = traces[labels[key]]
+        assert trace["marker"]["color"] == colours.COMPONENT_COLORS[key]
+        per_step = pd.Series(_ys(trace), index=bd.index)
+        means = per_step.groupby(bd["rank"]).mean()
+        assert means.tolist() == pytest.approx(parts.frame[key].tolist(), abs=1e-6), key
+    summed = pd.Series(_ys(traces[labels["comm_wait"]])) + pd.Series(
+        _ys(traces[labels["comm_transfer"]])
+    )
+    assert summed.tolist() == pytest.approx(bd["comm_exposed"].tolist(), abs=1e-6)
+    waiting = parts.frame.set_index("rank")["comm_wait"]
+    assert waiting[2] == 0 and min(waiting[[0, 1, 3]]) > 35  # the straggler's peers wait
+
+
+def _ys(trace: dict) -> list[float]:
+    """A plotly trace's y values (a list, or the typed array plotly sends)."""
+    y = trace["y"]
+    if isinstance(y, dict):  # {"dtype": "f8", "bdata": base64}
+        import base64
+
+        import numpy as np
+
+        return np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"]).tolist()
+    return [float(v) for v in y]
+
+
+def test_compare_splits_exposed_communication_as_the_overview(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Compare's metric table and chart had one "exposed communication" row, so the
+    straggler's waiting (29.44 ms/step of its 37.98) read as a communication regression
+    (probe 31f, D2). Both runs split: waiting for late peers and transfer, each the mean
+    over ranks of the run's Overview columns, in the Overview's colours."""
+    a, b = SAMPLES / "ddp4_straggler", SAMPLES / "ddp2_healthy"
+    parts = [overview.rank_parts(analyze(r)) for r in (a, b)]
+    labels = parts[0].labels
+    at = _app(
+        monkeypatch,
+        SAMPLES,
+        run="sample_runs/ddp4_straggler",
+        view="Compare",
+        partner="sample_runs/ddp2_healthy",
+    )
+    table = next(d.value for d in at.dataframe if "metric" in d.value.columns)
+    metrics = table["metric"].tolist()
+    assert f"{labels['comm_exposed']} ms/step" not in metrics
+    chart = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
+    for key in ("comm_wait", "comm_transfer"):
+        row = table[table["metric"] == f"{labels[key]} ms/step"]
+        assert len(row) == 1, (key, metrics)
+        for col, p in zip(table.columns[1:3], parts, strict=True):
+            assert float(row[col].iloc[0]) == pytest.approx(p.frame[key].mean(), abs=1e-6)
+        i = chart[1]["x"].index(f"{labels[key]} ms/step")
+        assert chart[1]["marker"]["color"][i] == colours.COMPONENT_COLORS[key]
+    wait = table[table["metric"] == f"{labels['comm_wait']} ms/step"]
+    assert float(wait.iloc[0, 1]) > 25 > float(wait.iloc[0, 2])  # A waits, B hardly
 
 
 def test_compare_partner_is_in_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -287,3 +354,59 @@ def test_browser_url_with_partner_opens_the_comparison() -> None:
             assert page.locator(browser.EXCEPTION).count() == 0
     finally:
         server.close()
+
+
+def test_counts_per_step_read_as_counts_everywhere(
+    monkeypatch: pytest.MonkeyPatch, shared_traces: Path
+) -> None:
+    """A count per step or rank read "6.0" (calls/rank), "124.00" (syncs per step) and
+    "2.00" (buckets per step, terminal) (probe 31f, D7): whole counts are written without
+    decimals in the dashboard, the terminal and the HTML; a mean that is not whole keeps
+    the formatter's two."""
+    assert numbers.count(6.0) == "6" and numbers.count(93) == "93"
+    assert numbers.count(2.5) == "2.50" and numbers.count(None) == numbers.NA
+    assert numbers.num(6.0, numbers.COUNT_DIGITS) == "6"
+    assert numbers.digits_for("syncs per step") == numbers.COUNT_DIGITS
+    assert numbers.digits_for("data wait ms/step") == numbers.MS_DIGITS
+    straggler = analyze(SAMPLES / "ddp4_straggler")
+    buf = io.StringIO()
+    print_report(straggler, console=Console(file=buf, width=300, color_system=None))
+    text = buf.getvalue()
+    assert re.search(r"buckets per step: 2\b(?!\.)", text), text
+    calls = overview.collectives_frame(straggler.collective_summary, straggler.collective_wall)
+    want = [numbers.count(c) for c in calls["calls/rank"]]
+    assert want and all("." not in w for w in want), want  # 6 calls per rank, whole
+    html = render_html([straggler])
+    assert all(f"<td>{w}</td>" in html for w in want), want
+    at = _app(monkeypatch, SAMPLES / "ddp4_straggler")
+    at.sidebar.radio(key="view").set_value("Communication").run()
+    table = next(shown(d) for d in at.dataframe if "calls/rank" in d.value.columns)
+    assert table["calls/rank"].tolist() == want
+    dlrm = shared_traces / "param_dlrm_ddp8"
+    at = _app(monkeypatch, dlrm)
+    at.sidebar.radio(key="view").set_value("Step breakdown").run()
+    syncs = next(shown(d) for d in at.dataframe if "syncs per step" in d.value.columns)
+    assert syncs["syncs per step"].tolist()[:3] == ["124", "72", "124"]
+
+
+def test_the_two_data_loading_numbers_say_what_each_measures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rank 0 of the straggler: the chart's data loading 0.23 ms/step, the DataLoader
+    table's data wait 0.32 for the same 3 profiled steps, unexplained (probe 31f, D13).
+    The table's data wait is all of the DataLoader time; the chart's the part with no
+    compute or communication running, so never more: the caption under the table says so."""
+    run = SAMPLES / "ddp4_straggler"
+    result = analyze(run)
+    chart = result.ranks.set_index("rank")["data_loading"]
+    waits = {t.rank: t.data_ms_per_step for t in result.dataloader.trace}
+    assert all(chart[r] <= waits[r] + 1e-9 for r in waits)
+    assert waits[0] - chart[0] > 0.05  # rank 0: 0.32 against 0.23
+    at = _app(monkeypatch, run)
+    at.sidebar.radio(key="view").set_value("Step breakdown").run()
+    titles = [m.value for m in at.markdown]
+    assert f"**{tables.DATA_WAIT_PROFILED}**" in titles
+    captions = [c.value for c in at.caption]
+    assert tables.DATA_WAIT_PROFILED_NOTE in captions
+    note = tables.DATA_WAIT_PROFILED_NOTE
+    assert "no compute and no communication" in note and "can be lower" in note

@@ -47,7 +47,8 @@ def _names() -> dict[str, str]:
         for key, label in overview.component_labels(gpu).items():
             assert names.get(label, key) == key, f"{label!r} names two components"
             names[label] = key
-    names["any kernel/copy"] = "gpu_busy"
+    names[overview.GPU_BUSY] = "gpu_busy"
+    names[overview.COMPUTE_KERNELS] = "compute_kernels"
     return names
 
 

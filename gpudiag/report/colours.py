@@ -30,6 +30,9 @@ COMPONENT_COLORS: dict[str, str] = {
     "communication": "#AA4499",  # purple
     # GPU busy: any kernel or copy on the device (compute is "compute")
     "gpu_busy": "#332288",  # indigo
+    # GPU metrics' compute kernels, a collective running or not: not the breakdown's
+    # "compute" (kernels and copies while no collective runs), so not its blue
+    "compute_kernels": "#88CCEE",  # cyan
     # DataParallel's stages (analysis.dataparallel.STAGES), keyed "dp_<stage>"
     "dp_scatter": "#F0E442",  # yellow
     "dp_replicate": "#44AA99",  # teal

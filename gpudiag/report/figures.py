@@ -18,7 +18,7 @@ from gpudiag.analysis.live_snapshot import LiveSnapshot
 from gpudiag.analysis.result import BREAKDOWN_KEYS, LANES
 from gpudiag.report import colours, numbers
 from gpudiag.report.colours import component_color
-from gpudiag.report.overview import RankParts, component_labels
+from gpudiag.report.overview import COMPUTE_KERNELS, GPU_BUSY, RankParts, component_labels
 
 # Every component's colour comes from colours.COMPONENT_COLORS through component_color
 # (one colour per component in every chart, the HTML report's and the dashboard's).
@@ -235,6 +235,9 @@ def _x(text: str) -> str:
     return html.escape(str(text), quote=True)
 
 
+_SPLIT = {"comm_exposed": ("comm_exposed", "comm_transfer", "comm_wait")}
+
+
 def step_breakdown_figure(
     breakdown: pd.DataFrame, max_bars: int = 400, labels: dict[str, str] | None = None
 ) -> go.Figure:
@@ -244,7 +247,10 @@ def step_breakdown_figure(
     x = [f"r{r} s{s}" for r, s in zip(bd["rank"], bd["step"], strict=False)]
     names = labels or {}
     fig = go.Figure()
-    for key in BREAKDOWN_KEYS:
+    # exposed communication drawn whole, or split as the Overview splits it
+    # (:func:`overview.step_parts`: waiting for late peers, transfer)
+    keys = [k for key in BREAKDOWN_KEYS for k in _SPLIT.get(key, (key,))]
+    for key in keys:
         if key in bd:
             fig.add_trace(
                 go.Bar(x=x, y=bd[key], name=names.get(key, key), marker_color=component_color(key))
@@ -252,6 +258,9 @@ def step_breakdown_figure(
     fig.update_layout(
         barmode="stack", title="Step time per rank and step", yaxis_title="ms", **_LAYOUT
     )
+    # the legend's rows (eight parts with the split wait) above the plot, the title above
+    # them: at the default margin the rows ran over the title
+    fig.update_layout(margin_t=110, title=dict(y=0.98, yanchor="top", yref="container"))
     return fig
 
 
@@ -394,6 +403,9 @@ def skew_columns(skew: pd.DataFrame) -> int:
     return len(_skew_pivot(skew)[2]) if len(skew) else 0
 
 
+SKEW_TITLE = "Arrival skew: ms each rank arrives after the first, per collective"
+
+
 def skew_heatmap(skew: pd.DataFrame, max_columns: int = MAX_SKEW_COLUMNS) -> go.Figure:
     """Arrival skew (ms behind the first rank) per rank × collective: the first
     ``max_columns`` collectives by process group and sequence number; the title says so
@@ -410,9 +422,10 @@ def skew_heatmap(skew: pd.DataFrame, max_columns: int = MAX_SKEW_COLUMNS) -> go.
             colorbar=dict(title="skew ms"),
         )
     )
+    # the rule on a line of its own: on one line the title ran past the chart's right
+    # edge and was cut ("...by process group and call orde": probe 31f, D9)
     fig.update_layout(
-        title="Arrival skew: ms each rank arrives after the first, per collective"
-        + (f" ({left_out})" if left_out else ""),
+        title=SKEW_TITLE + (f"<br><sup>{left_out}</sup>" if left_out else ""),
         xaxis_title=(
             "collective (process group : sequence number)"
             if key == "seq"
@@ -421,6 +434,8 @@ def skew_heatmap(skew: pd.DataFrame, max_columns: int = MAX_SKEW_COLUMNS) -> go.
         height=max(260, 30 * len(pivot) + 120),
         **_LAYOUT,
     )
+    if left_out:  # room for the title's second line
+        fig.update_layout(margin_t=80)
     return fig
 
 
@@ -577,14 +592,14 @@ def busy_figure(busy: pd.DataFrame) -> go.Figure:
             go.Bar(
                 x=x,
                 y=100 * busy["busy_fraction"],
-                name="any kernel/copy",
+                name=GPU_BUSY,
                 marker_color=component_color("gpu_busy"),
             ),
             go.Bar(
                 x=x,
                 y=100 * busy["compute_fraction"],
-                name="compute",
-                marker_color=component_color("compute"),
+                name=COMPUTE_KERNELS,
+                marker_color=component_color("compute_kernels"),
             ),
         ]
     )

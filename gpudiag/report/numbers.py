@@ -17,6 +17,11 @@ from gpudiag.numfmt import MS_DIGITS, PCT_DIGITS, fixed
 
 NA = "–"  # None, NaN and inf: one dash everywhere
 S_DIGITS = 1  # seconds (since the last step, a collective's wait): one decimal
+# A count per step or per rank (calls/rank, syncs per step, buckets per step): a whole
+# number without decimals, a mean that is not whole with MS_DIGITS. Given as a column's
+# "digits" (tables) or through :func:`count`; before, one kind of quantity read "6.0",
+# "93.00" and "2.00" in three places (probe 31f, D7).
+COUNT_DIGITS = -1
 _BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 
 
@@ -46,7 +51,8 @@ def number(value: Any) -> float | None:
 
 
 def num(value: Any, digits: int = MS_DIGITS) -> str:
-    """A number with ``digits`` decimals (an integer without), or the dash."""
+    """A number with ``digits`` decimals (an integer without), or the dash;
+    ``digits=COUNT_DIGITS``: :func:`count`."""
     if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
     if isinstance(value, (int, np.integer)):
@@ -54,7 +60,20 @@ def num(value: Any, digits: int = MS_DIGITS) -> str:
     v = number(value)
     if v is None:
         return NA
+    if digits == COUNT_DIGITS:
+        return count(v)
     return fixed(v, digits)
+
+
+def count(value: Any, digits: int = MS_DIGITS) -> str:
+    """A count, or a mean count per step or rank: ``93`` when whole (``93.0`` too), else
+    ``2.50`` with ``digits`` decimals; the dash when missing."""
+    v = number(value)
+    if v is None:
+        return num(value)
+    if v == round(v):
+        return str(int(round(v)))
+    return fixed(v, MS_DIGITS if digits == COUNT_DIGITS else digits)
 
 
 def ms(value: Any, unit: str = "ms") -> str:
@@ -117,9 +136,12 @@ def per_rank(values: Mapping[Any, Any], unit: str = "") -> str:
 def digits_for(header: Any) -> int:
     """The decimals of a table column, by the unit its header names: a percentage
     (``overlap % of comm``, ``B − A %``) :data:`PCT_DIGITS`, seconds (``waiting s``)
-    :data:`S_DIGITS`, every other quantity (ms, ms/step, MiB, GB/s, W) :data:`MS_DIGITS`.
-    Integers print without decimals whatever the column (:func:`num`)."""
+    :data:`S_DIGITS`, a count per step with no other unit (``syncs per step``; times are
+    ``ms/step``) :data:`COUNT_DIGITS`, every other quantity (ms, ms/step, MiB, GB/s, W)
+    :data:`MS_DIGITS`. Integers print without decimals whatever the column (:func:`num`)."""
     text = f" {header} ".replace("(", " ").replace(")", " ")
+    if text.endswith(" per step "):
+        return COUNT_DIGITS
     if " % " in text:
         return PCT_DIGITS
     return S_DIGITS if " s " in text else MS_DIGITS
@@ -153,6 +175,20 @@ def _missing(column: pd.Series) -> bool:
     return any(isinstance(v, str) and not v.strip() for v in column.tolist())
 
 
+def numbers_as_text(frame: pd.DataFrame) -> list[Any]:
+    """The columns of ``frame`` that hold numbers and that :func:`styled` sends as text
+    (a missing cell among them): a view keeps them right-aligned like the others."""
+    out = []
+    for col in frame.columns:
+        values = frame[col].tolist()
+        held = [v for v in values if not (isinstance(v, str) or v is None)]
+        if not _missing(frame[col]) or not held:
+            continue
+        if all(number(v) is not None or isinstance(v, float) for v in held):
+            out.append(col)
+    return out
+
+
 def styled(frame: pd.DataFrame, digits: Mapping[str, int] | None = None) -> Any:
     """``frame`` for ``st.dataframe``: numbers stay numbers (the table sorts by value),
     shown through :func:`cell_text` with the decimals of :func:`frame_text` (so NaN,
@@ -174,6 +210,8 @@ def styled(frame: pd.DataFrame, digits: Mapping[str, int] | None = None) -> Any:
 
 __all__ = [
     "ALL_RANKS",
+    "COUNT_DIGITS",
+    "count",
     "rank_cell",
     "terminal_text",
     "MS_DIGITS",
@@ -183,6 +221,7 @@ __all__ = [
     "PCT_DIGITS",
     "S_DIGITS",
     "frame_text",
+    "numbers_as_text",
     "ms",
     "num",
     "number",

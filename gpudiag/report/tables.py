@@ -79,6 +79,17 @@ HOST_SYNC_HEADERS = {
 }
 DATA_WAIT_EVERY = "Data wait over every recorded step (steps table)"
 DATA_WAIT_PROFILED = "Data wait in the profiled steps (DataLoader events)"
+# What the profiled table's data wait measures beside the charts' "data loading" of the
+# same steps (analysis/dataloader.py against analysis/breakdown.py): two numbers for one
+# window read as a contradiction (0.32 against 0.23 ms/step: probe 31f, D13).
+DATA_WAIT_PROFILED_NOTE = (
+    "Data wait: all the time the training thread spends in DataLoader `__next__` in the "
+    "profiled steps, whatever runs meanwhile (a first-step start-up wait, if any, set "
+    "apart). The Overview and Step breakdown charts count each instant once, by priority: "
+    "their data loading is only the part of that wait when no compute and no communication "
+    "run (a collective still transferring counts as communication), so it can be lower; a "
+    "start-up wait stays in its step there."
+)
 HOST_SYNC = "Host synchronisation in the profiled steps"
 
 
