@@ -314,8 +314,39 @@ def chart_note(result: Any, f: Finding) -> str:
     or two stories: the cost scaled from the profiled steps (:func:`_scaled_note`), a
     straggler's net cost beside every wait the chart draws (:func:`_straggler_note`), a
     larger part of the chart that the verdict is not about (:func:`_larger_part_note`)."""
-    notes = [_scaled_note(result, f), _straggler_note(result, f), _larger_part_note(result, f)]
+    notes = [
+        _scaled_note(result, f),
+        _straggler_note(result, f),
+        _larger_part_note(result, f),
+        _tallest_bar_note(result, f),
+    ]
     return " ".join(n for n in notes if n)
+
+
+def _tallest_bar_note(result: Any, f: Finding) -> str:
+    """The straggler's own bar is often not the tallest: the others' steps hold their wait
+    for it, and in a synchronous job every rank's step is about as long. The probe read
+    rank 3's 60.20 ms bar beside the named rank 2's 57.05 ms with nothing said (issue 31
+    probe, D3)."""
+    if f.kind != "straggler" or not f.ranks:
+        return ""
+    found = _part_means(result)
+    if found is None:
+        return ""
+    frame = found[0].frame
+    steps = pd.to_numeric(frame["step_ms"], errors="coerce")
+    if steps.isna().all():
+        return ""
+    tallest = int(frame.loc[steps.idxmax(), "rank"])
+    named = [int(r) for r in f.ranks]
+    if tallest in named:
+        return ""
+    who = numbers.ranks(named)
+    return (
+        f"The tallest bar is rank {tallest}'s ({numbers.ms(steps.max())}), not {who}'s: in a "
+        "synchronous job every rank's step is about as long, because the others' steps hold "
+        f"their wait for {who} ('{found[0].labels.get('comm_wait', 'waiting')}')."
+    )
 
 
 # The finding that speaks for a part of the chart, when that part is larger than the verdict.
