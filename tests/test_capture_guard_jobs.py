@@ -62,6 +62,31 @@ def test_a_disk_too_full_to_record_the_end_is_refused_at_start(
     assert not out.exists() or not any(out.iterdir())
 
 
+@pytest.fixture
+def no_free_inodes(tmp_path: Path) -> Iterator[Path]:
+    yield from mounted_tmpfs(tmp_path / "disk", "20m,nr_inodes=12")
+
+
+def test_a_disk_without_free_files_is_refused_at_start(
+    no_free_inodes: Path, tmp_path: Path
+) -> None:
+    """Issue 28 probe, class 8: free bytes and 12 inodes. Rank 1 could not create even
+    its directory, lost its whole record and was said to be "started by another
+    launcher"; rank 0 lost its steps and trace, and analyze found nothing. Now one line
+    at start, exit 2, and the job is not started."""
+    out = no_free_inodes / "run"
+    proc = start_trace(
+        ["--out", str(out), "--nproc-per-node", "2", "--standalone", "--no-lint",
+         str(DDP_SCRIPT), "--steps", "5"],
+        tmp_path,
+    )  # fmt: skip
+    stdout, stderr = proc.communicate(timeout=JOB_TIMEOUT_S)
+    assert proc.returncode == 2, (stdout, stderr)
+    lines = [line for line in (stdout + stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and "not enough free files (inodes)" in lines[0], lines
+    assert not out.exists() or not any(out.iterdir())
+
+
 def test_full_disk_training_goes_on_and_run_is_incomplete(small_disk: Path, tmp_path: Path) -> None:
     out = small_disk / "run"
     times = tmp_path / "times.jsonl"  # on the big disk: the script's own record

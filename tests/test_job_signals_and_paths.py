@@ -482,3 +482,57 @@ def test_ranks_started_with_multiprocessing_process_are_said_to_be_untraced(tmp_
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert (said in proc.stderr) is expect, (name, proc.stderr[-2000:])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("timeout") is None, reason="GNU timeout not installed")
+def test_a_signal_that_timeout_delivers_twice_is_one_request(tmp_path: Path) -> None:
+    """Issue 28 probe (class 1): `timeout 120 gpudiag trace ...` stopped with SIGTERM.
+    GNU timeout sends the signal to gpudiag and then to its whole process group, so the
+    launcher got it twice within microseconds, took the second for "now" and SIGKILLed
+    the job: every rank's status lost in 21 of 61 stops. The same signal again within
+    a second is one request: the ranks end interrupted, each with its status."""
+    run = tmp_path / "run"
+    train = Path(__file__).parent / "scripts" / "findings_train.py"
+    proc = subprocess.Popen(
+        ["timeout", "300", sys.executable, "-m", "gpudiag", "trace", "--nproc-per-node", "2",
+         "--standalone", "--no-lint", "--no-profile", "--out", str(run), str(train),
+         "--steps", "5000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    wait_for_steps(run, 2, 5, proc, JOB_TIMEOUT_S)
+    proc.send_signal(signal.SIGTERM)  # to timeout, which passes it on twice
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    for rank in (0, 1):
+        status = _json(rundir.rank_dir(run, rank) / rundir.STATUS)
+        assert status["status"] == "interrupted", (rank, status)
+    assert _json(run / "manifest.json")["status"] == "interrupted"
+
+
+def test_the_same_signal_twice_at_once_is_one_request_and_later_it_kills(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The launcher's rule behind the test above, without the race of when Python runs
+    the handler (two signals often fold into one call): the same signal again within
+    REPEAT_SIGNAL_S is forwarded once and kills nothing; after that a second request
+    kills, as a second Ctrl-C does."""
+    from gpudiag.capture import launcher
+
+    job = launcher.Job([sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ))
+    killed: list[bool] = []
+    sent: list[int] = []
+    monkeypatch.setattr(job, "kill", lambda: killed.append(True))
+    monkeypatch.setattr(
+        launcher.Job, "_send", staticmethod(lambda pid, signum: sent.append(signum))
+    )
+    try:
+        job.stop(signal.SIGTERM)
+        job.stop(signal.SIGTERM)
+        assert sent == [signal.SIGTERM] and not killed
+        monkeypatch.setattr(launcher, "REPEAT_SIGNAL_S", 0.0)
+        job.stop(signal.SIGTERM)
+        assert killed == [True]
+    finally:
+        job.proc.kill()
+        job.proc.wait()

@@ -43,9 +43,16 @@ from gpudiag.capture.run_claim import (
     _open_dir,
     _write_manifest,
     claim_run_dir,
+    inodes_short,
 )
 
 KILL_GRACE_S = 30.0
+# The same signal again within this long is the first one delivered twice, not a second
+# request: GNU `timeout` (without --foreground) sends its signal to its child and then to
+# its whole process group, so the launcher got every SIGTERM / Ctrl-C twice within
+# microseconds and killed the job at once: every rank's status lost in 21 of 61 stops
+# (issue 28 probe). A person's second Ctrl-C comes later than this.
+REPEAT_SIGNAL_S = 1.0
 # How often the launcher touches its manifest while the job runs: readers on other hosts
 # see a run whose manifest is older than rundir.LAUNCHER_STALE_S as launcher_lost.
 HEARTBEAT_S = rundir.LAUNCHER_HEARTBEAT_S
@@ -163,6 +170,7 @@ class Job:
         self.proc = subprocess.Popen(command, env=env, start_new_session=True, pass_fds=pass_fds)
         self.signal_received: int | None = None
         self.kill_deadline: float | None = None
+        self._last_stop: tuple[int, float] | None = None  # (signal, monotonic time)
         self._lock = threading.Lock()
         self._heartbeat = heartbeat
         self._next_beat = time.monotonic() + HEARTBEAT_S
@@ -215,12 +223,17 @@ class Job:
         return self._pids
 
     def stop(self, signum: int = signal.SIGTERM, grace_s: float = KILL_GRACE_S) -> None:
-        """Forward a signal; a second request, or the grace period running out, kills."""
+        """Forward a signal; a second request, or the grace period running out, kills.
+        The same signal again within REPEAT_SIGNAL_S is the first one delivered twice."""
+        now = time.monotonic()
         with self._lock:
+            last, self._last_stop = self._last_stop, (signum, now)
+            if last is not None and last[0] == signum and now - last[1] < REPEAT_SIGNAL_S:
+                return
             if self.kill_deadline is not None and signum != signal.SIGKILL:
                 self.kill()
                 return
-            self.kill_deadline = time.monotonic() + grace_s
+            self.kill_deadline = now + grace_s
         self._send(self.proc.pid, signum)
 
     def kill(self) -> None:
@@ -606,6 +619,14 @@ def _first_manifest(
     (the ranks take theirs by name: rundir.handed_reserve_path). A file size limit
     (ulimit -f) below the reserves is no reason to refuse the job: it runs as it would
     without gpudiag, and what does not fit is marked incomplete."""
+    short = inodes_short(run_dir, _local_rank_count(ns.nproc_per_node) or 1)
+    if short is not None:
+        _say(f"trace: {run_dir}: {short}")
+        try:
+            run_dir.rmdir()  # only when empty: created for this run
+        except OSError:
+            pass
+        return _Claimed(refused=True)
     fsize = rundir.file_size_limit()
     if fsize is not None and fsize < RESERVE_BYTES:
         try:

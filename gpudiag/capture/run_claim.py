@@ -65,6 +65,32 @@ def _holds_other_run(run_dir: Path) -> bool:
     return not any(run_dir.glob("manifest.node*.json"))
 
 
+# Files (inodes) a run needs: each rank's directory, tables, status, summary and trace;
+# each node's manifest, samples, reserves and lint report (counted on recorded runs: 12-16
+# per rank, 6-9 per node), with room to spare.
+INODES_PER_RANK = 24
+INODES_PER_NODE = 16
+
+
+def inodes_short(run_dir: Path, local_ranks: int) -> str | None:
+    """One line when the run directory's filesystem has too few free files (inodes) for
+    the run, else None: a tmpfs with free bytes and no free inode let rank 1 create
+    nothing, not even its directory, and it was recorded as started by another launcher
+    (issue 28 probe, class 8). Filesystems that do not count inodes (0 total) pass."""
+    try:
+        stats = os.statvfs(run_dir)
+    except OSError:
+        return None
+    need = INODES_PER_NODE + INODES_PER_RANK * max(local_ranks, 1)
+    if stats.f_files == 0 or stats.f_favail >= need:
+        return None
+    return (
+        f"not enough free files (inodes) to record the run ({stats.f_favail} free; "
+        f"a run of {local_ranks} local rank(s) needs about {need}): free some or choose "
+        "another --out"
+    )
+
+
 def _no_room(run_dir: Path) -> str:
     """One line: the run directory cannot hold even the record of the run's end."""
     try:
