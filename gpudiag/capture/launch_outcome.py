@@ -60,11 +60,27 @@ def decide_outcome(
         ends = {
             r: e for r, e in ends.items() if not (e.failed and rundir.is_peer_error(e.status or {}))
         }
+    # torchrun's agent died of a signal nobody in the job sent (SIGKILL from outside) and
+    # every rank that wrote a status was interrupted at its death: their SIGTERM is the
+    # consequence, not a signal from outside, and the agent's death is the cause. (The
+    # agent also exits with a signal when a rank died unrecorded or at its own teardown,
+    # with ranks ok or missing: those stay as they were.)
+    agent_lost = (
+        not single_process
+        and not hang
+        and signal_received is None
+        and returncode < 0
+        and bool(statuses)
+        and all(s.get("status") == "interrupted" for s in statuses.values())
+    )
     # a rank interrupted while nobody signalled the launcher was signalled from outside
-    external = signal_received is None and not hang
+    external = signal_received is None and not hang and not agent_lost
     _mark_late_ranks(run_dir, ends)
     cause = blame.find_cause(ends, signalled_from_outside=external)
-    if cause is not None:
+    if agent_lost and not failed:
+        failure = _agent_lost_failure(returncode, sorted(statuses))
+        failed = []
+    elif cause is not None:
         first, others = cause
         failed = [first] + [r for r in others if r != first]
         lost = _node_lost(run_dir, infos.get(first)) if own and first not in own else None
@@ -235,6 +251,31 @@ def _cause_failure(
     # when the cause ended: the failures of ranks launched separately are compared
     failure["end_ns"] = end.when_ns or None
     return failure
+
+
+def _agent_lost_failure(returncode: int, ended: list[int]) -> dict[str, Any]:
+    """The manifest's ``failure`` when torchrun's agent died of a signal the launcher did
+    not send: the probe's SIGKILL to the agent was reported as rank 1 "ended by SIGTERM
+    from outside the job (neither gpudiag, torchrun nor a failing peer sent it)", an
+    arbitrary rank and an untrue sentence (issue 28 probe, class 2)."""
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    ranks = f"; its ranks {ended} were ended with it" if ended else ""
+    return {
+        "rank": None,
+        "exc_type": None,
+        "message": (
+            f"torchrun's agent (the process that starts and watches this node's ranks) died "
+            f"of {name}, which nobody in the job sent (killed from outside: an OOM killer, "
+            f"a scheduler, `kill -9`?){ranks}"
+        ),
+        "traceback": None,
+        "exit_code": 128 - returncode,
+        "signal": name,
+        "consequences": ended,
+    }
 
 
 def _failure_without_cause(
