@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudiag.rundir.clock import _rank_offsets, _shift_instants, _shift_rows, clock_offsets
 from gpudiag.rundir.discover import _rank_layout, list_nodes, list_ranks, node_parts
-from gpudiag.rundir.files import RunFormatError, _Listing, bad_input, is_dir, list_dir, read_text
+from gpudiag.rundir.files import RunFormatError, _Listing, is_dir, list_dir, read_text
 from gpudiag.rundir.layout import (
     _NODE_MANIFEST_RE,
     COLLECTIVE_TIMES,
@@ -163,9 +163,6 @@ def _load_one(run: Path) -> Run:
         raise RunFormatError(warnings[0])
     listing = _Listing(warnings)
     manifest = _read_manifests(run, warnings, listing)
-    if manifest.get("world_size") is not None and manifest["world_size"] < 1:
-        bad_input(warnings, f"{run / MANIFEST}: world_size {manifest['world_size']}; ignored")
-        del manifest["world_size"]
     version = manifest.get("format_version")
     if version is not None and version > FORMAT_VERSION:
         warnings.append(
