@@ -675,3 +675,46 @@ def test_a_manifest_failure_naming_no_rank_of_the_job_is_one_warning(
     assert len(lines) == 1 and said in lines[0], done.stderr
     titles = [f["title"] for f in json.loads(done.stdout)["findings"]]
     assert not any("Rank 99" in t or "Rank -1" in t for t in titles), titles
+
+
+def _findings_and_warnings(run: Path) -> tuple[dict, list[str], str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "analyze", str(run), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        preexec_fn=limit_memory,
+        check=False,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    out = json.loads(proc.stdout)
+    return out, [ln for ln in proc.stderr.splitlines() if "warning:" in ln], proc.stderr
+
+
+@pytest.mark.parametrize("junk", ["rank_dirs", "trace_files"])
+def test_junk_rank_folders_and_trace_files_are_not_ranks(tmp_path: Path, junk: str) -> None:
+    """Issue 28 re-probe, F45/F46 (class 6): ~300 extra empty (or junk-holding) rank<N>
+    directories, or trace files of ranks outside the world (links to rank 0's), beside a
+    recorded 2-rank run switched it to "more than 256 ranks; analysed from summary.json
+    files only" (untrue) and dropped every finding. They are one warning line naming how
+    many and the first few, and the run is analysed from its 2 real ranks as before."""
+    run = tmp_path / "run"
+    shutil.copytree(GLOO_RUN, run)
+    before, _, _ = _findings_and_warnings(GLOO_RUN)
+    if junk == "rank_dirs":
+        for r in range(2, 302):
+            (run / f"rank{r}").mkdir()
+        (run / "rank302").mkdir()
+        (run / "rank302" / "notes.txt").write_text("not gpudiag's")
+        where, said = str(run), "301 rank directories holding no gpudiag file (rank2, rank3"
+    else:
+        for r in range(2, 302):
+            (run / "traces" / f"rank{r}.pt.trace.json.gz").symlink_to(
+                run / "traces" / "rank0.pt.trace.json.gz"
+            )
+        where, said = str(run / "traces"), "300 trace files of ranks outside the world of 2"
+    out, warned, stderr = _findings_and_warnings(run)
+    assert len(warned) == 1 and where in warned[0] and said in warned[0], stderr
+    assert "256" not in stderr and "summary.json files only" not in stderr, stderr
+    assert out["run"]["kind"] == "gpudiag_run" and out["run"]["ranks_present"] == [0, 1]
+    assert [f["kind"] for f in out["findings"]] == [f["kind"] for f in before["findings"]]

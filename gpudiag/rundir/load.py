@@ -43,6 +43,7 @@ from gpudiag.rundir.schema import (
     REGION_COLUMNS,
     STEP_COLUMNS,
     Run,
+    _is_int,
 )
 from gpudiag.rundir.tables import Table, _frame
 
@@ -169,7 +170,8 @@ def _load_one(run: Path) -> Run:
             f"{run / MANIFEST}: format_version {version} is newer than this gpudiag "
             f"reads ({FORMAT_VERSION}); reading what it can"
         )
-    ranks, trace_files = _rank_layout(run, names, warnings)
+    world = manifest.get("world_size")
+    ranks, trace_files = _rank_layout(run, names, warnings, world if _is_int(world) else None)
     nodes = list_nodes(run)
     offsets = clock_offsets(run, manifest, nodes, warnings, listing)
     rank_offsets = _rank_offsets(run, ranks, offsets)
