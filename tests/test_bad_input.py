@@ -718,3 +718,42 @@ def test_junk_rank_folders_and_trace_files_are_not_ranks(tmp_path: Path, junk: s
     assert "256" not in stderr and "summary.json files only" not in stderr, stderr
     assert out["run"]["kind"] == "gpudiag_run" and out["run"]["ranks_present"] == [0, 1]
     assert [f["kind"] for f in out["findings"]] == [f["kind"] for f in before["findings"]]
+
+
+NO_PROFILE_RUN = Path(__file__).resolve().parent / "fixtures" / "gate_busy" / "base"
+
+
+@pytest.mark.parametrize("how", ["deleted", "emptied", "link_to_root"])
+def test_a_run_whose_traces_are_all_gone_says_so(tmp_path: Path, how: str) -> None:
+    """Issue 28 re-probe, F48 (class 7): with traces/ deleted, emptied or a symlink to /,
+    a recorded 2-rank run was "No findings: nothing costs a noticeable share of the step",
+    exit 0, without a word, while one missing trace of two was said. The ranks'
+    summary.json name the trace each wrote: one line says none is here, and the no-findings
+    text claims only what the tables show. A --no-profile run (no trace by design) stays
+    quiet."""
+    run = tmp_path / "run"
+    shutil.copytree(GLOO_RUN, run)
+    if how == "deleted":
+        shutil.rmtree(run / "traces")
+    elif how == "emptied":
+        for p in (run / "traces").iterdir():
+            p.unlink()
+    else:
+        shutil.rmtree(run / "traces")
+        (run / "traces").symlink_to("/")
+    out, warned, stderr = _findings_and_warnings(run)
+    assert len(warned) == 1, stderr
+    assert f"{run / 'traces'}: traces for 0 of 2 ranks present" in warned[0], stderr
+    assert "analysed from the run's tables" in warned[0]
+    assert out["run"]["ranks_present"] == [0, 1]
+    text = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "analyze", str(run)],
+        capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False,
+        env={**os.environ, "COLUMNS": "400"},
+    )  # fmt: skip
+    assert "nothing costs a noticeable share" not in text.stdout, text.stdout
+    if not out["findings"]:
+        assert "no trace was analysed" in text.stdout, text.stdout
+
+    quiet, warned, stderr = _findings_and_warnings(NO_PROFILE_RUN)
+    assert not [w for w in warned if "traces" in w], stderr

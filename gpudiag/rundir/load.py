@@ -28,6 +28,7 @@ from gpudiag.rundir.layout import (
     STATUS,
     STEPS,
     SUMMARY,
+    TRACES_DIR,
     manifest_node,
     node_dir,
     rank_dir,
@@ -215,10 +216,34 @@ def _load_one(run: Path) -> Run:
     )
     for r in ranks:
         _read_rank_files(run, r, result, listing)
+    _note_all_traces_missing(run, result)
     if offsets:
         for docs in (result.rank_info, result.statuses):
             _shift_rows([d for r, d in docs.items() if r in rank_offsets], None, rank_offsets)
     return result
+
+
+def _note_all_traces_missing(run: Path, result: Run) -> None:
+    """One line when the ranks' summary.json say their profile window was written
+    (``trace``) and not one trace is here (traces/ deleted or emptied): the run is then
+    analysed from its tables only. Said as for one missing trace of several (a note, not
+    bad input); a run recorded with --no-profile names no trace and stays quiet (issue 28
+    re-probe, F48: "No findings: nothing costs a noticeable share", exit 0, no word)."""
+    tdir = str(run / TRACES_DIR)
+    if result.trace_files or any(w.startswith(f"{tdir}:") for w in result.warnings):
+        return  # traces present, or traces/ itself unusable: its own line said so
+    written = sorted(
+        r for r, s in result.summaries.items() if isinstance(s.get("trace"), str) and s["trace"]
+    )
+    if written:
+        n = len(written)
+        named = ", ".join(map(str, written[:8])) + (", ..." if n > 8 else "")
+        result.warnings.append(
+            f"{run / TRACES_DIR}: traces for 0 of {n} {'rank' if n == 1 else 'ranks'} present "
+            f"(the summary.json of {'rank' if n == 1 else 'ranks'} {named} "
+            f"{'names its' if n == 1 else 'name their'} trace); analysed from the run's "
+            "tables (steps, collectives) only"
+        )
 
 
 def _read_lint(run: Path, warnings: list[str]) -> LintReport | None:
