@@ -33,7 +33,7 @@ from gpudiag.analysis.trace_parse import (
     _narrow,
     _num,
 )
-from gpudiag.rundir import BadInput, release_free_memory
+from gpudiag.rundir import MAX_WORLD_SIZE, BadInput, release_free_memory
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
@@ -51,9 +51,16 @@ def _build_rank_trace(
     release_free_memory()  # the per-chunk arrays just concatenated (~44 B per event)
     del collected
     devices = doc.get("deviceProperties")
+    world = _int_or_none(dist.get("world_size")) if dist else None
+    if world is not None and not 1 <= world <= MAX_WORLD_SIZE:
+        # it sizes the "traces missing" list: a damaged one is unknown, never allocated
+        warnings.append(
+            BadInput(f"{path}: implausible distributedInfo world_size {world}; ignored")
+        )
+        world = None
     meta = TraceMeta(
         rank=-1,
-        world_size=_int_or_none(dist.get("world_size")) if dist else None,
+        world_size=world,
         backend=str(dist["backend"]) if dist and dist.get("backend") else None,
         path=path,
         base_time_ns=base,

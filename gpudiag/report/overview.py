@@ -639,6 +639,12 @@ def no_findings_text(result: Any) -> str:
     the step, unless too few steps were analysed to tell (a run interrupted at step 1)."""
     n = result.run.steps_analysed
     # as for the findings: fewer steps of a gpudiag run show nothing for sure
+    if n >= FEW_STEPS and result.run.kind == "gpudiag_run" and not result.run.traced_ranks:
+        # no trace: compute, communication and idle time within the step were not measured
+        return (
+            "No findings in the run's tables (step times, data loading, collectives); "
+            "no trace was analysed, so where the time goes within the step was not measured."
+        )
     if n >= FEW_STEPS or result.run.kind != "gpudiag_run":
         return "No findings: nothing costs a noticeable share of the step."
     what = "no step was" if n == 0 else f"only {steps_window(result)} {'was' if n == 1 else 'were'}"

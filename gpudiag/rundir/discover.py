@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpudiag.numfmt import plural
 from gpudiag.rundir.clock import MAX_CLOCK_OFFSET_NS
 from gpudiag.rundir.files import (
     _what_is,
@@ -31,9 +32,15 @@ from gpudiag.rundir.layout import (
     CLOCK,
     HANG_REPORT,
     INFLIGHT,
+    LAST_CALL,
     LINT,
+    LIVE_INFLIGHT,
     MANIFEST,
+    MAX_WORLD_SIZE,
     RANK_INFO,
+    RANK_TABLES,
+    RESERVE,
+    STACKS,
     STATUS,
     SUMMARY,
     TRACES_DIR,
@@ -83,40 +90,114 @@ def is_run_dir(path: str | os.PathLike[str]) -> bool:
 _RANK_TRACE_RE = re.compile(r"^rank(\d+)\.pt\.trace\.json(\.gz)?$")
 
 
+# What gpudiag writes into a rank<R> directory: one of these makes it a rank's directory.
+_RANK_FILES = frozenset(
+    {
+        RANK_INFO,
+        STATUS,
+        SUMMARY,
+        STACKS,
+        INFLIGHT,
+        LIVE_INFLIGHT,
+        LAST_CALL,
+        RESERVE,
+        *(f"{t}.jsonl" for t in RANK_TABLES),
+    }
+)
+_NAMED_AT_MOST = 5  # directories / files named in the one line about ignored ones
+
+
+def _first_names(paths: Sequence[Path]) -> str:
+    shown = ", ".join(p.name for p in paths[:_NAMED_AT_MOST])
+    return shown + (", ..." if len(paths) > _NAMED_AT_MOST else "")
+
+
+def _holds_rank_files(path: Path) -> bool:
+    """Whether a rank<R> directory holds a file gpudiag writes there (one that cannot be
+    listed counts: its reader says why, once)."""
+    names = list_dir(path)
+    return names is None or any(n in _RANK_FILES for n in names)
+
+
 def _rank_layout(
-    run: Path, names: Iterable[str], warnings: list[str] | None
+    run: Path,
+    names: Iterable[str],
+    warnings: list[str] | None,
+    world: int | None = None,
+    *,
+    empty_dirs_are_ranks: bool = False,
 ) -> tuple[list[int], dict[int, Path]]:
     """The ranks of a run directory whose entries are ``names``: its rank<R>
     directories and traces/rank<R>.pt.trace.json[.gz] files; and each rank's trace
-    file (:func:`trace_path`). traces/ is listed once (one warning when it cannot be)."""
+    file (:func:`trace_path`). traces/ is listed once (one warning when it cannot be).
+
+    A rank<R> directory holding no file gpudiag writes is not a rank, nor is a trace
+    file of a rank outside a known ``world`` (its size): each kind is one line naming how
+    many and the first few (issue 28 re-probe, F45/F46: 3,000 empty rank directories or
+    5,000 trace files beside a 2-rank run read as "more than 256 ranks" and lost every
+    finding). ``empty_dirs_are_ranks``: the live reader's view, where a rank directory is
+    created before its first file."""
     ranks = set()
+    empty: list[Path] = []
     for name in names:
         m = _RANK_DIR_RE.match(name)
         if not m and name != TRACES_DIR:
             continue
         if not is_dir(run / name):
             bad_input(warnings, f"{run / name}: {_what_is(run / name)}, not a directory; ignored")
-        elif m:
+        elif m and (empty_dirs_are_ranks or _holds_rank_files(run / name)):
             ranks.add(int(m.group(1)))
+        elif m:
+            empty.append(run / name)
+    if empty:
+        empty.sort(key=lambda p: int(p.name[len("rank") :]))
+        bad_input(
+            warnings,
+            f"{run}: {plural(len(empty), 'rank directory', 'rank directories')} holding no "
+            f"gpudiag file ({_first_names(empty)}); not ranks, ignored",
+        )
     traces: dict[int, Path] = {}
+    outside: list[Path] = []
     tdir = run / TRACES_DIR
     if TRACES_DIR in names and is_dir(tdir):
         for name in list_dir(tdir, warnings) or ():
             m = _RANK_TRACE_RE.match(name)
             if m:
                 r = int(m.group(1))
+                if world is not None and r >= world and r not in ranks:
+                    outside.append(tdir / name)
+                    continue
                 ranks.add(r)
                 # trace_path's .gz, else the uncompressed rank<R>.pt.trace.json (read, so
                 # that a bad one is a warning, not a silently missing rank)
                 if not is_dir(tdir / name) and (name == trace_path(run, r).name or r not in traces):
                     traces[r] = tdir / name
+    if outside:
+        outside.sort(key=lambda p: int(_RANK_TRACE_RE.match(p.name).group(1)))  # type: ignore[union-attr]
+        bad_input(
+            warnings,
+            f"{tdir}: {plural(len(outside), 'trace file')} of ranks outside the world of "
+            f"{world} ({_first_names(outside)}); ignored",
+        )
     return sorted(ranks), traces
+
+
+def run_world_size(run: Path, names: Iterable[str]) -> int | None:
+    """The world size the run's manifest.json records, when plausible (no warning: the
+    manifest's reader says what is wrong with it)."""
+    if MANIFEST not in names:
+        return None
+    manifest = read_json(run / MANIFEST)
+    size = manifest.get("world_size") if isinstance(manifest, dict) else None
+    if isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= MAX_WORLD_SIZE:
+        return size
+    return None
 
 
 def list_ranks(run: str | os.PathLike[str]) -> list[int]:
     run = Path(run)
-    names = list_dir(run) if is_dir(run) else None
-    return _rank_layout(run, names or (), None)[0]
+    names = list(list_dir(run) or ()) if is_dir(run) else []
+    return _rank_layout(run, names, None, run_world_size(run, names))[0]
 
 
 def list_nodes(run: str | os.PathLike[str]) -> list[int]:

@@ -18,6 +18,9 @@ LINT = "lint.json"
 HANG_REPORT = "hang_report.json"
 CLOCK = "clock.json"  # node<N>/clock.json: the node's clock offset to node 0
 TRACES_DIR = "traces"
+# The largest world size a run file is believed: a count read from a file sizes lists and
+# loops in the readers, so a damaged one (10**12) is taken as unknown, never allocated.
+MAX_WORLD_SIZE = 1 << 20
 
 STEPS = "steps"
 COLLECTIVES = "collectives"

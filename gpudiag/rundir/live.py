@@ -279,7 +279,7 @@ class LiveReader:
         # a rank directory that cannot be listed is one line, not one per file in it
         ranks = [
             r
-            for r in _rank_layout(self.run, names, warnings)[0]
+            for r in _rank_layout(self.run, names, warnings, empty_dirs_are_ranks=True)[0]
             if not lexists(rank_dir(self.run, r))
             or list_dir(rank_dir(self.run, r), warnings) is not None
         ]

@@ -28,6 +28,8 @@ from gpudiag.rundir.layout import (
     HANG_REPORT,
     LAST_CALL,
     MANIFEST,
+    MAX_WORLD_SIZE,
+    RANK_INFO,
     STATUS,
     STATUS_FINISHING,
     hang_report_paths,
@@ -118,6 +120,8 @@ def read_object(
         bad_input(warnings, f"{path}: nested deeper than {MAX_DEPTH} levels; ignored")
         return None
     obj = check_fields(obj, schema, path, warnings)
+    if schema in (MANIFEST, RANK_INFO):
+        obj = _plausible_world_size(obj, path, warnings)
     for key in ("failure", "launcher"):
         if schema == MANIFEST and isinstance(obj.get(key), dict):
             obj[key] = check_fields(obj[key], key, f"{path} ({key})", warnings)
@@ -125,6 +129,23 @@ def read_object(
         obj["failure"] = _failure_in_range(obj["failure"], obj.get("world_size"), path, warnings)
     if schema == HANG_REPORT:
         obj = check_hang_report(obj, path, warnings)
+    return obj
+
+
+def _plausible_world_size(
+    obj: dict[str, Any], path: Path, warnings: list[str] | None
+) -> dict[str, Any]:
+    """A ``world_size`` outside 1..MAX_WORLD_SIZE (0, 10**12) is dropped with one warning:
+    the readers then take the world from the ranks present (issue 28 probe, F11: 10**12
+    sized a list of every rank in ``compare`` and ``analyze --html``, MemoryError)."""
+    size = obj.get("world_size")
+    if isinstance(size, int) and not isinstance(size, bool) and not 1 <= size <= MAX_WORLD_SIZE:
+        bad_input(
+            warnings,
+            f"{path}: world_size {size} is not a plausible world size (1..{MAX_WORLD_SIZE}); "
+            "taken as unknown",
+        )
+        obj = {k: v for k, v in obj.items() if k != "world_size"}
     return obj
 
 
