@@ -29,10 +29,9 @@ def decide_outcome(
 ) -> dict[str, Any]:
     """Status, exit code, failed ranks and the first failure (the cause, see
     :mod:`gpudiag.capture.blame`), from the ranks' status.json and how they ended.
-
-    ``node`` (multi-node jobs): the launcher answers for its own node's ranks; another
-    node's rank without status.json is that node's business (it may still be writing
-    it, or write it into another directory), but its failures still count as causes."""
+    ``node`` (multi-node jobs): the launcher answers for its own node's ranks; another node's
+    rank without status.json is that node's business (it may still be writing it, or write
+    it into another directory), but its failures still count as causes."""
     statuses, infos = _rank_documents(run_dir)
     world = max(
         [expected_world_size or 0, *(int(i.get("world_size") or 0) for i in infos.values())]
@@ -60,26 +59,12 @@ def decide_outcome(
         ends = {
             r: e for r, e in ends.items() if not (e.failed and rundir.is_peer_error(e.status or {}))
         }
-    # torchrun's agent died of a signal nobody in the job sent (SIGKILL from outside) and
-    # every rank that wrote a status was interrupted at its death: their SIGTERM is the
-    # consequence, not a signal from outside, and the agent's death is the cause. (The
-    # agent also exits with a signal when a rank died unrecorded or at its own teardown,
-    # with ranks ok or missing: those stay as they were.)
-    agent_lost = (
-        not single_process
-        and not hang
-        and signal_received is None
-        and returncode < 0
-        and bool(statuses)
-        and all(s.get("status") == "interrupted" for s in statuses.values())
-    )
-    # a rank interrupted while nobody signalled the launcher was signalled from outside
-    external = signal_received is None and not hang and not agent_lost
+    agent_lost = _agent_lost(returncode, signal_received, hang, single_process, statuses)
+    external = signal_received is None and not hang and not agent_lost  # a signal from outside
     _mark_late_ranks(run_dir, ends)
     cause = blame.find_cause(ends, signalled_from_outside=external)
-    if agent_lost and not failed:
+    if agent_lost:  # no rank failed: every one was interrupted
         failure = _agent_lost_failure(returncode, sorted(statuses))
-        failed = []
     elif cause is not None:
         first, others = cause
         failed = [first] + [r for r in others if r != first]
@@ -251,6 +236,28 @@ def _cause_failure(
     # when the cause ended: the failures of ranks launched separately are compared
     failure["end_ns"] = end.when_ns or None
     return failure
+
+
+def _agent_lost(
+    returncode: int,
+    signal_received: int | None,
+    hang: bool,
+    single_process: bool,
+    statuses: dict[int, dict[str, Any]],
+) -> bool:
+    """torchrun's agent died of a signal nobody in the job sent (SIGKILL from outside) and
+    every rank that wrote a status was interrupted at its death: their SIGTERM is the
+    consequence, not a signal from outside, and the agent's death is the cause. (The agent
+    also exits with a signal when a rank died unrecorded or at its own teardown, with
+    ranks ok or missing: those stay as they were.)"""
+    return (
+        not single_process
+        and not hang
+        and signal_received is None
+        and returncode < 0
+        and bool(statuses)
+        and all(s.get("status") == "interrupted" for s in statuses.values())
+    )
 
 
 def _agent_lost_failure(returncode: int, ended: list[int]) -> dict[str, Any]:
