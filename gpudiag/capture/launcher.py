@@ -619,14 +619,10 @@ def _first_manifest(
     (the ranks take theirs by name: rundir.handed_reserve_path). A file size limit
     (ulimit -f) below the reserves is no reason to refuse the job: it runs as it would
     without gpudiag, and what does not fit is marked incomplete."""
-    short = inodes_short(run_dir, _local_rank_count(ns.nproc_per_node) or 1)
+    local = _local_rank_count(ns.nproc_per_node) or 1
+    short = inodes_short(run_dir, local)
     if short is not None:
-        _say(f"trace: {run_dir}: {short}")
-        try:
-            run_dir.rmdir()  # only when empty: created for this run
-        except OSError:
-            pass
-        return _Claimed(refused=True)
+        return _refuse(run_dir, short)
     fsize = rundir.file_size_limit()
     if fsize is not None and fsize < RESERVE_BYTES:
         try:
@@ -640,7 +636,6 @@ def _first_manifest(
     reserve = rundir.reserve_space(rundir.reserve_path(run_dir, node_rank), RESERVE_BYTES)
     rank_reserves: list[Path] | None = []
     if reserve is not None:
-        local = _local_rank_count(ns.nproc_per_node) or 1
         rank_reserves = rundir.reserve_for_ranks(run_dir, node_rank, local)
     no_room = reserve is None or rank_reserves is None
     if not no_room:
@@ -654,13 +649,18 @@ def _first_manifest(
     if no_room:
         for made in (reserve, *(rank_reserves or ())):
             rundir.release_space(made)
-        _say(f"trace: {run_dir}: {_no_room(run_dir)}")
-        try:
-            run_dir.rmdir()  # only when empty: created for this run
-        except OSError:
-            pass
-        return _Claimed(refused=True)
+        return _refuse(run_dir, _no_room(run_dir))
     return _Claimed(refused=False, reserve=reserve, rank_reserves=rank_reserves)
+
+
+def _refuse(run_dir: Path, why: str) -> _Claimed:
+    """One line saying why the run is refused at start; its directory goes if empty."""
+    _say(f"trace: {run_dir}: {why}")
+    try:
+        run_dir.rmdir()  # only when empty: created for this run
+    except OSError:
+        pass
+    return _Claimed(refused=True)
 
 
 class _Forwarder:
