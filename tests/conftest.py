@@ -8,9 +8,10 @@ them.
 
 Markers: `slow` (launches training processes or servers, or inflates gigabytes) and
 `browser` (drives headless Chromium). `pytest -q` skips both (pyproject's addopts);
-`pytest -q -m "" -n 3 --dist loadfile` runs everything, as CI does: each test file on one
-worker, so the jobs a file's module or session fixture records are recorded once (tests of
-one file spread over several workers recorded them once per worker). A test that uses one of the fixtures
+`pytest -q -m "" -n 3 --dist loadfile --no-loadscope-reorder` runs everything, as CI
+does: each test file on one worker, the longest files first (LONGEST_FILES), so the jobs
+a file's module or session fixture records are recorded once (tests of one file spread
+over several workers recorded them once per worker). A test that uses one of the fixtures
 in RECORDING_FIXTURES records a gloo job, so it is slow wherever it lives.
 """
 
@@ -67,7 +68,42 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# The files that took longest in CI (summed setup and call times, --durations), longest
+# first. Under `--dist loadfile` xdist hands out files in collection order: a long file
+# handed out last runs alone at the end while the other workers idle (CI, 2026-12-03:
+# the frameworks and what-if files ran in the last minutes). Started first, they overlap
+# the many short files.
+LONGEST_FILES = (
+    "test_findings_gloo.py",
+    "test_busy_host.py",
+    "test_dashboard.py",
+    "test_frameworks.py",
+    "test_multinode.py",
+    "test_reliability_gloo.py",
+    "test_out_of_core.py",
+    "test_cluster.py",
+    "test_profiler_safety.py",
+    "test_exit_paths.py",
+    "test_collective_timeout.py",
+    "test_dashboard_live.py",
+    "test_launchers.py",
+    "test_dashboard_overview.py",
+    "test_fuzz_inputs.py",
+    "test_capture_guard_jobs.py",
+    "test_job_signals_and_paths.py",
+    "test_bad_input.py",
+    "test_blame_early_exit.py",
+    "test_capture_trace.py",
+)
+
+
+def _file_order(item: pytest.Item) -> int:
+    name = item.path.name
+    return LONGEST_FILES.index(name) if name in LONGEST_FILES else len(LONGEST_FILES)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if RECORDING_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=_file_order)  # stable: within a file, and among the rest, as collected

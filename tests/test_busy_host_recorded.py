@@ -126,6 +126,21 @@ def test_the_same_ops_each_slower_on_a_busy_host_is_not_a_high_straggler() -> No
     assert spinning.cost_ms_per_step == pytest.approx(40, rel=0.2)
 
 
+def test_a_rank_spinning_beside_other_jobs_is_not_a_shared_core() -> None:
+    """Rank 1 spins 40 ms per step beside other torch jobs (lightning_rank1_spins_40ms_
+    beside_jobs): its ops were preempted more because it spun, so they were slower (6
+    times rank 0's in the profiled window) and it was called LOW, "a shared core". Its
+    training thread took 4.9 times rank 0's CPU time (22 ms more per step): more than a
+    shared core can make the same work take, so its own, at full severity."""
+    _, found = _straggler("lightning_rank1_spins_40ms_beside_jobs")
+    (spinning,) = found
+    assert spinning.ranks == [1]
+    assert spinning.severity in ("high", "medium"), spinning.title
+    assert spinning.evidence["main_cause"] == "compute"
+    assert "same_ops_slower" not in spinning.evidence
+    assert "shared core" not in spinning.title
+
+
 @pytest.mark.parametrize(
     "name",
     [

@@ -221,3 +221,30 @@ def test_a_window_begun_in_a_thread_that_then_ended_says_what_to_choose(tmp_path
     status = json.loads((rundir.rank_dir(out, 0) / rundir.STATUS).read_text())
     assert status["status"] == "ok" and status["steps_completed"] == 12
     assert "within one thread's steps" in status["profile_error"], status
+
+
+COMPILED = Path(__file__).parent / "scripts" / "compiled_loop.py"
+COMPILE_HOOK_WARNING = "when there are global hooks on modules"
+
+
+@pytest.mark.parametrize("own_hook", [False, True], ids=["plain", "own_hook"])
+def test_torch_compile_sees_the_same_hooks_under_trace(tmp_path: Path, own_hook: bool) -> None:
+    """torch.compile(module) warns while any global module hook exists: under `gpudiag
+    trace` it warned twice about gpudiag's own first-forward hook (issue 28 probe, K03),
+    which plain python never prints. A script with a global hook of its own still gets
+    the warning, traced or not."""
+    extra = ["--own-hook"] if own_hook else []
+    traced = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "trace", "--no-lint", "--out", str(tmp_path / "run"),
+         str(COMPILED), *extra],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    plain = subprocess.run(
+        [sys.executable, str(COMPILED), *extra], capture_output=True, text=True, timeout=300
+    )
+    for proc in (traced, plain):
+        assert proc.returncode == 0 and "DONE_OK" in proc.stdout, proc.stderr[-2000:]
+    assert (COMPILE_HOOK_WARNING in plain.stderr) is own_hook, plain.stderr[-2000:]
+    assert (COMPILE_HOOK_WARNING in traced.stderr) is own_hook, traced.stderr[-2000:]
+    manifest = json.loads((tmp_path / "run" / rundir.MANIFEST).read_text())
+    assert manifest["status"] == "ok" and manifest["steps_completed"] == {"0": 15}

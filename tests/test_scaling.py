@@ -1,12 +1,10 @@
 """`gpudiag whatif --world-size`: the alpha-beta model's formulas, its fit against the
-recorded collective tables of the shipped runs, the command, and (slow) a 2-rank gloo
-job's prediction of its own step at 3 ranks, checked by recording it."""
+recorded collective tables of the shipped runs, the command, and a 2-rank gloo
+job's prediction of its own step at 3 ranks, checked on the job recorded at 3."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +26,6 @@ from gpudiag.cli import whatif as whatif_cli
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_runs"
-SUITE_SCRIPT = Path(__file__).parent / "scripts" / "suite_train.py"
-sys.path.insert(0, str(Path(__file__).parent / "scripts"))
-from coll_launch import free_port  # noqa: E402
 
 
 def test_hops_and_bus_bandwidth_factors() -> None:
@@ -181,38 +176,21 @@ def test_analyze_json_has_no_scale_entry() -> None:
     assert all(p["scenario"] != "scale" for p in payload["whatif"])
 
 
-JOB = ["--steps", "30", "--width", "512", "--depth", "4", "--batch", "32"]
+SCALE = Path(__file__).parent / "fixtures" / "scale_2_to_3"
 
 
-def _record(out: Path, ranks: int) -> float:
-    cmd = [
-        sys.executable, "-m", "gpudiag", "trace", "--nproc-per-node", str(ranks),
-        "--master-port", str(free_port()), "--out", str(out), "--no-lint",
-        "--profile-steps", "10-19", str(SUITE_SCRIPT), *JOB,
-    ]  # fmt: skip
-    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return analyze(out).step_ms
-
-
-@pytest.mark.slow
-def test_two_ranks_predict_three(tmp_path: Path) -> None:
-    """Record the job at 2 ranks, predict 3, record 3 (alternated twice; medians). On
-    this 2-core machine, shared with other jobs, one recording's step time varies by
-    tens of percent (docs/whatif.md), so the tolerance here is wider than the 25 % goal
-    that bench/whatif_scale.py measures."""
-    predicted, actual = [], []
-    for rep in range(2):
-        two = tmp_path / f"r2_{rep}"
-        _record(two, 2)
-        result = analyze(two)
-        inputs = scale_inputs(
-            result.run, cpu_run=True, host_samples=result.host_samples, steps=result.run_steps
-        )
-        p = project_scale(result.ranks, result.breakdown, result.collectives.frame(), inputs, 3)
-        assert p is not None and p.world_size == 3 and p.fits
-        predicted.append(p.projected_step_ms)
-        actual.append(_record(tmp_path / f"r3_{rep}", 3))
-    error = float(np.median(predicted) / np.median(actual) - 1)
-    assert abs(error) <= 0.5, (predicted, actual)
+def test_two_ranks_predict_three() -> None:
+    """A DDP MLP recorded here at 2 and at 3 gloo ranks, one after the other, one torch
+    thread per rank, on this 2-core machine (tests/fixtures/scale_2_to_3, `bench/
+    whatif_scale.py --reps 1 --sizes 3`): the 2-rank run's projection of 3 ranks is within
+    the 25 % goal of the 3-rank run's step (docs/whatif.md). `python bench/whatif_scale.py`
+    records both side by side, several times, with median and spread."""
+    result = analyze(SCALE / "r2")
+    inputs = scale_inputs(
+        result.run, cpu_run=True, host_samples=result.host_samples, steps=result.run_steps
+    )
+    p = project_scale(result.ranks, result.breakdown, result.collectives.frame(), inputs, 3)
+    assert p is not None and p.world_size == 3 and p.fits
+    actual = analyze(SCALE / "r3").step_ms
+    assert p.projected_step_ms == pytest.approx(actual, rel=0.25), (p.projected_step_ms, actual)
+    assert p.projected_step_ms > result.step_ms  # 3 ranks on 2 cores: slower, as recorded

@@ -21,6 +21,7 @@ import statistics
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import CodeType, FrameType
@@ -29,6 +30,40 @@ from typing import Any
 from gpudiag import rundir
 
 StepCallback = Callable[[int, int], None]
+
+
+# torch.compile(module) warns on every call while any global module hook exists (its
+# hooks would fire once more, for the OptimizedModule). gpudiag's one global hook (the
+# first forward, and the next forward after a profiling window) fires once per step at
+# most and only once matters: the warning would be gpudiag's, not the job's (issue 28
+# probe: printed twice under `gpudiag trace`, never under plain python). It is silenced
+# only while that hook is registered, and only if no other global hook existed when it
+# was (the job's own hooks keep their warning).
+_COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
+_compile_warning_filter: tuple[Any, ...] | None = None
+
+
+def _add_global_forward_hook(hook: Callable[..., Any]) -> Any:
+    global _compile_warning_filter
+    from torch.nn.modules import module
+
+    if not module._has_any_global_hook() and _compile_warning_filter is None:
+        warnings.filterwarnings("ignore", message=_COMPILE_HOOK_WARNING, category=UserWarning)
+        _compile_warning_filter = warnings.filters[0]
+    return module.register_module_forward_pre_hook(hook)
+
+
+def _remove_global_forward_hook(handle: Any) -> None:
+    global _compile_warning_filter
+    handle.remove()
+    if _compile_warning_filter is None:
+        return
+    try:
+        warnings.filters.remove(_compile_warning_filter)  # type: ignore[attr-defined]
+        warnings._filters_mutated()  # type: ignore[attr-defined]  # the filter cache
+    except (ValueError, AttributeError):  # the job reset the filters meanwhile
+        pass
+    _compile_warning_filter = None
 
 
 class StepTracker:
@@ -68,7 +103,6 @@ class StepTracker:
     # ------------------------------------------------------------------ installation
 
     def install(self) -> None:
-        from torch.nn.modules.module import register_module_forward_pre_hook
         from torch.optim.optimizer import (
             register_optimizer_step_post_hook,
             register_optimizer_step_pre_hook,
@@ -76,7 +110,7 @@ class StepTracker:
 
         self._handles.append(register_optimizer_step_pre_hook(self._optimizer_pre))
         self._handles.append(register_optimizer_step_post_hook(self._optimizer_post))
-        self._first_forward_handle = register_module_forward_pre_hook(self._first_forward)
+        self._first_forward_handle = _add_global_forward_hook(self._first_forward)
         self._patch_dataloader()
 
     def uninstall(self) -> None:
@@ -130,7 +164,7 @@ class StepTracker:
     def _remove_first_forward_hook(self) -> None:
         handle = getattr(self, "_first_forward_handle", None)
         if handle is not None:
-            handle.remove()
+            _remove_global_forward_hook(handle)
             self._first_forward_handle = None
 
     # ------------------------------------------------------------------ boundaries
@@ -203,9 +237,7 @@ class StepTracker:
                 self._settle_as_optimizer_step_returns()
             if self.profiler.stop_pending and self._first_forward_handle is None:
                 # the window closes at the next batch or forward, outside Optimizer.step
-                from torch.nn.modules.module import register_module_forward_pre_hook
-
-                self._first_forward_handle = register_module_forward_pre_hook(self._first_forward)
+                self._first_forward_handle = _add_global_forward_hook(self._first_forward)
         for callback in tuple(self.on_step_end):  # a callback may remove itself
             callback(step, now)
         self.step = step + 1
