@@ -225,6 +225,7 @@ def first_screen(ctx: ViewContext) -> None:
                 f"◀ outlined: {md(numbers.ranks(parts.named))}, named by the top finding "
                 f"({md(verdict.finding.kind)}). Hover a segment for its value."
             )
+        st.caption(report_overview.SHARED_COLOURS_NOTE)
 
 
 def overview(ctx: ViewContext) -> None:

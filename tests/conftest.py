@@ -68,19 +68,24 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-# The files that took longest in CI (summed setup and call times, --durations), longest
-# first. Under `--dist loadfile` xdist hands out files in collection order: a long file
-# handed out last runs alone at the end while the other workers idle (CI, 2026-12-03:
-# the frameworks and what-if files ran in the last minutes). Started first, they overlap
-# the many short files.
+# The files that took longest in CI (summed setup and call times, --durations), in the
+# order xdist should hand them out. Under `--dist loadfile --no-loadscope-reorder` the
+# workers get files in collection order (three workers: files 1-3 first, then the next
+# file to the worker nearly done): a long file handed out last runs alone at the end
+# while the other workers idle (CI, 2026-12-03: the frameworks and what-if files ran in
+# the last minutes, after xdist's own order, most tests first). test_busy_host runs three CPU hogs beside
+# its first recordings, so it starts beside files that only analyse recorded data (the
+# out-of-core and fuzz tests), and the files whose findings depend on timing (the
+# findings suite, the frameworks suite) start after those hogs have gone.
 LONGEST_FILES = (
-    "test_findings_gloo.py",
     "test_busy_host.py",
+    "test_out_of_core.py",
+    "test_fuzz_inputs.py",
+    "test_findings_gloo.py",
     "test_dashboard.py",
     "test_frameworks.py",
     "test_multinode.py",
     "test_reliability_gloo.py",
-    "test_out_of_core.py",
     "test_cluster.py",
     "test_profiler_safety.py",
     "test_exit_paths.py",
@@ -88,7 +93,6 @@ LONGEST_FILES = (
     "test_dashboard_live.py",
     "test_launchers.py",
     "test_dashboard_overview.py",
-    "test_fuzz_inputs.py",
     "test_capture_guard_jobs.py",
     "test_job_signals_and_paths.py",
     "test_bad_input.py",

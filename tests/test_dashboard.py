@@ -231,6 +231,8 @@ def test_overview_shows_the_analysis_numbers(
     facts = at.caption[0].value.replace("\\", "")
     assert facts.startswith("8 ranks · nccl · Tesla V100-SXM2-32GB · ")
     assert f"{result.run.steps_analysed} profiled step" in facts
+    # issue 31 probe (D8): the page says the colours are shared across its charts
+    assert report_overview.SHARED_COLOURS_NOTE in [c.value for c in at.caption]
     # Findings: a static table (long titles and fixes wrap, nothing cut off), in the
     # reports' one order (failures, then severity, then cost: as terminal and HTML).
     findings = at.table[0].value

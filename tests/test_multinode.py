@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -241,22 +242,29 @@ def test_c10d_rendezvous_numbers_the_nodes(tmp_path: Path) -> None:
     assert finding["evidence"]["nodes"] == {str(SLOW_RANK): nodes[SLOW_RANK]}
 
 
+def _two_nodes_mid_run(run: Path, watched_rank: int) -> tuple[subprocess.Popen[str], ...]:
+    """Two static nodes of 2 ranks sharing ``run``, long enough to be signalled mid-run:
+    returned once ``watched_rank`` has recorded 3 steps, both still running."""
+    port = free_port()
+    args = ["--steps", "400", "--width", "64", "--batch", "32", "--slow-rank", "3"]
+    args += ["--slow-ms", "20"]
+    node0 = start_node(run, static_flags(0, port), args)
+    node1 = start_node(run, static_flags(1, port), args)
+    steps = rundir.table_path(rundir.rank_dir(run, watched_rank), rundir.STEPS)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(rundir.iter_jsonl(steps))) < 3:
+        time.sleep(0.2)
+    assert node0.poll() is None and node1.poll() is None
+    return node0, node1
+
+
 def test_a_node_killed_mid_run_is_blamed_not_its_peers(tmp_path: Path) -> None:
     """Every process of node 1 is SIGKILLed mid-run (a machine gone): node 0's launcher
     blames node 1's ranks, and node 0's connection errors are consequences."""
     import psutil
 
     run = tmp_path / "run"
-    port = free_port()
-    args = ["--steps", "400", "--width", "64", "--batch", "32", "--slow-rank", "3"]
-    args += ["--slow-ms", "20"]  # long enough to be killed mid-run
-    node0 = start_node(run, static_flags(0, port), args)
-    node1 = start_node(run, static_flags(1, port), args)
-    steps = rundir.table_path(rundir.rank_dir(run, 2), rundir.STEPS)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(list(rundir.iter_jsonl(steps))) < 3:
-        time.sleep(0.2)
-    assert node0.poll() is None and node1.poll() is None
+    node0, node1 = _two_nodes_mid_run(run, 2)
     victims = [psutil.Process(node1.pid), *psutil.Process(node1.pid).children(recursive=True)]
     # all at once, as a machine dies: stopped first, so that no rank can act on the
     # parent-death SIGTERM its launcher's death sends (that is the next test's case)
@@ -282,6 +290,29 @@ def test_a_node_killed_mid_run_is_blamed_not_its_peers(tmp_path: Path) -> None:
     assert loaded.manifest["nodes"][1]["status"] == "launcher_lost"
     found = [f for f in analyze(run).findings if f.kind == "rank_failed"]
     assert found and "node 1" in found[0].title, [f.title for f in found]
+
+
+def test_a_node_whose_launcher_is_interrupted_blames_no_other_nodes_rank(tmp_path: Path) -> None:
+    """Issue 28 probe (M06): node 1's launcher gets SIGTERM mid-run (a Ctrl-C or `kill`
+    there) with a shared --out. Node 1's record is an interrupt, not "rank 0 failed:
+    Connection closed by peer" (node 0's rank, which lost node 1's ranks); node 0's record
+    names node 1's rank as ended by the SIGTERM node 1's launcher received, not "from
+    outside the job"."""
+    run = tmp_path / "run"
+    node0, node1 = _two_nodes_mid_run(run, 3)
+    node1.send_signal(signal.SIGTERM)
+    finish([node0, node1], timeout_s=90)
+    assert node1.returncode == 143
+    mine = json.loads(rundir.manifest_path(run, 1).read_text())
+    assert mine["status"] == "interrupted"
+    assert mine["failure"] is None or mine["failure"].get("rank") in (2, 3), mine["failure"]
+    theirs = json.loads(rundir.manifest_path(run, 0).read_text())
+    failure = theirs["failure"]
+    assert failure["rank"] in (2, 3), failure
+    assert "node 1's gpudiag launcher received SIGTERM" in failure["message"], failure
+    assert "from outside the job" not in failure["message"], failure
+    found = [f for f in analyze(run).findings if f.kind == "rank_failed"]
+    assert found and found[0].ranks[0] in (2, 3), [f.title for f in found]
 
 
 def test_a_node_whose_launcher_is_killed_is_blamed_in_per_node_directories(

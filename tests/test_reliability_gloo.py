@@ -9,6 +9,7 @@ on is loaded, and the watchdog must tell a slow rank from a stuck one there too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -145,6 +146,35 @@ def test_rank_that_died_without_status_is_blamed(
     assert finding.evidence["cause_rank"] == 1 and finding.evidence["signal"] == signal
     if mode == "segfault":  # faulthandler's stack of the crash gives the line
         assert finding.location == f"{JOB}:{_line(JOB, line)}"
+
+
+def test_a_frozen_rank_is_the_hang_and_its_peer_keeps_its_status(tmp_path: Path) -> None:
+    """Issue 28 probe (B15): rank 1 stopped by SIGSTOP (frozen, not dead) mid-backward.
+    The watchdog names it, and says it is stopped; rank 0, waiting inside backward, writes
+    its status.json. Before, its finishing (from the hang poller thread) waited on DDP's
+    reducer, which the main thread held, until the 15 s limit killed it: "rank(s) 0-1 wrote
+    no status". The frozen rank is not continued (its code would run on) nor waited for."""
+    out, pidfile = tmp_path / "run", tmp_path / "rank1.pid"
+    try:
+        proc = _trace(
+            out, JOB, ["sigstop", "8", "3"], hang_timeout=6,
+            env_extra={"REL_JOB_PIDFILE": str(pidfile)},
+        )  # fmt: skip
+    finally:
+        if pidfile.exists():  # never leave a stopped process behind
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pidfile.read_text()), 9)
+    assert proc.returncode != 0
+    m = _manifest(out)
+    assert m["status"] == "hang", proc.stderr
+    status = _status(out, 0)
+    assert status["status"] == "hang", status
+    assert 0 not in m["missing_status_ranks"], m["missing_status_ranks"]
+    assert "finishing took over" not in proc.stderr, proc.stderr[-2000:]
+    hang_line = next(x for x in proc.stderr.splitlines() if x.startswith("gpudiag: hang:"))
+    assert "rank 1 never entered" in hang_line, hang_line
+    assert "rank 1 is stopped (SIGSTOP" in hang_line, hang_line
+    assert m["missing_status_ranks"] == [1]  # frozen: it wrote nothing, as said
 
 
 @pytest.mark.parametrize("mode", ["big", "skipone"])

@@ -449,6 +449,8 @@ def signalled_failure(
     step = f" during step {end.last_step + 1}" if end.last_step is not None else ""
     if node_lost and "was lost" in node_lost:
         message = f"was ended by {how}{step}: {node_lost}, and its ranks with it"
+    elif node_lost and "launcher received" in node_lost:
+        message = f"was ended by {how}{step}: {node_lost} (a Ctrl-C or `kill` on that node)"
     elif how == "SIGINT":
         # a KeyboardInterrupt the script raised itself ends a rank the same way
         message = (

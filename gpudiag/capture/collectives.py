@@ -643,7 +643,12 @@ class CollectiveRecorder:
         if self.fr_enabled:
             self.dump()
         self._flush_times()
-        if self._last_step is not None and not ddp.stats_due(self._last_step):
+        # DDP's logging data takes its reducer's lock, which a main thread stuck in
+        # backward holds (a frozen peer: the hang watchdog's finish, from the poller
+        # thread, waited on it until killed, and the rank lost its status.json): the last
+        # row only from the main thread, which holds nothing then.
+        in_main = threading.current_thread() is threading.main_thread()
+        if self._last_step is not None and not ddp.stats_due(self._last_step) and in_main:
             ddp.record_step(self, self._last_step, time.time_ns(), force=True)
         ddp.close(self)
         for writer in (self._coll_writer, self._times_writer):

@@ -95,6 +95,19 @@ def uninstall_hang_dump() -> None:
         _STACKS_FILE = None
 
 
+def dump_stacks_now() -> None:
+    """Every thread's Python stack into the rank's stacks.txt (nothing when it is not
+    open): where a finishing that never ends was stuck."""
+    if _STACKS_FILE is None:
+        return
+    try:
+        _STACKS_FILE.write("\n# gpudiag: finishing did not end in time; its threads:\n")
+        _STACKS_FILE.flush()
+        faulthandler.dump_traceback(file=_STACKS_FILE, all_threads=True)
+    except (OSError, ValueError, RuntimeError):
+        pass
+
+
 def install_hang_dump(run_dir: Path, rank: int) -> None:
     """Arm the stack dump and start the request poller (idempotent per process)."""
     global _STACKS_FILE

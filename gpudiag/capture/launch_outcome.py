@@ -53,12 +53,8 @@ def decide_outcome(
     )
     if own is not None and not hang:
         _mark_other_nodes_lost(run_dir, ends, own, infos)
-    if hang:
-        # the watchdog ended the stuck ranks: their peers' connection errors followed
-        failed = [r for r in failed if not rundir.is_peer_error(statuses[r])]
-        ends = {
-            r: e for r, e in ends.items() if not (e.failed and rundir.is_peer_error(e.status or {}))
-        }
+    if hang or signal_received is not None:
+        failed, ends = _without_peer_errors(failed, ends, statuses)
     agent_lost = _agent_lost(returncode, signal_received, hang, single_process, statuses)
     external = signal_received is None and not hang and not agent_lost  # a signal from outside
     _mark_late_ranks(run_dir, ends)
@@ -116,6 +112,19 @@ def decide_outcome(
         "rank_versions": infos[min(infos)].get("versions") if infos else None,
         "steps_completed": _steps_completed(run_dir, statuses, missing),
     }
+
+
+def _without_peer_errors(
+    failed: list[int], ends: dict[int, blame.RankEnd], statuses: dict[int, dict[str, Any]]
+) -> tuple[list[int], dict[int, blame.RankEnd]]:
+    """The watchdog ended the stuck ranks, or this launcher was signalled and ended its
+    own (another node's ranks then lose them): their peers' connection errors followed,
+    and are no failure of their own."""
+    failed = [r for r in failed if not rundir.is_peer_error(statuses[r])]
+    ends = {
+        r: e for r, e in ends.items() if not (e.failed and rundir.is_peer_error(e.status or {}))
+    }
+    return failed, ends
 
 
 # a rank's steps table is counted up to this many bytes when it left no status
@@ -323,6 +332,10 @@ def _node_lost(run_dir: Path, info: dict[str, Any] | None) -> str:
     node = info.get("node_rank") if isinstance(info, dict) else None
     if not isinstance(node, int):
         return "its node sent no status (killed, crashed or cut off?)"
+    received = rundir.read_json(rundir.node_dir(run_dir, node) / rundir.LAUNCHER_SIGNAL)
+    if isinstance(received, dict) and isinstance(received.get("signal"), str):
+        name = rundir.one_line(received["signal"])[:32]
+        return f"node {node}'s gpudiag launcher received {name} and ended its ranks with it"
     path = rundir.manifest_path(run_dir, node)
     manifest = rundir.read_json(path)
     if isinstance(manifest, dict) and manifest.get("status") == "running":

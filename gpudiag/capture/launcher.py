@@ -169,6 +169,8 @@ class Job:
         # it sets its own parent-death signal at start (agent.die_with_parent).
         self.proc = subprocess.Popen(command, env=env, start_new_session=True, pass_fds=pass_fds)
         self.signal_received: int | None = None
+        # called with the first signal received, before it is forwarded to the job
+        self.on_signal: Callable[[int], None] | None = None
         self.kill_deadline: float | None = None
         self._last_stop: tuple[int, float] | None = None  # (signal, monotonic time)
         self._lock = threading.Lock()
@@ -336,6 +338,56 @@ def _start_sampler(run_dir: Path, node_rank: int, hz: float, job: Job) -> Any:
     return sampler
 
 
+def _start_job(
+    command: list[str],
+    env: dict[str, str],
+    manifest_path: Path,
+    join: NodeJoin | None,
+    forwarder: _Forwarder,
+) -> Job:
+    try:
+        return Job(
+            command,
+            env,
+            heartbeat=manifest_path if join is None else None,
+            pass_fds=join.pass_fds if join is not None else (),
+        )
+    except BaseException:
+        forwarder.restore()
+        raise
+
+
+def _signal_recorder(
+    run_dir: Path, join: NodeJoin | None, node_rank: int, ns: argparse.Namespace
+) -> Callable[[int], None] | None:
+    """Job.on_signal of a multi-node launcher (this node's number, once known); None on
+    one node, where no other launcher reads it."""
+    if not _multi_node(ns):
+        return None
+    return lambda signum: _record_signal(
+        run_dir, join.node if join is not None else node_rank, signum
+    )
+
+
+def _record_signal(run_dir: Path, node: int | None, signum: int) -> None:
+    """node<N>/launcher_signal.json: this node's launcher received ``signum`` and ends its
+    ranks with it, so another node's launcher does not call their end a signal from
+    outside the job. Never fails the launcher (a full disk: not recorded)."""
+    if node is None:
+        return
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    try:
+        rundir.write_json_atomic(
+            rundir.node_dir(run_dir, node) / rundir.LAUNCHER_SIGNAL,
+            {"signal": name, "time_ns": time.time_ns()},
+        )
+    except OSError:
+        pass
+
+
 def _multi_node(ns: argparse.Namespace) -> bool:
     return ns.nnodes not in (None, "1", "1:1")
 
@@ -350,13 +402,17 @@ def _local_rank_count(nproc_per_node: str | None) -> int | None:
 def _wait_for_ranks_to_finish(
     run_dir: Path, job: Job, limit_s: float, node: int | None = None
 ) -> None:
-    """Until every local rank wrote status.json and exited, the job ended, or limit_s."""
+    """Until every local rank wrote status.json and exited, the job ended, or limit_s.
+    A rank stopped by SIGSTOP, Ctrl-Z or a debugger flushes nothing until continued, and
+    gpudiag does not continue it (its code would run on): it is not waited for (before,
+    the flush wait ran out first, then the grace period)."""
     from gpudiag.capture.watchdog import _local_ranks, sample_usage
 
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline and job.proc.poll() is None:
         ranks = _local_ranks(run_dir, node)
-        if all(not sample_usage(pid).alive for pid in ranks.values()):
+        usages = [sample_usage(pid) for pid in ranks.values()]
+        if all(not u.alive or u.stopped for u in usages):
             # torchrun notices its workers' exit and ends on its own: give it the time
             deadline = min(deadline, time.monotonic() + HANG_KILL_GRACE_S)
         time.sleep(0.2)
@@ -490,16 +546,8 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
     run_dir_fd = _open_dir(run_dir)  # to tell at the end whether it was deleted meanwhile
 
     forwarder = _Forwarder()  # before the job starts: its processes get the defaults
-    try:
-        job = Job(
-            launch["command"],
-            env,
-            heartbeat=manifest_path if join is None else None,
-            pass_fds=join.pass_fds if join is not None else (),
-        )
-    except BaseException:
-        forwarder.restore()
-        raise
+    job = _start_job(launch["command"], env, manifest_path, join, forwarder)
+    job.on_signal = _signal_recorder(run_dir, join, node_rank, ns)
     forwarder.started(job)
     if join is not None:
         join.started()
@@ -683,6 +731,8 @@ class _Forwarder:
             return
         if job.signal_received is None:
             job.signal_received = signum
+            if job.on_signal is not None:
+                job.on_signal(signum)
         job.stop(job_signal(signum))
 
     def started(self, job: Job) -> None:

@@ -68,6 +68,8 @@ class Usage:
     alive: bool = True
     subprocesses: int = 0
     running: int = 0
+    # stopped by a signal (SIGSTOP, SIGTSTP) or a tracer (a debugger): it cannot answer
+    stopped: bool = False
 
 
 def sample_usage(
@@ -85,10 +87,12 @@ def sample_usage(
         import psutil
 
         proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
+        status = proc.status()
+        if status == psutil.STATUS_ZOMBIE:
             return Usage(now, 0.0, 0, alive=False)
         cpu_s, io_bytes = _process_usage(proc)
-        usage = Usage(now, cpu_s, io_bytes)
+        stopped = status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+        usage = Usage(now, cpu_s, io_bytes, stopped=stopped)
     except Exception:  # noqa: BLE001 - gone, or psutil missing: judged by pid only
         try:
             os.kill(pid, 0)
@@ -274,6 +278,7 @@ class HangWatchdog:
             starting=max(0, (self.expected_local_ranks or 0) - len(ranks)),
             previous_stacks=self._stacks,
             subprocesses={r: usage[r].subprocesses for r in ranks},
+            stopped={r for r in ranks if usage[r].stopped},
         )
         self._baseline = usage
         self._stacks = {int(r): st.pop("stack", "") for r, st in report["ranks"].items()}
@@ -589,6 +594,7 @@ def build_hang_report(
     starting: int = 0,
     previous_stacks: dict[int, str] | None = None,
     subprocesses: dict[int, int] | None = None,
+    stopped: set[int] | None = None,
 ) -> dict[str, Any]:
     stale_before_ns = (requested_ns or time.time_ns()) - int(idle_s * 1e9)
     states = {
@@ -606,6 +612,9 @@ def build_hang_report(
     for r, n in (subprocesses or {}).items():
         if r in states:
             states[r]["subprocesses"] = n  # live descendants (their CPU counts as the rank's)
+    for r in stopped or ():
+        if r in states:
+            states[r]["stopped"] = True
     hang, why = is_hang(states, starting)
     verdict, stuck, not_in, desync = hang_verdict(states)
     if not hang:
@@ -804,7 +813,17 @@ def _desync(pg: str, seq: int, by_rank: dict[int, dict]) -> dict[str, Any] | Non
 
 
 def _frames(states: dict[int, dict[str, Any]], ranks: list[int]) -> str:
-    return ", ".join(f"rank {r} is at {states[r]['top_frame'] or 'unknown'}" for r in ranks)
+    return ", ".join(_frame(r, states[r]) for r in ranks)
+
+
+def _frame(rank: int, state: dict[str, Any]) -> str:
+    if state.get("stopped"):
+        # its stack cannot be dumped: a stopped process runs no handler
+        return (
+            f"rank {rank} is stopped (SIGSTOP, Ctrl-Z or a debugger: it runs nothing until "
+            "continued)"
+        )
+    return f"rank {rank} is at {state['top_frame'] or 'unknown'}"
 
 
 def _in_subprocesses(states: dict[int, dict[str, Any]], ranks: list[int]) -> str:

@@ -117,7 +117,10 @@ def _exit_after(seconds: float, code: int) -> None:
     the process anyway."""
 
     def _expire() -> None:
+        from gpudiag.capture.hangdump import dump_stacks_now
+
         _say(f"gpudiag: finishing took over {seconds:.0f} s; exiting")
+        dump_stacks_now()
         os._exit(code)
 
     timer = threading.Timer(seconds, _expire)

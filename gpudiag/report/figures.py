@@ -296,6 +296,7 @@ def busbw_figure(summary: pd.DataFrame) -> go.Figure:
 
 
 MAX_BUCKET_LANES = 64
+GROUPED_RANKS = 4  # bucket_figure: up to this many ranks side by side in a lane
 
 
 def bucket_lanes_shown(
@@ -359,11 +360,16 @@ def bucket_figure(buckets: pd.DataFrame, max_lanes: int = MAX_BUCKET_LANES) -> g
         categoryorder="array", categoryarray=order[::-1], title="call in the step (issue order)"
     )
     fig.update_xaxes(title="ms from the step's first all-reduce")
+    # Side by side, a lane is as tall as its ranks: 8 ranks of 64 calls (a Megatron TP
+    # step) made a chart of hairlines 1,800 px tall. Past GROUPED_RANKS ranks they share
+    # their lane, drawn over each other: one row per call, its spread over ranks visible.
+    grouped = len(ranks) <= GROUPED_RANKS
+    lane_px = 6 + 4 * len(ranks) if grouped else 14
     fig.update_layout(
         title="All-reduces per step, one lane per call" + (f" ({left_out})" if left_out else ""),
-        barmode="group",
+        barmode="group" if grouped else "overlay",
         bargap=0.25,
-        height=min(1800, max(260, (6 + 4 * len(ranks)) * lanes + 140)),
+        height=min(1800, max(260, lane_px * lanes + 140)),
         **_LAYOUT,
     )
     return fig

@@ -56,6 +56,11 @@ COMPONENTS = (
     "other",
     "idle",
 )
+# said under the first chart: the views share these colours
+SHARED_COLOURS_NOTE = (
+    "One colour per part in every chart of this dashboard (Step breakdown, Timeline, "
+    "Compare): a part's colour here is its colour there."
+)
 
 
 GPU_COMPUTE = "GPU compute, no collective running (kernels, copies)"

@@ -17,6 +17,10 @@ MANIFEST = "manifest.json"
 LINT = "lint.json"
 HANG_REPORT = "hang_report.json"
 CLOCK = "clock.json"  # node<N>/clock.json: the node's clock offset to node 0
+# node<N>/launcher_signal.json: the signal node N's launcher received and forwarded to
+# its ranks (a Ctrl-C or `kill` there), written before forwarding it: another node's
+# launcher reads why that node's ranks ended
+LAUNCHER_SIGNAL = "launcher_signal.json"
 TRACES_DIR = "traces"
 # The largest world size a run file is believed: a count read from a file sizes lists and
 # loops in the readers, so a damaged one (10**12) is taken as unknown, never allocated.

@@ -14,6 +14,8 @@ Usage: rel_job.py MODE [STEPS] [AT]. Modes:
   big ODD          rank ODD all-reduces 1000 floats where the others reduce 1, at step AT
   skipone ODD      rank ODD skips one all_reduce at step AT
   sigterm-me       rank 1 sleeps 0.2 s a step after AT (a test sends it SIGTERM from outside)
+  sigstop          rank 1 stops itself (SIGSTOP) in the backward of step AT, after writing
+                   its pid to $REL_JOB_PIDFILE: frozen, not dead (a debugger, a `kill -STOP`)
 """
 
 from __future__ import annotations
@@ -53,8 +55,16 @@ def main() -> None:
         torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    if mode == "sigstop" and rank == 1:
+        with open(os.environ["REL_JOB_PIDFILE"], "w") as fh:
+            fh.write(str(os.getpid()))
     for step in range(steps):
-        model(torch.randn(16, 64)).sum().backward()
+        loss = model(torch.randn(16, 64)).sum()
+        if mode == "sigstop" and rank == 1 and step == at:
+            # in the middle of the backward, as a SIGSTOP lands in a real job: its peer
+            # then waits inside backward, DDP's reducer busy with the bucket
+            loss.register_hook(lambda grad: os.kill(os.getpid(), 19) or grad)
+        loss.backward()
         opt.step()
         opt.zero_grad()
         if mode in ("big", "skipone"):
