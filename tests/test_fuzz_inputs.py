@@ -21,7 +21,7 @@ def bases(tmp_path_factory: pytest.TempPathFactory, shared_traces: Path) -> dict
 
 
 @settings(
-    max_examples=100,
+    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -734,16 +734,34 @@ class Project:
         return None if found is None else self.modules[found]
 
     def callers(self, ctx: ModuleContext, function: str) -> list[tuple[ModuleContext, ast.Call]]:
-        """Every call of the component that resolves to `function` of `ctx`."""
+        """Every call of the component that resolves to `function` of `ctx`, or to a base
+        class's method it overrides (a base trainer's `self.debug(...)` runs a subclass's
+        `debug`: CenterNet, thirteenth judge)."""
         key = (self._index[id(ctx)], function)
         if key not in self._callers:
+            keys = {key} | self._overridden(key)
             self._callers[key] = [
                 (module, call)
                 for module in self.component(ctx)
                 for call in module.calls
-                if self.callee(module, call) == key
+                if self.callee(module, call) in keys
             ]
         return self._callers[key]
+
+    def _overridden(self, key: FunctionKey) -> set[FunctionKey]:
+        """The methods of other project classes that `key` overrides (by name, through
+        the class's bases, transitively)."""
+        if "." not in key[1]:
+            return set()
+        method = key[1].rsplit(".", 1)[1]
+        return {
+            (index, name)
+            for index, module in enumerate(self.modules)
+            for name in module.functions
+            if name.endswith(f".{method}")
+            and (index, name) != key
+            and key in self._overrides({(index, name)})
+        }
 
     def imported_by_others(self, ctx: ModuleContext) -> bool:
         """Another file of this run imports `ctx`: it is a library module there."""

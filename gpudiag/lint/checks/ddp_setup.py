@@ -169,12 +169,40 @@ def _changed_after_wrap(ctx: ModuleContext, ddp: ast.Call) -> Iterator[Hit]:
             and node.func.attr in _MOVES + _MODIFIES
             and ast.unparse(node.func.value) in watched
             and not _rewrapped_before_use(ctx, ddp, node)
+            and not _same_move_before_wrap(ctx, ddp, node)
         ):
             yield Hit("GD402", node, f": .{node.func.attr}() on {ast.unparse(node.func.value)}")
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             for target in node.targets:
                 if isinstance(target, ast.Attribute) and ast.unparse(target.value) in watched:
                     yield Hit("GD402", node, f": {ast.unparse(target)} replaced")
+
+
+def _same_move_before_wrap(ctx: ModuleContext, ddp: ast.Call, move: ast.Call) -> bool:
+    """`model = build(...).to(self.device)`, `model = DDP(model, ...)`, then
+    `model.to(self.device)`: the same move again, a no-op on a module already there
+    (awesome-semantic-segmentation's eval.py; thirteenth judge, a false HIGH)."""
+    if not isinstance(move.func, ast.Attribute) or move.func.attr not in _MOVES or not ddp.args:
+        return False
+    model = ast.unparse(ddp.args[0])
+    wanted = (move.func.attr, [ast.unparse(a) for a in move.args])
+    before = [
+        node
+        for node in ctx.body_nodes(ctx.scope_of(ddp).body)  # type: ignore[attr-defined]
+        if isinstance(node, ast.Assign)
+        and node.lineno < ddp.lineno
+        and any(ast.unparse(t) == model for t in node.targets)
+    ]
+    if not before:
+        return False
+    value = max(before, key=lambda n: n.lineno).value
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and not move.keywords
+        and not value.keywords
+        and (value.func.attr, [ast.unparse(a) for a in value.args]) == wanted
+    )
 
 
 def _rewrapped_before_use(ctx: ModuleContext, ddp: ast.Call, change: ast.Call) -> bool:
@@ -309,11 +337,15 @@ def _seeded_before(ctx: ModuleContext, ddp: ast.Call) -> bool:
 
 
 def _seed_calls(ctx: ModuleContext, cuda: bool = False) -> list[ast.Call]:
-    """Seeding calls; with `cuda`, also those that seed the CUDA generators only."""
+    """Seeding calls; with `cuda`, also those that seed the CUDA generators only. Not a
+    generator object's own `g.manual_seed(epoch)` (a sampler's shuffling generator): it
+    seeds that generator, not the job (thirteenth judges: maskrcnn-benchmark and
+    awesome-semantic-segmentation were never seeded, and GD405 was silent)."""
     return [
         call
         for call in ctx.calls
         if (cuda or not _cuda_seed(ctx, call))
+        and not _generator_seed(ctx, call)
         and any(
             seed
             in str(
@@ -324,6 +356,16 @@ def _seed_calls(ctx: ModuleContext, cuda: bool = False) -> list[ast.Call]:
             for seed in _SEEDS
         )
     ]
+
+
+def _generator_seed(ctx: ModuleContext, call: ast.Call) -> bool:
+    """`g.manual_seed(...)`, `torch.Generator().manual_seed(...)`: a method of an object,
+    not torch's, numpy's or random's module-level seed."""
+    return (
+        isinstance(call.func, ast.Attribute)
+        and call.func.attr == "manual_seed"
+        and not ctx.call_names.get(call)
+    )
 
 
 _PARENT = "seeded in the parent before mp.spawn"
