@@ -20,8 +20,8 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from gpudiag import rundir
+from gpudiag.analysis.compare import comparable
 from gpudiag.analysis.compare import compare as compare_results
-from gpudiag.analysis.compare import shape_warnings
 from gpudiag.analysis.findings import Finding, measured_as
 from gpudiag.analysis.result import AnalysisResult, RunInfo, SpilledTable
 from gpudiag.analysis.whatif import Projection
@@ -652,19 +652,6 @@ def dataparallel(ctx: ViewContext) -> None:
 
 
 # --------------------------------------------------------------------------- Compare
-
-
-def _shape(result: AnalysisResult | None) -> tuple[Any, ...] | None:
-    if result is None:
-        return None
-    return (result.run.world_size, result.run.backend, result.run.has_gpu_trace)
-
-
-def comparable(a: AnalysisResult | None, b: AnalysisResult | None) -> bool:
-    """Two runs comparable step for step: the same shape (world size, backend, GPU or
-    not) and nothing :func:`shape_warnings` warns of (the script and its arguments where
-    both results name them, every rank analysed)."""
-    return a is not None and b is not None and _shape(a) == _shape(b) and not shape_warnings(a, b)
 
 
 def compare_pair(

@@ -148,7 +148,7 @@ def shape_warnings(a: AnalysisResult, b: AnalysisResult) -> list[str]:
         out.append(f"Backend differs: A {a.run.backend}, B {b.run.backend}.")
     sa, sb = _script_text(a), _script_text(b)
     if sa and sb and sa != sb:
-        out.append(f"Script or arguments differ (batch size among them): A `{sa}`, B `{sb}`.")
+        out.append(f"Script or arguments differ (batch size among them): A '{sa}', B '{sb}'.")
     for name, mine in (("A", a), ("B", b)):
         missing = _ranks_not_analysed(mine)
         if missing:
@@ -159,6 +159,25 @@ def shape_warnings(a: AnalysisResult, b: AnalysisResult) -> list[str]:
                 "warnings): its means are over fewer ranks."
             )
     return out
+
+
+def _shape(result: AnalysisResult) -> tuple[object, ...]:
+    return (result.run.world_size, result.run.backend, result.run.has_gpu_trace)
+
+
+def comparable(a: AnalysisResult | None, b: AnalysisResult | None) -> bool:
+    """Two runs comparable step for step (the dashboard's default Compare partner): the
+    same shape (world size, backend, GPU or not), both naming the same script and
+    arguments (trace sets name none: Megatron's and DLRM's 8-rank sets were paired; issue
+    31 probe), and nothing else :func:`shape_warnings` warns of (every rank analysed)."""
+    return (
+        a is not None
+        and b is not None
+        and _shape(a) == _shape(b)
+        and bool(a.run.script)
+        and bool(b.run.script)
+        and not shape_warnings(a, b)
+    )
 
 
 def _script_text(result: AnalysisResult) -> str:

@@ -212,7 +212,7 @@ def _run_info(
         has_gpu_trace=any(_has_gpu_events(t) for t in traces),
         status=manifest.get("status"),
         exit_code=manifest.get("exit_code"),
-        script=manifest.get("script") or manifest.get("argv"),
+        script=_script_and_arguments(manifest),
         total_steps=int(len(run.steps)) if run is not None and len(run.steps) else None,
         nodes=len(_hosts(manifest)) or None,
         cores_per_node=_cores_per_node(manifest),
@@ -986,3 +986,14 @@ def _result(w: _Work) -> AnalysisResult:
             steady_ms=w.steady_ms,
         ),
     )
+
+
+def _script_and_arguments(manifest: dict[str, Any]) -> str | list[str] | None:
+    """The traced script and its arguments as the manifest names them: the script alone
+    said nothing of the arguments, so two runs of `train.py` with other batch sizes read as
+    the same job (issue 31 probe: Compare paired them, no warning)."""
+    script, argv = manifest.get("script"), manifest.get("argv")
+    args = [str(a) for a in argv] if isinstance(argv, list) else []
+    if isinstance(script, str) and script:
+        return [script, *args] if args else script
+    return args or None

@@ -412,7 +412,9 @@ def _wait_for_ranks_to_finish(
     while time.monotonic() < deadline and job.proc.poll() is None:
         ranks = _local_ranks(run_dir, node)
         usages = [sample_usage(pid) for pid in ranks.values()]
-        if all(not u.alive or u.stopped for u in usages):
+        if all(not u.alive or u.stopped for u in usages) and any(u.stopped for u in usages):
+            return  # torchrun waits for the stopped rank forever: nothing to give it time for
+        if all(not u.alive for u in usages):
             # torchrun notices its workers' exit and ends on its own: give it the time
             deadline = min(deadline, time.monotonic() + HANG_KILL_GRACE_S)
         time.sleep(0.2)

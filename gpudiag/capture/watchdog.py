@@ -263,10 +263,10 @@ class HangWatchdog:
         usage = _usage(ranks)
         offsets = {r: _stacks_size(self.run_dir, r) for r in ranks}
         requested_ns = time.time_ns()
-        for rank, pid in ranks.items():
-            if usage[rank].alive:
-                request_dump(self.run_dir, rank, pid)
-        alive = [r for r in ranks if usage[r].alive]
+        # a stopped rank cannot answer: neither asked nor waited for (30 s per check)
+        alive = [r for r in ranks if usage[r].alive and not usage[r].stopped]
+        for rank in alive:
+            request_dump(self.run_dir, rank, ranks[rank])
         _wait_for_dumps(self.run_dir, alive, requested_ns, offsets, ranks, self.dump_wait_s)
         report = build_hang_report(
             self.run_dir,
