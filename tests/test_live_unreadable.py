@@ -88,6 +88,13 @@ def _bad_middle_line(path: Path) -> None:
     path.write_text("".join(lines))
 
 
+def _status_not_text(path: Path) -> None:
+    """`"status": 5` (probe 28c: `watch --once` ended in a TypeError traceback)."""
+    doc = json.loads(path.read_text())
+    doc["status"] = 5
+    path.write_text(json.dumps(doc))
+
+
 # (file under the run, how it is damaged, what the warning says, needs a denied read)
 CASES: dict[str, tuple[str, Callable[[Path], None], str, bool]] = {
     "steps-no-permission": ("rank1/steps.jsonl", _no_permission, "Permission denied", True),
@@ -99,6 +106,7 @@ CASES: dict[str, tuple[str, Callable[[Path], None], str, bool]] = {
     "status-truncated": ("rank1/status.json", _truncate, "not valid JSON", False),
     "status-garbage": ("rank1/status.json", _garbage, "not valid JSON", False),
     "status-fifo": ("rank1/status.json", _fifo, "a FIFO, not a regular file", False),
+    "status-not-text": ("rank1/status.json", _status_not_text, "'status' must be a string", False),
     "rank-info-garbage": ("rank1/rank_info.json", _garbage, "not valid JSON", False),
     "rank-dir-no-permission": ("rank1", _no_permission, "Permission denied", True),
 }

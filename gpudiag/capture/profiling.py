@@ -543,10 +543,12 @@ def cut_events_before_step(trace: dict[str, Any], step: int) -> int:
 
 
 def _say(text: str) -> None:
-    """One line on the rank's stdout that never raises: the script may have closed fd 1,
-    pointed it at a read-only file or set sys.stdout to None (issue 28, F10), and this runs
-    inside its code (the window's start and end). A KeyboardInterrupt still goes through."""
+    """One line on the rank's stderr (the process's own, as worker_outcome's: a job that
+    reads its own stdout must not get gpudiag's lines; issue 28 probe 28c) that never
+    raises: the script may have closed fd 2, pointed it at a read-only file or set
+    sys.stderr to None (issue 28, F10), and this runs inside its code (the window's start
+    and end). A KeyboardInterrupt still goes through."""
     try:
-        print(text, flush=True)
+        print(text, file=sys.__stderr__ or sys.stderr, flush=True)
     except Exception:  # noqa: BLE001 - OSError, ValueError (closed), a loader's handler
         pass

@@ -379,6 +379,13 @@ class LiveReader:
                 self._rank_info[rank] = fresh
         if rank not in self._statuses:
             status = _live_doc(rdir / STATUS, warnings)
+            if status is not None and not isinstance(status.get("status", ""), str):
+                # `"status": 5` (probe 28c: a traceback in `watch --once`): no status
+                bad_input(
+                    warnings,
+                    f"{rdir / STATUS}: ignored field(s) of the wrong type: 'status' must be a string",
+                )
+                status = None
             if status is not None:
                 self._statuses[rank] = status
         path = rdir / LIVE_INFLIGHT
