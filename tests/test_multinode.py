@@ -315,12 +315,14 @@ def test_a_node_whose_launcher_is_interrupted_blames_no_other_nodes_rank(tmp_pat
     assert found and found[0].ranks[0] in (2, 3), [f.title for f in found]
 
 
+@pytest.mark.parametrize("how", ["kill", "term"])
 def test_a_node_whose_launcher_is_killed_is_blamed_in_per_node_directories(
-    tmp_path: Path,
+    tmp_path: Path, how: str
 ) -> None:
     """Issue 28: only node 1's launcher is SIGKILLed (its ranks then get SIGTERM), each
     node writing its own directory: the parent folder is one job, and node 1's rank is
-    named first, node 0's connection errors as consequences."""
+    named first, node 0's connection errors as consequences. SIGTERM instead (probe 28c):
+    the merged record says node 1's launcher received it, not "sent no status"."""
     outs = (tmp_path / "n0", tmp_path / "n1")
     port = free_port()
     args = ["--steps", "400", "--width", "64", "--batch", "32", "--slow-rank", "3"]
@@ -331,14 +333,23 @@ def test_a_node_whose_launcher_is_killed_is_blamed_in_per_node_directories(
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(list(rundir.iter_jsonl(steps))) < 3:
         time.sleep(0.2)
-    node1.kill()
-    node1.communicate()
-    finish([node0], timeout_s=60)
+    if how == "kill":
+        node1.kill()
+        node1.communicate()
+        finish([node0], timeout_s=60)
+    else:
+        node1.send_signal(signal.SIGTERM)
+        finish([node0, node1], timeout_s=90)
     assert rundir.node_parts(tmp_path) == list(outs)
     loaded = rundir.load_run(tmp_path)
     assert loaded.ranks == [0, 1, 2, 3] and loaded.manifest["status"] == "failed"
     first = analyze(tmp_path).findings[0]
     assert first.kind == "rank_failed" and first.ranks[0] in (2, 3), first.title
+    if how == "term":
+        message = str(loaded.manifest["failure"].get("message"))
+        assert "sent no status" not in message, message
+        if loaded.manifest["failure"].get("exc_type") == "node_lost":
+            assert "node 1's gpudiag launcher received SIGTERM" in message, message
 
 
 HANG = SCRIPTS / "findings_hang.py"

@@ -186,6 +186,11 @@ def test_middle_rank_that_diverges_is_named_first_on_three_ranks(tmp_path: Path,
     out = tmp_path / "run"
     proc = _trace(out, JOB, [mode, "6", "3", "1"], nproc=3, hang_timeout=60)
     assert _manifest(out)["status"] == "failed", proc.stderr
+    failure = _manifest(out)["failure"]
+    if "aborted by gloo" in str(failure.get("message")):
+        # the launcher names the aborted rank and says analyze compares the calls: the
+        # rank that diverged is never called a consequence there (probe 28c, M03-M05)
+        assert "a consequence, not the cause" not in failure["message"], failure["message"]
     findings = analyze(out).findings
     first = findings[0]
     assert first.kind == "desync" and first.ranks == [1], [f.title for f in findings]

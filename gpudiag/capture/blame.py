@@ -535,7 +535,13 @@ def died_failure(end: RankEnd, consequences: list[RankEnd]) -> dict[str, Any]:
         message += f": {hint}"
     peers = [c for c in consequences if c.failed]
     ended = [c for c in consequences if c.interrupted and not c.failed]
-    if ended:
+    if ended and in_collective:
+        # the rank that diverged may be among them: not called a consequence (probe 28c)
+        message += (
+            f"; rank{'s' if len(ended) > 1 else ''} {', '.join(str(c.rank) for c in ended)} "
+            "then ended by the job's shutdown"
+        )
+    elif ended:
         message += (
             f"; rank{'s' if len(ended) > 1 else ''} {', '.join(str(c.rank) for c in ended)} "
             "then ended by the job's shutdown (a consequence, not the cause)"

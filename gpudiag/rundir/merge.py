@@ -3,6 +3,7 @@ into one, and which rank's end caused a merged job's failure."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,8 @@ def merge_manifests(
         if other is not None:
             main["failure"] = other["failure"]
             main["exit_code"] = other.get("exit_code")
+    else:
+        _lost_node_interrupted(main, others)
     if apart:
         incomplete, main["ranks_elsewhere"] = _apart_incomplete(manifests)
     else:
@@ -77,6 +80,44 @@ def merge_manifests(
         if isinstance(size, int):
             main["untraced_ranks"] = [r for r in range(size) if r not in traced]
     return main
+
+
+def _lost_node_interrupted(main: dict[str, Any], others: Sequence[tuple[int, Any]]) -> None:
+    """Node 0's launcher blamed another node's rank that left it no status ("node 1 sent
+    no status for it (killed, crashed or cut off?)": in per-node directories it cannot see
+    that node's files). When that node's own manifest says its launcher was interrupted,
+    say so (probe 28c: node 1's launcher got SIGTERM, its rank's status and its manifest
+    were in its own directory)."""
+    failure = main.get("failure")
+    if not isinstance(failure, dict) or failure.get("exc_type") != "node_lost":
+        return
+    rank = failure.get("rank")
+    for node, manifest in others:
+        traced = manifest.get("traced_ranks") if isinstance(manifest, Mapping) else None
+        if not (isinstance(traced, list) and rank in traced):
+            continue
+        if manifest.get("status") != "interrupted":
+            return
+        code = manifest.get("exit_code")
+        how = _signal_of_exit(code)
+        step = failure.get("last_step")
+        during = f" during step {step + 1}" if _is_int(step) and isinstance(step, int) else ""
+        main["failure"] = {
+            **failure,
+            "message": f"was ended{during}: node {node}'s gpudiag launcher {how} and ended "
+            "its ranks with it (a Ctrl-C or `kill` on that node)",
+        }
+        return
+
+
+def _signal_of_exit(code: Any) -> str:
+    """ "received SIGTERM" for an exit code of 143; "was interrupted" when no signal's."""
+    if _is_int(code) and 128 < code < 160:
+        try:
+            return f"received {signal.Signals(code - 128).name}"
+        except ValueError:
+            pass
+    return "was interrupted"
 
 
 def _own_incomplete(manifest: Mapping[str, Any]) -> list[Any]:
