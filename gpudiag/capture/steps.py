@@ -47,7 +47,8 @@ def _add_global_forward_hook(hook: Callable[..., Any]) -> Any:
     global _compile_warning_filter
     from torch.nn.modules import module
 
-    if not module._has_any_global_hook() and _compile_warning_filter is None:
+    has_hooks = getattr(module, "_has_any_global_hook", None)  # private: absent, no filter
+    if has_hooks is not None and not has_hooks() and _compile_warning_filter is None:
         warnings.filterwarnings("ignore", message=_COMPILE_HOOK_WARNING, category=UserWarning)
         _compile_warning_filter = warnings.filters[0]
     return module.register_module_forward_pre_hook(hook)
