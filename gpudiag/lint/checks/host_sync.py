@@ -41,7 +41,9 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
             continue
         if _non_cuda_branch(ctx, call):
             continue
-        eval_only = ctx.in_eval_loop_only(call) or _in_evaluation_run(ctx, call)
+        eval_only = ctx.in_eval_loop_only(call) or opted_in(
+            ctx, call, EVAL_SWITCHES, training_free=True
+        )
         for hit in _syncs(ctx, call, tensor_names):
             if hit.code == "GD302" and eval_only:
                 continue  # a memory release between evaluation batches stalls no step
@@ -688,11 +690,15 @@ _RUN_MODE = re.compile(
 )
 
 
-def _under_flag(ctx: ModuleContext, node: ast.AST, flags: AbstractSet[str]) -> bool:
+def _under_flag(
+    ctx: ModuleContext, node: ast.AST, flags: AbstractSet[str], training_free: bool = False
+) -> bool:
     """Inside `if args.<opt-in flag>:` (the user asked for this sync: timing, debugging).
     Not when the `if` has an `else`: then the switch chooses between two ways of running
     the job, not whether to add a sync (hubert's `if args.mask: ...item() else:
-    ...item()`, the masked or the plain objective's metrics; thirteenth judge, 8 misses)."""
+    ...item()`, the masked or the plain objective's metrics; thirteenth judge, 8 misses).
+    With ``training_free``, only an `if` whose block calls no backward (an evaluation-run
+    switch around a training loop is the job itself)."""
     if not flags:
         return False
     child = node
@@ -701,47 +707,38 @@ def _under_flag(ctx: ModuleContext, node: ast.AST, flags: AbstractSet[str]) -> b
             test = ancestor.test
             both = isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)
             tests = test.values if both else [test]  # type: ignore[attr-defined]
-            if any(_off_by_default(t, flags) for t in tests):
+            if any(_off_by_default(t, flags) for t in tests) and not (
+                training_free and _calls_backward(ctx, ancestor.body)
+            ):
                 return True
         child = ancestor
     return False
 
 
-def _in_evaluation_run(ctx: ModuleContext, node: ast.AST, depth: int = 0) -> bool:
-    """Under `if opt.test:` (an EVAL_SWITCHES name, no `else`, no backward in the block),
-    here or at every call site of the function around `node`."""
-    child = node
-    for ancestor in ctx.ancestors(node):
-        if (
-            isinstance(ancestor, ast.If)
-            and child in ancestor.body
-            and not ancestor.orelse
-            and _off_by_default(ancestor.test, EVAL_SWITCHES)
-            and not any(
-                isinstance(n, ast.Call) and ctx.is_backward(n)
-                for n in ctx.body_nodes(ancestor.body)
-            )
-        ):
-            return True
-        child = ancestor
-    function = ctx.enclosing_function(node)
-    if function is None or ctx.project is None or depth > 2:
-        return False
-    sites = ctx.project.callers(ctx, ctx.function_key(function))
-    return bool(sites) and all(_in_evaluation_run(m, site, depth + 1) for m, site in sites)
+def _calls_backward(ctx: ModuleContext, body: list[ast.stmt]) -> bool:
+    return any(isinstance(n, ast.Call) and ctx.is_backward(n) for n in ctx.body_nodes(body))
 
 
-def opted_in(ctx: ModuleContext, node: ast.AST, flags: AbstractSet[str], depth: int = 0) -> bool:
+def opted_in(
+    ctx: ModuleContext,
+    node: ast.AST,
+    flags: AbstractSet[str],
+    depth: int = 0,
+    training_free: bool = False,
+) -> bool:
     """Under `if args.<opt-in flag>:`, here or at every call site of the function around
     `node` (k-diffusion's `if args.gns: ... gns_stats.get_stats()`, a helper of another
-    file; ninth judge): the user asked for the sync."""
-    if _under_flag(ctx, node, flags):
+    file; ninth judge): the user asked for the sync. With EVAL_SWITCHES and
+    ``training_free``: code of an evaluation-only run (`if opt.test:`)."""
+    if _under_flag(ctx, node, flags, training_free):
         return True
     function = ctx.enclosing_function(node)
     if function is None or ctx.project is None or depth > 2:
         return False
     sites = ctx.project.callers(ctx, ctx.function_key(function))
-    return bool(sites) and all(opted_in(module, site, flags, depth + 1) for module, site in sites)
+    return bool(sites) and all(
+        opted_in(module, site, flags, depth + 1, training_free) for module, site in sites
+    )
 
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
