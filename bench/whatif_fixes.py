@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from whatif_scale import _port  # bench/ is on sys.path: its free-port helper
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "scripts" / "suite_train.py"
@@ -33,12 +34,6 @@ VARIANTS = {
     "slow_data": ["--data-ms", "30", "--data-ranks", "all"],
 }
 SCENARIO = {"straggler": "straggler_fixed", "slow_data": "dataloader_fixed"}
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def record(out: Path, extra: list[str]) -> None:

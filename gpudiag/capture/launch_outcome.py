@@ -335,7 +335,7 @@ def _node_lost(run_dir: Path, info: dict[str, Any] | None) -> str:
     received = rundir.read_json(rundir.node_dir(run_dir, node) / rundir.LAUNCHER_SIGNAL)
     if isinstance(received, dict) and isinstance(received.get("signal"), str):
         name = rundir.one_line(received["signal"])[:32]
-        return f"node {node}'s gpudiag launcher received {name} and ended its ranks with it"
+        return rundir.signalled_node(node, f"received {name}")
     path = rundir.manifest_path(run_dir, node)
     manifest = rundir.read_json(path)
     if isinstance(manifest, dict) and manifest.get("status") == "running":

@@ -141,7 +141,13 @@ from gpudiag.rundir.live import (
     open_live,
 )
 from gpudiag.rundir.load import load_run, load_summaries
-from gpudiag.rundir.merge import EARLY_EXIT, early_exit_failure, left_early, merge_manifests
+from gpudiag.rundir.merge import (
+    EARLY_EXIT,
+    early_exit_failure,
+    left_early,
+    merge_manifests,
+    signalled_node,
+)
 from gpudiag.rundir.procs import (
     LAUNCHER_HEARTBEAT_S,
     LAUNCHER_STALE_S,
@@ -286,6 +292,7 @@ __all__ = [
     "note_problem",
     "note_write_problem",
     "one_line",
+    "signalled_node",
     "open_last_call",
     "open_live",
     "open_node_table",

@@ -104,10 +104,17 @@ def _lost_node_interrupted(main: dict[str, Any], others: Sequence[tuple[int, Any
         during = f" during step {step + 1}" if _is_int(step) and isinstance(step, int) else ""
         main["failure"] = {
             **failure,
-            "message": f"was ended{during}: node {node}'s gpudiag launcher {how} and ended "
-            "its ranks with it (a Ctrl-C or `kill` on that node)",
+            "message": f"was ended{during}: {signalled_node(node, how)} (a Ctrl-C or `kill` "
+            "on that node)",
         }
         return
+
+
+def signalled_node(node: int, how: str) -> str:
+    """The one wording of a node whose launcher was signalled and ended its ranks (the
+    launcher's record, from node<N>/launcher_signal.json, and a merged run's, from that
+    node's manifest): ``how`` is "received SIGTERM" or "was interrupted"."""
+    return f"node {node}'s gpudiag launcher {how} and ended its ranks with it"
 
 
 def _signal_of_exit(code: Any) -> str:
