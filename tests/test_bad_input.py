@@ -23,6 +23,7 @@ from fuzz_inputs import can_deny, limit_memory, remove_tree, replace_unusable, u
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpudiag import rundir
 from gpudiag.analysis import comms, stragglers
 from gpudiag.analysis.breakdown import comm_comp_overlap, run_breakdown
 from gpudiag.analysis.ingest import find_traces, load_trace, load_traces
@@ -757,3 +758,54 @@ def test_a_run_whose_traces_are_all_gone_says_so(tmp_path: Path, how: str) -> No
 
     quiet, warned, stderr = _findings_and_warnings(NO_PROFILE_RUN)
     assert not [w for w in warned if "traces" in w], stderr
+
+
+def _edit_json(path: Path, **fields: object) -> None:
+    doc = json.loads(path.read_text())
+    doc.update(fields)
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        ({"steps_completed": "lots"}, "'steps_completed' must be an object"),
+        ({"steps_completed": {"0": "lots", "x": 3, "1": 15}}, "ignored steps_completed entries"),
+        ({"start_ns": 10**40}, "'start_ns' is 41 digits long: no 64-bit integer"),
+        ({"end_ns": "late"}, "'end_ns' must be an integer"),
+        ({"world_size": 10**30}, "world_size of 31 digits is not a plausible world size"),
+        ({"hosts": "vm"}, "'hosts' must be a list"),
+    ],
+    ids=["steps-str", "steps-entries", "start-huge", "end-str", "world-huge", "hosts-str"],
+)
+def test_a_wrongly_valued_manifest_field_is_one_warning(
+    tmp_path: Path, damage: dict, said: str
+) -> None:
+    """Probe 28c, defect 6: manifest fields the readers use but the schema did not list
+    (`steps_completed: "lots"`, `start_ns: 10**40`) were analysed silently, and a world
+    size of 10**30 read "must be an integer". Each is now one warning naming the file."""
+    run = tmp_path / "run"
+    shutil.copytree(GLOO_RUN, run)
+    _edit_json(run / "manifest.json", **damage)
+    loaded = rundir.load_run(run)
+    said_here = [w for w in loaded.warnings if said in w]
+    assert len(said_here) == 1 and str(run / "manifest.json") in said_here[0], loaded.warnings
+    assert not loaded.steps.empty
+
+
+def test_repeated_step_numbers_are_one_warning_naming_the_table(tmp_path: Path) -> None:
+    """Probe 28c, B09: twenty rows of rank 1's steps table numbered 10**18 changed the
+    exposed communication (2.07 -> 2.30 ms a step) without a word."""
+    run = tmp_path / "run"
+    shutil.copytree(GLOO_RUN, run)
+    table = run / "rank1" / "steps.jsonl"
+    rows = [json.loads(line) for line in table.read_text().splitlines()]
+    for row in rows[:5]:
+        row["step"] = 10**18
+    table.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    loaded = rundir.load_run(run)
+    said = [w for w in loaded.warnings if "repeat the number of an earlier step" in w]
+    assert len(said) == 1 and str(table) in said[0] and "4 row(s)" in said[0], loaded.warnings
+    assert f"step {10**18}" in said[0]
+    clean = rundir.load_run(GLOO_RUN)
+    assert not [w for w in clean.warnings if "repeat the number" in w], clean.warnings

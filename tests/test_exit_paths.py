@@ -6,6 +6,7 @@ fails or Ctrl-C comes, a one-process script that handles Ctrl-C and goes on."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -195,3 +196,30 @@ def test_a_signal_whose_default_ends_the_process_leaves_the_status(tmp_path: Pat
     manifest = _json(out / "manifest.json")
     assert manifest["failure"]["signal"] == "SIGUSR2", manifest["failure"]
     assert "wrote no status" not in traced.stderr
+
+
+def _traceback_files(text: str, prefix: str = "[rank0]: ") -> list[str]:
+    return re.findall(rf'^{re.escape(prefix)}  File "([^"]+)", line \d+', text, re.M)
+
+
+@pytest.mark.slow
+def test_a_ranks_traceback_has_the_frames_torchrun_shows(tmp_path: Path) -> None:
+    """Probe 28c, defect 5: a rank's traceback began with gpudiag's `_run_callable`,
+    `_run_target` and three `<frozen runpy>` frames, and showed gpudiag's DDP forward
+    inside DDP's: the interpreter's print (torch's `[rank0]:` excepthook calls it) shows
+    the exception's own traceback, not the one gpudiag had cut. Now the frames are
+    those of the same script under torchrun, in the printed and the recorded traceback."""
+    out = tmp_path / "run"
+    traced = _trace(out, "ddp_raise", ranks=2)
+    assert traced.returncode == 1, traced.stderr[-3000:]
+    plain = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         str(SCRIPT), "ddp_raise"],
+        capture_output=True, text=True, timeout=TIMEOUT_S,
+    )  # fmt: skip
+    expected = _traceback_files(plain.stderr)
+    assert expected and expected[0] == str(SCRIPT), plain.stderr[-3000:]
+    shown = _traceback_files(traced.stderr)
+    assert shown == expected, traced.stderr[-4000:]
+    recorded = _json(rundir.rank_dir(out, 0) / rundir.STATUS)["traceback"]
+    assert _traceback_files(recorded, prefix="") == expected, recorded

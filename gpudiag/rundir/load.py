@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudiag.rundir.clock import _rank_offsets, _shift_instants, _shift_rows, clock_offsets
 from gpudiag.rundir.discover import _rank_layout, list_nodes, list_ranks, node_parts
-from gpudiag.rundir.files import RunFormatError, _Listing, is_dir, list_dir, read_text
+from gpudiag.rundir.files import RunFormatError, _Listing, bad_input, is_dir, list_dir, read_text
 from gpudiag.rundir.layout import (
     _NODE_MANIFEST_RE,
     COLLECTIVE_TIMES,
@@ -83,12 +83,48 @@ def _read_rank_frame(
         if not listing.has(path):
             continue
         offset = offsets.get(r)
+        repeats = _RepeatedSteps() if table == STEPS else None
         for row in iter_jsonl(path, warnings, schema=table):
             row["rank"] = r
+            if repeats is not None:
+                repeats.see(row.get("step"))
             if offset:
                 _shift_instants([row], offset)
             built.append(row)
+        if repeats is not None:
+            repeats.warn(path, warnings)
     return built.frame(columns)
+
+
+class _RepeatedSteps:
+    """Step numbers a rank's steps table holds more than once: a step is written once, so
+    a repeat is a damaged file or a job restarted into the same directory. Its rows are
+    analysed as they are, with one warning naming the file (issue 28, probe 28c's B09:
+    twenty rows numbered 10**18 moved a finding's cost without a word)."""
+
+    def __init__(self) -> None:
+        self._seen: set[int] = set()
+        self.count = 0
+        self.first: int | None = None
+
+    def see(self, step: object) -> None:
+        if not isinstance(step, int):
+            return
+        if step in self._seen:
+            self.count += 1
+            if self.first is None:
+                self.first = step
+        else:
+            self._seen.add(step)
+
+    def warn(self, path: Path, warnings: list[str]) -> None:
+        if self.count:
+            bad_input(
+                warnings,
+                f"{path}: {self.count} row(s) repeat the number of an earlier step "
+                f"(first: step {self.first}); a damaged file or a job restarted into the "
+                "same directory: each row is analysed as its own step",
+            )
 
 
 def _merge_collective_times(collectives: list[dict], times: list[dict]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +36,15 @@ from gpudiag.rundir.layout import (
     hang_report_paths,
     rank_dir,
 )
-from gpudiag.rundir.schema import MAX_DEPTH, _bad_fields, _too_deep, check_fields, check_hang_report
+from gpudiag.rundir.schema import (
+    MAX_DEPTH,
+    _bad_fields,
+    _digits,
+    _is_int,
+    _too_deep,
+    check_fields,
+    check_hang_report,
+)
 
 # One row of a table; a longer line is skipped (the other kinds' limits: files.py).
 MAX_LINE_BYTES = 1 << 20
@@ -119,9 +128,11 @@ def read_object(
     if _too_deep(obj):
         bad_input(warnings, f"{path}: nested deeper than {MAX_DEPTH} levels; ignored")
         return None
-    obj = check_fields(obj, schema, path, warnings)
     if schema in (MANIFEST, RANK_INFO):
         obj = _plausible_world_size(obj, path, warnings)
+    obj = check_fields(obj, schema, path, warnings)
+    if schema == MANIFEST and isinstance(obj.get("steps_completed"), dict):
+        obj["steps_completed"] = _step_counts(obj["steps_completed"], path, warnings)
     for key in ("failure", "launcher"):
         if schema == MANIFEST and isinstance(obj.get(key), dict):
             obj[key] = check_fields(obj[key], key, f"{path} ({key})", warnings)
@@ -140,13 +151,32 @@ def _plausible_world_size(
     sized a list of every rank in ``compare`` and ``analyze --html``, MemoryError)."""
     size = obj.get("world_size")
     if isinstance(size, int) and not isinstance(size, bool) and not 1 <= size <= MAX_WORLD_SIZE:
+        shown = str(size) if abs(size) < 10**20 else f"of {_digits(size)} digits"
         bad_input(
             warnings,
-            f"{path}: world_size {size} is not a plausible world size (1..{MAX_WORLD_SIZE}); "
-            "taken as unknown",
+            f"{path}: world_size {shown} is not a plausible world size "
+            f"(1..{MAX_WORLD_SIZE}); taken as unknown",
         )
         obj = {k: v for k, v in obj.items() if k != "world_size"}
     return obj
+
+
+def _step_counts(counts: dict, path: Path, warnings: list[str] | None) -> dict[str, int]:
+    """The manifest's steps completed per rank, ``{"0": 15, ...}``: entries that are not a
+    rank and a count of steps (or null: a rank whose count is unknown) are dropped with
+    one warning (probe 28c's B05, "lots")."""
+    kept = {
+        key: n
+        for key, n in counts.items()
+        if re.fullmatch(r"\d{1,9}", str(key)) and (n is None or (_is_int(n) and n >= 0))
+    }
+    if len(kept) < len(counts):
+        dropped = [str(k)[:20] for k in counts if k not in kept][:5]
+        bad_input(
+            warnings,
+            f"{path}: ignored steps_completed entries that are no rank's count of steps: {dropped}",
+        )
+    return kept
 
 
 def _failure_in_range(

@@ -158,6 +158,20 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "traced_ranks": "ints",
         "untraced_ranks": "ints",
         "init_method": "str",
+        "start_ns": "int",
+        "end_ns": "int",
+        "node_rank": "int",
+        "job_returncode": "int",
+        "steps_completed": "dict",
+        "missing_status_ranks": "ints",
+        "hosts": "list",
+        "launch": "dict",
+        "clock": "dict",
+        "versions": "dict",
+        "env": "dict",
+        "nnodes": "key",
+        "nproc_per_node": "key",
+        "profile": "dict",
     },
     STATUS: {
         "rank": "int",
@@ -213,13 +227,19 @@ SCHEMAS: dict[str, dict[str, str]] = {
 }
 
 
+def _digits(value: int) -> int:
+    return len(str(abs(value))) if abs(value) < 10**4000 else 4000
+
+
 def _bad_fields(row: dict, schema: str) -> list[str]:
     problems = []
     for key, kind in SCHEMAS[schema].items():
         value = row.get(key)
         if value is not None:
             check, what = _CHECKS[kind]
-            if not check(value):
+            if type(value) is int and kind in ("int", "num", "key") and not _is_int(value):
+                problems.append(f"{key!r} is {_digits(value)} digits long: no 64-bit integer")
+            elif not check(value):
                 problems.append(f"{key!r} must be {what}")
     return problems
 

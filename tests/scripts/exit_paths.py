@@ -99,6 +99,22 @@ elif mode in ("sigusr1", "sigusr2"):
     os.kill(os.getpid(), signal.SIGUSR1 if mode == "sigusr1" else signal.SIGUSR2)
     train(3)
     print("still running", flush=True)
+elif mode == "ddp_raise":
+
+    class Fails(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.Linear(16, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.shape[0] == 3:
+                raise ValueError("boom in forward")
+            return self.layer(x)
+
+    dist.init_process_group("gloo")
+    ddp = nn.parallel.DistributedDataParallel(Fails())
+    train(3, ddp)
+    ddp(torch.randn(3, 16))
 elif mode == "ansi":
     train(3)
     raise RuntimeError("\x1b[31mRED\x1b[0m \u202eRTL")
