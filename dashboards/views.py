@@ -9,8 +9,7 @@ goes through :func:`md` before it reaches anything Streamlit renders as Markdown
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +30,12 @@ from gpudiag.report import tables as report_tables
 from gpudiag.report.tables import WHATIF_DIGITS, whatif_frame
 
 from . import runs
+from .widgets import dataframe as _dataframe
+from .widgets import md
+from .widgets import metrics as _metrics
+from .widgets import scalar as _scalar
+from .widgets import table as _table
+from .widgets import wide_dataframe as _wide_dataframe
 
 if TYPE_CHECKING:  # annotations only: the dashboard loads the linter when it lints
     from gpudiag.lint.report import LintDiagnostic, LintReport
@@ -78,62 +83,12 @@ class ViewContext:
     select_run: Callable[[str], None] = lambda label: None
 
 
-# Every ASCII punctuation character may be backslash-escaped in (GitHub-flavoured)
-# Markdown; escaping them all leaves no link, image, code span, emphasis, HTML, math
-# ($), directive (:red[...]) or block syntax in run-derived text.
-_MD_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")
-
-
-def md(value: Any) -> str:
-    """``value`` as Markdown that renders literally, on one line."""
-    text = " ".join(str(value).split())
-    return _MD_SPECIAL.sub(r"\\\1", text)
-
-
 def _has_rows(frame: Any) -> bool:
     return isinstance(frame, pd.DataFrame) and len(frame) > 0
 
 
 def _chart(fig: Any) -> None:
     st.plotly_chart(fig, width="stretch", config={"displaylogo": False})
-
-
-def _scalar(value: Any) -> str:
-    """A fact or a metric's value: numbers through the one formatter, one dash for none."""
-    if isinstance(value, (int, float)):
-        return numbers.num(value)
-    if isinstance(value, (list, tuple)):
-        return ", ".join(str(v) for v in value) if value else numbers.NA
-    return numbers.NA if value is None or value == "" else str(value)
-
-
-def _metrics(facts: dict[str, Any]) -> None:
-    """Label -> value as metrics, four to a row (values escaped: metrics render Markdown)."""
-    items = list(facts.items())
-    for start in range(0, len(items), 4):
-        row = items[start : start + 4]
-        for col, (label, value) in zip(st.columns(len(row)), row, strict=True):
-            col.metric(label, md(_scalar(value)))
-
-
-def _dataframe(frame: pd.DataFrame, digits: Mapping[str, int] | None = None) -> None:
-    """A sortable table through the one number formatter (:func:`numbers.styled`). A
-    number column with a missing cell is sent as text (so the cell reads ``–``): it is
-    kept right-aligned as the other number columns (Compare's B columns were
-    left-aligned beside the A columns: probe 31f, D11)."""
-    right = st.column_config.Column(alignment="right")
-    st.dataframe(
-        numbers.styled(frame, digits),
-        width="stretch",
-        hide_index=True,
-        column_config={str(c): right for c in numbers.numbers_as_text(frame)},
-    )
-
-
-def _table(frame: pd.DataFrame) -> None:
-    """A static table whose long text wraps instead of being cut off; every cell is
-    escaped (``st.table`` renders cells as Markdown)."""
-    st.table(frame.map(md), hide_index=True)
 
 
 # --------------------------------------------------------------------------- Overview
@@ -238,7 +193,7 @@ def overview(ctx: ViewContext) -> None:
     if _has_rows(result.ranks):
         st.subheader("Per rank (ms per step, mean over the profiled steps)")
         table = report_overview.rank_table(result)
-        _dataframe(table, report_overview.rank_table_digits())
+        _wide_dataframe(table, report_overview.rank_table_digits())
     _warnings(result.warnings)
     _raw_traces(ctx)
 
@@ -401,7 +356,7 @@ def step_breakdown(ctx: ViewContext) -> None:
         shown = part.rename(
             columns={"step_ms": "step ms", **{k: f"{v} ms" for k, v in labels.items()}}
         )
-        _dataframe(shown, {"rank": 0, "step": 0})
+        _wide_dataframe(shown, {"rank": 0, "step": 0})
         _exposed_split(ctx.result, chosen)
     _data_loading(ctx.result)
 

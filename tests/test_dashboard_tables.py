@@ -30,6 +30,7 @@ from gpudiag.analysis.gpu import NvmlGpu  # noqa: E402
 from gpudiag.report import colours, numbers, overview, tables  # noqa: E402
 from gpudiag.report.html import render_html  # noqa: E402
 from gpudiag.report.terminal import print_report  # noqa: E402
+from tests.dashboard_shown import table_with  # noqa: E402
 
 APP = REPO / "dashboards" / "app.py"
 SAMPLES = REPO / "sample_runs"
@@ -219,10 +220,9 @@ def test_step_breakdown_names_exposed_communication_as_the_overview(
     assert headers["comm_exposed"] == f"{labels['comm_exposed']} ms/step"
     assert headers["comm_wait"] == f"of it {labels['comm_wait']} ms/step"
     at = _app(monkeypatch, run)
-    assert headers["comm_exposed"] in at.dataframe[0].value.columns  # the Overview's table
+    table_with(at, headers["comm_exposed"])  # the Overview's table
     at.sidebar.radio(key="view").set_value("Step breakdown").run()
-    steps = at.dataframe[0].value
-    assert f"{labels['comm_exposed']} ms" in steps.columns
+    table_with(at, f"{labels['comm_exposed']} ms")
     split = next(d.value for d in at.dataframe if f"{labels['comm_wait']} ms/step" in d.value)
     wait, transfer = f"{labels['comm_wait']} ms/step", f"{labels['comm_transfer']} ms/step"
     assert split[wait].tolist() == pytest.approx(parts.frame["comm_wait"].tolist())
