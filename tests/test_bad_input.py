@@ -809,3 +809,86 @@ def test_repeated_step_numbers_are_one_warning_naming_the_table(tmp_path: Path) 
     assert f"step {10**18}" in said[0]
     clean = rundir.load_run(GLOO_RUN)
     assert not [w for w in clean.warnings if "repeat the number" in w], clean.warnings
+
+
+def _edit_rows(path: Path, change: Any) -> None:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    change(rows)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _invert(rows: list[dict]) -> None:
+    for row in rows:
+        row["start_ns"], row["end_ns"] = row["end_ns"], row["start_ns"]
+
+
+@pytest.mark.parametrize(
+    ("table", "change", "said"),
+    [
+        ("steps", lambda rows: rows[3].update(step=-5), "'step' must be a whole number"),
+        ("steps", _invert, "'end_ns' is before 'start_ns'"),
+        ("steps", lambda rows: rows[2].update(data_ns=-4e6), "'data_ns' must be a duration"),
+        ("collectives", lambda rows: rows[1].update(in_bytes=-(10**12)), "'in_bytes' must be"),
+        ("collectives", lambda rows: rows[1].update(in_bytes=10**18), "0 to 2**50 bytes"),
+        ("collectives", lambda rows: rows[1].update(seq=-3), "'seq' must be a whole number"),
+    ],
+    ids=["step-negative", "steps-inverted", "data-negative", "bytes-negative", "bytes-huge",
+         "seq-negative"],
+)  # fmt: skip
+def test_impossible_values_in_a_table_are_one_warning_in_analyze_and_watch(
+    tmp_path: Path, table: str, change: Any, said: str
+) -> None:
+    """Probe 28d, defects 4-6: a step numbered -5 or ending before it starts moved the
+    steady step from 8.23 to 6.49 ms, every step of a rank inverted moved a cost from
+    2.88 to 61.77 ms a step, a call of -10**12 or 10**18 bytes made a false high desync
+    the first finding, each without a word; and `watch` said nothing of rows `analyze`
+    skips. Such a row is skipped with one warning naming the table, in both."""
+    run = tmp_path / "run"
+    shutil.copytree(GLOO_RUN, run)
+    path = run / "rank1" / f"{table}.jsonl"
+    _edit_rows(path, change)
+    loaded = rundir.load_run(run)
+    lines = [w for w in loaded.warnings if str(path) in w]
+    assert len(lines) == 1 and said in lines[0], loaded.warnings
+    live = [w for w in rundir.open_live(run).poll().warnings if str(path) in w]
+    assert len(live) == 1 and said in live[0], live
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "said"),
+    [
+        ("status.json", "null", "status.json: not a JSON object"),
+        ("rank_info.json", None, "rank_info.json: says rank 0; read as rank 1"),
+    ],
+)
+def test_a_rank_document_of_null_or_of_another_rank_is_one_warning(
+    tmp_path: Path, name: str, text: str | None, said: str
+) -> None:
+    """Probe 28d, defect 7: `rank1/status.json` holding `null`, or a rank_info.json of
+    rank 1 saying rank 0, were read without a word."""
+    run = tmp_path / "run"
+    shutil.copytree(GLOO_RUN, run)
+    path = run / "rank1" / name
+    if text is None:
+        _edit_json(path, rank=0)
+    else:
+        path.write_text(text)
+    loaded = rundir.load_run(run)
+    assert len([w for w in loaded.warnings if said in w]) == 1, loaded.warnings
+    assert loaded.rank_info[1]["rank"] == 1
+
+
+def test_watch_says_once_what_analyze_says_of_a_bad_manifest_or_rank_directory(
+    tmp_path: Path,
+) -> None:
+    """Probe 28d, defects 6 and 8: `watch` showed a manifest that is a JSON array as
+    `state: ok` without a word, and a rank directory replaced by a file in two lines."""
+    run = tmp_path / "run"
+    shutil.copytree(GLOO_RUN, run)
+    (run / "manifest.json").write_text("[1, 2, 3]")
+    shutil.rmtree(run / "rank1")
+    (run / "rank1").write_text("not a directory")
+    warnings = rundir.open_live(run).poll().warnings
+    assert [w for w in warnings if "manifest.json: not a JSON object" in w], warnings
+    about_rank1 = [w for w in warnings if str(run / "rank1") in w]
+    assert len(about_rank1) == 1 and "not a directory" in about_rank1[0], warnings

@@ -117,7 +117,7 @@ def test_bad_table_rows_are_skipped(
         fh.write(json.dumps(row) + "\n")
     code, site, err = run_case(run, "json", tmp_path / "x.html")
     assert site is None and code == 2, err
-    assert f"{path}: skipped 1 row with a field of the wrong type" in err
+    assert f"{path}: skipped 1 row with a field of the wrong type or value" in err
 
 
 @pytest.mark.parametrize("step", ["ProfilerStep#-1", "ProfilerStep#99999999999999999999"])

@@ -543,11 +543,16 @@ def test_the_same_signal_twice_at_once_is_one_request_and_later_it_kills(
 
 
 @pytest.mark.slow
-def test_torchruns_agent_killed_from_outside_is_the_cause_not_a_rank(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
+def test_torchruns_agent_killed_from_outside_is_the_cause_not_a_rank(
+    tmp_path: Path, signum: int
+) -> None:
     """Issue 28 probe (class 2): SIGKILL to torchrun's agent (the launcher alive). Both
     ranks ended with SIGTERM at its death, and rank 1 was blamed: "ended by SIGTERM from
     outside the job (neither gpudiag, torchrun nor a failing peer sent it)", untrue, and
-    the agent not named. The agent's death is the cause; the ranks' ends follow from it."""
+    the agent not named. The agent's death is the cause; the ranks' ends follow from it.
+    Probe 28d: the same for SIGTERM to the agent, which torchrun forwards to every rank
+    (an arbitrary rank was blamed, 3 runs of 3)."""
     import psutil
 
     from gpudiag.analysis import analyze
@@ -561,14 +566,15 @@ def test_torchruns_agent_killed_from_outside_is_the_cause_not_a_rank(tmp_path: P
     )  # fmt: skip
     wait_for_steps(run, 2, 5, proc, JOB_TIMEOUT_S)
     (agent,) = psutil.Process(proc.pid).children()  # the job: torchrun's agent
-    agent.kill()
+    agent.send_signal(signum)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGKILL, err[-3000:]
+    assert proc.returncode == 128 + signum, err[-3000:]
     manifest = _json(run / "manifest.json")
     assert manifest["status"] == "failed", manifest
     failure = manifest["failure"]
-    assert failure["rank"] is None and failure["signal"] == "SIGKILL", failure
+    assert failure["rank"] is None and failure["signal"] == signal.Signals(signum).name, failure
     assert "torchrun's agent" in failure["message"] and "from outside" in failure["message"]
+    assert manifest["failed_ranks"] == [], manifest
     first = analyze(run).findings[0]
     assert first.kind == "rank_failed" and "torchrun's agent" in first.title, first.title
     assert "neither gpudiag, torchrun nor a failing peer" not in first.title

@@ -11,6 +11,9 @@ The same elastic agent as ``torchrun``, with three differences:
 - it ends with ``os._exit`` once the agent has returned: the interpreter teardown of a
   process that imported torch's elastic stack took 2-3 s on the 2-core machines, which
   made every Ctrl-C take 3-4 s;
+- a signal that ends the agent is written to ``node<N>/agent_failures.json``
+  (``signal``): the launcher tells its own forwarded signal from one sent to the agent
+  from outside (probe 28d: SIGTERM to the agent blamed an arbitrary rank);
 - when workers fail, the agent's own record of each one (exit code or signal, pid,
   local rank) is written to ``node<N>/agent_failures.json``: the only place a rank that
   died without writing its status (SIGKILL from the OOM killer, a segfault, a native
@@ -253,7 +256,9 @@ def main(argv: list[str] | None = None) -> None:
             print(exc, file=sys.stderr)  # torchrun's failure table, without its traceback
         code = 1
     except SignalException as exc:
-        code = 128 + int(getattr(exc, "sigval", signal.SIGTERM))
+        signum = int(getattr(exc, "sigval", signal.SIGTERM))
+        _write_agent_file({"signal": signal.Signals(signum).name})  # see _agent_signal
+        code = 128 + signum
     except (RendezvousError, DistError, TimeoutError) as exc:
         # a node that never joined (or a rendezvous endpoint nobody serves): one line
         text = rendezvous_failure(exc, argv)

@@ -56,11 +56,16 @@ def decide_outcome(
     if hang or signal_received is not None:
         failed, ends = _without_peer_errors(failed, ends, statuses)
     agent_lost = _agent_lost(returncode, signal_received, hang, single_process, statuses)
-    external = signal_received is None and not hang and not agent_lost  # a signal from outside
+    agent_signal = None if agent_lost or signal_received is not None else _agent_signal(run_dir)
+    if agent_signal is not None and (hang or not _all_interrupted(statuses)):
+        agent_signal = None
+    external = signal_received is None and not hang and not agent_lost and agent_signal is None
     _mark_late_ranks(run_dir, ends)
     cause = blame.find_cause(ends, signalled_from_outside=external)
     if agent_lost:  # no rank failed: every one was interrupted
         failure = _agent_lost_failure(returncode, sorted(statuses))
+    elif agent_signal is not None:
+        failure = _agent_signalled_failure(agent_signal, sorted(statuses))
     elif cause is not None:
         first, others = cause
         failed = [first] + [r for r in others if r != first]
@@ -264,9 +269,45 @@ def _agent_lost(
         and not hang
         and signal_received is None
         and returncode < 0
-        and bool(statuses)
-        and all(s.get("status") == "interrupted" for s in statuses.values())
+        and _all_interrupted(statuses)
     )
+
+
+def _all_interrupted(statuses: dict[int, dict[str, Any]]) -> bool:
+    return bool(statuses) and all(s.get("status") == "interrupted" for s in statuses.values())
+
+
+def _agent_signal(run_dir: Path) -> str | None:
+    """The signal that ended torchrun's agent on some node (``node<N>/agent_failures.json``,
+    ``signal``), when the launcher sent none: from outside the job."""
+    from gpudiag.capture.agent import AGENT_FAILURES
+
+    for node in rundir.list_nodes(run_dir):
+        data = rundir.read_json(rundir.node_dir(run_dir, node) / AGENT_FAILURES)
+        if isinstance(data, dict) and isinstance(data.get("signal"), str):
+            return str(data["signal"])
+    return None
+
+
+def _agent_signalled_failure(name: str, ended: list[int]) -> dict[str, Any]:
+    """The manifest's ``failure`` when torchrun's agent received a signal gpudiag did not
+    send and ended its ranks with it: probe 28d's SIGTERM to the agent blamed an
+    arbitrary rank "ended by SIGTERM from outside the job (neither gpudiag, torchrun
+    nor a failing peer sent it)", while torchrun had sent it to every rank."""
+    ranks = f"; it ended its ranks {ended} with it" if ended else ""
+    return {
+        "rank": None,
+        "exc_type": None,
+        "message": (
+            f"torchrun's agent (the process that starts and watches this node's ranks) "
+            f"received {name}, which gpudiag did not send (from outside the job: a "
+            f"scheduler, `kill`, a timeout?){ranks}"
+        ),
+        "traceback": None,
+        "exit_code": 128 + int(signal.Signals[name]) if name in signal.Signals.__members__ else 1,
+        "signal": name,
+        "consequences": ended,
+    }
 
 
 def _agent_lost_failure(returncode: int, ended: list[int]) -> dict[str, Any]:

@@ -54,7 +54,7 @@ from gpudiag.rundir.layout import (
 )
 from gpudiag.rundir.merge import merge_manifests
 from gpudiag.rundir.procs import launcher_pid_problem, run_status
-from gpudiag.rundir.schema import _is_int
+from gpudiag.rundir.schema import SCHEMAS, _bad_fields, _is_int
 
 # --------------------------------------------------------------------------- live reading
 
@@ -76,9 +76,17 @@ class TableTail:
     says why in :attr:`problems`, as do malformed lines skipped so far.
     """
 
-    def __init__(self, path: str | os.PathLike[str], tail_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        tail_bytes: int | None = None,
+        schema: str | None = None,
+    ) -> None:
         self.path = Path(path)
         self.tail_bytes = tail_bytes
+        self.schema = schema  # rows with a field of the wrong type or value are skipped
+        self.mistyped = 0
+        self.first_mistyped = ""
         self.offset = 0
         self.resets = 0
         self.malformed = 0
@@ -93,6 +101,11 @@ class TableTail:
         out = [self.problem] if self.problem else []
         if self.malformed:
             out.append(f"{self.path}: {plural(self.malformed, 'malformed line')} skipped")
+        if self.mistyped:  # the words of iter_jsonl, which `analyze` reads the table with
+            out.append(
+                f"{self.path}: skipped {plural(self.mistyped, 'row')} with a field of the "
+                f"wrong type or value (first: {self.first_mistyped})"
+            )
         return out
 
     def read(self) -> list[dict[str, Any]]:
@@ -148,10 +161,13 @@ class TableTail:
             except (ValueError, UnicodeDecodeError):
                 self.malformed += 1
                 continue
-            if isinstance(row, dict):
-                rows.append(row)
-            else:
+            if not isinstance(row, dict):
                 self.malformed += 1
+            elif self.schema is not None and (problems := _bad_fields(row, self.schema)):
+                self.mistyped += 1
+                self.first_mistyped = self.first_mistyped or problems[0]
+            else:
+                rows.append(row)
         return rows
 
 
@@ -246,7 +262,8 @@ class LiveReader:
         tail = self._tails.get(key)
         if tail is None:
             base = rank_dir(self.run, index) if kind == "rank" else node_dir(self.run, index)
-            tail = TableTail(table_path(base, table), self.tail_bytes.get(table))
+            schema = table if table in SCHEMAS else None
+            tail = TableTail(table_path(base, table), self.tail_bytes.get(table), schema)
             self._tails[key] = tail
         return tail
 
@@ -262,6 +279,8 @@ class LiveReader:
         if lost is not None:
             return self._lost_batch(*lost)
         manifest = read_json(self.run / MANIFEST, warnings)
+        if manifest is not None and not isinstance(manifest, dict):
+            bad_input(warnings, f"{self.run / MANIFEST}: not a JSON object; ignored")
         manifest = manifest if isinstance(manifest, dict) else {}
         statuses = [self._status(manifest, self.run / MANIFEST, warnings)] if manifest else []
         node_manifests: dict[int, dict[str, Any]] = {}
@@ -281,7 +300,10 @@ class LiveReader:
             r
             for r in _rank_layout(self.run, names, warnings, empty_dirs_are_ranks=True)[0]
             if not lexists(rank_dir(self.run, r))
-            or list_dir(rank_dir(self.run, r), warnings) is not None
+            or (
+                is_dir(rank_dir(self.run, r))
+                and list_dir(rank_dir(self.run, r), warnings) is not None
+            )
         ]
         for r in ranks:
             self._read_docs(r, warnings)
@@ -383,7 +405,7 @@ class LiveReader:
                 # `"status": 5` (probe 28c: a traceback in `watch --once`): no status
                 bad_input(
                     warnings,
-                    f"{rdir / STATUS}: ignored field(s) of the wrong type: 'status' must be a string",
+                    f"{rdir / STATUS}: ignored field(s) of the wrong type or value: 'status' must be a string",
                 )
                 status = None
             if status is not None:
@@ -423,8 +445,9 @@ def _dir_id(path: Path) -> tuple[int, int] | None:
 def _live_doc(path: Path, warnings: list[str]) -> dict[str, Any] | None:
     """A rank's small JSON document for a live reader: None when missing (not written
     yet) or unusable, the latter with one line naming it in ``warnings``."""
+    said = len(warnings)
     obj = read_json(path, warnings)
-    if obj is None or isinstance(obj, dict):
+    if isinstance(obj, dict) or (obj is None and (len(warnings) > said or not lexists(path))):
         return obj
     bad_input(warnings, f"{path}: not a JSON object; ignored")
     return None

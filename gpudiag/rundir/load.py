@@ -299,11 +299,21 @@ def _read_rank_files(run: Path, r: int, result: Run, listing: _Listing) -> None:
     ):
         obj = read_object(rdir / name, name, result.warnings) if listing.has(rdir / name) else None
         if obj is not None:
-            target[r] = obj
+            target[r] = _own_rank(obj, r, rdir / name, result.warnings)
     if listing.has(rdir / STACKS):
         text = read_text(rdir / STACKS, result.warnings)
         if text is not None:
             result.stacks[r] = text
+
+
+def _own_rank(doc: dict[str, Any], rank: int, path: Path, warnings: list[str]) -> dict[str, Any]:
+    """A rank's document naming another rank (`rank1/rank_info.json` saying rank 0: a
+    copied or damaged file) is read as its directory's rank, with one warning."""
+    said = doc.get("rank")
+    if _is_int(said) and said != rank:
+        bad_input(warnings, f"{path}: says rank {said}; read as rank {rank}, its directory's")
+        return {**doc, "rank": rank}
+    return doc
 
 
 def load_summaries(

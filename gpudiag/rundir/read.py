@@ -119,8 +119,11 @@ def read_object(
     """A run file holding one JSON object, with its known fields type-checked: None
     (one warning) when missing, unreadable, not an object or absurdly nested."""
     path = Path(path)
+    said = len(warnings) if warnings is not None else 0
     obj = read_json(path, warnings)
     if obj is None:
+        if warnings is not None and len(warnings) == said and lexists(path):
+            bad_input(warnings, f"{path}: not a JSON object (null); ignored")  # probe 28d
         return None
     if not isinstance(obj, dict):
         bad_input(warnings, f"{path}: not a JSON object; ignored")
@@ -271,7 +274,7 @@ def iter_jsonl(
     """Rows of a JSON Lines file, read a row at a time: a line longer than
     MAX_LINE_BYTES is skipped, and nothing past ``max_bytes`` (default
     :func:`max_table_bytes`) is read. A torn or malformed line, and with ``schema`` a row
-    with a field of the wrong type (SCHEMAS), is skipped with one warning naming the
+    with a field of the wrong type or value (SCHEMAS), is skipped with one warning naming the
     file and the first such line; lone surrogates in strings become U+FFFD (one
     warning). A file that is not a regular file is one warning. It never raises for
     what is on disk."""
@@ -348,7 +351,7 @@ def iter_jsonl(
     if mistyped:
         bad_input(
             warnings,
-            f"{path}: skipped {plural(mistyped, 'row')} with a field of the wrong type "
+            f"{path}: skipped {plural(mistyped, 'row')} with a field of the wrong type or value "
             f"(first at {first_mistyped})",
         )
 
