@@ -1,4 +1,4 @@
-"""The decimals a person reads, shared by the analysis (finding titles are data built
+"""The decimals a person reads (and the one way a title is cut), shared by the analysis (finding titles are data built
 there) and the reports (gpudiag/report/numbers.py): two for milliseconds, one for a
 percentage, written ``76.0 %`` (a space before the sign). Imports nothing of gpudiag, so
 every layer may use it."""
@@ -32,3 +32,15 @@ def plural(count: int, word: str, many: str | None = None) -> str:
 
 
 __all__ = ["MS_DIGITS", "PCT_DIGITS", "fixed", "ms_text", "pct_text", "plural"]
+
+
+def clip_words(text: str, limit: int) -> str:
+    """``text`` up to ``limit`` characters, cut at a word's end with an ellipsis: a title
+    cut mid-word read as the whole message (probe 28d: "... ranks 0, 1 then lost the")."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space > limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"

@@ -659,3 +659,21 @@ def test_an_error_that_opens_with_a_rule_is_recorded_by_its_first_words() -> Non
     error = ChildFailedError("train.py", {1: failure})
     assert str(error).startswith("\n====")
     assert _first_line(error, "ChildFailedError") == "train.py FAILED"
+
+
+def test_a_nodes_record_names_only_its_own_ranks_incomplete(tmp_path: Path) -> None:
+    """Probe 28d, defect 3: in a shared --out, node 1's launcher (ranks 2 and 3) read node
+    0's ranks still finishing and wrote "rank 0: the rank ended while gpudiag was writing
+    its record" into its own manifest; `analyze` repeated it of node 0's healthy ranks."""
+    from gpudiag.capture.launch_outcome import _incomplete_reasons
+
+    for rank in range(4):
+        rdir = rundir.rank_dir(tmp_path, rank)
+        rdir.mkdir(parents=True)
+        status = {"rank": rank, "status": "ok", "finishing": True}
+        status["incomplete"] = [rundir.ENDED_WHILE_FINISHING] if rank in (0, 3) else None
+        (rdir / rundir.STATUS).write_text(json.dumps(status))
+    reasons = _incomplete_reasons(tmp_path, {"traced_ranks": [2, 3]}, [])
+    assert reasons == [f"rank 3: {rundir.ENDED_WHILE_FINISHING}"], reasons
+    every = _incomplete_reasons(tmp_path, {}, [])  # one node: every rank is its own
+    assert [r.split(":")[0] for r in every] == ["rank 0", "rank 3"], every

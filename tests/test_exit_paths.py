@@ -223,3 +223,26 @@ def test_a_ranks_traceback_has_the_frames_torchrun_shows(tmp_path: Path) -> None
     assert shown == expected, traced.stderr[-4000:]
     recorded = _json(rundir.rank_dir(out, 0) / rundir.STATUS)["traceback"]
     assert _traceback_files(recorded, prefix="") == expected, recorded
+
+
+@pytest.mark.slow
+def test_the_scripts_argv0_is_as_written_and_its_file_absolute(tmp_path: Path) -> None:
+    """Probe 28d, defect 10: under `gpudiag trace` sys.argv[0] became the absolute path
+    (runpy sets the path it is given); python and torchrun keep `scripts/intro.py`.
+    `__file__` stays absolute, as python gives it."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "intro.py").write_text(
+        "import sys\nprint('ARGV', sys.argv)\nprint('FILE', __file__)\n"
+    )
+    command = ["scripts/intro.py", "a1"]
+    plain = subprocess.run(
+        [sys.executable, *command], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    traced = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "trace", "--no-lint", "--out", "run", *command],
+        cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_S,
+    )  # fmt: skip
+    assert traced.returncode == 0, traced.stderr[-3000:]
+    assert traced.stdout == plain.stdout
+    assert "ARGV ['scripts/intro.py', 'a1']" in traced.stdout
+    assert f"FILE {tmp_path / 'scripts' / 'intro.py'}" in traced.stdout

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from gpudiag.analysis import analyze
-from gpudiag.numfmt import ms_text, pct_text
+from gpudiag.numfmt import clip_words, ms_text, pct_text
 from gpudiag.paths import sample_runs_dir
 from gpudiag.report.html import render_html
 from gpudiag.report.overview import evidence_lines
@@ -93,3 +93,13 @@ def test_gpu_idle_verdict_calls_the_mean_a_mean(shared_traces):
     head = verdict(res).headline
     assert "worst on" not in head and "up to" not in head, head
     assert "on all 8 ranks" in head and "(the mean over ranks)" in head, head
+
+
+def test_a_cut_title_ends_at_a_word_with_an_ellipsis() -> None:
+    """Probe 28d, defect 11: titles were cut mid-word at 160 or 240 characters without a
+    mark ("... ranks 0, 1 then lost the"), reading as the whole message."""
+    text = "rank 2 was ended with its node; ranks 0, 1 then lost the connection to it"
+    assert clip_words(text, 200) == text
+    cut = clip_words(text, 60)
+    assert cut.endswith("…") and len(cut) <= 60 and text.startswith(cut[:-1])
+    assert cut[:-1].split()[-1] in text.split()  # a whole word before the mark

@@ -15,6 +15,7 @@ import pandas as pd
 
 from gpudiag import rundir
 from gpudiag.analysis.findings import Finding, user_frame
+from gpudiag.numfmt import clip_words
 
 RANK_FAILED_FIX = (
     "Read the traceback of the first failing rank (the others were torn down after it). "
@@ -106,7 +107,7 @@ def rank_failed_findings(
     if early:
         # the message up to its explanation (the fix says what to do)
         said = last_line.split(": a rank that ")[0] or "left the job early (exit code 0)"
-        title = f"Rank {first_rank} {said}"[:240]
+        title = clip_words(f"Rank {first_rank} {said}", 240)
     elif first_rank is not None and len(not_finished) > 1:
         title = f"Rank {first_rank} failed first ({len(not_finished)} ranks did not finish)"
     elif first_rank is not None:
@@ -114,7 +115,7 @@ def rank_failed_findings(
     else:
         title = "The run failed"
     if last_line and not early:
-        title += f": {last_line[:160]}"
+        title += f": {clip_words(last_line, 160)}"
     return [
         Finding(
             kind="rank_failed",

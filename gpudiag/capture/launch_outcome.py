@@ -446,7 +446,12 @@ def _incomplete_reasons(run_dir: Path, outcome: dict[str, Any], own: list[str]) 
     """Why the run's record is incomplete: the launcher's own write problems, each
     rank's (status.json ``incomplete``), ranks that exited 0 without status.json."""
     reasons = list(own)
-    for r in rundir.list_ranks(run_dir):
+    # this launcher's ranks only: in a shared --out another node's rank may still be
+    # finishing (its interim status says so), and its launcher answers for it (probe 28d:
+    # node 1's record named node 0's healthy ranks 0 and 1)
+    traced = outcome.get("traced_ranks")
+    ranks = traced if isinstance(traced, list) else rundir.list_ranks(run_dir)
+    for r in ranks:
         status = rundir.read_json(rundir.rank_dir(run_dir, r) / rundir.STATUS)
         if isinstance(status, dict) and isinstance(status.get("incomplete"), list):
             reasons += [f"rank {r}: {x}" for x in status["incomplete"] if isinstance(x, str)]

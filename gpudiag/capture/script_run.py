@@ -6,9 +6,12 @@ itself, and what the rank's environment and torch say about it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import runpy
 import sys
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
@@ -120,6 +123,30 @@ _PROFILER_MODULE_ALIAS = re.compile(
 # _run_module_code, _run_code, and two more the limit counts there: measured, a script
 # then recurses exactly as deep as under plain python, 998 frames at the default limit)
 _RUNPY_FRAMES = 5
+
+
+@contextlib.contextmanager
+def _argv0_as_given(script: str) -> Iterator[None]:
+    """While ``runpy.run_path(os.path.abspath(script))`` starts: its sys.argv[0] is
+    ``script`` as the user wrote it (runpy sets the path it was given; python and torchrun
+    leave ``scripts/x.py`` relative: probe 28d). Only the first argv[0] runpy sets is
+    changed, so the script's own run_path calls are python's."""
+    original: Any = getattr(runpy, "_ModifiedArgv0", None)
+    if original is None:  # another runpy: argv[0] stays absolute
+        yield
+        return
+
+    class AsGiven(original):
+        def __init__(self, value: Any) -> None:
+            setattr(runpy, "_ModifiedArgv0", original)  # noqa: B010 - private, not typed
+            super().__init__(script)
+
+    setattr(runpy, "_ModifiedArgv0", AsGiven)  # noqa: B010
+    try:
+        yield
+    finally:
+        if getattr(runpy, "_ModifiedArgv0", None) is AsGiven:
+            setattr(runpy, "_ModifiedArgv0", original)  # noqa: B010
 
 
 def _make_room_for_our_frames() -> None:

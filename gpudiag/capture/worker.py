@@ -37,6 +37,7 @@ from gpudiag.capture.reexec import (  # noqa: F401 - public names re-exported
     wait_for_children,
 )
 from gpudiag.capture.script_run import (
+    _argv0_as_given,
     _backend,
     _device,
     _init_method,
@@ -422,8 +423,10 @@ class Worker:
             script = self.target["script"]
             _set_path_head(str(Path(script).resolve().parent))
             # absolute, as python gives a script's __file__ and frames: a script that
-            # chdirs still finds itself, and every rank names the same file the same way
-            return runpy.run_path(os.path.abspath(script), run_name="__main__")
+            # chdirs still finds itself, and every rank names the same file the same way;
+            # sys.argv[0] as the user wrote it, as python and torchrun leave it
+            with _argv0_as_given(script):
+                return runpy.run_path(os.path.abspath(script), run_name="__main__")
         _set_path_head(os.getcwd())
         return runpy.run_module(self.target["module"], run_name="__main__", alter_sys=True)
 

@@ -110,6 +110,36 @@ def _lost_node_interrupted(main: dict[str, Any], others: Sequence[tuple[int, Any
         return
 
 
+def _lost_node_unfinished(manifest: dict[str, Any], parts: Sequence[Run]) -> None:
+    """A launcher blamed another node's rank that left it no status ("stopped with no step
+    of it recorded here without writing its status"), and that node's directory holds the
+    rank's status and steps but a manifest its launcher never finished: the launcher was
+    killed (probe 28d: node 1's launcher SIGKILLed, one --out per node; the same for node
+    0's). Say what the node's own files say."""
+    failure = manifest.get("failure")
+    if not isinstance(failure, dict) or failure.get("exc_type") != "node_lost":
+        return
+    rank = failure.get("rank")
+    part = next((r for r in parts if isinstance(rank, int) and rank in r.statuses), None)
+    if part is None or part.manifest.get("status") not in (None, "running", "launcher_lost"):
+        return
+    own = part.statuses[int(rank)]  # type: ignore[arg-type]
+    steps = own.get("steps_completed")
+    ended = own.get("exc_type") or own.get("status") or "ended"
+    after = f" after {steps} step(s)" if isinstance(steps, int) else ""
+    manifest["failure"] = {
+        **failure,
+        "message": (
+            f"was ended ({ended}){after} with its node: node {manifest_node(part.manifest)}'s "
+            "gpudiag launcher stopped without finishing its record (killed: `kill -9`, an OOM "
+            "killer, a lost host?)"
+        ),
+        "last_step": steps - 1
+        if isinstance(steps, int) and steps > 0
+        else failure.get("last_step"),
+    }
+
+
 def signalled_node(node: int, how: str) -> str:
     """The one wording of a node whose launcher was signalled and ended its ranks (the
     launcher's record, from node<N>/launcher_signal.json, and a merged run's, from that
@@ -388,6 +418,7 @@ def merge_runs(runs: Sequence[Run], path: Path) -> Run:
     if apart:
         statuses.update(_ended_without_status(parts, statuses))
     manifest = merge_manifests([(manifest_node(r.manifest), r.manifest) for r in parts], statuses)
+    _lost_node_unfinished(manifest, parts)
     merged = Run(
         path=path,
         manifest=manifest,
