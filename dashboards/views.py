@@ -228,9 +228,7 @@ def _findings(findings: list[Finding], no_findings: str) -> None:
         return
     _table(findings_table(findings))
     for f in report_overview.ordered_findings(findings):
-        with st.expander(
-            f"{md(f.severity)}: {md(f.title)} ({numbers.ms(f.cost_ms_per_step, 'ms/step')})"
-        ):
+        with st.expander(f"{md(f.severity)}: {md(f.title)}{report_overview.cost_suffix(f)}"):
             _evidence(f)
 
 
@@ -449,9 +447,7 @@ def _skew(result: AnalysisResult) -> None:
     st.subheader("Stragglers: who arrives last at each collective")
     straggler = next((f for f in result.findings if f.kind == "straggler"), None)
     if straggler is not None:
-        st.markdown(
-            f"**{md(straggler.title)}** ({md(numbers.ms(straggler.cost_ms_per_step, 'ms/step'))})"
-        )
+        st.markdown(f"**{md(straggler.title)}**{report_overview.cost_suffix(straggler)}")
     if len(result.skew):
         skew = result.skew.frame(figures.SKEW_HEATMAP_READS)
         _chart(figures.skew_heatmap(skew))
@@ -592,9 +588,7 @@ def dataparallel(ctx: ViewContext) -> None:
     _metrics({k: v for k, v in facts.items() if v is not None})
     for f in ctx.result.findings:
         if f.kind in DP_FINDINGS:
-            st.markdown(
-                f"**{md(f.severity)}: {md(f.title)}** ({numbers.ms(f.cost_ms_per_step, 'ms/step')})"
-            )
+            st.markdown(f"**{md(f.severity)}: {md(f.title)}**{report_overview.cost_suffix(f)}")
             st.markdown(f"Fix: {md(f.fix)}")
             with st.expander("Evidence"):
                 _evidence(f)
@@ -921,9 +915,7 @@ def code(ctx: ViewContext) -> None:
     if located:
         st.subheader("Runtime findings with a source location")
         for f in located:
-            st.markdown(
-                f"{md(f.location)} — {md(f.title)} ({numbers.ms(f.cost_ms_per_step, 'ms/step')})"
-            )
+            st.markdown(f"{md(f.location)} — {md(f.title)}{report_overview.cost_suffix(f)}")
 
 
 VIEWS: dict[str, Callable[[ViewContext], None]] = {

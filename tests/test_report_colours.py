@@ -213,3 +213,50 @@ def test_no_chart_code_names_a_colour_of_its_own() -> None:
         hexes = set(re.findall(r"#[0-9a-fA-F]{6}\b|#[0-9a-fA-F]{3}\b", text)) - allowed
         assert not hexes, (path.name, hexes)
         assert "px.colors" not in text and "color_discrete_map" not in text, path.name
+
+
+def _lab(hex_colour: str) -> tuple[float, float, float]:
+    """CIE L*a*b* (D65) of an sRGB colour."""
+
+    def linear(u: int) -> float:
+        v = u / 255
+        return ((v + 0.055) / 1.055) ** 2.4 if v > 0.04045 else v / 12.92
+
+    r, g, b = (linear(int(hex_colour[i : i + 2], 16)) for i in (1, 3, 5))
+    x = (r * 0.4124 + g * 0.3576 + b * 0.1805) / 0.95047
+    y = r * 0.2126 + g * 0.7152 + b * 0.0722
+    z = (r * 0.0193 + g * 0.1192 + b * 0.9505) / 1.08883
+
+    def f(t: float) -> float:
+        return t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+
+    return (116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z)))
+
+
+def test_no_two_component_colours_are_near_each_other() -> None:
+    """Probe 31g, defect 8: GPU metrics' compute kernels (#88CCEE) and the Overview's
+    overlapped communication (#56B4E9) were two light blues of different meanings
+    (CIE76 distance 12.6); DataParallel's reduce_add steel blue was as near. Every pair
+    is now at least 18 apart."""
+    import itertools
+    import math
+
+    named = {**COMPONENT_COLORS, "fallback": FALLBACK_COLOR}
+    near = [
+        (a, b, round(math.dist(_lab(named[a]), _lab(named[b])), 1))
+        for a, b in itertools.combinations(named, 2)
+        if math.dist(_lab(named[a]), _lab(named[b])) < 18
+    ]
+    assert not near, near
+
+
+def test_metric_series_are_drawn_in_greys_not_plotly_colours(cpu_run: AnalysisResult) -> None:
+    """Probe 31g, defect 8: the host and GPU metric lines took plotly's blue and red
+    (next to compute's blue); a series that is no component is grey or black."""
+    host = cpu_run.host_samples
+    assert isinstance(host, pd.DataFrame) and len(host)
+    two_nodes = pd.concat([host, host.assign(node=1)])
+    fig = figures.host_metric_figure(two_nodes, "cpu_percent", "%")
+    drawn = [(t.line.color, t.line.dash) for t in fig.data]
+    assert [c for c, _ in drawn] == [colours.SERIES_COLORS[0], colours.SERIES_COLORS[1]]
+    assert not set(c for c, _ in drawn) & set(COMPONENT_COLORS.values())

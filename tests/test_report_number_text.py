@@ -103,3 +103,17 @@ def test_a_cut_title_ends_at_a_word_with_an_ellipsis() -> None:
     cut = clip_words(text, 60)
     assert cut.endswith("…") and len(cut) <= 60 and text.startswith(cut[:-1])
     assert cut[:-1].split()[-1] in text.split()  # a whole word before the mark
+
+
+def test_a_finding_heading_says_its_cost_once() -> None:
+    """Probe 31g, defect 11: "the others wait 39.05 ms per step (39.05 ms/step)" in the
+    Overview's expanders and the Communication view. A title that says its cost gets no
+    second copy; one that does not gets it appended."""
+    from gpudiag.report.overview import cost_suffix
+
+    result = analyze(sample_runs_dir() / "ddp4_straggler")
+    straggler = next(f for f in result.findings if f.kind == "straggler")
+    assert "39.05 ms per step" in straggler.title and cost_suffix(straggler) == ""
+    buckets = next(f for f in result.findings if f.kind == "bucket_size")
+    assert cost_suffix(buckets) == f" ({buckets.cost_ms_per_step:.2f} ms/step)"
+    assert f"{buckets.cost_ms_per_step:.2f}" not in buckets.title

@@ -32,13 +32,15 @@ COMPONENT_COLORS: dict[str, str] = {
     "gpu_busy": "#332288",  # indigo
     # GPU metrics' compute kernels, a collective running or not: not the breakdown's
     # "compute" (kernels and copies while no collective runs), so not its blue
-    "compute_kernels": "#88CCEE",  # cyan
+    # (dark cyan: the cyan #88CCEE it had read as overlapped communication's sky blue
+    # beside it, probe 31g)
+    "compute_kernels": "#225555",  # dark cyan
     # DataParallel's stages (analysis.dataparallel.STAGES), keyed "dp_<stage>"
     "dp_scatter": "#F0E442",  # yellow
     "dp_replicate": "#44AA99",  # teal
     "dp_parallel_apply": "#117733",  # green
     "dp_gather": "#661100",  # brown
-    "dp_reduce_add": "#6699CC",  # steel blue
+    "dp_reduce_add": "#EE3377",  # magenta (steel blue #6699CC read as overlapped comm)
 }
 # A component the mapping does not know (a lane or stage added later) is drawn in this
 # one fixed colour, never in plotly's next default.
@@ -55,6 +57,20 @@ MEASURED_COLOR = "#4D4D4D"  # a measure that is no component (bus bandwidth, a l
 # was drawn in the red of "waiting for late peers").
 RANK_PALETTE = ("#000000", "#4D4D4D", "#7A7A7A")  # darker than idle's grey
 RANK_PATTERNS = ("", "/", "x", ".", "\\", "+", "-", "|")
+# A measured series that is no component (a GPU's or a host's metric over time): greys
+# and black, then the same with dashes (they were plotly's blue and red, probe 31g)
+SERIES_COLORS = ("#000000", "#7A7A7A", "#4D4D4D")
+SERIES_DASHES = ("solid", "dash", "dot", "dashdot")
+
+
+def series_line(index: int) -> dict[str, str]:
+    """The line of the ``index``-th series of a metric chart (``go.Scatter(line=...)``)."""
+    return {
+        "color": SERIES_COLORS[index % len(SERIES_COLORS)],
+        "dash": SERIES_DASHES[(index // len(SERIES_COLORS)) % len(SERIES_DASHES)],
+    }
+
+
 PEAK_COLOR = "#000000"  # a reference line (link peak, projected DDP step)
 THROTTLE_COLOR = "#000000"  # throttled spans of a GPU metric, shaded (no component's red)
 

@@ -513,11 +513,16 @@ def gpu_metric_figure(samples: pd.DataFrame, metric: str, unit: str) -> go.Figur
     fig = go.Figure()
     t0 = samples["t_ns"].min()
     values, unit = _scaled(samples, metric, unit)
-    for (node, gpu), part in samples.assign(_y=values).groupby(["node", "gpu"], sort=True):
+    groups = samples.assign(_y=values).groupby(["node", "gpu"], sort=True)
+    for index, ((node, gpu), part) in enumerate(groups):
         part = part.sort_values("t_ns")
         fig.add_trace(
             go.Scattergl(
-                x=(part["t_ns"] - t0) / 1e9, y=part["_y"], mode="lines", name=f"n{node} gpu{gpu}"
+                x=(part["t_ns"] - t0) / 1e9,
+                y=part["_y"],
+                mode="lines",
+                name=f"n{node} gpu{gpu}",
+                line=colours.series_line(index),
             )
         )
         for a, b in throttle_spans(part):
@@ -534,11 +539,15 @@ def host_metric_figure(samples: pd.DataFrame, metric: str, unit: str) -> go.Figu
     fig = go.Figure()
     t0 = samples["t_ns"].min()
     values, unit = _scaled(samples, metric, unit)
-    for node, part in samples.assign(_y=values).groupby("node", sort=True):
+    for index, (node, part) in enumerate(samples.assign(_y=values).groupby("node", sort=True)):
         part = part.sort_values("t_ns")
         fig.add_trace(
             go.Scattergl(
-                x=(part["t_ns"] - t0) / 1e9, y=part["_y"], mode="lines", name=f"node {node}"
+                x=(part["t_ns"] - t0) / 1e9,
+                y=part["_y"],
+                mode="lines",
+                name=f"node {node}",
+                line=colours.series_line(index),
             )
         )
     fig.update_layout(

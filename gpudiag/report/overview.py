@@ -8,6 +8,7 @@ findings' evidence); nothing is measured or estimated here.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -801,3 +802,12 @@ def evidence_lines(evidence: dict[str, Any]) -> list[str]:
         per_step = name.endswith(" per step")  # no unit: a count per step
         lines.append(f"{name}: {_evidence_value(value, unit, who, per_step)}")
     return lines
+
+
+def cost_suffix(finding: Any) -> str:
+    """`` (39.05 ms/step)`` after a finding's title, or nothing when the title already
+    says that number (probe 31g: "the others wait 39.05 ms per step (39.05 ms/step)")."""
+    shown = numbers.num(finding.cost_ms_per_step)
+    if shown != numbers.NA and re.search(rf"(?<![\d.]){re.escape(shown)}(?![\d])", finding.title):
+        return ""
+    return f" ({numbers.ms(finding.cost_ms_per_step, 'ms/step')})"
