@@ -45,6 +45,8 @@ def test_all_reduce_every_micro_step_is_found_and_no_sync_is_not(tmp_path: Path)
     assert f["kind"] == "exposed_communication" and f["ranks"] == [0, 1]
     assert f["evidence"]["gradient_sync_rounds_per_step"] == 4
     assert "no_sync()" in f["fix"] and "4 times per optimizer step" in f["title"]
+    # probe 29h: a no_sync() around backward alone still syncs; the fix says the forward too
+    assert "the forward and the backward" in f["fix"]
     gross = f["evidence"]["comm_exposed_ms"]
     assert f["cost_ms_per_step"] == pytest.approx(gross * 3 / 4, rel=0.01)
 

@@ -569,8 +569,10 @@ def _exposed_fix(latency: bool, ddp: bool) -> str:
 
 
 NO_SYNC_FIX = (
-    "Accumulate gradients without syncing them: run the backward of every micro-batch "
-    "but the last under `with model.no_sync():` (accelerate: `with "
+    "Accumulate gradients without syncing them: run the forward and the backward of "
+    "every micro-batch but the last under `with model.no_sync():` (the forward too: DDP "
+    "decides in its forward whether the backward syncs, so a no_sync() around backward "
+    "alone still all-reduces; accelerate: `with "
     "accelerator.accumulate(model):` and Accelerator(gradient_accumulation_steps=K); "
     "Lightning's accumulate_grad_batches and the HF Trainer's gradient_accumulation_steps "
     "do it for you). If the extra backward passes are not accumulation (SAM, two losses "

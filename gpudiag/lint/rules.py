@@ -258,7 +258,7 @@ _RULES = [
         "gradient accumulation under DDP without model.no_sync(): gradients are all-reduced every micro-step",
         "DDP all-reduces in every backward; with accumulation only the last micro-batch's "
         "reduction is needed, so the others are pure communication cost.",
-        "Run the non-final micro-steps inside `with model.no_sync():` and the last one outside it.",
+        "Run the non-final micro-steps, forward and backward, inside `with model.no_sync():` (DDP decides in its forward whether the backward syncs) and the last one outside it.",
         "exposed_communication",
     ),
     Rule(
