@@ -56,7 +56,9 @@ def decide_outcome(
     if hang or signal_received is not None:
         failed, ends = _without_peer_errors(failed, ends, statuses)
     agent_lost = _agent_lost(returncode, signal_received, hang, single_process, statuses)
-    agent_signal = None if agent_lost or signal_received is not None else _agent_signal(run_dir)
+    agent_signal = (
+        None if agent_lost or signal_received is not None else _agent_signal(run_dir, node)
+    )
     if agent_signal is not None and (hang or not _all_interrupted(statuses)):
         agent_signal = None
     external = signal_received is None and not hang and not agent_lost and agent_signal is None
@@ -277,12 +279,14 @@ def _all_interrupted(statuses: dict[int, dict[str, Any]]) -> bool:
     return bool(statuses) and all(s.get("status") == "interrupted" for s in statuses.values())
 
 
-def _agent_signal(run_dir: Path) -> str | None:
-    """The signal that ended torchrun's agent on some node (``node<N>/agent_failures.json``,
-    ``signal``), when the launcher sent none: from outside the job."""
+def _agent_signal(run_dir: Path, own_node: int | None) -> str | None:
+    """The signal that ended this launcher's torchrun agent (``node<N>/agent_failures.json``,
+    ``signal``), when the launcher sent none: from outside the job. Only its own node's:
+    in a shared --out another node's agent may have been sent its launcher's signal."""
     from gpudiag.capture.agent import AGENT_FAILURES
 
-    for node in rundir.list_nodes(run_dir):
+    nodes = [own_node] if own_node is not None else rundir.list_nodes(run_dir)
+    for node in nodes:
         data = rundir.read_json(rundir.node_dir(run_dir, node) / AGENT_FAILURES)
         if isinstance(data, dict) and isinstance(data.get("signal"), str):
             return str(data["signal"])
