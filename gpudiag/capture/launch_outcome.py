@@ -55,19 +55,14 @@ def decide_outcome(
         _mark_other_nodes_lost(run_dir, ends, own, infos)
     if hang or signal_received is not None:
         failed, ends = _without_peer_errors(failed, ends, statuses)
-    agent_lost = _agent_lost(returncode, signal_received, hang, single_process, statuses)
-    agent_signal = (
-        None if agent_lost or signal_received is not None else _agent_signal(run_dir, node)
+    agent_failure = _agent_failure(
+        run_dir, returncode, signal_received, hang, single_process, statuses, node
     )
-    if agent_signal is not None and (hang or not _all_interrupted(statuses)):
-        agent_signal = None
-    external = signal_received is None and not hang and not agent_lost and agent_signal is None
+    external = signal_received is None and not hang and agent_failure is None
     _mark_late_ranks(run_dir, ends)
     cause = blame.find_cause(ends, signalled_from_outside=external)
-    if agent_lost:  # no rank failed: every one was interrupted
-        failure = _agent_lost_failure(returncode, sorted(statuses))
-    elif agent_signal is not None:
-        failure = _agent_signalled_failure(agent_signal, sorted(statuses))
+    if agent_failure is not None:  # no rank failed: every one was interrupted
+        failure = agent_failure
     elif cause is not None:
         first, others = cause
         failed = [first] + [r for r in others if r != first]
@@ -252,6 +247,26 @@ def _cause_failure(
     # when the cause ended: the failures of ranks launched separately are compared
     failure["end_ns"] = end.when_ns or None
     return failure
+
+
+def _agent_failure(
+    run_dir: Path,
+    returncode: int,
+    signal_received: int | None,
+    hang: bool,
+    single_process: bool,
+    statuses: dict[int, dict[str, Any]],
+    node: int | None,
+) -> dict[str, Any] | None:
+    """The manifest's ``failure`` when torchrun's agent, not a rank, ended the job: it died
+    of a signal nobody in the job sent, or it was sent one from outside and ended its ranks
+    with it (every rank interrupted, the launcher itself sent no signal)."""
+    if _agent_lost(returncode, signal_received, hang, single_process, statuses):
+        return _agent_lost_failure(returncode, sorted(statuses))
+    if signal_received is not None or hang or not _all_interrupted(statuses):
+        return None
+    name = _agent_signal(run_dir, node)
+    return _agent_signalled_failure(name, sorted(statuses)) if name is not None else None
 
 
 def _agent_lost(
