@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag.analysis import analyze, dataloader, slow_rank, steady
+from gpudiag.analysis.findings import HOST_LOAD_FULL
 
 RECORDED = Path(__file__).parent / "fixtures" / "busy_host"
 
@@ -226,6 +227,9 @@ def test_a_data_wait_longer_than_the_hosts_load_stays_high() -> None:
     assert stall.cost_ms_per_step > 5 * max(per_rank.values())
     assert "runq_ms_per_step" not in stall.evidence and "for a CPU" not in stall.title
     starved = dict(per_rank)
-    assert dataloader._host_explains(stall.cost_ms_per_step, [1], starved, 0.5) is None
-    assert dataloader._host_explains(3.0, [1], starved, 0.5) == pytest.approx(starved[1])
-    assert dataloader._host_explains(3.0, [1], starved, 0.05) is None  # host not starved
+    # a wait twice the run-queue wait or more: none of it is the host's, however loaded
+    assert dataloader._host_part(stall.cost_ms_per_step, [1], starved, 0.5) == (0.0, starved[1])
+    # no longer than it: all of it on a host loaded enough, in proportion below that
+    assert dataloader._host_part(3.0, [1], starved, 0.5) == (3.0, starved[1])
+    part, _ = dataloader._host_part(3.0, [1], starved, 0.05) or (None, None)
+    assert part == pytest.approx(3.0 * 0.05 / HOST_LOAD_FULL)

@@ -21,7 +21,7 @@ import pandas as pd
 
 from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.breakdown import step_windows
-from gpudiag.analysis.findings import Finding, host_starved, ms, severity_for
+from gpudiag.analysis.findings import Finding, host_load_weight, ms, severity_for
 from gpudiag.analysis.jsonable import rows_of, whole
 from gpudiag.numfmt import ms_text, pct_text
 
@@ -396,9 +396,9 @@ def startup_findings(info: DataLoaderResult, step_ms: dict[int, float]) -> list[
     ]
 
 
-# A data wait no longer than the run-queue wait of the ranks' own training threads, on a
-# starved host: the loader's workers queued for a CPU as the training threads did, so the
-# shortage of CPU, not the loader's settings, is what the wait shows.
+# Part of a data wait put down to the host's load: the loader's workers queue for a CPU as
+# the training threads do, so a wait no longer than the training threads' own run-queue
+# wait may be the shortage of CPU, not the loader's settings.
 _STARVED_LOADER_WORDS = (
     "; the ranks waited {share:.0%} of the step ({runq} ms) for a CPU (the cores were "
     "busy: other processes, or the job's own threads and workers), so loading the data was "
@@ -406,18 +406,46 @@ _STARVED_LOADER_WORDS = (
 )
 
 
-def _host_explains(
+def _host_part(
     cost: float, ranks: list[int], runq_ms: dict[int, float] | None, runq_share: float | None
-) -> float | None:
-    """The named ranks' mean run-queue wait per step (ms) when the host was starved
-    (findings.host_starved) and that wait is at least the data wait; else None."""
-    if not runq_ms or not host_starved(runq_share):
+) -> tuple[float, float] | None:
+    """The part of the named ranks' data wait (ms per step) put down to the host's load,
+    and their mean run-queue wait per step; None without counters. All of a wait no
+    longer than the run-queue wait, none of one twice as long or more, in proportion
+    between; times findings.host_load_weight of the CPU-wait share. Continuous in both,
+    so that repeats of one job do not flip severity at a threshold (probe 29h)."""
+    if not runq_ms:
         return None
     waits = [runq_ms[r] for r in ranks if r in runq_ms and np.isfinite(runq_ms[r])]
-    if not waits:
+    if not waits or cost <= 0:
         return None
     wait = float(np.mean(waits))
-    return wait if cost <= wait else None
+    if wait <= 0:
+        return 0.0, wait
+    explained = min(max(2.0 - cost / wait, 0.0), 1.0)
+    return min(cost, wait) * explained * host_load_weight(runq_share), wait
+
+
+def _stall_title(
+    cost: float,
+    mean_step: float,
+    waiting: list[int],
+    others_ms: float | None,
+    whole_trace: bool,
+) -> str:
+    share = f"{pct_text(100 * cost / mean_step)}"
+    if others_ms is not None:  # only these ranks wait
+        many = len(waiting) > 1
+        who = ", ".join(str(r) for r in waiting)
+        return (
+            f"Rank{'s' if many else ''} {who} wait{'' if many else 's'} {ms_text(cost)} ms per "
+            f"step for data ({share} of the step; the other ranks {ms_text(others_ms)} ms)"
+        )
+    if whole_trace:
+        return (
+            f"Data loading takes {ms_text(cost)} ms of the {ms_text(mean_step)} ms traced ({share})"
+        )
+    return f"Steps wait {ms_text(cost)} ms for data ({share} of the step)"
 
 
 def dataloader_findings(
@@ -433,8 +461,9 @@ def dataloader_findings(
     finding names those ranks and costs their own wait, not the mean over every rank;
     ``per_rank_data_ms`` keeps every rank's wait (ms per step). ``runq_ms`` (each rank's
     training thread's mean run-queue wait per steady step) and ``runq_share`` (the median
-    rank's share, steady.runq_share): on a starved host a data wait no longer than that
-    wait is capped at low and says so (:func:`_host_explains`)."""
+    rank's share, steady.runq_share): on a loaded host the severity is rated on the part of
+    the wait not put down to the host's load (:func:`_host_part`); where that part is half
+    the wait or more, the title says so."""
     per_rank: dict[int, float] = {}
     startup: dict[int, float] = {}
     source = "run steps table (every step)"
@@ -462,9 +491,10 @@ def dataloader_findings(
     severity = severity_for(cost, mean_step)
     if severity is None:
         return []
-    host_wait = _host_explains(cost, waiting, runq_ms, runq_share)
-    if host_wait is not None:
-        severity = "low"
+    host = _host_part(cost, waiting, runq_ms, runq_share)
+    host_ms, host_wait = host if host is not None else (0.0, None)
+    severity = severity_for(cost - host_ms, mean_step) or "low"
+    hedged = host_wait is not None and host_ms >= 0.5 * cost
     idle = [
         r.gpu_idle_waiting_ms_per_step
         for r in info.trace
@@ -489,24 +519,12 @@ def dataloader_findings(
         evidence["startup_ms_per_rank"] = {str(r): ms(v) for r, v in sorted(startup.items())}
     if idle:
         evidence["gpu_idle_waiting_ms_per_step"] = ms(float(np.mean(idle)))
-    if host_wait is not None and runq_share is not None:
+    if host_ms > 0 and host_wait is not None and runq_share is not None:
         evidence["runq_ms_per_step"] = ms(host_wait)
         evidence["runq_share_of_step"] = round(runq_share, 3)
-    share = f"{pct_text(100 * cost / mean_step)}"
-    if len(waiting) < len(per_rank):
-        who = ", ".join(str(r) for r in waiting)
-        title = (
-            f"Rank{'s' if len(waiting) > 1 else ''} {who} wait{'' if len(waiting) > 1 else 's'} "
-            f"{ms_text(cost)} ms per step for data ({share} of the step; the other ranks "
-            f"{ms_text(evidence['other_ranks_data_ms'])} ms)"
-        )
-    elif whole_trace:
-        title = (
-            f"Data loading takes {ms_text(cost)} ms of the {ms_text(mean_step)} ms traced ({share})"
-        )
-    else:
-        title = f"Steps wait {ms_text(cost)} ms for data ({share} of the step)"
-    if host_wait is not None:
+        evidence["host_load_part_ms"] = ms(host_ms)
+    title = _stall_title(cost, mean_step, waiting, evidence.get("other_ranks_data_ms"), whole_trace)
+    if hedged and host_wait is not None:
         title += _STARVED_LOADER_WORDS.format(share=runq_share, runq=ms_text(host_wait))
     return [
         Finding(

@@ -482,9 +482,10 @@ def exposed_comm_findings(
     (:func:`waiting_share`), set apart at least (per rank where ``straggler_wait``,
     :func:`straggler_waits`, gives each rank's). When even the largest collective is tiny
     (``largest_bytes``), the advice is about latency, not bandwidth. ``runq_share``
-    (steady.runq_share): when the ranks' training threads waited that share of the step
-    for a CPU (:data:`STARVED_RUNQ_SHARE` or more), other processes held the host and
-    the transfer's time includes theirs: the finding is capped at low and says so.
+    (steady.runq_share): the share of the step the ranks' training threads waited for a
+    CPU; the transfer's time then includes the host's load, and the severity is rated on
+    the part that is not (:func:`severity_under_load`); from :data:`STARVED_RUNQ_SHARE`
+    on the title says so.
     ``window_step_ms``: the profiled window's mean step, where the steady step
     (``step_ms``) is shorter (the profiler slowed the steps it recorded): the window's
     times are scaled to the steady step (:func:`window_scale`) and the title says so.
@@ -509,14 +510,12 @@ def exposed_comm_findings(
         split.unknown_ms,
         split.transfer_ms,
     )
-    severity = severity_for(cost, step_ms)
-    if severity is None:
+    if severity_for(cost, step_ms) is None:
         return []
-    if split.upper_bound:  # say less: rate only what is known to be transfer
-        severity = severity_for(split.known_transfer_ms, step_ms) or "low"
+    # say less: rate only what is known to be transfer, and not the host's load
+    rated = split.known_transfer_ms if split.upper_bound else cost
+    severity = severity_under_load(rated, step_ms, runq_share)
     starved = host_starved(runq_share)
-    if starved:
-        severity = "low"
     # the profiled window's, as the per-rank table (and the chart drawn from it) is
     per_rank_wait = window.per_rank_waiting_ms
     hit = _ranks_exposed(ranks, exposed, per_rank_wait)
@@ -659,6 +658,8 @@ def _window_evidence(
         out["window_scale"] = round(scale, 4)
     if runq_share is not None:
         out["runq_share_of_step"] = round(runq_share, 3)
+        # the part of the cost the severity leaves to the host's load
+        out["host_load_weight"] = round(host_load_weight(runq_share), 3)
     return out
 
 
@@ -671,8 +672,18 @@ def _scaled_words(window: ExposedSplit, window_step_ms: float | None) -> str:
 
 
 # The job's training threads waited at least this share of the step for a CPU: the host
-# was starving the job, and communication (whose threads wait too) is slowed by it.
+# was starving the job, and the finding's title says so. Only words: the severity follows
+# host_load_weight, continuously.
 STARVED_RUNQ_SHARE = 0.10
+# How much of a cost measured on a loaded host is the host's load, from the share of the
+# step the ranks' training threads waited for a CPU (steady.runq_share): none of it at
+# HOST_LOAD_FLOOR, all of it from HOST_LOAD_FULL on, in proportion between. A ramp, not a
+# threshold: the same healthy job measured at 8 %, 16 % and 7 % had been rated high, low,
+# high as the share crossed a 10 % cap (probe 29h); now a small change in the share is a
+# small change in the rated cost. The waits of the job's own threads and workers count
+# too: the communication and loader threads are short of CPU either way.
+HOST_LOAD_FLOOR = 0.0
+HOST_LOAD_FULL = 0.15
 _STARVED_HOST_WORDS = (
     "; the ranks waited {share:.0%} of the step for a CPU (other processes held the "
     "host's cores), so part of this is the host's load, not the communication"
@@ -681,6 +692,22 @@ _STARVED_HOST_WORDS = (
 
 def host_starved(runq_share: float | None) -> bool:
     return runq_share is not None and runq_share >= STARVED_RUNQ_SHARE
+
+
+def host_load_weight(runq_share: float | None) -> float:
+    """The part (0 to 1) of a cost measured at this CPU-wait share that is put down to the
+    host's load (:data:`HOST_LOAD_FLOOR`, :data:`HOST_LOAD_FULL`)."""
+    if runq_share is None or not math.isfinite(runq_share):
+        return 0.0
+    ramp = (runq_share - HOST_LOAD_FLOOR) / (HOST_LOAD_FULL - HOST_LOAD_FLOOR)
+    return min(max(ramp, 0.0), 1.0)
+
+
+def severity_under_load(cost_ms: float, step_ms: float, runq_share: float | None) -> str:
+    """The severity of a cost already found (severity_for gave one), rated on the part of
+    it that is not the host's load (:func:`host_load_weight`); low at least."""
+    rated = cost_ms * (1.0 - host_load_weight(runq_share))
+    return severity_for(rated, step_ms) or "low"
 
 
 def _exposed_title(split: ExposedSplit, step_ms: float, straggler: bool = False) -> str:
@@ -709,6 +736,10 @@ def _exposed_title(split: ExposedSplit, step_ms: float, straggler: bool = False)
     )
 
 
+# one parameter holds at least this share of the gradient: fewer buckets are its doing
+UNSPLITTABLE_SHARE = 0.5
+
+
 def bucket_findings(
     buckets: Any,
     ranks: Any,
@@ -716,11 +747,14 @@ def bucket_findings(
     split: ExposedSplit | None = None,
     largest_bytes: float | None = None,
     runq_share: float | None = None,
+    unsplittable: float | None = None,
 ) -> list[Finding]:
     """Fires only when communication is exposed beyond waiting for peers (``split``,
     :func:`exposed_split`; rated on the part known to be transfer): bucket
     count/size is then the lever. Not for latency-bound jobs (every collective tiny): a
-    model whose gradients fill a few hundred bytes has nothing to re-bucket."""
+    model whose gradients fill a few hundred bytes has nothing to re-bucket. Not "few
+    buckets" when one parameter holds half the gradient or more (``unsplittable``,
+    gradient_sync.unsplittable_share): no bucket_cap_mb splits it."""
     if buckets is None or len(buckets) == 0 or ranks is None or len(ranks) == 0:
         return []
     if latency_bound(largest_bytes):
@@ -737,6 +771,8 @@ def bucket_findings(
     count = len(per_step) / max(n_steps, 1)
     mean_mb = float(per_step[size_col].astype(float).mean() / 2**20) if size_col else float("nan")
     if count <= 2:
+        if unsplittable is not None and unsplittable >= UNSPLITTABLE_SHARE:
+            return []
         fix, why = BUCKET_FIX_FEW, "few"
     elif count >= 40 and (math.isnan(mean_mb) or mean_mb < 2):
         fix, why = BUCKET_FIX_MANY, "many small"
@@ -748,7 +784,7 @@ def bucket_findings(
     return [
         Finding(
             kind="bucket_size",
-            severity="low" if host_starved(runq_share) else severity_for(known, step_ms) or "low",
+            severity=severity_under_load(known, step_ms, runq_share),
             cost_ms_per_step=cost,
             ranks=[],
             title=f"DDP uses {why} gradient buckets ({count:.0f} per step) while {ms_text(exposed)} ms/step of communication transfer is exposed",

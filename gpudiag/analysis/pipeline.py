@@ -508,14 +508,14 @@ def _communication_findings(
     window = fnd.exposed_split(ranks, peer_wait, {r: w / scale for r, w in owed.items()})
     _note_comm_wait(ranks, window, peer_wait)
     if _uses_ddp(inputs.traces, run):
-        split = window.scaled(scale)
         found += fnd.bucket_findings(
             _lowest_rank_rows(inputs.buckets),
             ranks,
             base.step_ms,
-            split=split,
+            split=window.scaled(scale),
             largest_bytes=largest,
             runq_share=runq_share,
+            unsplittable=gradient_sync.unsplittable_share(run.ddp_stats if run else None),
         )
     return found
 
