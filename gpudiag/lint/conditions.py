@@ -364,12 +364,57 @@ def is_device_index(node: ast.AST) -> bool:
 
 
 def _ends_block(parent: ast.AST, stmt: ast.stmt) -> bool:
-    """`stmt` is in a block of `parent` whose last statement leaves the loop or function."""
+    """`stmt` is in a block of `parent` whose last statement leaves the loop or function,
+    or in the branch an `if` takes only on a NaN or inf (:func:`_anomaly_branch`)."""
     for field in ("body", "orelse", "finalbody"):
         block = getattr(parent, field, None)
         if isinstance(block, list) and stmt in block:
-            return isinstance(block[-1], (ast.Break, ast.Return, ast.Raise)) or _exits(block[-1])
+            return (
+                isinstance(block[-1], (ast.Break, ast.Return, ast.Raise))
+                or _exits(block[-1])
+                or _anomaly_branch(parent, field)
+            )
     return False
+
+
+_NON_FINITE_TESTS = {"isnan", "isinf", "isneginf", "isposinf"}
+
+
+def _anomaly_branch(parent: ast.AST, field: str) -> bool:
+    """The branch of `if torch.isnan(loss) or torch.isinf(loss):` (its body) or of
+    `if torch.isfinite(norm): ... else:` (its else) or `if not ...isfinite(...)` (its
+    body): it runs on a bad step only, not every step (MOSS-RLHF's warning that reads
+    the loss with .item(); fifteenth judge). The test itself still runs every step."""
+    if not isinstance(parent, ast.If) or field not in ("body", "orelse"):
+        return False
+    test = parent.test
+    negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+    inner = test.operand if isinstance(test, ast.UnaryOp) and negated else test
+    if isinstance(inner, ast.BoolOp):
+        calls = [_called_name(v) for v in inner.values]
+        if isinstance(inner.op, ast.Or) and not negated:
+            return field == "body" and all(name in _NON_FINITE_TESTS for name in calls)
+        return False
+    name = _called_name(inner)
+    if name in _NON_FINITE_TESTS:
+        return field == ("orelse" if negated else "body")
+    if name == "isfinite":
+        return field == ("body" if negated else "orelse")
+    return False
+
+
+def _called_name(node: ast.expr) -> str:
+    """`isnan` of `torch.isnan(x)`, `math.isnan(x)`, `torch.isnan(x).any()`."""
+    while isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Name):
+            return func.id
+        if not isinstance(func, ast.Attribute):
+            return ""
+        if func.attr not in ("any", "all", "item"):
+            return func.attr
+        node = func.value
+    return ""
 
 
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit", "os.abort"}

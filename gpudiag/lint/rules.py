@@ -209,6 +209,18 @@ _RULES = [
         "for augmentation RNGs that should differ).",
     ),
     Rule(
+        "GD406",
+        "ddp-forward-bypassed",
+        "high",
+        "the training step calls the DDP-wrapped model through .module: gradients are not averaged",
+        "DDP arms its gradient hooks in its own forward; a step that calls `ddp_model.module(...)` "
+        "or `ddp_model.module.train_step(...)` instead runs no DDP forward, so the backward "
+        "all-reduces nothing and each rank trains its own copy of the model (and "
+        "find_unused_parameters costs nothing there, since it never runs).",
+        "Call the DDP object itself (`ddp_model(batch)`); to run a method other than forward, "
+        "route it through forward (a `mode=` argument) or wrap that method's module in DDP.",
+    ),
+    Rule(
         "GD501",
         "gloo-for-cuda",
         "high",

@@ -1,0 +1,13 @@
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = DDP(torch.nn.Linear(4, 4).cuda(), device_ids=[0])
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train(loader):
+    for x in loader:
+        loss = model.module(x.cuda(non_blocking=True)).sum()  # expect: GD406
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
