@@ -42,22 +42,11 @@ model = DDP(torch.nn.Linear(8, 1).cuda(), device_ids=[dist.get_rank()])
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for epoch in range(2):
     sampler.set_epoch(epoch)
-    for x, _y in loader:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(x.cuda(non_blocking=True)).sum()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    for x, _y in other:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(x.cuda(non_blocking=True)).sum()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    for x, _y in plain:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(x.cuda(non_blocking=True)).sum()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
+    for batches in (loader, other, plain):
+        for x, _y in batches:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(x.cuda(non_blocking=True)).sum()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
 dist.destroy_process_group()
