@@ -24,6 +24,7 @@ from gpudiag.analysis.compare import compare as compare_results
 from gpudiag.analysis.findings import Finding, measured_as
 from gpudiag.analysis.result import AnalysisResult, RunInfo, SpilledTable
 from gpudiag.analysis.whatif import Projection
+from gpudiag.numfmt import plural
 from gpudiag.report import colours, figures, numbers
 from gpudiag.report import overview as report_overview
 from gpudiag.report import tables as report_tables
@@ -114,8 +115,8 @@ def _go_to(view: str) -> None:
 
 def _facts_line(result: AnalysisResult, label: str) -> str:
     info = result.run
-    devices = ", ".join(info.devices) if info.devices else "CPU only"
-    world = f"{info.world_size} ranks" if info.world_size else "world size unknown"
+    world = plural(info.world_size, "rank") if info.world_size else "world size unknown"
+    devices = report_overview.devices_text(info)
     bits = [world, _scalar(info.backend), devices, report_overview.steps_window(result)]
     if info.status:
         status = f"status {info.status}"

@@ -30,6 +30,36 @@ def test_dataloader_bound_run_against_the_healthy_one():
     assert cmp.to_json()["metrics"][0]["metric"] == "step_ms_mean"
 
 
+def _with_argv(tmp_path: Path, name: str, argv: list[str]) -> Path:
+    run = tmp_path / name
+    shutil.copytree(SAMPLES / "ddp2_healthy", run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["argv"] = argv
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    return run
+
+
+def test_runs_of_one_job_of_other_lengths_compare_and_other_batches_are_named(
+    tmp_path: Path,
+) -> None:
+    """Probe 31h, D4: two recordings of one script, `--steps 60` and `--steps 1700`, were
+    "Script or arguments differ (batch size among them)" though neither has a batch
+    argument, and Compare never paired them. The run's length and outputs do not change a
+    step's work; an argument that may is named with both values."""
+    from gpudiag.analysis.compare import comparable, shape_warnings
+
+    base = ["--quiet", "--mode", "ddp", "--model", "mlp", "--batch-size", "512"]
+    short = analyze(_with_argv(tmp_path, "short", [*base, "--steps", "60", "--out", "a"]))
+    long = analyze(_with_argv(tmp_path, "long", [*base, "--steps=1700", "--out", "b"]))
+    assert short.run.script[:2] == ["-m", "gpudiag.reference"]  # named as python -m is
+    assert shape_warnings(short, long) == [] and comparable(short, long)
+    other = [*base[:-1], "32", "--steps", "60"]
+    bigger = analyze(_with_argv(tmp_path, "bs32", other))
+    (warned,) = shape_warnings(short, bigger)
+    assert warned.startswith("Script or arguments differ (--batch-size 512 vs 32): ")
+    assert not comparable(short, bigger)
+
+
 # --------------------------------------------------------------------------- regression gate
 
 import json  # noqa: E402

@@ -649,3 +649,37 @@ def test_gpu_compute_has_one_name_per_quantity(
     at.sidebar.radio(key="view").set_value("Step breakdown").run()
     legend = {t["name"] for t in json.loads(at.get("plotly_chart")[0].proto.spec)["data"]}
     assert overview.GPU_COMPUTE in legend and overview.COMPUTE_KERNELS not in legend
+
+
+@pytest.mark.parametrize("name", ["ddp2_dataloader_bound", "ddp2_healthy"])
+def test_one_steady_step_per_run_in_every_finding(name: str) -> None:
+    """Probe 31h, D2: the data-loader finding used the mean of the ranks' own steps
+    (40.13 ms) while the first screen showed the run's steady step (40.06 ms), so "76.8 %
+    of the step" did not follow from the 30.81 ms and 40.06 ms printed beside it; on
+    ddp2_healthy two findings said "step" for 41.16 and 40.76 ms. Every finding of every
+    rank's waiting now uses the run's one steady step."""
+    result = analyze(REPO / "sample_runs" / name)
+    steady = result.run.steady_step_ms
+    assert steady is not None
+    for f in result.findings:
+        if "step_ms" in f.evidence:
+            assert f.evidence["step_ms"] == pytest.approx(steady, abs=0.001), f.kind
+    stall = next((f for f in result.findings if f.kind == "dataloader_stall"), None)
+    if stall is not None:
+        share = stall.cost_ms_per_step / steady
+        assert stall.evidence["share_of_step"] == pytest.approx(share, abs=0.0005)
+        head = overview.verdict(result).headline
+        assert f"{100 * share:.1f} %" in stall.title and f"{steady:.2f} ms" in head
+
+
+def test_an_upper_bound_verdict_does_not_say_the_wait_was_set_apart(shared_traces: Path) -> None:
+    """Probe 31h, D9: on one rank of 8 (tracelens MI300), no collective matched across
+    ranks, so the wait for late peers could not be told from the transfer: the verdict
+    said it was "set apart" while the note under it and the finding said it was unknown."""
+    result = analyze(shared_traces / "tracelens_mi300_ddp")
+    verdict = overview.verdict(result)
+    assert verdict.finding is not None and verdict.finding.evidence["cost_is_upper_bound"]
+    assert "set apart" not in verdict.headline
+    assert "an upper bound" in verdict.headline and "at most" in verdict.headline
+    plain = overview.verdict(analyze(REPO / "sample_runs" / "ddp2_healthy")).headline
+    assert "(the wait for late peers set apart)" in plain

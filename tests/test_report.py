@@ -102,3 +102,44 @@ def test_a_rank_drawn_alone_keeps_the_run_time_origin() -> None:
     pair = result.timeline(ranks=[1, 3], max_intervals=10**9)
     want = everyone[everyone["rank"].isin([1, 3])].reset_index(drop=True)
     pd.testing.assert_frame_equal(pair, want, check_exact=True)
+
+
+def test_plotly_charts_show_a_runs_text_as_text(shared_traces: Path) -> None:
+    """Plotly reads `<b>`, `<br>`, `<a>` in names, ticks and hover text as markup: a run
+    folder named `evil2 <b>BOLD<br>NL <i>IT <a href=...>LINK` drew a bold, broken, linked
+    legend entry in Compare (probe 31h, D6), and a real AMD trace's kernel
+    `ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)` lost its template argument
+    as an unknown tag. Both reach plotly as entities, shown as the characters."""
+    from gpudiag.report import figures
+
+    evil = 'evil2 <b>BOLD<br>NL <i>IT <a href="https:evil.invalid">LINK'
+    deltas = pd.DataFrame({"metric": ["step"], "a": [1.0], "b": [2.0]})
+    fig = figures.compare_figure(deltas, evil, "plain")
+    assert fig.data[0].name == "A: evil2 &lt;b&gt;BOLD&lt;br&gt;NL &lt;i&gt;IT &lt;a " + (
+        'href="https:evil.invalid"&gt;LINK'
+    )
+    result = analyze(shared_traces / "tracelens_mi300_ddp")
+    fig = figures.timeline_figure(result.timeline(), gpu=True)
+    hover = [t for trace in fig.data for t in (trace.text or ()) if t]
+    assert any("ncclDevKernelArgsStorage&lt;4096ul&gt;)" in t for t in hover)
+    assert not any("<" in t for t in hover)
+    skew = pd.DataFrame(
+        {"pg_name": "<i>pg", "seq": [0, 0], "index": 0, "rank": [0, 1], "skew_ms": 1.0}
+    )
+    assert list(figures.skew_heatmap(skew).data[0].x) == ["&lt;i&gt;pg:0"]
+    bars = figures.stacked_columns_figure(
+        pd.DataFrame({"rank": ["<b>0"], "<i>ms": [1.0]}), "rank", ["<i>ms"], "t"
+    )
+    assert list(bars.data[0].x) == ["&lt;b&gt;0"] and bars.data[0].name == "&lt;i&gt;ms"
+
+
+def test_a_gpu_trace_without_device_properties_is_not_called_cpu_only(result) -> None:
+    """Probe 31h, D8: HTA's sampled 128-rank set has NCCL kernels but no deviceProperties:
+    the facts line said "CPU only" above a "GPU idle" verdict."""
+    from gpudiag.report import overview
+
+    assert result.run.has_gpu_trace and not result.run.devices
+    assert overview.devices_text(result.run) == "GPU (model not in the trace)"
+    assert "GPU (model not in the trace)" in render_html([result])
+    cpu = analyze(sample_runs_dir() / "ddp2_healthy")
+    assert overview.devices_text(cpu.run) == "cpu"  # the run's own device list

@@ -3,6 +3,7 @@ findings that appeared, went or changed severity, and (when asked) a regression 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,7 +140,7 @@ def finding_changes(a: list[Finding], b: list[Finding]) -> list[FindingChange]:
 
 def shape_warnings(a: AnalysisResult, b: AnalysisResult) -> list[str]:
     """What makes two runs not comparable step for step: world size, backend, script or
-    its arguments (the batch size among them), and ranks one of them could not analyse
+    an argument that may change a step's work (each named), and ranks one of them could not analyse
     (a mean over 3 ranks against one over 4). One list for the dashboard and the CLI."""
     out = []
     if a.run.world_size != b.run.world_size:
@@ -147,8 +148,10 @@ def shape_warnings(a: AnalysisResult, b: AnalysisResult) -> list[str]:
     if a.run.backend != b.run.backend:
         out.append(f"Backend differs: A {a.run.backend}, B {b.run.backend}.")
     sa, sb = _script_text(a), _script_text(b)
-    if sa and sb and sa != sb:
-        out.append(f"Script or arguments differ (batch size among them): A '{sa}', B '{sb}'.")
+    differ = _work_arguments_differ(a.run.script, b.run.script) if sa and sb else []
+    if differ:
+        named = ", ".join(differ[:4]) + (", ..." if len(differ) > 4 else "")
+        out.append(f"Script or arguments differ ({named}): A '{sa}', B '{sb}'.")
     for name, mine in (("A", a), ("B", b)):
         missing = _ranks_not_analysed(mine)
         if missing:
@@ -159,6 +162,68 @@ def shape_warnings(a: AnalysisResult, b: AnalysisResult) -> list[str]:
                 "warnings): its means are over fewer ranks."
             )
     return out
+
+
+# Arguments that change how long a run is or where it writes, not the work of a step:
+# two recordings of one job that differ only in them compare step for step (probe 31h,
+# D4: `--steps 60` against `--steps 1700` was "batch size among them" and never paired).
+_LENGTH_OR_OUTPUT = re.compile(
+    r"^-{1,2}(steps?|max[-_]?steps|num[-_]?steps|train[-_]?steps|iters?|iterations?"
+    r"|max[-_]?iters?|epochs?|num[-_]?epochs|max[-_]?epochs|out|output([-_]?dir)?"
+    r"|(out|report|results?)[-_]?dir|log[-_]?(dir|every|interval|freq|steps)|print[-_]?(freq|every)"
+    r"|save[-_]?\w*|ckpt[-_]?\w*|checkpoint[-_]?\w*|run[-_]?name|exp[-_]?name|name|tag"
+    r"|seed|wandb[-_]?\w*|quiet|verbose)$",
+    re.I,
+)
+
+
+def _arguments(script: str | list[str] | None) -> tuple[str, dict[str, str]]:
+    """The program (script, or `-m module`) and each `--flag`'s value (`--flag=v` too;
+    a flag without a value is "")."""
+    words = [script] if isinstance(script, str) else [str(w) for w in script or []]
+    program = " ".join(words[:2]) if words[:1] == ["-m"] else (words[0] if words else "")
+    rest = words[2:] if words[:1] == ["-m"] else words[1:]
+    flags: dict[str, str] = {}
+    positional, i = 0, 0
+    while i < len(rest):
+        word = rest[i]
+        if word.startswith("-") and len(word) > 1 and not _number(word):
+            name, sign, value = word.partition("=")
+            nxt = rest[i + 1] if i + 1 < len(rest) else None
+            if not sign and nxt is not None and (not nxt.startswith("-") or _number(nxt)):
+                value, i = nxt, i + 1
+            flags[name] = value
+        else:
+            positional += 1
+            flags[f"argument {positional}"] = word
+        i += 1
+    return program, flags
+
+
+def _number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
+def _work_arguments_differ(a: str | list[str] | None, b: str | list[str] | None) -> list[str]:
+    """What differs between two runs' command lines that may change a step's work: the
+    script, or an argument other than the run's length and outputs (:data:`_LENGTH_OR_OUTPUT`),
+    each named as `--batch 32 vs 64`."""
+    program_a, flags_a = _arguments(a)
+    program_b, flags_b = _arguments(b)
+    out = [f"script {program_a} vs {program_b}"] if program_a != program_b else []
+    for flag in sorted(set(flags_a) | set(flags_b)):
+        va, vb = flags_a.get(flag), flags_b.get(flag)
+        if va != vb and not _LENGTH_OR_OUTPUT.match(flag):
+            out.append(f"{flag} {_shown(va)} vs {_shown(vb)}")
+    return out
+
+
+def _shown(value: str | None) -> str:
+    return "absent" if value is None else (value or "set")
 
 
 def _shape(result: AnalysisResult) -> tuple[object, ...]:

@@ -453,6 +453,7 @@ def dataloader_findings(
     step_ms: dict[int, float],
     runq_ms: dict[int, float] | None = None,
     runq_share: float | None = None,
+    run_step_ms: float | None = None,
 ) -> list[Finding]:
     """dataloader_stall from the whole-run steps table when present (it covers every
     step), else from the profiled window (a trace without ProfilerStep marks: its whole
@@ -463,7 +464,8 @@ def dataloader_findings(
     training thread's mean run-queue wait per steady step) and ``runq_share`` (the median
     rank's share, steady.runq_share): on a loaded host the severity is rated on the part of
     the wait not put down to the host's load (:func:`_host_part`); where that part is half
-    the wait or more, the title says so."""
+    the wait or more, the title says so. Where every rank waits, the step is the run's
+    steady step (``run_step_ms``), the one every view shows (probe 31h, D2)."""
     per_rank: dict[int, float] = {}
     startup: dict[int, float] = {}
     source = "run steps table (every step)"
@@ -487,7 +489,10 @@ def dataloader_findings(
     # some ranks only: their own wait (the others do not wait for data)
     waiting = hit if hit and len(hit) < len(per_rank) else sorted(per_rank)
     cost = float(np.mean([per_rank[r] for r in waiting]))
+    specific = len(waiting) < len(per_rank)
     mean_step = float(np.mean([step_ms.get(r, np.nan) for r in waiting]))
+    if not specific and run_step_ms:  # every rank waits: the run's one steady step
+        mean_step = run_step_ms
     severity = severity_for(cost, mean_step)
     if severity is None:
         return []
@@ -500,7 +505,6 @@ def dataloader_findings(
         for r in info.trace
         if r.gpu_idle_waiting_ms_per_step is not None and r.rank in waiting
     ]
-    specific = len(waiting) < len(per_rank)
     evidence: dict[str, Any] = {
         "data_ms_per_step": ms(cost),
         # the named ranks' own step when only they wait: another number than the run's
@@ -539,12 +543,18 @@ def dataloader_findings(
     ]
 
 
-def host_sync_findings(info: DataLoaderResult, step_ms: dict[int, float]) -> list[Finding]:
+def host_sync_findings(
+    info: DataLoaderResult, step_ms: dict[int, float], run_step_ms: float | None = None
+) -> list[Finding]:
+    """host_sync per step; the step is the run's steady step (``run_step_ms``) where every
+    rank syncs, as in every other finding (probe 31h: two steps of one run, D2)."""
     rows = [r for r in info.host_sync if r.ms_per_step > 0]
     if not rows:
         return []
     cost = float(np.mean([r.ms_per_step for r in rows]))
     mean_step = float(np.mean([step_ms.get(r.rank, np.nan) for r in rows]))
+    if run_step_ms and {r.rank for r in rows} >= set(step_ms):
+        mean_step = run_step_ms
     severity = severity_for(cost, mean_step)
     if severity is None:
         return []

@@ -42,7 +42,7 @@ from gpudiag.analysis.result import (
     RunInfo,
 )
 from gpudiag.analysis.slow_rank import SlowRankCause
-from gpudiag.analysis.spill import SpilledTable, SpillFile
+from gpudiag.analysis.spill import SpilledTable, SpillFile, lowest_rank_rows
 
 if TYPE_CHECKING:
     from gpudiag.analysis.ingest import RunTasks
@@ -406,16 +406,6 @@ def _kept_buckets(coll: SpilledTable, comms: Any, spill: SpillFile) -> SpilledTa
     return kept if kept is not None else SpilledTable(comms.ddp_buckets(None))
 
 
-def _lowest_rank_rows(buckets: SpilledTable | None) -> pd.DataFrame | None:
-    """The buckets of the lowest rank (what findings.bucket_findings reads), one piece
-    at a time."""
-    if buckets is None or not len(buckets) or "rank" not in buckets:
-        return buckets.frame() if buckets is not None else None
-    lowest = min(piece["rank"].min() for piece in buckets.pieces(["rank"]))
-    rows = [piece[piece["rank"] == lowest] for piece in buckets.pieces()]
-    return pd.concat(rows, ignore_index=True)
-
-
 def _largest_bytes(coll: SpilledTable) -> float | None:
     """findings.largest_collective_bytes of the table, one piece at a time."""
     sizes = [fnd.largest_collective_bytes(piece) for piece in coll.pieces(["bytes"])]
@@ -509,7 +499,7 @@ def _communication_findings(
     _note_comm_wait(ranks, window, peer_wait)
     if _uses_ddp(inputs.traces, run):
         found += fnd.bucket_findings(
-            _lowest_rank_rows(inputs.buckets),
+            lowest_rank_rows(inputs.buckets),
             ranks,
             base.step_ms,
             split=window.scaled(scale),
@@ -913,9 +903,10 @@ def _step_findings(w: _Work) -> None:
         run,
         w.warnings,
     )
-    found += dataloader.dataloader_findings(w.dl, step_by_rank, *steady.runq_per_step(w.rank_times))
+    runq = steady.runq_per_step(w.rank_times)
+    found += dataloader.dataloader_findings(w.dl, step_by_rank, *runq, run_step_ms=w.step_ms)
     found += dataloader.startup_findings(w.dl, step_by_rank)
-    found += dataloader.host_sync_findings(w.dl, step_by_rank)
+    found += dataloader.host_sync_findings(w.dl, step_by_rank, run_step_ms=w.step_ms)
     found += dataparallel.dataparallel_findings(w.dp, w.step_ms)
     found += gpu.gpu_findings(
         w.gpu_info, w.step_ms, dp_active=w.dp is not None and not w.dp.on_cpu, ranks=w.ranks
@@ -996,4 +987,5 @@ def _script_and_arguments(manifest: dict[str, Any]) -> str | list[str] | None:
     args = [str(a) for a in argv] if isinstance(argv, list) else []
     if isinstance(script, str) and script:
         return [script, *args] if args else script
-    return args or None
+    module = manifest.get("module")  # `-m gpudiag.reference`: named as python's -m is
+    return ["-m", module, *args] if isinstance(module, str) and module else args or None

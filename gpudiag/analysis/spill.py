@@ -444,3 +444,13 @@ def _read(pieces: list[_Piece], rows: int) -> pd.Series:
     if len(parts) == 1:
         return parts[0]
     return pd.concat(parts, ignore_index=True)
+
+
+def lowest_rank_rows(buckets: SpilledTable | None) -> pd.DataFrame | None:
+    """The rows of the lowest rank (the DDP buckets findings.bucket_findings reads), one
+    piece at a time."""
+    if buckets is None or not len(buckets) or "rank" not in buckets:
+        return buckets.frame() if buckets is not None else None
+    lowest = min(piece["rank"].min() for piece in buckets.pieces(["rank"]))
+    rows = [piece[piece["rank"] == lowest] for piece in buckets.pieces()]
+    return pd.concat(rows, ignore_index=True)

@@ -69,7 +69,7 @@ def timeline_figure(
         if part.empty:
             continue
         part["y"] = [position[f"rank {r} · {names_of.get(lane, lane)}"] for r in part["rank"]]
-        names = part["name"].astype(str) if "name" in part else pd.Series(lane, index=part.index)
+        names = part["name"].map(_p) if "name" in part else pd.Series(_p(lane), index=part.index)
         part["hover"] = (
             names + " · " + (part["end_ms"] - part["start_ms"]).round(3).astype(str) + " ms"
         )
@@ -80,7 +80,7 @@ def timeline_figure(
                 text=_segments(part, "hover"),
                 mode="lines",
                 line=dict(width=10, color=component_color(lane)),
-                name=names_of.get(lane, lane),
+                name=_p(names_of.get(lane, lane)),
                 hovertemplate="%{text}<br>at %{x:.3f} ms<extra></extra>",
             )
         )
@@ -91,7 +91,7 @@ def timeline_figure(
     for row in steps.head(MAX_STEP_BANDS).itertuples():
         fig.add_vrect(x0=row.start_ms, x1=row.end_ms, fillcolor=colours.STEP_COLOR, opacity=0.06)
     fig.update_yaxes(
-        tickvals=list(position.values()), ticktext=list(position.keys()), showgrid=False
+        tickvals=list(position.values()), ticktext=[_p(k) for k in position], showgrid=False
     )
     fig.update_xaxes(title="ms since first interval")
     fig.update_layout(
@@ -233,6 +233,14 @@ def _legend_rows(items: list[tuple[str, str]], width: float) -> list[list[tuple[
 
 def _x(text: str) -> str:
     return html.escape(str(text), quote=True)
+
+
+def _p(text: object) -> str:
+    """Text from a run (its folder's name, a trace's kernel, thread or process group
+    names) for plotly, which reads `<b>`, `<br>`, `<a>` in names, ticks and hover text as
+    markup (probe 31h, D6; a kernel's template arguments `<4, ...>` were cut): `&`, `<`
+    and `>` as the entities plotly turns back into those characters."""
+    return html.escape(str(text), quote=False)
 
 
 _SPLIT = {"comm_exposed": ("comm_exposed", "comm_transfer", "comm_wait")}
@@ -422,7 +430,7 @@ def skew_heatmap(skew: pd.DataFrame, max_columns: int = MAX_SKEW_COLUMNS) -> go.
     fig = go.Figure(
         go.Heatmap(
             z=pivot.values,
-            x=list(pivot.columns),
+            x=[_p(c) for c in pivot.columns],
             y=[f"rank {r}" for r in pivot.index],
             colorscale="Reds",
             colorbar=dict(title="skew ms"),
@@ -569,7 +577,7 @@ def stacked_columns_figure(
     fig = go.Figure()
     for i, col in enumerate(columns):
         color = colors[i % len(colors)] if colors else colours.MEASURED_COLOR
-        fig.add_trace(go.Bar(x=frame[x].astype(str), y=frame[col], name=col, marker_color=color))
+        fig.add_trace(go.Bar(x=frame[x].map(_p), y=frame[col], name=_p(col), marker_color=color))
     fig.update_layout(barmode=barmode, title=title, yaxis_title="ms", **_LAYOUT)
     return fig
 
@@ -591,8 +599,10 @@ def compare_figure(
         a_marker = dict(color=b_color, opacity=0.55, pattern=dict(shape="/"))
     fig = go.Figure(
         [
-            go.Bar(x=deltas["metric"], y=deltas["a"], name=f"A: {name_a}", marker=a_marker),
-            go.Bar(x=deltas["metric"], y=deltas["b"], name=f"B: {name_b}", marker_color=b_color),
+            go.Bar(x=deltas["metric"], y=deltas["a"], name=f"A: {_p(name_a)}", marker=a_marker),
+            go.Bar(
+                x=deltas["metric"], y=deltas["b"], name=f"B: {_p(name_b)}", marker_color=b_color
+            ),
         ]
     )
     fig.update_layout(barmode="group", title="ms per step, mean over ranks", **_LAYOUT)

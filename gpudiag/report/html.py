@@ -101,7 +101,7 @@ def _result_section(result: AnalysisResult, include_js: bool) -> str:
         f"<h1>gpudiag: {_e(result.source)}</h1>"
         f"<p>{_e(run.kind)} · world size {_e(run.world_size)} · backend "
         f"{_e(run.backend)} · {_e(plural(run.steps_analysed, 'step'))} analysed · devices "
-        f"{_e(', '.join(run.devices) or 'CPU')} · {_e(' '.join(overview.step_time(result)[::-1]))}</p>"
+        f"{_e(overview.devices_text(run))} · {_e(' '.join(overview.step_time(result)[::-1]))}</p>"
         + _problems_html(result)
         + f"<p class='verdict'><b>{_e(verdict.headline)}</b>"
         + (f"<br><b>Fix:</b> {_e(verdict.fix)}" if verdict.fix else "")

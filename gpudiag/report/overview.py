@@ -9,7 +9,7 @@ findings' evidence); nothing is measured or estimated here.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -299,16 +299,25 @@ def verdict(result: Any) -> Verdict:
         back = " (the mean over ranks)" if mean else ""
         head = f"GPU idle {cost}{of_step} ({mean}{parts}), on {on}: about {cost} back{back}."
     elif f.kind == "exposed_communication":
-        head = (
-            f"Exposed communication transfer {cost}{of_step} on {who} (the wait for late "
-            "peers set apart): what better overlap gives back."
-        )
+        head = f"Exposed communication transfer {cost}{of_step} on {who} {_wait_words(evidence)}."
     elif f.kind in STATE_KINDS:
         # the run's state, not a cost per step: no "ms back" (a failed run said "0.00")
         head = f"{f.title} ({who})."
     else:
         head = f"{f.title} ({who}): up to {cost} back{of_step}."
     return Verdict(_LEVEL.get(f.severity, "info"), head, _fix_text(f), f, chart_note(result, f))
+
+
+def _wait_words(evidence: Mapping[str, Any]) -> str:
+    """How the exposed transfer was told from the wait for late peers: set apart, or
+    not measurable where collectives could not be matched across ranks (an upper bound:
+    "the wait for late peers set apart" contradicted the note under it; probe 31h, D9)."""
+    if evidence.get("cost_is_upper_bound"):
+        return (
+            "(an upper bound: some collectives were not matched across ranks, so their wait "
+            "for late peers is unknown and counted in): better overlap gives back at most this"
+        )
+    return "(the wait for late peers set apart): what better overlap gives back"
 
 
 # the chart's name for what a scaled finding costs (its window_transfer_ms evidence)
@@ -688,6 +697,16 @@ def reading_problems(result: Any) -> str | None:
         )
         parts.append(f"{plural(len(warnings), 'problem')} reading this run: {first}{more}")
     return "; ".join(parts) + "."
+
+
+def devices_text(run: Any) -> str:
+    """The run's devices as the facts line names them: their models, else "GPU (model not
+    in the trace)" where the trace holds GPU work but no deviceProperties (an HTA-sampled
+    128-rank set was "CPU only" beside a "GPU idle" verdict: probe 31h, D8), else "CPU only"."""
+    devices = [str(d) for d in getattr(run, "devices", None) or []]
+    if devices:
+        return ", ".join(devices)
+    return "GPU (model not in the trace)" if getattr(run, "has_gpu_trace", False) else "CPU only"
 
 
 def steps_window(result: Any) -> str:
