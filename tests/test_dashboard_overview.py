@@ -683,3 +683,27 @@ def test_an_upper_bound_verdict_does_not_say_the_wait_was_set_apart(shared_trace
     assert "an upper bound" in verdict.headline and "at most" in verdict.headline
     plain = overview.verdict(analyze(REPO / "sample_runs" / "ddp2_healthy")).headline
     assert "(the wait for late peers set apart)" in plain
+
+
+def test_a_verdict_over_every_step_is_tied_to_the_charts_profiled_steps() -> None:
+    """Probe 31h, D1: a 2-rank job's straggler verdict (every matched step) and the chart
+    (the profiled steps, slower under the profiler) differed, and the note put the gap
+    down to "other late ranks" that did not exist; the data-loader verdict had no note.
+    Recorded here: rank 1 sleeping 50 ms per step beside three CPU hogs."""
+    result = analyze(REPO / "tests" / "fixtures" / "busy_host" / "rank1_sleeps_50ms")
+    verdict = overview.verdict(result)
+    assert verdict.finding is not None and verdict.finding.kind == "straggler"
+    assert verdict.finding.evidence["others_max_wait_caused_ms"] == 0.0
+    note = verdict.chart_note
+    assert "other late ranks" not in note
+    assert (
+        "the mean over the 5 profiled steps, which took 69.67 ms against the steady 65.29 ms"
+        in note
+    )
+    assert "The verdict's 53.49 ms/step is the median over every matched step." in note
+    data = overview.verdict(analyze(REPO / "sample_runs" / "ddp2_dataloader_bound"))
+    assert data.finding is not None and data.finding.kind == "dataloader_stall"
+    assert data.chart_note == (
+        "The chart's 'data loading' is 30.52 ms per step, the mean over the 3 profiled steps. "
+        "The verdict's 30.81 ms/step is over every recorded step of the run."
+    )
