@@ -596,6 +596,31 @@ def test_a_script_that_creates_its_own_profiler_is_told_apart(
     assert _profiles_itself({"script": str(script)}) is profiles
 
 
+@pytest.mark.parametrize(
+    ("files", "profiles"),
+    [
+        ({"train.py": "import helpers\n", "helpers.py": "import torch.profiler as tp\ntp.profile()"}, True),
+        ({"train.py": "from utils.prof import start\n", "utils/__init__.py": "",
+          "utils/prof.py": "from .deep import go\n", "utils/deep.py": "from torch.profiler import profile\n"}, True),
+        ({"train.py": "import helpers, torch\n", "helpers.py": "from torch.profiler import record_function\n"}, False),
+        ({"train.py": "import numpy\n"}, False),  # not a file of the script's folder
+        ({"train.py": "import a\n", "a.py": "import b\n", "b.py": "import a\n"}, False),  # a circle
+    ],
+    ids=["sibling", "package-relative", "ranges-only", "third-party", "circle"],
+)  # fmt: skip
+def test_a_profiler_created_by_a_module_of_the_scripts_folder_is_seen(
+    tmp_path: Path, files: dict[str, str], profiles: bool
+) -> None:
+    """Probe 28d, defect 9: a helper module the script imports created the profiler at
+    step 7 inside an open range (3 of 6 traced runs crashed); only the script was read."""
+    from gpudiag.capture.script_run import _profiles_itself
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert _profiles_itself({"script": str(tmp_path / "train.py")}) is profiles
+
+
 def test_a_rank_interrupted_after_a_peer_failed_is_not_blamed_as_signalled_from_outside() -> None:
     """Seen under load on a 2-node job whose node 1 launcher was SIGKILLed: node 0's
     rank 0 failed with a peer's connection error, then node 0's torchrun ended rank 1

@@ -56,12 +56,13 @@ def test_region_around_every_step_never_crashes_the_traced_process(
 
 OWN_PROFILER = Path(__file__).parent / "scripts" / "own_profiler.py"
 OWN_PROFILER_MID_WINDOW = Path(__file__).parent / "scripts" / "own_profiler_mid_window.py"
+OWN_PROFILER_IN_MODULE = Path(__file__).parent / "scripts" / "own_profiler_in_module.py"
 
 
 @pytest.mark.parametrize(
     ("script", "steps"),
-    [(OWN_PROFILER, 15), (OWN_PROFILER_MID_WINDOW, 16)],
-    ids=["schedule", "mid"],
+    [(OWN_PROFILER, 15), (OWN_PROFILER_MID_WINDOW, 16), (OWN_PROFILER_IN_MODULE, 14)],
+    ids=["schedule", "mid", "module"],
 )
 def test_script_with_its_own_profiler_keeps_it_and_is_never_crashed(
     tmp_path: Path, cpu_hog: object, script: Path, steps: int

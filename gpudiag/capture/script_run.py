@@ -6,6 +6,7 @@ itself, and what the rank's environment and torch say about it.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import re
@@ -86,8 +87,35 @@ _PROFILER_IMPORT = re.compile(
 
 
 def _profiles_itself(target: dict[str, str]) -> bool:
-    """The script's own source (its module's for ``-m``) creates a torch profiler: read,
-    never imported; an unreadable file is taken as not profiling."""
+    """The script's own source (its module's for ``-m``), or a module of its own folder
+    it imports (transitively, at most :data:`_MAX_SOURCES` files), creates a torch
+    profiler: read, never imported; an unreadable file is taken as not profiling. A
+    helper module's `start()` that creates one at step 7 inside an open range crashed the
+    job in 3 of 6 runs when only the script was read (probe 28d, defect 9)."""
+    path = _target_path(target)
+    if not path:
+        return False
+    root = os.path.dirname(os.path.abspath(path))
+    pending, seen = [os.path.abspath(path)], set[str]()
+    while pending and len(seen) < _MAX_SOURCES:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        text = rundir.read_text(current, max_bytes=8 << 20)
+        if not text:
+            continue
+        if _creates_profiler(text):
+            return True
+        pending.extend(_local_imports(text, current, root))
+    return False
+
+
+# the files of the script's folder read for a profiler (each rank reads them at start)
+_MAX_SOURCES = 64
+
+
+def _target_path(target: dict[str, str]) -> str | None:
     path = target.get("script")
     if path is None and target.get("module"):
         try:
@@ -99,9 +127,10 @@ def _profiles_itself(target: dict[str, str]) -> bool:
         path = spec.origin if spec is not None else None
     if path and os.path.isdir(path):  # `python pkgdir` runs pkgdir/__main__.py
         path = os.path.join(path, "__main__.py")
-    text = rundir.read_text(path, max_bytes=8 << 20) if path else None
-    if not text:
-        return False
+    return path
+
+
+def _creates_profiler(text: str) -> bool:
     if _PROFILER_CALL.search(text):
         return True
     if any(re.search(r"\bprofile\b", m[1]) for m in _PROFILER_IMPORT.finditer(text)):
@@ -111,6 +140,38 @@ def _profiles_itself(target: dict[str, str]) -> bool:
     # `P.profile(` / `tp.profile(`
     aliases = {m["alias"] or m["alias2"] for m in _PROFILER_MODULE_ALIAS.finditer(text)}
     return any(re.search(rf"\b{re.escape(a)}\.profile\s*\(", text) for a in aliases)
+
+
+def _local_imports(text: str, path: str, root: str) -> list[str]:
+    """The files of ``root`` (the script's folder, sys.path[0]) or of ``path``'s package
+    that ``text``'s imports name: `import helpers`, `from utils.prof import start`,
+    `from .prof import start`."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bases, names = [root], [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = root
+            if node.level:
+                base = os.path.dirname(path)
+                for _ in range(node.level - 1):
+                    base = os.path.dirname(base)
+            module = node.module or ""
+            bases = [base]
+            names = [module, *(f"{module}.{a.name}".lstrip(".") for a in node.names)]
+        else:
+            continue
+        for base in bases:
+            for name in filter(None, names):
+                stem = os.path.join(base, *name.split("."))
+                for candidate in (stem + ".py", os.path.join(stem, "__init__.py")):
+                    if os.path.isfile(candidate):
+                        found.append(candidate)
+    return found
 
 
 _PROFILER_MODULE_ALIAS = re.compile(
