@@ -107,3 +107,33 @@ def test_buckets_that_closed_at_their_cap_hold_no_unsplittable_weight() -> None:
           "rebuilt_bucket_sizes": [2**20, 23 * 2**20]}]
     )  # fmt: skip
     assert gradient_sync.unsplittable_share(stats) == 0.0
+
+
+LOADER = Path(__file__).parent / "fixtures" / "loader_workers"
+
+
+def _stall(name: str) -> fnd.Finding:
+    (stall,) = [f for f in analyze(LOADER / name).findings if f.kind == "dataloader_stall"]
+    return stall
+
+
+def test_one_ranks_slow_loader_is_its_own_wait_not_a_mean_put_down_to_the_cpu() -> None:
+    """Probe 29h, class 3: rank 1's two loader workers sleep 80 ms per batch (mp.spawn
+    DDP, a small ResNet, 2 cores): rank 1 waited 15.6 ms per step, rank 0 2.7 ms. The
+    finding said "ranks 0 and 1: 9.1 ms", low, and that more workers may not help (the
+    host's CPU); the wait is a sleep, which more workers overlap."""
+    stall = _stall("rank1_workers_sleep")
+    assert stall.ranks == [1] and stall.severity == "high", stall.title
+    assert stall.cost_ms_per_step == pytest.approx(15.56, abs=0.01)
+    assert stall.title.startswith("Rank 1 waits 15.56 ms per step for data")
+    assert stall.fix == dataloader.DATALOADER_FIX  # more workers do overlap a sleep
+
+
+def test_a_loader_short_of_cpu_on_a_small_host_is_not_told_to_add_workers() -> None:
+    """Probe 29h, class 4: the healthy job, 2 cores for 2 ranks of 2 workers each: a 2.4
+    ms wait was medium with "num_workers=4..8", and 4 workers waited longer (3.1 ms).
+    Most of the wait is the CPU shortage: low, and the fix says what can help."""
+    stall = _stall("healthy")
+    assert stall.severity == "low" and stall.evidence["cores_per_rank"] == 1
+    assert stall.fix.startswith("This host has 2 cores for 2 ranks (1 per rank)")
+    assert "num_workers=4..8" not in stall.fix

@@ -924,6 +924,7 @@ def _step_findings(w: _Work) -> None:
         )
     if info.kind == "gpudiag_run":  # a foreign trace's one step may be its whole span
         fnd.hedge_few_steps(found, max(info.steps_analysed, _recorded_steps(run)))
+        dataloader.fit_loader_advice(found, info.cores_per_node, info.world_size, info.nodes or 1)
     attach_locations(found, getattr(run, "lint", None))
     w.findings = sort_findings(found)
 
