@@ -233,3 +233,15 @@ def test_a_data_wait_longer_than_the_hosts_load_stays_high() -> None:
     assert dataloader._host_part(3.0, [1], starved, 0.5) == (3.0, starved[1])
     part, _ = dataloader._host_part(3.0, [1], starved, 0.05) or (None, None)
     assert part == pytest.approx(3.0 * 0.05 / HOST_LOAD_FULL)
+
+
+def test_a_data_wait_is_listed_above_the_straggler_it_makes() -> None:
+    """Probe 29i, class 6: rank 1's collate sleeping 40 ms made it a straggler whose cost
+    (the others' wait, 46.6 ms) is a little above the data wait itself (41.0 ms), so the
+    straggler came first and a reader read "straggler", not "data". The cause now goes
+    just above what it causes, in every view (one order: findings.sort_findings)."""
+    result = analyze(RECORDED / "lightning_rank1_data_40ms_3_hogs")
+    first, second = result.findings[:2]
+    assert (first.kind, second.kind) == ("dataloader_stall", "straggler")
+    assert second.evidence["caused_by"] == "dataloader_stall"
+    assert second.cost_ms_per_step > first.cost_ms_per_step  # ordered by cause, not cost
