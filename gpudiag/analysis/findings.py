@@ -479,7 +479,6 @@ def exposed_comm_findings(
     sync_rounds: GradientSyncRounds | None = None,
     straggler_wait: Mapping[int, float] | None = None,
     ddp: bool = True,
-    runq_ms: float | None = None,
 ) -> list[Finding]:
     """Exposed communication net of the waiting for peers: the cost is the transfer part,
     what better overlap gives back. ``peer_wait`` (comms.peer_wait) gives each rank's
@@ -522,7 +521,7 @@ def exposed_comm_findings(
         return []
     # say less: rate only what is known to be transfer, and not the host's load
     rated = split.known_transfer_ms if split.upper_bound else cost
-    severity = severity_under_load(rated, step_ms, runq_share, runq_ms)
+    severity = severity_under_load(rated, step_ms, runq_share)
     starved = host_starved(runq_share)
     # the profiled window's, as the per-rank table (and the chart drawn from it) is
     per_rank_wait = window.per_rank_waiting_ms
@@ -556,11 +555,6 @@ def exposed_comm_findings(
                 else None,
                 "step_ms": ms(step_ms),
                 **_window_evidence(window, window_step_ms, scale, runq_share),
-                **(
-                    {"host_load_part_ms": ms(host_part(rated, runq_share, runq_ms))}
-                    if runq_share is not None
-                    else {}
-                ),
                 "allreduce_stall_ms_per_step": stall_ms,
                 **_per_rank_exposed_evidence(ranks, exposed, per_rank_wait),
                 **(
@@ -719,23 +713,11 @@ def host_load_weight(runq_share: float | None) -> float:
     return min(max(ramp, 0.0), 1.0)
 
 
-def host_part(cost_ms: float, runq_share: float | None, runq_ms: float | None = None) -> float:
-    """The part of a cost put down to the host's load: :func:`host_load_weight` of it, and
-    never more than the run-queue wait per step it rests on (``runq_ms``, the median
-    rank's): an 8 ms wait had discounted a 15 ms all-reduce to nothing, though removing
-    the all-reduce gave back 26 ms (probe 29i, class 2)."""
-    part = cost_ms * host_load_weight(runq_share)
-    if runq_ms is not None and math.isfinite(runq_ms):
-        part = min(part, max(runq_ms, 0.0))
-    return part
-
-
-def severity_under_load(
-    cost_ms: float, step_ms: float, runq_share: float | None, runq_ms: float | None = None
-) -> str:
+def severity_under_load(cost_ms: float, step_ms: float, runq_share: float | None) -> str:
     """The severity of a cost already found (severity_for gave one), rated on the part of
-    it that is not the host's load (:func:`host_part`); low at least."""
-    return severity_for(cost_ms - host_part(cost_ms, runq_share, runq_ms), step_ms) or "low"
+    it that is not the host's load (:func:`host_load_weight`); low at least."""
+    rated = cost_ms * (1.0 - host_load_weight(runq_share))
+    return severity_for(rated, step_ms) or "low"
 
 
 def _exposed_title(split: ExposedSplit, step_ms: float, straggler: bool = False) -> str:
@@ -776,7 +758,6 @@ def bucket_findings(
     largest_bytes: float | None = None,
     runq_share: float | None = None,
     unsplittable: float | None = None,
-    runq_ms: float | None = None,
 ) -> list[Finding]:
     """Fires only when communication is exposed beyond waiting for peers (``split``,
     :func:`exposed_split`; rated on the part known to be transfer): bucket
@@ -813,7 +794,7 @@ def bucket_findings(
     return [
         Finding(
             kind="bucket_size",
-            severity=severity_under_load(known, step_ms, runq_share, runq_ms),
+            severity=severity_under_load(known, step_ms, runq_share),
             cost_ms_per_step=cost,
             ranks=[],
             title=f"DDP uses {why} gradient buckets ({count:.0f} per step) while {ms_text(exposed)} ms/step of communication transfer is exposed",

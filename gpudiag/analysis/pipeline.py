@@ -462,7 +462,7 @@ def _communication_findings(
         ended_early,
         causes=_slow_rank_causes(inputs.slow, base.rank_times, inputs.traces, steady_count),
         run_steps=steady_count,
-        runq_ms=(runq_ms := steady.median_runq_ms(base.rank_times)),
+        runq_ms=steady.median_runq_ms(base.rank_times),
     )
     runq_share = steady.runq_share(base.rank_times)
     ranks = inputs.ranks
@@ -484,7 +484,6 @@ def _communication_findings(
         largest_bytes=largest,
         peer_wait=peer_wait,
         runq_share=runq_share,
-        runq_ms=runq_ms,
         window_step_ms=base.window_ms,
         ddp=_uses_ddp(inputs.traces, run),
         sync_rounds=_guard(
@@ -506,7 +505,6 @@ def _communication_findings(
             split=window.scaled(scale),
             largest_bytes=largest,
             runq_share=runq_share,
-            runq_ms=runq_ms,
             unsplittable=gradient_sync.unsplittable_share(run.ddp_stats if run else None),
         )
     return found
