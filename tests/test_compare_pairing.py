@@ -35,8 +35,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         "a": {"script": "train.py", "argv": ["40", "25"]},
         "same": {"script": "train.py", "argv": ["40", "25"]},
         "other_args": {"script": "train.py", "argv": ["1700", "25"]},
-        "no_script": {"script": None, "argv": None},
-        "no_script_2": {"script": None, "argv": None},
+        "no_script": {"script": None, "module": None, "argv": None},
+        "no_script_2": {"script": None, "module": None, "argv": None},
     }
     return {name: analyze(_copy(root, name, **spec)) for name, spec in specs.items()}
 
