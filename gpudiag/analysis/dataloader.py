@@ -556,7 +556,7 @@ def dataloader_findings(
     host = _host_part(cost, waiting, runq_ms, runq_share)
     host_ms, host_wait = host if host is not None else (0.0, None)
     severity = severity_for(cost - host_ms, mean_step) or "low"
-    hedged = host_wait is not None and host_ms >= 0.5 * cost
+    hedged = host_ms >= 0.5 * cost
     idle = [
         r.gpu_idle_waiting_ms_per_step
         for r in info.trace

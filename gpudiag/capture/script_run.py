@@ -17,6 +17,7 @@ from types import FrameType
 from typing import Any
 
 from gpudiag import rundir
+from gpudiag.imports_on_disk import module_candidates
 
 
 def _set_path_head(folder: str) -> None:
@@ -150,27 +151,21 @@ def _local_imports(text: str, path: str, root: str) -> list[str]:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
-    found = []
+    dotted: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            bases, names = [root], [a.name for a in node.names]
+            dotted += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = root
-            if node.level:
-                base = os.path.dirname(path)
-                for _ in range(node.level - 1):
-                    base = os.path.dirname(base)
-            module = node.module or ""
-            bases = [base]
-            names = [module, *(f"{module}.{a.name}".lstrip(".") for a in node.names)]
-        else:
-            continue
-        for base in bases:
-            for name in filter(None, names):
-                stem = os.path.join(base, *name.split("."))
-                for candidate in (stem + ".py", os.path.join(stem, "__init__.py")):
-                    if os.path.isfile(candidate):
-                        found.append(candidate)
+            module = "." * node.level + (node.module or "")
+            dotted += [
+                module,
+                *(f"{module}.{a.name}" if node.module else module + a.name for a in node.names),
+            ]
+    found = []
+    for name in dotted:
+        # absolute imports from the script's folder (sys.path[0]), relative from the file's
+        where = path if name.startswith(".") else os.path.join(root, "__main__.py")
+        found += [c for c in module_candidates(where, name, ancestors=0) if os.path.isfile(c)]
     return found
 
 
