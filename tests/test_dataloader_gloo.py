@@ -19,9 +19,12 @@ pytestmark = pytest.mark.slow
 SUITE = Path(__file__).parent / "scripts" / "suite_train.py"
 JOB_TIMEOUT_S = 240
 WORKER_START_S = 3.0
+WORKER_STAGGER_S = 0.4
 
 # A DataLoader with num_workers=2 whose workers sleep WORKER_START_S in worker_init_fn
-# (torchvision imagenet with `-j 2` waited 5.4 s at step 0, at most 10 ms after).
+# (torchvision imagenet with `-j 2` waited 5.4 s at step 0, at most 10 ms after), the
+# second WORKER_STAGGER_S longer: step 1 waits for it (CI on a loaded host: ~150 ms at
+# step 1 made a high 15.2 ms/step stall beside a 1.3 ms table).
 SLOW_START = """
 import sys, time
 import torch
@@ -45,11 +48,13 @@ class Batches(Dataset):
 
 
 class SlowStart:
-    def __init__(self, seconds):
+    def __init__(self, seconds, stagger):
         self.seconds = seconds
+        self.stagger = stagger
 
     def __call__(self, worker_id):
-        time.sleep(self.seconds)
+        # worker 1 starts later, as on a loaded host, so step 1 waits for it too
+        time.sleep(self.seconds + worker_id * self.stagger)
 
 
 def first(items):
@@ -57,7 +62,7 @@ def first(items):
 
 
 def main():
-    steps, start_s = int(sys.argv[1]), float(sys.argv[2])
+    steps, start_s, stagger_s = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -71,7 +76,7 @@ def main():
         sampler=DistributedSampler(data, shuffle=False),
         collate_fn=first,
         num_workers=2,
-        worker_init_fn=SlowStart(start_s),
+        worker_init_fn=SlowStart(start_s, stagger_s),
     )
     for x, y in loader:
         opt.zero_grad()
@@ -100,7 +105,12 @@ def slow_start(tmp_path_factory: pytest.TempPathFactory) -> AnalysisResult:
     root = tmp_path_factory.mktemp("slow_start")
     script = root / "slow_start_train.py"
     script.write_text(SLOW_START)
-    return _trace(root / "run", ["--profile-steps", "3-8"], script, ["12", str(WORKER_START_S)])
+    return _trace(
+        root / "run",
+        ["--profile-steps", "3-8"],
+        script,
+        ["12", str(WORKER_START_S), str(WORKER_STAGGER_S)],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -114,9 +124,10 @@ def test_worker_start_up_is_reported_once_not_per_step(slow_start):
     run = slow_start.dataloader.run
     assert sorted(run) == [0, 1]
     for rank, wait in run.items():
-        # step 0 waited for the workers to start; it is set apart
-        assert wait.startup_ms is not None and wait.startup_ms > 0.8 * WORKER_START_S * 1e3, rank
-        assert wait.steps == 11 and wait.data_ms_max_step is not None
+        # steps 0 and 1 waited for the two workers to start; both are set apart
+        started = (WORKER_START_S + WORKER_STAGGER_S) * 1e3
+        assert wait.startup_ms is not None and wait.startup_ms > 0.8 * started, rank
+        assert wait.steps == 10 and wait.data_ms_max_step is not None
         # later steps: a few ms (one a few hundred when the profiler starts on a busy host)
         assert wait.data_ms_max_step < 0.2 * wait.startup_ms, rank
         assert wait.data_ms_per_step < 0.05 * wait.startup_ms

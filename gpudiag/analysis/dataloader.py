@@ -246,14 +246,29 @@ def startup_split(waits_ns: np.ndarray) -> tuple[float | None, np.ndarray]:
     data wait per step in step order. The first step's wait is start-up when at least two
     later steps exist and it exceeds STARTUP_FACTOR x the longest of them by at least
     STARTUP_MIN_NS: the DataLoader's workers starting (torchvision imagenet with
-    ``-j 2``: 5.4 s at step 0, at most 10 ms after). A wait that recurs is per-step."""
+    ``-j 2``: 5.4 s at step 0, at most 10 ms after). Each worker delivers its first batch
+    once it has started, and on a loaded host the workers start one after another: the
+    next steps' waits are start-up too while each is as far above every later one (at most
+    half the steps). A wait that recurs is per-step."""
     waits = np.asarray(waits_ns, dtype=float)
-    if len(waits) < 3:
+    leading = _leading_startup_steps(waits)
+    if not leading:
         return None, waits
-    first, later = float(waits[0]), float(np.max(waits[1:]))
-    if first >= STARTUP_FACTOR * later and first - later >= STARTUP_MIN_NS:
-        return first / 1e6, waits[1:]
-    return None, waits
+    return float(np.sum(waits[:leading])) / 1e6, waits[leading:]
+
+
+def _leading_startup_steps(waits: np.ndarray) -> int:
+    if len(waits) < 3:
+        return 0
+    # the longest wait after each step: suffix maxima
+    later = np.maximum.accumulate(waits[::-1])[::-1]
+    leading = 0
+    while leading < len(waits) // 2:
+        wait, rest = float(waits[leading]), float(later[leading + 1])
+        if wait < STARTUP_FACTOR * rest or wait - rest < STARTUP_MIN_NS:
+            break
+        leading += 1
+    return leading
 
 
 _GPU_WORK = ["compute", "comm", "memcpy", "memset"]
@@ -274,11 +289,12 @@ def _trace_dataloader(trace: Any) -> TraceDataWait:
     per_step = _per_step_union_ms(dl, windows).reindex(windows["step"], fill_value=0.0)
     startup, waits = startup_split(per_step.to_numpy(dtype=float) * 1e6)
     counted = len(waits)
+    set_apart = n_steps - counted
     gpu = ev["is_gpu"].to_numpy(dtype=bool) & ev["kind"].isin(_GPU_WORK).to_numpy()
     gpu_idle_ms = 0.0
     if not dl.empty and gpu.any():
         # the waits inside the counted windows (the start-up step's is not a per-step cost)
-        counted_windows = windows.iloc[1:] if startup is not None else windows
+        counted_windows = windows.iloc[set_apart:]
         ds, de = iv.intersect(
             iv.union(dl["start_ns"].to_numpy(), dl["end_ns"].to_numpy()),
             iv.union(counted_windows["start_ns"].to_numpy(), counted_windows["end_ns"].to_numpy()),
@@ -372,7 +388,7 @@ def _trace_host_sync(trace: Any) -> HostSync:
 
 def run_dataloader(run: Any) -> dict[int, RunDataWait]:
     """Per rank mean/max data wait over every step of the run (steps table data_ns), the
-    first step's one-off start-up wait set apart (:func:`startup_split`)."""
+    first steps' one-off start-up wait set apart (:func:`startup_split`)."""
     steps = getattr(run, "steps", None)
     if steps is None or steps.empty or "data_ns" not in steps.columns:
         return {}
@@ -383,8 +399,7 @@ def run_dataloader(run: Any) -> dict[int, RunDataWait]:
     for rank, g in data.groupby("rank"):
         step_ns = (g["end_ns"] - g["start_ns"]).astype(float).to_numpy()
         startup, waits = startup_split(g["data_ns"].astype(float).to_numpy())
-        if startup is not None:
-            step_ns = step_ns[1:]
+        step_ns = step_ns[len(step_ns) - len(waits) :]
         out[int(rank)] = RunDataWait(
             steps=int(len(waits)),
             data_ms_per_step=float(waits.mean() / 1e6),
