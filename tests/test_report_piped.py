@@ -86,8 +86,22 @@ OTHER = REPO / "sample_runs" / "ddp2_healthy"
         ["watch", str(RUN), "--once"],
         ["watch", str(RUN), "--once", "--json"],
         ["lint", str(REPO / "tests" / "scripts" / "rel_job.py")],
+        ["--help"],
+        ["--version"],
+        ["lint", "--help"],
     ],
-    ids=["analyze", "analyze-json", "compare", "whatif", "watch", "watch-json", "lint"],
+    ids=[
+        "analyze",
+        "analyze-json",
+        "compare",
+        "whatif",
+        "watch",
+        "watch-json",
+        "lint",
+        "usage",  # was a BrokenPipeError traceback (`gpudiag --help | head -5`)
+        "version",
+        "command-help",
+    ],
 )
 def test_a_closed_pipe_ends_the_command_quietly_with_0(args: list[str]) -> None:
     """`gpudiag analyze RUN | head -1`: once the reader is gone, every printing command

@@ -55,14 +55,11 @@ def _usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        print(_usage())
-        return 0 if argv else 2
-    if argv[0] in ("-V", "--version"):
-        from gpudiag import __version__
-
-        print(f"gpudiag {__version__}")
-        return 0
+    if not argv or argv[0] in ("-h", "--help", "help", "-V", "--version"):
+        try:
+            return _usage_or_version(argv)
+        except BrokenPipeError:  # `gpudiag --help | head -3`
+            return _stdout_closed()
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"gpudiag: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
@@ -84,6 +81,17 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         raise
     return code
+
+
+def _usage_or_version(argv: list[str]) -> int:
+    if argv and argv[0] in ("-V", "--version"):
+        from gpudiag import __version__
+
+        print(f"gpudiag {__version__}")
+    else:
+        print(_usage())
+    sys.stdout.flush()
+    return 0 if argv else 2
 
 
 def _paths_printable() -> None:
