@@ -293,7 +293,7 @@ def _trace_dataloader(trace: Any) -> TraceDataWait:
     gpu = ev["is_gpu"].to_numpy(dtype=bool) & ev["kind"].isin(_GPU_WORK).to_numpy()
     gpu_idle_ms = 0.0
     if not dl.empty and gpu.any():
-        # the waits inside the counted windows (the start-up step's is not a per-step cost)
+        # the waits inside the counted windows (the start-up steps' are not a per-step cost)
         counted_windows = windows.iloc[set_apart:]
         ds, de = iv.intersect(
             iv.union(dl["start_ns"].to_numpy(), dl["end_ns"].to_numpy()),
