@@ -560,6 +560,12 @@ RECORD_DP = (
 )
 
 
+def _step_label(ctx: ViewContext) -> str:
+    """The step the shares are of: the run's steady step, else the profiled window's."""
+    steady = ctx.result.run.steady_step_ms is not None
+    return "step ms (steady)" if steady else "step ms (profiled window)"
+
+
 def dataparallel(ctx: ViewContext) -> None:
     st.header("DataParallel")
     dp = ctx.result.dataparallel
@@ -583,7 +589,7 @@ def dataparallel(ctx: ViewContext) -> None:
     facts = {
         "forward ms/step": dp.forward_ms_per_step,
         "DP overhead ms/step": dp.overhead_ms_per_step,
-        "mean step ms": shown_step,
+        _step_label(ctx): shown_step,
         "projected DDP step ms": dp.projected_ddp_step_ms,
     }
     _metrics({k: v for k, v in facts.items() if v is not None})

@@ -553,7 +553,8 @@ def test_gpu_validate_checks_on_a_cpu_run(ddp_ok: Traced) -> None:
     assert results["status ok"] and results["ranks"] and results["backend"]
     assert results["collectives recorded"] and results["traces"] and results["size <= 2 MB"]
     assert not results["NVML samples"]
-    assert not results["CUDA kernels in trace"] and not results["NCCL kernels in trace"]
+    assert not results["CUDA kernels in trace"] and not results["NCCL calls in trace"]
+    assert not results["NCCL times from the Flight Recorder"]
 
 
 def test_gpu_validate_script_syntax() -> None:

@@ -433,7 +433,7 @@ def test_dataparallel_view_on_a_real_cpu_dataparallel_run(
     assert any("DataParallel ran on CPU" in w.value for w in at.warning)
     # metrics through the one formatter (two decimals), as every table
     assert _metric(at, "forward ms/step") == md(numbers.num(dp.forward_ms_per_step))
-    assert _metric(at, "mean step ms") == md(numbers.num(analyzed["dp_cpu"].step_ms))
+    assert _metric(at, "step ms (steady)") == md(numbers.num(analyzed["dp_cpu"].step_ms))
     stages = next(t for t in _specs(at)[0]["data"] if t["type"] == "bar")
     assert list(stages["x"]) == list(dp.stage_ms_per_step)
     on_cpu = next(f for f in analyzed["dp_cpu"].findings if f.kind == "dp_on_cpu")

@@ -102,40 +102,6 @@ def test_no_dataparallel_no_dp_finding(slow_loader_trace):
     assert not {"dp_on_cpu", "dataparallel_overhead"} & {f.kind for f in res.findings}
 
 
-# Real GPU recordings, committed by a session that was lent a GPU (tools/gpu_validate.sh
-# writes them here). Never fabricated: until one exists these tests skip, saying so.
-GPU_RUNS = Path(__file__).parent / "fixtures" / "gpu_runs"
-
-
-def _gpu_run(name: str) -> Path:
-    run = GPU_RUNS / name
-    if not (run / rundir.MANIFEST).is_file():
-        pytest.skip(f"{run} not recorded yet: run tools/gpu_validate.sh on a GPU machine")
-    return run
-
-
-def test_dataparallel_overhead_on_cuda_recording():
-    res = analyze(_gpu_run("dp_two_replicas_one_gpu"))
-    dp = res.dataparallel
-    assert dp is not None and not dp.on_cpu
-    stages = dp.stage_ms_per_step
-    assert stages["replicate"] > 0 and stages["parallel_apply"] > 0 and stages["gather"] > 0
-    assert 0 < (dp.projected_ddp_step_ms or 0) < res.ranks["step_ms_mean"].iloc[0]
-    finding = next(f for f in res.findings if f.kind == "dataparallel_overhead")
-    assert finding.cost_ms_per_step == pytest.approx(dp.overhead_ms_per_step, rel=0.05)
-
-
-def test_gpu_health_on_nvml_recording():
-    res = analyze(_gpu_run("single_gpu"))
-    samples = res.gpu_samples
-    assert len(samples) and samples["util_gpu"].notna().any()
-    assert samples["mem_total"].max() > samples["mem_used"].max() > 0
-    assert (
-        res.gpu.kernel_busy and res.gpu.nvml
-    )  # kernel-busy fraction and NVML utilisation summarised
-    assert not {"dp_on_cpu"} & {f.kind for f in res.findings}
-
-
 def test_slow_loader_in_a_plain_trace_gives_dataloader_stall(slow_loader_trace):
     res = analyze(slow_loader_trace)
     assert res.run.kind == "traces"

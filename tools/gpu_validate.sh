@@ -7,7 +7,7 @@
 #   gloo_cuda_2rank          DDP, 2 ranks, gloo on CUDA tensors (both on GPU 0)
 #   dp_two_replicas_one_gpu  nn.DataParallel(device_ids=[0, 0]), if torch accepts it
 # The run directories (each <= 2 MB) are left in $1 (default tests/fixtures/gpu_runs, where
-# tests/test_findings.py reads them) so they can be committed as test fixtures.
+# tests/test_gpu_recordings.py reads them) so they can be committed as test fixtures.
 #
 # usage: tools/gpu_validate.sh [OUT_DIR]
 set -u

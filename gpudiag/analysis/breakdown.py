@@ -114,12 +114,14 @@ def _activity_sets(rank_trace: RankTrace) -> dict[str, iv.Intervals]:
 
 
 def comm_event_mask(ev: pd.DataFrame) -> np.ndarray:
-    """The events that make up communication: GPU traces, the comm kernels; CPU traces,
-    gloo's transfers and the training thread's collective calls (``c10d::*``)."""
+    """The events that make up communication: GPU traces, the comm kernels and gloo's
+    transfers; CPU traces, gloo's transfers and the training thread's collective calls
+    (``c10d::*``). gloo moves CUDA tensors through the host, on its own threads: on an
+    H200 its ``gloo:all_reduce`` ranges held 1.8 ms of a 6.7 ms step with no GPU event."""
     kind = cls.kinds(ev)
     gpu = ev["is_gpu"].to_numpy()
     if is_gpu_trace(ev):
-        return gpu & (kind == "comm")
+        return kind == "comm"
     main = ev["main_thread"].to_numpy()
     return ~gpu & ((kind == "comm") | (main & (kind == "comm_cpu")))
 

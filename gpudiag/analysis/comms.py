@@ -304,13 +304,12 @@ def collective_pieces(
     """:func:`collective_table` in pieces, in its order: whole ranks, about ``rows``
     calls each, where the traces come in rank order (else, and from a run's own table,
     one piece). ``pd.concat`` of the pieces is the table."""
-    if run is not None:
-        from_run = _run_rows(run, traces)
-        # The run's table covers every step; without end times (gloo, no --time-buckets)
-        # it still gives arrivals for skew, but a trace's window has real durations.
-        if len(from_run) and (from_run["end_ns"].notna().any() or not traces):
-            yield _with_bandwidth(from_run)
-            return
+    from_run = _run_rows(run, traces) if run is not None else pd.DataFrame()
+    # The run's table covers every step; without end times (gloo, no --time-buckets;
+    # NCCL) it still gives arrivals for skew, but a trace's window has real durations.
+    if len(from_run) and (from_run["end_ns"].notna().any() or not traces):
+        yield _with_bandwidth(from_run)
+        return
     ranks = [int(t.meta.rank) for t in traces]
     if any(a >= b for a, b in itertools.pairwise(ranks)):
         rows = 0  # a rank's rows may be anywhere: one piece, sorted as a whole
@@ -327,6 +326,10 @@ def collective_pieces(
             frames, held, made = [], 0, True
     if frames:
         yield _with_bandwidth(_joined(frames))
+    elif not made and len(from_run):
+        # no transfer in the traces (NCCL with one rank launches no kernel): the calls
+        # are still the run's, without durations
+        yield _with_bandwidth(from_run)
     elif not made:
         yield pd.DataFrame({c: pd.Series(dtype=object) for c in TABLE_COLUMNS})
 

@@ -118,6 +118,26 @@ def _input_copies(ev: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     return copies[before]
 
 
+def _apply_wait_ms(cpu_ev: pd.DataFrame, ws: np.ndarray, we: np.ndarray) -> tuple[float, int]:
+    """parallel_apply as the main thread lives it: in each DataParallel.forward, from the
+    end of the replicate to the start of the gather it waits for the replica threads.
+    The profiler records no op of those threads (seen on an H200, torch 2.11: only their
+    cudaLaunchKernel calls), so their own work cannot be summed. Returns (ms, windows)."""
+    main = cpu_ev[cpu_ev["main_thread"].to_numpy(dtype=bool)]
+    replicate = main[_contains(main, STAGES["replicate"])]
+    gather = main[_contains(main, STAGES["gather"])]
+    total_ns, windows = 0, 0
+    for start, end in zip(ws, we, strict=True):
+        rep_end = replicate["end_ns"][
+            (replicate["start_ns"] >= start) & (replicate["end_ns"] <= end)
+        ]
+        gat_start = gather["start_ns"][(gather["start_ns"] >= start) & (gather["end_ns"] <= end)]
+        if len(rep_end) and len(gat_start) and gat_start.min() > rep_end.max():
+            total_ns += int(gat_start.min() - rep_end.max())
+            windows += 1
+    return total_ns / 1e6, windows
+
+
 def trace_dataparallel(trace: Any) -> DataParallelResult | None:
     """Per-rank DP stage costs (ms/step), or None when the trace has no DataParallel
     (cached on the trace)."""
@@ -146,6 +166,9 @@ def _trace_dataparallel(trace: Any) -> DataParallelResult | None:
         total = _per_step_union_ms(hits, steps).sum() if n_steps else hits["dur_ns"].sum() / 1e6
         stages[stage] = float(total / n_steps) if n_steps else float(total)
     ws, we = merge_intervals(windows["start_ns"].to_numpy(), windows["end_ns"].to_numpy())
+    if has_gpu and not counts["parallel_apply"]:
+        apply_ms, counts["parallel_apply"] = _apply_wait_ms(ev[cpu], ws, we)
+        stages["parallel_apply"] = apply_ms / n_steps if n_steps else apply_ms
     copies = ev[ev["kind"] == "memcpy"]
     cs, ce = merge_intervals(copies["start_ns"].to_numpy(), copies["end_ns"].to_numpy())
     forward_ms = float(np.sum(we - ws)) / 1e6

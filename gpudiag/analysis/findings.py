@@ -479,6 +479,7 @@ def exposed_comm_findings(
     sync_rounds: GradientSyncRounds | None = None,
     straggler_wait: Mapping[int, float] | None = None,
     ddp: bool = True,
+    gloo_on_gpu: bool = False,
 ) -> list[Finding]:
     """Exposed communication net of the waiting for peers: the cost is the transfer part,
     what better overlap gives back. ``peer_wait`` (comms.peer_wait) gives each rank's
@@ -500,7 +501,7 @@ def exposed_comm_findings(
     more than once per optimizer step; the finding then says so, and its cost is what
     no_sync() on the non-final micro-steps gives back (:func:`_microstep_sync_finding`).
     ``ddp``: the run shows DDP (RunInfo.ddp_evidence); without it the fix names no DDP
-    knob (:data:`EXPOSED_COMM_FIX_NOT_DDP`)."""
+    knob (:data:`EXPOSED_COMM_FIX_NOT_DDP`); ``gloo_on_gpu``: it names NCCL first."""
     if ranks is None or len(ranks) == 0 or "comm_exposed" not in ranks:
         return []
     exposed = ranks["comm_exposed"].astype(float)
@@ -563,15 +564,25 @@ def exposed_comm_findings(
                     else {}
                 ),
             },
-            fix=_exposed_fix(latency_bound(largest_bytes), ddp),
+            fix=_exposed_fix(latency_bound(largest_bytes), ddp, gloo_on_gpu),
         )
     ]
 
 
-def _exposed_fix(latency: bool, ddp: bool) -> str:
+GLOO_ON_GPU_FIX = (
+    "The collectives run on gloo with the tensors on the GPU: gloo copies each one to host "
+    "memory, reduces it on the CPU and copies it back, while the GPU waits. Use NCCL for "
+    "CUDA tensors: dist.init_process_group('nccl') (or backend='cpu:gloo,cuda:nccl' where "
+    "CPU tensors are reduced too); it reduces on the GPU, overlapped with the backward. "
+)
+
+
+def _exposed_fix(latency: bool, ddp: bool, gloo_on_gpu: bool = False) -> str:
     if latency:
-        return EXPOSED_COMM_FIX_LATENCY if ddp else EXPOSED_COMM_FIX_LATENCY_NOT_DDP
-    return EXPOSED_COMM_FIX if ddp else EXPOSED_COMM_FIX_NOT_DDP
+        fix = EXPOSED_COMM_FIX_LATENCY if ddp else EXPOSED_COMM_FIX_LATENCY_NOT_DDP
+    else:
+        fix = EXPOSED_COMM_FIX if ddp else EXPOSED_COMM_FIX_NOT_DDP
+    return GLOO_ON_GPU_FIX + "Then: " + fix if gloo_on_gpu else fix
 
 
 NO_SYNC_FIX = (

@@ -24,6 +24,7 @@ from gpudiag.analysis import (
     gpu,
     gradient_sync,
     host,
+    manifest_facts,
     slow_rank,
     steady,
     whatif,
@@ -212,34 +213,16 @@ def _run_info(
         has_gpu_trace=any(_has_gpu_events(t) for t in traces),
         status=manifest.get("status"),
         exit_code=manifest.get("exit_code"),
-        script=_script_and_arguments(manifest),
+        script=manifest_facts.script_and_arguments(manifest),
         total_steps=int(len(run.steps)) if run is not None and len(run.steps) else None,
-        nodes=len(_hosts(manifest)) or None,
-        cores_per_node=_cores_per_node(manifest),
-        threads_per_rank=_threads_per_rank(manifest),
+        nodes=len(manifest_facts.hosts(manifest)) or None,
+        cores_per_node=manifest_facts.cores_per_node(manifest),
+        threads_per_rank=manifest_facts.threads_per_rank(manifest),
         steady_step_ms=steady_ms,
         steady_steps=steady.steady_step_count(run.steps) if steady_ms is not None else None,
         warmup_steps=steady.warmup_step_count(run.steps) if steady_ms is not None else None,
         ddp_evidence=ddp.ddp_evidence(traces, run),
     )
-
-
-def _hosts(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    return [h for h in manifest.get("hosts") or [] if isinstance(h, dict)]
-
-
-def _cores_per_node(manifest: dict[str, Any]) -> int | None:
-    """The smallest host's os.cpu_count() from the manifest (None when it does not say)."""
-    cores = [h.get("cpu_count") for h in _hosts(manifest)]
-    counts = [int(c) for c in cores if isinstance(c, int) and c > 0]
-    return min(counts) if counts else None
-
-
-def _threads_per_rank(manifest: dict[str, Any]) -> int | None:
-    """OMP_NUM_THREADS of the run's environment, when it set one."""
-    env = manifest.get("env")
-    threads = str(env.get("OMP_NUM_THREADS", "")).strip() if isinstance(env, dict) else ""
-    return int(threads) if threads.isdigit() and int(threads) > 0 else None
 
 
 def completed_steps(steps: pd.DataFrame) -> set[int]:
@@ -417,6 +400,14 @@ def _uses_ddp(traces: list[Any], run: Any) -> bool:
     return ddp.ddp_evidence(traces, run) is not None
 
 
+def _backend_of(traces: list[Any], run: Any) -> str:
+    manifest = run.manifest if run is not None else {}
+    backend = manifest.get("backend") or next(
+        (t.meta.backend for t in traces if t.meta.backend), ""
+    )
+    return str(backend).lower()
+
+
 def _has_gpu_events(trace: Any) -> bool:
     return bool(trace.cached("has_gpu_events", lambda: bool(trace.events["is_gpu"].any())))
 
@@ -486,6 +477,8 @@ def _communication_findings(
         runq_share=runq_share,
         window_step_ms=base.window_ms,
         ddp=_uses_ddp(inputs.traces, run),
+        gloo_on_gpu=_backend_of(inputs.traces, run) == "gloo"
+        and any(_has_gpu_events(t) for t in inputs.traces),
         sync_rounds=_guard(
             warnings,
             "gradient sync rounds",
@@ -810,7 +803,11 @@ def _step_times(w: _Work) -> None:
     """The step the findings are rated against: the steady step of every recorded step
     (the profiled window is slowed by the profiler); foreign traces have only their
     window."""
-    w.steady_ms = steady.steady_step_ms(w.run_steps)
+    gpu_ranks = {t.meta.rank for t in w.traces if _has_gpu_events(t)}
+    w.steady_ms, ahead = steady.gpu_bounded_step_ms(
+        steady.steady_step_ms(w.run_steps), w.breakdown, gpu_ranks
+    )
+    w.warnings += [ahead] if ahead else []
     w.rank_times = steady.rank_times(w.run_steps)
     w.window_ms = _mean_step_ms(w.ranks, w.run) if w.traces else None
     w.step_ms = w.steady_ms if w.steady_ms is not None else _mean_step_ms(w.ranks, w.run)
@@ -978,15 +975,3 @@ def _result(w: _Work) -> AnalysisResult:
             steady_ms=w.steady_ms,
         ),
     )
-
-
-def _script_and_arguments(manifest: dict[str, Any]) -> str | list[str] | None:
-    """The traced script and its arguments as the manifest names them: the script alone
-    said nothing of the arguments, so two runs of `train.py` with other batch sizes read as
-    the same job (issue 31 probe: Compare paired them, no warning)."""
-    script, argv = manifest.get("script"), manifest.get("argv")
-    args = [str(a) for a in argv] if isinstance(argv, list) else []
-    if isinstance(script, str) and script:
-        return [script, *args] if args else script
-    module = manifest.get("module")  # `-m gpudiag.reference`: named as python's -m is
-    return ["-m", module, *args] if isinstance(module, str) and module else args or None

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gpudiag.numfmt import ms_text
+
 # Warm-up: this share of a run's completed steps (at least the first step of a run of 3
 # or more, at most WARMUP_MAX steps) is left out of the steady figures.
 WARMUP_SHARE = 0.1
@@ -74,6 +76,42 @@ def steady_step_ms(steps: pd.DataFrame | None) -> float | None:
         return None
     value = float(np.median(rows["step_ms"].to_numpy()))
     return value if value > 0 else None
+
+
+# The host's step is shorter than the GPU's busy time per step by more than this: the
+# host ran ahead of the GPU, queueing kernels without waiting (no sync in the step).
+HOST_AHEAD_RATIO = 1.2
+
+
+def gpu_busy_floor_ms(breakdown: pd.DataFrame, gpu_ranks: set[int]) -> float | None:
+    """Median GPU-busy time per profiled step (compute, copies and exposed communication
+    on the GPU) over the ranks whose traces hold GPU events: no step is shorter than
+    that. None without such ranks. A step that never waits for the GPU ends on the host
+    while its kernels still queue (seen on an H200: 2.0 ms host steps of a 14.0 ms GPU
+    step), so the host's step times alone can understate the step."""
+    if breakdown is None or breakdown.empty or not gpu_ranks:
+        return None
+    rows = breakdown[breakdown["rank"].isin(sorted(gpu_ranks))]
+    if rows.empty:
+        return None
+    busy = (rows["compute"] + rows["comm_exposed"]).to_numpy(dtype=float)
+    value = float(np.median(busy))
+    return value if value > 0 else None
+
+
+def gpu_bounded_step_ms(
+    host_ms: float | None, breakdown: pd.DataFrame, gpu_ranks: set[int]
+) -> tuple[float | None, str | None]:
+    """The steady step, at least the GPU's busy time per step (:func:`gpu_busy_floor_ms`)
+    where the host's is shorter by more than HOST_AHEAD_RATIO; and the warning that says so."""
+    floor = gpu_busy_floor_ms(breakdown, gpu_ranks)
+    if host_ms is None or floor is None or floor <= host_ms * HOST_AHEAD_RATIO:
+        return host_ms, None
+    return floor, (
+        f"the host ran ahead of the GPU (its steps do not wait for the GPU): its median "
+        f"step, {ms_text(host_ms)} ms, is shorter than the GPU's busy time per profiled "
+        f"step, {ms_text(floor)} ms, which is used as the steady step instead"
+    )
 
 
 def warmup_step_count(steps: pd.DataFrame | None) -> int:

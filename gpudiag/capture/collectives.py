@@ -3,9 +3,11 @@
 Three sources, joined on (process-group name, sequence number):
 
 - PyTorch's Flight Recorder (FR) sees every collective, DDP's C++ bucket all-reduces
-  included, gloo and NCCL. Its ring is dumped as JSON (never pickle) between steps and at
-  close; new entries become ``collectives.jsonl`` rows. Gaps in ``record_id`` mean the
-  ring overflowed between two dumps; they are counted and written as ``lost`` rows.
+  included, gloo and NCCL. It keeps two rings: NCCL's (``_dump_nccl_trace_json``, CUDA
+  builds only) and the generic one of gloo and other backends (``_dump_fr_trace_json``).
+  Both are dumped as JSON (never pickle) between steps and at close; new entries become
+  ``collectives.jsonl`` rows. Gaps in a ring's ``record_id`` mean it overflowed between
+  two dumps; they are counted and written as ``lost`` rows.
 - On gloo FR has no start/end times, so completion stamps come from a DDP comm hook
   (wrapping ``default_hooks.allreduce_hook``) and from patched ``torch.distributed``
   collectives. They go to ``collective_times.jsonl``; ``rundir.load_run`` merges them.
@@ -104,8 +106,21 @@ def worker_env() -> dict[str, str]:
         "TORCH_NCCL_ENABLE_TIMING": os.environ.get("TORCH_NCCL_ENABLE_TIMING", "1"),
     }
     if _fr_ring_env() is None:  # the user's own size (either spelling) wins
-        env["TORCH_FR_BUFFER_SIZE"] = str(FR_BUFFER_SIZE)
+        # torch before 2.7 reads only the NCCL spelling; later ones warn on every rank
+        # that it is deprecated
+        name = "TORCH_FR_BUFFER_SIZE" if _torch_at_least(2, 7) else "TORCH_NCCL_TRACE_BUFFER_SIZE"
+        env[name] = str(FR_BUFFER_SIZE)
     return env
+
+
+def _torch_at_least(major: int, minor: int) -> bool:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        parts = version("torch").split(".")[:2]
+        return (int(parts[0]), int(parts[1].split("+")[0])) >= (major, minor)
+    except (PackageNotFoundError, ValueError, IndexError):
+        return True
 
 
 def _fr_ring_env() -> str | None:
@@ -162,14 +177,24 @@ def fr_entry_to_row(entry: dict[str, Any], pg_info: dict[str, tuple[int, list[in
         "in_sizes": in_sizes,
         "out_sizes": out_sizes,
         "enqueue_ns": _shifted(entry.get("time_created_ns")),
-        "start_ns": _shifted(entry.get("time_discovered_started_ns")),
-        "end_ns": _shifted(entry.get("time_discovered_completed_ns")),
+        # FR's "discovered" stamps are when its watchdog thread polled the call, not when
+        # it ran (seen on an H200: start and end 0.5 us apart, 93 ms after the enqueue):
+        # no start or end. With TORCH_NCCL_ENABLE_TIMING, duration_ms is the GPU time.
+        "start_ns": None,
+        "end_ns": None,
+        "gpu_duration_ns": _duration_ns(entry.get("duration_ms")),
         "record_id": entry.get("record_id"),
         "source": "flight_recorder",
     }
     if is_p2p:
         row["p2p_seq"] = entry.get("p2p_seq_id")
     return row
+
+
+def _duration_ns(duration_ms: Any) -> int | None:
+    if isinstance(duration_ms, (int, float)) and math.isfinite(duration_ms) and duration_ms >= 0:
+        return round(duration_ms * 1e6)
+    return None
 
 
 def _fr_entry_final(entry: dict[str, Any]) -> bool:
@@ -179,16 +204,35 @@ def _fr_entry_final(entry: dict[str, Any]) -> bool:
     return bool(entry.get("retired")) or entry.get("state") == "completed"
 
 
-def dump_flight_recorder() -> list[dict[str, Any]]:
-    """The FR ring as parsed JSON entries ([] when FR is off or unavailable)."""
+# FR ring -> torch's JSON dump of it. NCCL's ring is a FlightRecorder<CUDAEvent> of its
+# own (absent from CPU builds): the generic dump never holds NCCL entries (seen on an
+# H200, torch 2.11: DDP on NCCL left collectives.jsonl empty while it read only this one).
+FR_RINGS = {"nccl": "_dump_nccl_trace_json", "generic": "_dump_fr_trace_json"}
+
+
+def dump_flight_recorder_rings() -> dict[str, list[dict[str, Any]]]:
+    """Each FR ring present in this torch build as parsed JSON entries."""
     import torch
 
-    try:
-        dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace_json")  # noqa: B009 - not in torch's stubs
-        raw = dump(True, False)
-    except (AttributeError, RuntimeError):
-        return []
-    return list(orjson.loads(raw).get("entries") or [])
+    rings: dict[str, list[dict[str, Any]]] = {}
+    for ring, name in FR_RINGS.items():
+        dump = getattr(torch._C._distributed_c10d, name, None)
+        if dump is None:
+            continue
+        try:
+            raw = dump(True, False)
+        except (RuntimeError, TypeError, ValueError):
+            continue
+        try:
+            rings[ring] = list(orjson.loads(raw).get("entries") or [])
+        except (orjson.JSONDecodeError, AttributeError):
+            continue
+    return rings
+
+
+def dump_flight_recorder() -> list[dict[str, Any]]:
+    """Every FR ring's entries ([] when FR is off or unavailable)."""
+    return [e for entries in dump_flight_recorder_rings().values() for e in entries]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -297,8 +341,9 @@ class CollectiveRecorder:
             self._ring_size = int(_fr_ring_env() or FR_BUFFER_SIZE)
         except ValueError:
             self._ring_size = FR_BUFFER_SIZE
-        self._watermark = -1  # every record_id <= this is written
-        self._written_ahead: set[int] = set()
+        # per FR ring: every record_id <= the watermark is written
+        self._watermarks: dict[str, int] = {}
+        self._written_ahead: dict[str, set[int]] = {}
         self._step_ends: list[int] = []
         self._step_ids: list[int] = []
         self._last_step: int | None = None
@@ -538,25 +583,33 @@ class CollectiveRecorder:
         ones included, so the dump interval adapts down after a loss)."""
         with self._dump_lock:
             t0 = time.perf_counter_ns()
-            entries = dump_flight_recorder()
-            rows = self._new_rows(entries)
+            rows = [
+                row
+                for ring, entries in dump_flight_recorder_rings().items()
+                for row in self._new_rows(entries, ring)
+            ]
             if rows and self._coll_writer is not None:
                 _write_rows(self._coll_writer, rows)
             self._dump_ns.append(time.perf_counter_ns() - t0)
             return sum(r.get("lost_records", 1) for r in rows)
 
-    def _new_rows(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def watermark(self, ring: str) -> int:
+        """Every record_id of the FR ring up to this one is written (-1: none)."""
+        return self._watermarks.get(ring, -1)
+
+    def _new_rows(self, entries: list[dict[str, Any]], ring: str) -> list[dict[str, Any]]:
         pg_info = _pg_info()
         rows: list[dict[str, Any]] = []
         entries = sorted(entries, key=lambda e: e.get("record_id", -1))
+        mark, ahead = self.watermark(ring), self._written_ahead.setdefault(ring, set())
         blocked = False
         for entry in entries:
             rid = entry.get("record_id")
-            if not isinstance(rid, int) or rid <= self._watermark or rid in self._written_ahead:
+            if not isinstance(rid, int) or rid <= mark or rid in ahead:
                 continue
-            if not blocked and rid > self._watermark + 1:
-                rows.append(self._lost_row(self._watermark + 1, rid - 1))
-                self._watermark = rid - 1
+            if not blocked and rid > mark + 1:
+                rows.append(self._lost_row(mark + 1, rid - 1))
+                mark = rid - 1
             if not _fr_entry_final(entry) and not self._closed:
                 blocked = True
                 continue
@@ -566,12 +619,13 @@ class CollectiveRecorder:
             rows.append(row)
             self._count(row)
             if blocked:
-                self._written_ahead.add(rid)
+                ahead.add(rid)
             else:
-                self._watermark = rid
-        while self._watermark + 1 in self._written_ahead:
-            self._watermark += 1
-            self._written_ahead.discard(self._watermark)
+                mark = rid
+        while mark + 1 in ahead:
+            mark += 1
+            ahead.discard(mark)
+        self._watermarks[ring] = mark
         self._trim_steps()
         return rows
 

@@ -119,7 +119,7 @@ def install_hang_dump(run_dir: Path, rank: int) -> None:
         faulthandler.register(STACK_DUMP_SIGNAL, file=_STACKS_FILE, all_threads=True, chain=False)
         # A C++ abort (e.g. gloo's size-mismatch check) then leaves the stacks too.
         faulthandler.enable(file=_STACKS_FILE, all_threads=True)
-    threads.start(_poll_requests, "gpudiag-hangdump", args=(Path(run_dir), rank))
+    threads.start(_poll_requests, "gpudiag-hangdump", args=(Path(run_dir), rank), in_process=True)
 
 
 def _poll_requests(run_dir: Path, rank: int) -> None:
@@ -239,19 +239,28 @@ class _LiveInflight:
         if not recorder.fr_enabled or self._fr_step == recorder._last_step:
             return
         self._fr_step = recorder._last_step
-        watermark = recorder._watermark
         pending = []
-        for e in collectives.dump_flight_recorder():
-            created = e.get("time_created_ns") or 0
-            seq = e.get("collective_seq_id")
-            if e.get("is_p2p") or not isinstance(seq, int) or created <= last_end:
-                continue
-            if not isinstance(e.get("record_id"), int) or e["record_id"] <= watermark:
-                continue
-            pg = (list(e.get("process_group") or [""]) + [""])[0]
-            op = collectives.normalise_op(e.get("profiling_name", ""))
-            pending.append({"pg_name": pg, "seq": seq, "op": op, "enter_ns": created})
+        for ring, entries in collectives.dump_flight_recorder_rings().items():
+            pending += _unwritten_calls(entries, recorder.watermark(ring), last_end)
         self._pending = pending
+
+
+def _unwritten_calls(entries: list[dict[str, Any]], watermark: int, last_end: int) -> list[dict]:
+    """FR entries created after the last step's end and not yet written, as pending calls."""
+    from gpudiag.capture import collectives
+
+    pending = []
+    for e in entries:
+        created = e.get("time_created_ns") or 0
+        seq = e.get("collective_seq_id")
+        if e.get("is_p2p") or not isinstance(seq, int) or created <= last_end:
+            continue
+        if not isinstance(e.get("record_id"), int) or e["record_id"] <= watermark:
+            continue
+        pg = (list(e.get("process_group") or [""]) + [""])[0]
+        op = collectives.normalise_op(e.get("profiling_name", ""))
+        pending.append({"pg_name": pg, "seq": seq, "op": op, "enter_ns": created})
+    return pending
 
 
 def _flush_stale_times() -> None:

@@ -74,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
 
         payload = {
             "source": str(result.source),
-            "step_ms": mean_step_ms(result.ranks),
+            # the step the projections start from: the steady step where the run has one
+            "step_ms": result.step_ms,
+            "window_step_ms": mean_step_ms(result.ranks),
             "whatif": [p.to_json() for p in projections],
         }
         if scaled is not None:
@@ -83,7 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from gpudiag.report.terminal import print_scale, print_whatif
 
-        print_whatif(result.source, mean_step_ms(result.ranks), projections)
+        steady = result.run.steady_step_ms is not None
+        print_whatif(
+            result.source,
+            result.step_ms,
+            projections,
+            window_ms=mean_step_ms(result.ranks) if steady else None,
+        )
         if scaled is not None:
             print_scale(scaled)
     return 0

@@ -76,6 +76,8 @@ def _header(result: AnalysisResult) -> Text:
         f"{plural(run.steps_analysed, 'step')} analysed",
         f"ranks traced {run.traced_ranks}",
     ]
+    if run.steady_step_ms is not None:  # the step every share is of (docs/findings.md)
+        bits.insert(3, f"steady step {numbers.ms(run.steady_step_ms, 'ms')}")
     if run.devices:
         bits.append("devices " + ", ".join(run.devices[:3]))
     if run.status:
@@ -273,11 +275,22 @@ def whatif_table(projections: list[Any]) -> Table | None:
 
 
 def print_whatif(
-    source: Any, step_ms: float, projections: list[Any], console: Console | None = None
+    source: Any,
+    step_ms: float,
+    projections: list[Any],
+    console: Console | None = None,
+    window_ms: float | None = None,
 ) -> None:
+    """``window_ms``: the profiled window's mean step where ``step_ms`` is the run's
+    steady step (the projections start from the steady step)."""
     table = whatif_table(projections)
     console = console or output_console([table])
-    console.print(Text(f"{source}: mean step {_num(step_ms)} ms"))
+    if window_ms is None:
+        console.print(Text(f"{source}: mean step {_num(step_ms)} ms (profiled window)"))
+    else:
+        console.print(
+            Text(f"{source}: steady step {_num(step_ms)} ms (profiled window {_num(window_ms)} ms)")
+        )
     if table is None:
         console.print("No finding with a cost: no fix to project.")
         return

@@ -36,6 +36,12 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--accum", type=int, default=4, help="micro-steps per step (grad_accum*)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument(
+        "--gpu",
+        action="store_true",
+        help="one CUDA device per rank, NCCL, bf16 where the framework offers it "
+        "(tools/gpu_session.sh; the suite runs on CPU/gloo)",
+    )
+    p.add_argument(
         "--timing-dir", default=None, help="write rank<R>.json with each optimizer step's end time"
     )
     return p

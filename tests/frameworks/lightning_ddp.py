@@ -78,8 +78,8 @@ def main():
         collate_fn=collate,
     )
     trainer = L.Trainer(
-        accelerator="cpu",
-        devices=2,
+        accelerator="gpu" if args.gpu else "cpu",
+        devices=int(os.environ.get("WORLD_SIZE", "2")) if args.gpu else 2,
         strategy="ddp",
         max_steps=args.steps,
         logger=False,
