@@ -85,7 +85,7 @@ def watch_launcher(
                 return
             time.sleep(poll_s)
 
-    threads.start(run, "gpudiag-lwatch")
+    threads.start(run, "gpudiag-lwatch", in_process=True)
     return True
 
 

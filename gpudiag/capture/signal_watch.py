@@ -103,7 +103,7 @@ class SignalWatch:
         # a forked child (a DataLoader worker) keeps the wakeup fd: its own signals (the
         # loader's SIGTERM at shutdown) would read here as this rank's
         os.register_at_fork(after_in_child=_forget_wakeup_fd)
-        threads.start(self._run, "gpudiag-signals")
+        threads.start(self._run, "gpudiag-signals", in_process=True)
         return True
 
     def _run(self) -> None:

@@ -146,6 +146,8 @@ class StepTracker:
         self._dataloader_patch = (_BaseDataLoaderIter, original)
 
     def _first_forward(self, module: Any, args: Any) -> None:
+        if _tracing():
+            return  # torch.jit.trace: a range opened now would be traced into the graph
         if self.start_ns is None:
             if not self.begin_first_step_here():
                 return  # another thread's forward: the hook waits for the training thread
@@ -397,6 +399,15 @@ def _outermost_optimizer_step_frame() -> FrameType | None:
             found = frame
         frame = frame.f_back
     return found
+
+
+def _tracing() -> bool:
+    """The forward runs under ``torch.jit.trace``: a ``ProfilerStep`` range begun in it
+    became an op of the user's traced graph, and the trace's check failed the job
+    (TracingCheckError; issue 28 probe 28e)."""
+    import torch
+
+    return bool(torch.jit.is_tracing())
 
 
 def _no_step(*args: Any, **kwargs: Any) -> None:

@@ -33,13 +33,30 @@ def set_os_name(name: str) -> None:
         pass
 
 
-def start(target: Callable[..., Any], name: str, args: tuple = ()) -> threading.Thread:
-    """Start a daemon thread named ``name`` for Python and for the kernel."""
+class _InProcess(threading.Thread):
+    """A gpudiag thread inside the training process: it runs until the process ends.
+
+    A script may join every thread it finds before it exits (``for t in
+    threading.enumerate(): t.join()``, as some shutdown code does): a join of this thread
+    would wait forever and hang the job, so it returns at once (the thread is a daemon
+    and ends with the process). gpudiag waits for one it stopped with
+    ``threading.Thread.join(thread, timeout)``."""
+
+    def join(self, timeout: float | None = None) -> None:
+        return None
+
+
+def start(
+    target: Callable[..., Any], name: str, args: tuple = (), in_process: bool = False
+) -> threading.Thread:
+    """Start a daemon thread named ``name`` for Python and for the kernel.
+    ``in_process``: it runs inside the training process (see :class:`_InProcess`)."""
 
     def run() -> None:
         set_os_name(name)
         target(*args)
 
-    thread = threading.Thread(target=run, name=name, daemon=True)
+    kind = _InProcess if in_process else threading.Thread
+    thread = kind(target=run, name=name, daemon=True)
     thread.start()
     return thread

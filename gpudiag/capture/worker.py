@@ -13,6 +13,7 @@ Configuration comes from the launcher through environment variables (ENV_* below
 from __future__ import annotations
 
 import atexit
+import builtins
 import functools
 import os
 import runpy
@@ -108,6 +109,12 @@ RANK_RESERVE_BYTES = rundir.RANK_RESERVE_BYTES  # summary.json and status.json, 
 # A rank ended on a hang finishes from the poller thread: short, since the launcher
 # kills what is left after its own grace (launcher.HANG_FLUSH_WAIT_S).
 HANG_FINISH_TIMEOUT_S = 15.0
+
+
+# python runs a script's __main__ with `__builtins__` the builtins module; runpy's exec
+# would put the module's dict there, and a script that reads `__builtins__.print`
+# failed (AttributeError: 'dict' object has no attribute; issue 28 probe 28e).
+MAIN_GLOBALS = {"__builtins__": builtins}
 
 
 def _handler_is_ours(signum: int) -> bool:
@@ -426,9 +433,13 @@ class Worker:
             # chdirs still finds itself, and every rank names the same file the same way;
             # sys.argv[0] as the user wrote it, as python and torchrun leave it
             with _argv0_as_given(script):
-                return runpy.run_path(os.path.abspath(script), run_name="__main__")
+                return runpy.run_path(
+                    os.path.abspath(script), init_globals=MAIN_GLOBALS, run_name="__main__"
+                )
         _set_path_head(os.getcwd())
-        return runpy.run_module(self.target["module"], run_name="__main__", alter_sys=True)
+        return runpy.run_module(
+            self.target["module"], init_globals=MAIN_GLOBALS, run_name="__main__", alter_sys=True
+        )
 
     def run_callable(self, body: Callable[[], Any]) -> Outcome:
         """Run the user's code (the script, or a spawned worker's function) and turn how

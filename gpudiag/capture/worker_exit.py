@@ -142,4 +142,6 @@ def _join_threads(name: str, limit_s: float) -> None:
     deadline = time.monotonic() + limit_s
     for thread in threading.enumerate():
         if thread.name == name and thread is not threading.current_thread():
-            thread.join(max(0.0, deadline - time.monotonic()))
+            # Thread.join itself: a gpudiag thread's own join returns at once for the
+            # script (threads._InProcess); here gpudiag waits for it to stop
+            threading.Thread.join(thread, max(0.0, deadline - time.monotonic()))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,6 +46,11 @@ GPUDIAG_OPTIONS: dict[str, bool] = {
 
 class UsageError(Exception):
     pass
+
+
+class ModuleMissing(UsageError):
+    """``-m NAME`` where python would find no module: python's own words, exit code 1,
+    and no run directory (was a traceback from the rank and a failed run)."""
 
 
 class LauncherRefused(UsageError):
@@ -265,6 +271,8 @@ def parse(argv: list[str]) -> TraceArgs:
     check_options(ns)
     if "script" in target:
         _check_script(Path(target["script"]))
+    else:
+        _check_module(target["module"])
     launcher = refused_launcher(target)
     if launcher is not None:
         raise LauncherRefused(_launcher_refusal(launcher))
@@ -285,6 +293,21 @@ def _check_script(path: Path) -> None:
         raise UsageError(f"{path}: a directory without __main__.py; python cannot run it")
     if not path.is_file() and not path.is_dir():
         raise UsageError(f"{path}: no such script")
+
+
+def _check_module(name: str) -> None:
+    """The top-level package of ``-m NAME`` exists where python -m looks (the working
+    folder first, then sys.path). Only the top level: finding a submodule would import
+    its package here, in the launcher."""
+    import importlib.machinery
+
+    top = name.split(".")[0]
+    if not top or top in sys.builtin_module_names:
+        return
+    if importlib.machinery.FrozenImporter.find_spec(top) is not None:
+        return
+    if importlib.machinery.PathFinder.find_spec(top, [os.getcwd(), *sys.path[1:]]) is None:
+        raise ModuleMissing(f"No module named {name}")
 
 
 def lint_target(target: dict[str, str]) -> Path | None:
@@ -328,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parse(argv)
     except UsageError as exc:
         print(f"gpudiag: trace: {exc}", file=sys.stderr)
+        if isinstance(exc, ModuleMissing):
+            return 1  # as python -m
         if not isinstance(exc, LauncherRefused):
             print(_parser().format_usage().rstrip(), file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ from gpudiag.lint.project import Project, local_imports
 from gpudiag.lint.result import FileError, Finding, LintResult
 from gpudiag.lint.rules import RULES
 from gpudiag.lint.suppression import is_suppressed, suppressions
+from gpudiag.rundir.files import read_limited
 
 _MAX_SIBLINGS = 50
 _MAX_SIBLING_BYTES = 1_000_000
@@ -260,7 +261,12 @@ def _file_error(path: str, error: Exception) -> FileError:
     return FileError(path, 1, 1, message)
 
 
+# A Python source larger than this is not a training script (the largest file of the
+# lint corpus is 0.2 MiB): refused, as a FIFO, a device or /dev/zero in a .py's place is
+# (`gpudiag trace` lints the script it runs: read without a limit, /dev/zero linked as a
+# module took 9.4 GB; issue 28 probe 28e).
+MAX_SOURCE_BYTES = 8 << 20
+
+
 def _read(path: str) -> str:
-    with open(path, "rb") as handle:
-        data = handle.read()
-    return data.decode("utf-8-sig")
+    return read_limited(path, MAX_SOURCE_BYTES, "a Python source file").decode("utf-8-sig")
