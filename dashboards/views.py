@@ -9,6 +9,7 @@ goes through :func:`md` before it reaches anything Streamlit renders as Markdown
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -246,8 +247,10 @@ _SHOWN_WARNINGS = 200  # reading problems listed in the Overview's Details
 def _warnings(warnings: list[str]) -> None:
     if not warnings:
         return
-    st.warning(f"{len(warnings)} problem(s) reading this run; showing what could be read.")
-    with st.expander("Details"):
+    st.warning(
+        f"Warnings: {len(warnings)} problem(s) reading this run; showing what could be read."
+    )
+    with st.expander("Warnings"):
         if len(warnings) > _SHOWN_WARNINGS:
             st.caption(f"Showing the first {_SHOWN_WARNINGS} of {len(warnings):,} problems.")
         st.text("\n".join(warnings[:_SHOWN_WARNINGS]))
@@ -286,7 +289,7 @@ def _raw_traces(ctx: ViewContext) -> None:
         on_click="ignore",
     )
     st.markdown("TensorBoard (torch-tb-profiler): run this and open the PyTorch Profiler tab.")
-    st.text(f"tensorboard --logdir {path.parent}")
+    st.text(f"tensorboard --logdir {shlex.quote(str(path.parent))}")
 
 
 # --------------------------------------------------------------------------- Timeline

@@ -724,3 +724,21 @@ def test_compare_pairs_a_run_only_with_a_comparable_one(tmp_path: Path) -> None:
     _, b = views.compare_pair(refs, healthy, cached)
     assert b is not None and refs[b].path.name == "healthy_again"
     assert shape_warnings(cached(healthy), cached(refs[b])) == []
+
+
+@pytest.mark.parametrize(
+    ("host", "words"),
+    [("no.such.host.invalid", "cannot resolve it"), ("10.99.99.99", "cannot listen there")],
+)
+def test_cli_a_host_it_cannot_listen_on_is_said_so(tmp_path: Path, host: str, words: str) -> None:
+    """A bad --host read "port 8700 on no.such.host is already in use" (probe 31i N2)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "dashboard", str(tmp_path), "--host", host,
+         "--port", "8700"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and f"--host {host}: {words}" in proc.stderr
+    assert "already in use" not in proc.stderr

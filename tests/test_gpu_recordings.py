@@ -101,6 +101,10 @@ def test_host_running_ahead_of_the_gpu_does_not_shrink_the_step(results) -> None
     assert host_ms < window / 4
     assert res.run.steady_step_ms == pytest.approx(window, rel=0.05)
     assert any("ran ahead of the GPU" in w for w in res.warnings)
+    # the GEMMs of the profiled steps only: 6.2 steps' kernels were in the trace (the
+    # host ran ahead), and "17.15 ms per step of fp32 matrix multiplies" was said
+    no_amp = next(f for f in res.findings if f.kind == "no_amp")
+    assert no_amp.evidence["fp32_gemm_ms_per_step"] <= window
     amp = next(s for s in res.whatif if s.scenario == "amp")
     # the projection never promises more than bf16 gave on the same job (big_bf16)
     measured_bf16 = float(results["big_bf16"].ranks["step_ms_median"].iloc[0])
@@ -182,7 +186,11 @@ def test_each_flight_recorder_ring_keeps_its_own_record_ids(tmp_path: Path, monk
         dist.destroy_process_group()
     entries = generic["entries"]
     assert [e["record_id"] for e in entries][:3] == [0, 1, 2]
-    nccl = [dict(e, profiling_name="nccl:all_reduce", duration_ms=0.01) for e in entries]
+    # NCCL entries are written once completed (gloo's at once): these are
+    nccl = [
+        dict(e, profiling_name="nccl:all_reduce", duration_ms=0.01, state="completed")
+        for e in entries
+    ]
     monkeypatch.setattr(
         c10d,
         "_dump_nccl_trace_json",
@@ -198,3 +206,38 @@ def test_each_flight_recorder_ring_keeps_its_own_record_ids(tmp_path: Path, monk
     timed = [r["gpu_duration_ns"] for r in rows if r["gpu_duration_ns"] is not None]
     assert timed == [10_000] * len(entries)
     assert all(r["start_ns"] is None and r["end_ns"] is None for r in rows)
+
+
+def test_the_verdict_adds_up_in_one_window(results) -> None:
+    """The Overview's verdict gave the steady-step cost beside the profiled window's
+    host-busy and host-idle parts (13.22 = 7.07 + 11.31 read wrong); it names the window
+    those parts are of."""
+    from gpudiag.report import overview
+
+    res = results["hf_trainer_gpu"]
+    head = overview.verdict(res).headline
+    idle = next(f for f in res.findings if f.kind == "gpu_idle")
+    window = idle.evidence["window_step_ms"]
+    assert f"of the {window:.2f} ms profiled window" in head, head
+
+
+def test_a_finding_that_gives_nothing_back_per_step_says_no_ms_back(results) -> None:
+    """A one-off (a start-up, cost 0) as the top finding read "up to 0.00 ms/step back"
+    (probe 31i N5)."""
+    import dataclasses
+
+    from gpudiag.analysis.findings import Finding
+    from gpudiag.report import overview
+
+    res = results["single_gpu"]
+    once = Finding(
+        kind="dataloader_startup",
+        severity="high",
+        cost_ms_per_step=0.0,
+        ranks=[0],
+        title="The first batch waited 5400 ms for the DataLoader's workers to start",
+        evidence={},
+        fix="persistent_workers=True",
+    )
+    head = overview.verdict(dataclasses.replace(res, findings=[once])).headline
+    assert "back" not in head and "0.00" not in head, head

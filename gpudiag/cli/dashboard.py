@@ -68,6 +68,21 @@ def _port_is_free(host: str, port: int) -> bool:
     return True
 
 
+def _unusable_host(host: str) -> str | None:
+    """Why a server cannot listen on ``host`` (a name that does not resolve, an address
+    of no interface here), or None; a bad host read as "port in use" (probe 31i N2)."""
+    try:
+        socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        return f"cannot resolve it ({exc})"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, 0))
+        except OSError as exc:
+            return f"cannot listen there ({exc.strerror or exc})"
+    return None
+
+
 def _pick_port(host: str) -> int:
     for port in range(DEFAULT_PORT, DEFAULT_PORT + 50):
         if _port_is_free(host, port):
@@ -142,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = args.runs or default_runs()
     if args.port is not None and not 0 < args.port < 65536:
         print(f"gpudiag dashboard: --port {args.port}: not a TCP port (1-65535)", file=sys.stderr)
+        return 2
+    bad_host = _unusable_host(args.host)
+    if bad_host:
+        print(f"gpudiag dashboard: --host {args.host}: {bad_host}", file=sys.stderr)
         return 2
     if args.port is not None and not _port_is_free(args.host, args.port):
         print(

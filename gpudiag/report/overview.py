@@ -297,11 +297,15 @@ def verdict(result: Any) -> Verdict:
             on = analysed_ranks(traced, getattr(result.run, "world_size", None))
         mean = "mean over ranks: " if len(f.ranks or traced) != 1 else ""
         back = " (the mean over ranks)" if mean else ""
+        window = numbers.number(evidence.get("window_step_ms"))
+        if window is not None:  # the window's split, scaled to the steady step
+            parts = f"{parts} of the {numbers.ms(window)} profiled window"
         head = f"GPU idle {cost}{of_step} ({mean}{parts}), on {on}: about {cost} back{back}."
     elif f.kind == "exposed_communication":
         head = f"Exposed communication transfer {cost}{of_step} on {who} {_wait_words(evidence)}."
-    elif f.kind in STATE_KINDS:
-        # the run's state, not a cost per step: no "ms back" (a failed run said "0.00")
+    elif f.kind in STATE_KINDS or not (numbers.number(f.cost_ms_per_step) or 0) > 0:
+        # the run's state or a one-off, not a cost per step: no "ms back" (a failed run
+        # said "0.00", a one-off start-up "up to 0.00 ms/step back": probe 31i N5)
         head = f"{f.title} ({who})."
     else:
         head = f"{f.title} ({who}): up to {cost} back{of_step}."
@@ -735,7 +739,9 @@ def reading_problems(result: Any) -> str | None:
     if warnings:
         first = warnings[0].splitlines()[0] if warnings[0] else ""
         more = (
-            f" (and {len(warnings) - 1} more, listed under Warnings)" if len(warnings) > 1 else ""
+            f" (and {len(warnings) - 1} more, listed under the run's Warnings)"
+            if len(warnings) > 1
+            else ""
         )
         parts.append(f"{plural(len(warnings), 'problem')} reading this run: {first}{more}")
     return "; ".join(parts) + "."
