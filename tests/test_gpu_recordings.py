@@ -241,3 +241,24 @@ def test_a_finding_that_gives_nothing_back_per_step_says_no_ms_back(results) -> 
     )
     head = overview.verdict(dataclasses.replace(res, findings=[once])).headline
     assert "back" not in head and "0.00" not in head, head
+
+
+def test_nvml_summary_is_of_the_training_steps(results) -> None:
+    """The whole run's mean (start-up, exit) read an H200 running big_fp32's GEMMs as
+    2.5 % busy at 116 W (probe 32)."""
+    res = results["big_fp32"]
+    nvml = res.gpu.nvml[0]
+    samples = res.gpu_samples
+    assert nvml.over == "steps" and nvml.samples < len(samples)
+    assert (nvml.util_gpu_mean or 0) > 3 * float(samples["util_gpu"].mean())
+    assert (nvml.power_w_mean or 0) > float(samples["power_w"].mean())
+
+
+def test_metric_charts_are_svg_for_a_runs_worth_of_samples(results) -> None:
+    """11 WebGL charts on the GPU metrics view: the browser's WebGL contexts ran out and
+    the utilisation and SM-clock charts were blank (probe 32)."""
+    from gpudiag.report import figures
+
+    samples = results["single_gpu"].gpu_samples
+    fig = figures.gpu_metric_figure(samples, "util_gpu", "%")
+    assert fig.data and all(t.type == "scatter" for t in fig.data)

@@ -180,6 +180,7 @@ def _run_info(
     traces: list[Any],
     breakdown: pd.DataFrame,
     steady_ms: float | None = None,
+    steady_basis: str | None = None,
 ) -> RunInfo:
     manifest = getattr(run, "manifest", None) or {}
     metas = [t.meta for t in traces]
@@ -219,6 +220,7 @@ def _run_info(
         cores_per_node=manifest_facts.cores_per_node(manifest),
         threads_per_rank=manifest_facts.threads_per_rank(manifest),
         steady_step_ms=steady_ms,
+        steady_step_basis=steady_basis if steady_ms is not None else None,
         steady_steps=steady.steady_step_count(run.steps) if steady_ms is not None else None,
         warmup_steps=steady.warmup_step_count(run.steps) if steady_ms is not None else None,
         ddp_evidence=ddp.ddp_evidence(traces, run),
@@ -754,6 +756,7 @@ class _Work:
     breakdown: pd.DataFrame = field(default_factory=pd.DataFrame)
     ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
     steady_ms: float | None = None
+    steady_from_gpu: bool = False
     window_ms: float | None = None
     step_ms: float = float("nan")
     rank_times: dict[int, steady.RankTime] = field(default_factory=dict)
@@ -807,6 +810,7 @@ def _step_times(w: _Work) -> None:
     w.steady_ms, ahead = steady.gpu_bounded_step_ms(
         steady.steady_step_ms(w.run_steps), w.breakdown, gpu_ranks
     )
+    w.steady_from_gpu = ahead is not None
     w.warnings += [ahead] if ahead else []
     w.rank_times = steady.rank_times(w.run_steps)
     w.window_ms = _mean_step_ms(w.ranks, w.run) if w.traces else None
@@ -879,6 +883,7 @@ def _step_questions(w: _Work) -> None:
         gpu.analyze_gpu,
         w.traces,
         _run_frame(w.run, "gpu_samples"),
+        _run_frame(w.run, "steps"),
         default=GpuResult(),
     )
 
@@ -910,7 +915,8 @@ def _step_findings(w: _Work) -> None:
     )
     found += gpu.no_amp_findings(w.traces, w.step_ms)
     stf.link_straggler_causes(found)
-    w.info = info = _run_info(w.path, run, w.traces, w.breakdown, w.steady_ms)
+    basis = "gpu" if w.steady_from_gpu else "host"
+    w.info = info = _run_info(w.path, run, w.traces, w.breakdown, w.steady_ms, basis)
     if info.world_size and info.kind == "gpudiag_run":
         present = {r for r in info.ranks_present if 0 <= r < info.world_size}
         fnd.note_untraced_ranks(

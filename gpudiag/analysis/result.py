@@ -98,6 +98,9 @@ class RunInfo:
     # how many steps that median is over, and how many warm-up steps it left out
     steady_steps: int | None = None
     warmup_steps: int | None = None
+    # "host": the median of the host's step times; "gpu": the GPU's median busy time per
+    # profiled step, longer (the host ran ahead of the GPU: steady.gpu_bounded_step_ms)
+    steady_step_basis: str | None = None
     # What says the run's all-reduces are DDP's gradient buckets (analysis/ddp.py:
     # DDP's logging data, or its record_function names in a trace); None: no evidence of
     # DDP, and they are called all-reduce calls (a Megatron tensor-parallel run's).
@@ -113,7 +116,7 @@ class RunInfo:
         order = (
             "kind", "path", "world_size", "backend", "devices", "ranks_present",
             "traced_ranks", "steps_analysed", "steady_step_ms", "steady_steps", "warmup_steps",
-            "has_gpu_trace", "status",
+            "steady_step_basis", "has_gpu_trace", "status",
             "exit_code", "script", "total_steps", "rank_statuses", "synthetic", "ddp_evidence",
         )  # fmt: skip
         return {

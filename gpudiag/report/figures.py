@@ -516,6 +516,17 @@ def metric_title(metric: str, unit: str, host: bool = False) -> str:
     return f"{words} ({unit})"
 
 
+# Up to this many samples a metric chart is drawn as SVG. Each WebGL chart holds one of
+# the browser's few WebGL contexts (Chromium: 16): the GPU metrics view's 11 charts
+# left the utilisation and SM-clock charts blank ("Too many active WebGL contexts",
+# probe 32). Longer runs keep WebGL, which draws many points fast.
+SVG_MAX_POINTS = 50_000
+
+
+def _line_trace(points: int) -> type[go.Scatter] | type[go.Scattergl]:
+    return go.Scatter if points <= SVG_MAX_POINTS else go.Scattergl
+
+
 def gpu_metric_figure(samples: pd.DataFrame, metric: str, unit: str) -> go.Figure:
     """One line per (node, GPU); throttled spans shaded grey."""
     fig = go.Figure()
@@ -525,7 +536,7 @@ def gpu_metric_figure(samples: pd.DataFrame, metric: str, unit: str) -> go.Figur
     for index, ((node, gpu), part) in enumerate(groups):
         part = part.sort_values("t_ns")
         fig.add_trace(
-            go.Scattergl(
+            _line_trace(len(samples))(
                 x=(part["t_ns"] - t0) / 1e9,
                 y=part["_y"],
                 mode="lines",
@@ -550,7 +561,7 @@ def host_metric_figure(samples: pd.DataFrame, metric: str, unit: str) -> go.Figu
     for index, (node, part) in enumerate(samples.assign(_y=values).groupby("node", sort=True)):
         part = part.sort_values("t_ns")
         fig.add_trace(
-            go.Scattergl(
+            _line_trace(len(samples))(
                 x=(part["t_ns"] - t0) / 1e9,
                 y=part["_y"],
                 mode="lines",
