@@ -21,8 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gpudiag.numfmt import ms_text
-
 # Warm-up: this share of a run's completed steps (at least the first step of a run of 3
 # or more, at most WARMUP_MAX steps) is left out of the steady figures.
 WARMUP_SHARE = 0.1
@@ -101,17 +99,14 @@ def gpu_busy_floor_ms(breakdown: pd.DataFrame, gpu_ranks: set[int]) -> float | N
 
 def gpu_bounded_step_ms(
     host_ms: float | None, breakdown: pd.DataFrame, gpu_ranks: set[int]
-) -> tuple[float | None, str | None]:
-    """The steady step, at least the GPU's busy time per step (:func:`gpu_busy_floor_ms`)
-    where the host's is shorter by more than HOST_AHEAD_RATIO; and the warning that says so."""
+) -> tuple[float | None, bool]:
+    """The steady step: the host's median, or the GPU's busy time per step
+    (:func:`gpu_busy_floor_ms`) where the host's is shorter by more than HOST_AHEAD_RATIO
+    (the host ran ahead of the GPU); and whether it is the GPU's."""
     floor = gpu_busy_floor_ms(breakdown, gpu_ranks)
     if host_ms is None or floor is None or floor <= host_ms * HOST_AHEAD_RATIO:
-        return host_ms, None
-    return floor, (
-        f"the host ran ahead of the GPU (its steps do not wait for the GPU): its median "
-        f"step, {ms_text(host_ms)} ms, is shorter than the GPU's busy time per profiled "
-        f"step, {ms_text(floor)} ms, which is used as the steady step instead"
-    )
+        return host_ms, False
+    return floor, True
 
 
 def warmup_step_count(steps: pd.DataFrame | None) -> int:

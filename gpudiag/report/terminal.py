@@ -77,7 +77,10 @@ def _header(result: AnalysisResult) -> Text:
         f"ranks traced {run.traced_ranks}",
     ]
     if run.steady_step_ms is not None:  # the step every share is of (docs/findings.md)
-        bits.insert(3, f"steady step {numbers.ms(run.steady_step_ms, 'ms')}")
+        ahead = (
+            " (the GPU's busy time: the host ran ahead)" if run.steady_step_basis == "gpu" else ""
+        )
+        bits.insert(3, f"steady step {numbers.ms(run.steady_step_ms, 'ms')}{ahead}")
     if run.devices:
         bits.append("devices " + ", ".join(run.devices[:3]))
     if run.status:
