@@ -421,7 +421,9 @@ def communication(ctx: ViewContext) -> None:
     st.subheader("Collectives by op and process group")
     if _has_rows(summary):
         st.caption(
-            "Size: the median of one call. Calls/rank: over the profiled steps. Wall "
+            "Size: the median of one call. Calls/rank: over the steps the calls come from "
+            "(every step, from the run's tables, where they hold the calls' times or no "
+            "trace was recorded; else the profiled steps). Wall "
             "ms/step: the time the calls take per step, calls in flight together counted "
             "once; the sum of call durations counts each, so it can exceed the step."
         )
