@@ -386,7 +386,8 @@ def test_counts_per_step_read_as_counts_everywhere(
     at = _app(monkeypatch, dlrm)
     at.sidebar.radio(key="view").set_value("Step breakdown").run()
     syncs = next(shown(d) for d in at.dataframe if "syncs per step" in d.value.columns)
-    assert syncs["syncs per step"].tolist()[:3] == ["124", "72", "124"]
+    # each sync point once (aten::item around a cudaStreamSynchronize was 2-3)
+    assert syncs["syncs per step"].tolist()[:3] == ["110", "54", "98"]
 
 
 def test_the_two_data_loading_numbers_say_what_each_measures(

@@ -171,7 +171,7 @@ def test_host_sync_costs_nothing_on_cpu(analysed: dict) -> None:
 
 
 def test_host_sync_on_gpu_costs_the_gpu_idle_it_causes() -> None:
-    """param_dlrm_ddp8 (8x V100): 124 syncs per step. Ranks 1 and 3 block 4.9-6.7 ms in
+    """param_dlrm_ddp8 (8x V100): 110 sync points per step. Ranks 1 and 3 block 4.9-6.7 ms in
     them (waiting for GPU work that is running): the GPU loses only the gaps that open
     while they block, about 0.3 ms per step."""
     path = SHARED / "param_dlrm_ddp8"

@@ -263,3 +263,11 @@ def test_metric_charts_are_svg_for_a_runs_worth_of_samples(results) -> None:
     samples = results["single_gpu"].gpu_samples
     fig = figures.gpu_metric_figure(samples, "util_gpu", "%")
     assert fig.data and all(t.type == "scatter" for t in fig.data)
+
+
+def test_a_sync_point_is_counted_once(results) -> None:
+    """The HF Trainer's `.item()` is aten::item around aten::_local_scalar_dense around
+    cudaStreamSynchronize: "11 per step" for 5 sync points (probe 32)."""
+    (sync,) = results["hf_trainer_gpu"].dataloader.host_sync
+    assert sync.by_name["aten::item"].count == 15  # 5 per profiled step, 3 steps
+    assert sync.count_per_step == 5
