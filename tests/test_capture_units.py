@@ -80,9 +80,12 @@ def test_existing_run_dir_is_refused(capsys: pytest.CaptureFixture[str], tmp_pat
     )
 
 
-def test_job_command_single_vs_torchrun(tmp_path: Path) -> None:
+def test_job_command_single_vs_torchrun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     script = tmp_path / "t.py"
     script.write_text("")
+    (tmp_path / "p").mkdir()  # -m p.m: its package is there, as python -m would need
+    (tmp_path / "p" / "__init__.py").write_text("")
+    monkeypatch.chdir(tmp_path)
     single = launcher.job_command(trace_cli.parse([str(script), "--a"]))
     # -P: the launch folder is not first on sys.path (as for `python script.py`)
     assert single[1:] == ["-P", "-m", "gpudiag.capture.rank", str(script), "--a"]

@@ -32,14 +32,20 @@ def _steps(run: Path) -> int:
     return len(rundir.load_run(run).steps)
 
 
+def _traced_ok(tmp_path: Path, script: str, marker: str) -> subprocess.CompletedProcess:
+    """The script traced ends with 0 and prints ``marker``, as under python."""
+    proc = _trace(tmp_path, str(SCRIPTS / script))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert marker in proc.stdout, proc.stdout[-2000:]
+    return proc
+
+
 @pytest.mark.slow
 def test_torch_jit_trace_before_training_is_not_traced_into(tmp_path: Path) -> None:
     """gpudiag's first-forward hook opened its ProfilerStep range inside the script's
     torch.jit.trace: the range became an op of the traced graph and the trace's check
     failed the job (TracingCheckError)."""
-    proc = _trace(tmp_path, str(SCRIPTS / "jit_trace_first.py"))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "JIT_TRACE_DONE" in proc.stdout
+    _traced_ok(tmp_path, "jit_trace_first.py", "JIT_TRACE_DONE")
     assert _steps(tmp_path / "run") == 6
 
 
@@ -47,18 +53,14 @@ def test_torch_jit_trace_before_training_is_not_traced_into(tmp_path: Path) -> N
 def test_the_script_sees_builtins_as_python_gives_them(tmp_path: Path) -> None:
     """`__builtins__` of a script's __main__ is the builtins module under python; runpy
     gave the module's dict (AttributeError: 'dict' object has no attribute 'print')."""
-    proc = _trace(tmp_path, str(SCRIPTS / "builtins_module.py"))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "BUILTINS_MODULE_DONE module" in proc.stdout
+    _traced_ok(tmp_path, "builtins_module.py", "BUILTINS_MODULE_DONE module")
 
 
 @pytest.mark.slow
 def test_a_script_that_joins_every_thread_ends(tmp_path: Path) -> None:
     """gpudiag's threads in the training process (signals, launcher watch, hang dump)
     never end: a script joining every thread waited forever."""
-    proc = _trace(tmp_path, str(SCRIPTS / "join_all_threads.py"))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "JOINED_ALL_THREADS" in proc.stdout
+    _traced_ok(tmp_path, "join_all_threads.py", "JOINED_ALL_THREADS")
 
 
 def test_a_missing_module_is_one_line_and_no_run(tmp_path: Path) -> None:
@@ -80,3 +82,34 @@ def test_lint_refuses_a_fifo_and_a_device_in_a_sources_place(tmp_path: Path) -> 
     problems = {Path(e.path).name: e.message for e in result.errors}
     assert set(problems) == {"fifo.py", "zero.py"}
     assert "FIFO" in problems["fifo.py"] and "device" in problems["zero.py"]
+
+
+@pytest.mark.slow
+def test_compile_fullgraph_and_strict_export_run_as_under_python(tmp_path: Path) -> None:
+    """gpudiag's global forward hook was traced by dynamo: `threading` in it failed
+    torch.compile(fullgraph=True) ("Attempted to call function marked as skipped"), and
+    its mere presence failed torch.export(strict=True) (probe 28f)."""
+    _traced_ok(tmp_path, "compile_fullgraph_fn.py", "COMPILED_DONE True")
+    assert _steps(tmp_path / "run") == 6
+
+
+@pytest.mark.slow
+def test_a_sigterm_handler_that_chains_checkpoints_and_exits_0(tmp_path: Path) -> None:
+    """The script's handler chained to the one it replaced, gpudiag's, which ended the
+    job before its checkpoint (exit 143). The script sees the default there, as under
+    python."""
+    proc = _traced_ok(tmp_path, "sigterm_chain.py", "GRACEFUL_STOP 5")
+    assert "DEFAULT_BEFORE True" in proc.stdout
+    assert (tmp_path / "ckpt.pt").is_file()
+
+
+@pytest.mark.slow
+def test_a_missing_submodule_is_pythons_one_line(tmp_path: Path) -> None:
+    """`-m pkg.missing` (the package exists): runpy's traceback before; python's line and
+    exit code 1 now. The launcher cannot tell without importing the package."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    proc = _trace(tmp_path, "-m", "pkg.missing")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert f"{sys.executable}: No module named pkg.missing" in proc.stderr

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import rundir
+from gpudiag.capture.worker_signals import real_getsignal
 
 DEFAULT_WINDOW = (5, 9)
 STEP_PREFIX = "ProfilerStep#"
@@ -307,7 +308,7 @@ def signals_held() -> Iterator[None]:
         arrived.append(signum)
 
     for signum in _HELD_SIGNALS:
-        handler = signal.getsignal(signum)
+        handler = real_getsignal(signum)  # gpudiag's own too: it is put back
         if handler is None:  # set outside Python: it could not be put back
             continue
         previous[signum] = handler

@@ -16,6 +16,7 @@ and flushed plus a few attribute updates.
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import sys
@@ -89,6 +90,7 @@ class StepTracker:
         self._handles: list[Any] = []
         self._dataloader_patch: tuple[Any, Any] | None = None
         self._first_forward_handle: Any = None
+        self._export_patch: tuple[Any, Any] | None = None
         self._sched = ThreadSchedStat()
         # The thread that runs the steps: the one that installed the tracker when its
         # first batch or forward began the first step, else the one that ended the first
@@ -113,6 +115,30 @@ class StepTracker:
         self._handles.append(register_optimizer_step_post_hook(self._optimizer_post))
         self._first_forward_handle = _add_global_forward_hook(self._first_forward)
         self._patch_dataloader()
+        self._patch_export()
+
+    def _patch_export(self) -> None:
+        """``torch.export.export(strict=True)`` fails while any global module hook is
+        registered (dynamo then calls through Module.__call__ into its own wrapper, which
+        it will not trace: probe 28f). The first-forward hook is set aside while an
+        export runs, and put back after it if it was there."""
+        import torch.export as export_module
+
+        original = export_module.export
+        tracker = self
+
+        @functools.wraps(original)
+        def export(*args: Any, **kwargs: Any) -> Any:
+            had = tracker._first_forward_handle is not None
+            tracker._remove_first_forward_hook()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if had and tracker._first_forward_handle is None:
+                    tracker._first_forward_handle = _add_global_forward_hook(tracker._first_forward)
+
+        export_module.export = export
+        self._export_patch = (export_module, original)
 
     def uninstall(self) -> None:
         for handle in self._handles:
@@ -123,6 +149,10 @@ class StepTracker:
             cls, original = self._dataloader_patch
             cls.__next__ = original
             self._dataloader_patch = None
+        if self._export_patch is not None:
+            module, export = self._export_patch
+            module.export = export
+            self._export_patch = None
 
     def _patch_dataloader(self) -> None:
         from torch.utils.data.dataloader import _BaseDataLoaderIter
@@ -147,7 +177,10 @@ class StepTracker:
 
     def _first_forward(self, module: Any, args: Any) -> None:
         if _tracing():
-            return  # torch.jit.trace: a range opened now would be traced into the graph
+            # torch.jit.trace: a range opened now would be traced into the graph;
+            # torch.compile: dynamo traces this hook, and threading in it broke the
+            # graph (fullgraph=True, torch.export: the job died; probe 28f)
+            return
         if self.start_ns is None:
             if not self.begin_first_step_here():
                 return  # another thread's forward: the hook waits for the training thread
@@ -402,12 +435,14 @@ def _outermost_optimizer_step_frame() -> FrameType | None:
 
 
 def _tracing() -> bool:
-    """The forward runs under ``torch.jit.trace``: a ``ProfilerStep`` range begun in it
-    became an op of the user's traced graph, and the trace's check failed the job
-    (TracingCheckError; issue 28 probe 28e)."""
+    """The forward runs under ``torch.jit.trace`` (a ``ProfilerStep`` range begun in it
+    became an op of the user's traced graph, and the trace's check failed the job:
+    TracingCheckError; probe 28e) or is being compiled (dynamo traces global hooks: what
+    it cannot trace breaks the graph, and fails ``fullgraph=True``). The compile check
+    comes first: dynamo folds it to True and traces nothing past it."""
     import torch
 
-    return bool(torch.jit.is_tracing())
+    return bool(torch.compiler.is_compiling() or torch.jit.is_tracing())
 
 
 def _no_step(*args: Any, **kwargs: Any) -> None:

@@ -97,6 +97,8 @@ from gpudiag.capture.worker_signals import (  # noqa: F401 - public names re-exp
     _set_aside_sigchld,
     _Terminated,
     _user_code_running,
+    hide_own_handlers,
+    real_getsignal,
     sigterm_pending,
 )
 
@@ -117,11 +119,27 @@ HANG_FINISH_TIMEOUT_S = 15.0
 MAIN_GLOBALS = {"__builtins__": builtins}
 
 
+def _check_module_as_python_would(name: str) -> None:
+    """``-m pkg.missing`` or ``-m pkg`` without ``__main__``: python's one line and exit
+    code 1, as ``python -m`` gives them (was runpy's traceback; the launcher checks only
+    the top-level name, since finding a submodule imports its package). runpy's own
+    check (``_get_module_details``, private): it imports the package, as -m does."""
+    details = getattr(runpy, "_get_module_details", None)
+    error = getattr(runpy, "_Error", None)
+    if details is None or error is None:
+        return
+    try:
+        details(name, error)
+    except error as exc:
+        print(f"{sys.executable}: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+
+
 def _handler_is_ours(signum: int) -> bool:
     """The handler in place is gpudiag's (SIGTERM, a fatal signal's) or Python's Ctrl-C
     default: the script did not install its own (then what it does is its decision)."""
     try:
-        handler = signal.getsignal(signum)
+        handler = real_getsignal(signum)
     except (ValueError, OSError):
         return False
     if signum == signal.SIGTERM:
@@ -437,6 +455,7 @@ class Worker:
                     os.path.abspath(script), init_globals=MAIN_GLOBALS, run_name="__main__"
                 )
         _set_path_head(os.getcwd())
+        _check_module_as_python_would(self.target["module"])
         return runpy.run_module(
             self.target["module"], init_globals=MAIN_GLOBALS, run_name="__main__", alter_sys=True
         )
@@ -861,6 +880,7 @@ def main(argv: list[str] | None = None) -> None:
 
     install_test_shift()  # tests only: a skewed host (GPUDIAG_TEST_CLOCK_SHIFT_NS)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    hide_own_handlers()
     target, script_args = parse_target(argv)
     run_dir = Path(os.environ.get(ENV_RUN_DIR) or "gpudiag_run").resolve()
     worker = Worker(run_dir, target, script_args)

@@ -48,6 +48,12 @@ class _Terminated(KeyboardInterrupt):
 _SIGTERM_RAISES = False
 _SIGTERM_PENDING = False
 
+# What the script sees of gpudiag's own handlers (hide_own_handlers): signal's functions
+# as Python has them, for gpudiag's own use.
+real_getsignal = signal.getsignal
+_REAL_SIGNAL = signal.signal
+_OWN_HANDLERS: list[Any] = []
+
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     global _SIGTERM_PENDING
@@ -81,7 +87,7 @@ def _note_script_handlers() -> None:
     _SCRIPT_HANDLERS.clear()
     for name in _ENDING_SIGNALS:
         try:
-            handler = signal.getsignal(getattr(signal, name))
+            handler = real_getsignal(getattr(signal, name))
         except (AttributeError, ValueError):
             continue
         code = getattr(getattr(handler, "__func__", handler), "__code__", None)
@@ -121,9 +127,10 @@ def _record_fatal_signals(worker: Worker) -> None:
     _claim_process()
     for signum in FATAL_SIGNALS:
         try:
-            if signal.getsignal(signum) is signal.SIG_DFL:
+            if real_getsignal(signum) is signal.SIG_DFL:
                 signal.signal(signum, worker.on_fatal_signal)
                 _FATAL_HANDLED.append(signum)
+                _OWN_HANDLERS.append(worker.on_fatal_signal)
         except (ValueError, OSError):
             pass
 
@@ -134,7 +141,7 @@ def _forked_child() -> None:
     ``finally``; before, gpudiag's handler raised in it, tenth probe, A) and the fatal
     ones. A handler the script installed itself is kept."""
     try:
-        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        if real_getsignal(signal.SIGTERM) is _on_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
     except (ValueError, OSError):  # not the child's main thread
         pass
@@ -191,3 +198,28 @@ def _set_aside_sigchld() -> None:
     DataLoader's handler must not raise into gpudiag (:meth:`Worker._decide`)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+def _script_getsignal(signalnum: int) -> Any:
+    handler = real_getsignal(signalnum)
+    return signal.SIG_DFL if _is_own(handler) else handler
+
+
+def _script_signal(signalnum: int, handler: Any) -> Any:
+    previous = _REAL_SIGNAL(signalnum, handler)
+    return signal.SIG_DFL if _is_own(previous) else previous
+
+
+def _is_own(handler: Any) -> bool:
+    return handler is _on_sigterm or any(handler == own for own in _OWN_HANDLERS)
+
+
+def hide_own_handlers() -> None:
+    """The script sees the default action where gpudiag's SIGTERM and fatal-signal
+    handlers are (``signal.getsignal``, and what ``signal.signal`` returns): a script
+    that chains its SIGTERM handler to the previous one called gpudiag's, which ended it
+    before its checkpoint, and one that installs its handler only over the default
+    never installed it (probe 28f). A handler the script installs replaces gpudiag's,
+    as before (its exit is then the script's)."""
+    signal.getsignal = _script_getsignal
+    signal.signal = _script_signal

@@ -271,11 +271,11 @@ def parse(argv: list[str]) -> TraceArgs:
     check_options(ns)
     if "script" in target:
         _check_script(Path(target["script"]))
-    else:
-        _check_module(target["module"])
     launcher = refused_launcher(target)
     if launcher is not None:
         raise LauncherRefused(_launcher_refusal(launcher))
+    if "module" in target:
+        _check_module(target["module"])
     torchrun_argv = []
     for name, takes_value in TORCHRUN_OPTIONS.items():
         value = getattr(ns, name[2:].replace("-", "_"))
