@@ -218,6 +218,7 @@ class Worker:
         self._install_steps()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _on_sigterm)
+            hide_own_handlers()  # a rank mp.spawn started does not pass through main()
         if self.launched_alone and self.target:  # gpudiag started this one process
             self._guard("spawn hook", lambda: spawn.install(self.hand_over_rank, run_spawned_rank))
             self._guard("elastic note", lambda: spawn.install_elastic_note(_note_untraced))
