@@ -75,7 +75,12 @@ def _dirs(job: Path) -> list[Path]:
     return [job / "node0", job / "node1"]
 
 
-def _watch(paths: list[Path], *extra: str) -> dict:
+# What `watch` says of per-node folders before node 1 knows the job id node 0 published
+# (its clock exchange at start-up): a loaded CI host watched that early once.
+NOT_ONE_JOB_YET = "not the per-node directories of one job"
+
+
+def _watch(paths: list[Path], *extra: str, starting: bool = False) -> dict:
     proc = subprocess.run(
         [sys.executable, "-m", "gpudiag", "watch", *map(str, paths), "--once", "--json", *extra],
         capture_output=True,
@@ -83,6 +88,8 @@ def _watch(paths: list[Path], *extra: str) -> dict:
         timeout=180,
         check=False,
     )
+    if starting and proc.returncode != 0 and NOT_ONE_JOB_YET in proc.stderr:
+        return {}
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 
@@ -102,8 +109,8 @@ def _watch_until(
         if not _manifests_written(job):
             time.sleep(0.5)
             continue
-        snap = _watch(_dirs(job), *extra)
-        if done(snap):
+        snap = _watch(_dirs(job), *extra, starting=True)
+        if snap and done(snap):
             return snap
         time.sleep(1.0)
     _end(procs)
