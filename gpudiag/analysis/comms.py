@@ -28,7 +28,7 @@ from gpudiag.analysis.exact import compensated_sums, streamed_median, streamed_s
 from gpudiag.analysis.fold import iter_rank_rows
 from gpudiag.analysis.matching import Table, concat_pieces, key_blocks, match_groups, rank_blocks
 from gpudiag.analysis.spill import SpilledTable, SpillFile
-from gpudiag.analysis.trace_model import RankTrace, with_comm
+from gpudiag.analysis.trace_model import RankTrace, outermost_calls, with_comm
 
 TABLE_COLUMNS = (
     "rank",
@@ -154,7 +154,7 @@ def _cpu_rows(events: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
     c10d = cls.name_mask(events["name"], lambda names: names.str.startswith("c10d::"))
     enq = with_comm(events[(kind == "comm_cpu") & c10d], comm)
     enq = enq[enq["comm_op"].notna().to_numpy()]
-    enq = _outermost(enq)
+    enq = outermost_calls(enq)
     xfer = with_comm(events[(kind == "comm") & ~events["is_gpu"].to_numpy()], comm)
     if enq.empty and xfer.empty:
         return _gpu_rows(events.iloc[0:0], comm)
@@ -193,17 +193,6 @@ def _cpu_rows(events: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
             "source": "trace:cpu",
         }
     )
-
-
-def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
-    """Drop ops nested inside an earlier op of the same thread (one row per call)."""
-    if len(ops) < 2:
-        return ops
-    ops = ops.sort_values("start_ns")
-    reach = ops.groupby(["pid", "tid"], observed=True)["end_ns"].transform(
-        lambda e: e.cummax().shift(fill_value=np.iinfo(np.int64).min)
-    )
-    return ops[(ops["start_ns"] >= reach).to_numpy()]
 
 
 def trace_rows(trace: RankTrace) -> pd.DataFrame:

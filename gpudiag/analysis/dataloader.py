@@ -23,6 +23,7 @@ from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.breakdown import step_windows
 from gpudiag.analysis.findings import LOW_SHARE, Finding, host_load_weight, ms, severity_for
 from gpudiag.analysis.jsonable import rows_of, whole
+from gpudiag.analysis.trace_model import outermost_calls
 from gpudiag.numfmt import ms_text, pct_text, plural
 
 DATALOADER_FIX = (
@@ -375,7 +376,7 @@ def _trace_host_sync(trace: Any) -> HostSync:
         idle_ms = float(((e - s)[_window_of(s, windows) >= 0]).sum() / 1e6)
     return HostSync(
         rank=int(trace.meta.rank),
-        count_per_step=float(_outermost_count(sync) / n_steps) if n_steps else 0.0,
+        count_per_step=float(len(outermost_calls(sync)) / n_steps) if n_steps else 0.0,
         ms_per_step=idle_ms / n_steps if n_steps else 0.0,
         host_blocking_ms_per_step=blocking_ms / n_steps if n_steps else 0.0,
         gpu_trace=is_gpu,
@@ -384,25 +385,6 @@ def _trace_host_sync(trace: Any) -> HostSync:
             for name, row in by_name.iterrows()
         },
     )
-
-
-def _outermost_count(sync: pd.DataFrame) -> int:
-    """Sync points, each counted once: ``.item()`` is ``aten::item`` around
-    ``aten::_local_scalar_dense`` around a ``cudaStreamSynchronize`` on the same thread
-    (one sync read as three: probe 32). A call is outermost when it starts after every
-    earlier call of its thread has ended."""
-    if sync.empty:
-        return 0
-    keys = [k for k in ("pid", "tid") if k in sync.columns]
-    ordered = sync.sort_values([*keys, "start_ns"], kind="stable")
-    ends = ordered["end_ns"].astype("int64")
-    if keys:
-        reach = ends.groupby([ordered[k] for k in keys], observed=True).transform(
-            lambda e: e.cummax().shift(1, fill_value=np.iinfo(np.int64).min)
-        )
-    else:
-        reach = ends.cummax().shift(1, fill_value=np.iinfo(np.int64).min)
-    return int((ordered["start_ns"].astype("int64") >= reach).sum())
 
 
 def run_dataloader(run: Any) -> dict[int, RunDataWait]:

@@ -299,3 +299,15 @@ def _empty_fields(
         name: np.full(n, None, dtype=object) if name in _OBJECT_FIELDS else np.full(n, np.nan)
         for name in names
     }
+
+
+def outermost_calls(ops: pd.DataFrame) -> pd.DataFrame:
+    """Drop ops nested inside an earlier op of the same thread (one row per call: a
+    `.item()` is aten::item around aten::_local_scalar_dense around a stream sync)."""
+    if len(ops) < 2:
+        return ops
+    ops = ops.sort_values("start_ns")
+    reach = ops.groupby(["pid", "tid"], observed=True)["end_ns"].transform(
+        lambda e: e.cummax().shift(fill_value=np.iinfo(np.int64).min)
+    )
+    return ops[(ops["start_ns"] >= reach).to_numpy()]
