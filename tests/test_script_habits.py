@@ -113,3 +113,18 @@ def test_a_missing_submodule_is_pythons_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert f"{sys.executable}: No module named pkg.missing" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_default_put_back_by_the_script_still_writes_the_status(tmp_path: Path) -> None:
+    """The script puts back the SIGTERM handler it read (the default, as gpudiag hides its
+    own), as Lightning's teardown does; the parent-death SIGTERM then ended a re-executed
+    rank with no status (the CI flake of test_lightning_rank0_failure_waits_for_the_
+    followed_rank). It ends as under python (143), with its status written."""
+    proc = _trace(tmp_path, str(SCRIPTS / "sigterm_restore_default.py"))
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert "DEFAULT_BEFORE True" in proc.stdout and "RESTORED" in proc.stdout
+    assert "NOT_REACHED" not in proc.stdout
+    status = rundir.read_json(rundir.rank_dir(tmp_path / "run", 0) / rundir.STATUS)
+    assert isinstance(status, dict) and status["status"] == "interrupted", proc.stderr[-3000:]
+    assert status["steps_completed"] == 5

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import rundir
-from gpudiag.capture.worker_signals import real_getsignal
+from gpudiag.capture.worker_signals import real_getsignal, set_handler
 
 DEFAULT_WINDOW = (5, 9)
 STEP_PREFIX = "ProfilerStep#"
@@ -312,7 +312,7 @@ def signals_held() -> Iterator[None]:
         if handler is None:  # set outside Python: it could not be put back
             continue
         previous[signum] = handler
-        signal.signal(signum, hold)
+        set_handler(signum, hold)
     try:
         yield
     finally:
@@ -323,7 +323,7 @@ def signals_held() -> Iterator[None]:
 
 def _restore(previous: dict[int, Any]) -> None:
     for signum, handler in previous.items():
-        signal.signal(signum, handler)
+        set_handler(signum, handler)
 
 
 def _deliver(signum: int, handler: Any, frame: Any) -> None:

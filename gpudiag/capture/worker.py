@@ -99,7 +99,9 @@ from gpudiag.capture.worker_signals import (  # noqa: F401 - public names re-exp
     _user_code_running,
     hide_own_handlers,
     real_getsignal,
+    set_handler,
     sigterm_pending,
+    take_sigterm,
 )
 
 ENV_RUN_DIR = "GPUDIAG_RUN_DIR"
@@ -217,7 +219,7 @@ class Worker:
         self._install_collectives()
         self._install_steps()
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, _on_sigterm)
+            take_sigterm()
             hide_own_handlers()  # a rank mp.spawn started does not pass through main()
         if self.launched_alone and self.target:  # gpudiag started this one process
             self._guard("spawn hook", lambda: spawn.install(self.hand_over_rank, run_spawned_rank))
@@ -597,7 +599,7 @@ class Worker:
         """A signal whose default action ends the process: its status first. During
         gpudiag's own finishing it is let be: the process ends in a moment anyway."""
         if _RANK_PID and os.getpid() != _RANK_PID[0]:  # a forked child kept the handler
-            signal.signal(signum, signal.SIG_DFL)
+            set_handler(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
         if self._finish_lock.locked():
@@ -663,9 +665,9 @@ class Worker:
             # A second SIGTERM/Ctrl-C while finishing must not cut the writes short, nor
             # the DataLoader's SIGCHLD handler, which raises in whatever runs when one of
             # its workers ends (they get the job's SIGTERM too).
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            set_handler(signal.SIGTERM, signal.SIG_IGN)
+            set_handler(signal.SIGINT, signal.SIG_IGN)
+            set_handler(signal.SIGCHLD, signal.SIG_DFL)
         timeout = HANG_FINISH_TIMEOUT_S if hang else float(os.environ.get(ENV_FINISH_TIMEOUT, "60"))
         _exit_after(timeout, outcome.exit_code)
         deadline = time.monotonic() + timeout - 2.0
@@ -880,7 +882,7 @@ def main(argv: list[str] | None = None) -> None:
     from gpudiag.capture.clock import install_test_shift
 
     install_test_shift()  # tests only: a skewed host (GPUDIAG_TEST_CLOCK_SHIFT_NS)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    take_sigterm()
     hide_own_handlers()
     target, script_args = parse_target(argv)
     run_dir = Path(os.environ.get(ENV_RUN_DIR) or "gpudiag_run").resolve()

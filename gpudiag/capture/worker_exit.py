@@ -14,6 +14,7 @@ import threading
 import time
 
 from gpudiag.capture.worker_outcome import EXIT_SIGTERM, Outcome, _say
+from gpudiag.capture.worker_signals import set_handler
 
 LAUNCHER_LOST_GRACE_S = 15.0
 
@@ -35,7 +36,7 @@ def _end_process(outcome: Outcome) -> None:
     """os._exit with the outcome's code, or death by its signal (as without gpudiag)."""
     if outcome.die_of is not None:
         try:
-            signal.signal(outcome.die_of, signal.SIG_DFL)
+            set_handler(outcome.die_of, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, [outcome.die_of])
             os.kill(os.getpid(), outcome.die_of)
             time.sleep(1.0)

@@ -51,8 +51,18 @@ _SIGTERM_PENDING = False
 # What the script sees of gpudiag's own handlers (hide_own_handlers): signal's functions
 # as Python has them, for gpudiag's own use.
 real_getsignal = signal.getsignal
-_REAL_SIGNAL = signal.signal
+set_handler = signal.signal
 _OWN_HANDLERS: list[Any] = []
+# signal -> gpudiag's handler that stands in for the default action: a script (or a
+# library's teardown, Lightning's) that puts back the default it read from getsignal
+# gets gpudiag's handler back, not a bare default that ends the rank with no status
+_DEFAULT_STANDINS: dict[int, Any] = {}
+
+
+def take_sigterm() -> None:
+    """gpudiag's SIGTERM handler in place, standing in for the default."""
+    set_handler(signal.SIGTERM, _on_sigterm)
+    _DEFAULT_STANDINS[signal.SIGTERM] = _on_sigterm
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -128,8 +138,9 @@ def _record_fatal_signals(worker: Worker) -> None:
     for signum in FATAL_SIGNALS:
         try:
             if real_getsignal(signum) is signal.SIG_DFL:
-                signal.signal(signum, worker.on_fatal_signal)
+                set_handler(signum, worker.on_fatal_signal)
                 _FATAL_HANDLED.append(signum)
+                _DEFAULT_STANDINS[signum] = worker.on_fatal_signal
                 _OWN_HANDLERS.append(worker.on_fatal_signal)
         except (ValueError, OSError):
             pass
@@ -140,14 +151,15 @@ def _forked_child() -> None:
     without gpudiag: SIGTERM (a multiprocessing child's terminate(): exit -15, no
     ``finally``; before, gpudiag's handler raised in it, tenth probe, A) and the fatal
     ones. A handler the script installed itself is kept."""
+    _DEFAULT_STANDINS.clear()
     try:
         if real_getsignal(signal.SIGTERM) is _on_sigterm:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            set_handler(signal.SIGTERM, signal.SIG_DFL)
     except (ValueError, OSError):  # not the child's main thread
         pass
     for signum in _FATAL_HANDLED:
         try:
-            signal.signal(signum, signal.SIG_DFL)
+            set_handler(signum, signal.SIG_DFL)
         except (ValueError, OSError):
             pass
 
@@ -176,7 +188,7 @@ def _ignore_ctrl_c() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        set_handler(signal.SIGINT, signal.SIG_IGN)
     except (ValueError, OSError):
         pass
 
@@ -197,7 +209,7 @@ def _set_aside_sigchld() -> None:
     """SIGCHLD back to its default in the main thread: once the user's code has ended, a
     DataLoader's handler must not raise into gpudiag (:meth:`Worker._decide`)."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        set_handler(signal.SIGCHLD, signal.SIG_DFL)
 
 
 def _script_getsignal(signalnum: int) -> Any:
@@ -206,7 +218,9 @@ def _script_getsignal(signalnum: int) -> Any:
 
 
 def _script_signal(signalnum: int, handler: Any) -> Any:
-    previous = _REAL_SIGNAL(signalnum, handler)
+    if handler is signal.SIG_DFL:
+        handler = _DEFAULT_STANDINS.get(signalnum, handler)
+    previous = set_handler(signalnum, handler)
     return signal.SIG_DFL if _is_own(previous) else previous
 
 
@@ -220,6 +234,9 @@ def hide_own_handlers() -> None:
     that chains its SIGTERM handler to the previous one called gpudiag's, which ended it
     before its checkpoint, and one that installs its handler only over the default
     never installed it (probe 28f). A handler the script installs replaces gpudiag's,
-    as before (its exit is then the script's)."""
+    as before (its exit is then the script's); the default it puts back (what it read
+    before, as Lightning's teardown does) is gpudiag's handler again, which ends the
+    rank as the default would, with its status. gpudiag's own code sets handlers with
+    :data:`set_handler`."""
     signal.getsignal = _script_getsignal
     signal.signal = _script_signal
