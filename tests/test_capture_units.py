@@ -568,6 +568,34 @@ def test_watchdog_activity_and_hang_rule() -> None:
 
 
 @pytest.mark.parametrize(
+    ("mode", "activities", "world", "ends"),
+    [
+        ("auto", ["waiting", "idle"], 2, False),  # asleep, maybe on purpose (probe 28f)
+        ("auto", ["waiting", "waiting"], 2, True),  # a desync or a deadlock: nothing else
+        ("auto", ["waiting", "gone"], 2, True),  # the peer will never arrive
+        ("auto", ["waiting", "waiting"], 4, False),  # two ranks of another node unseen
+        ("end", ["waiting", "idle"], 2, True),
+        ("report", ["waiting", "waiting"], 2, False),
+    ],
+)
+def test_which_hangs_end_the_job(
+    tmp_path: Path, mode: str, activities: list[str], world: int, ends: bool
+) -> None:
+    """`--on-hang`: auto ends the job only when nothing but the hang explains it."""
+    from gpudiag.capture.watchdog import HangWatchdog
+
+    for rank in range(len(activities)):
+        rundir.rank_dir(tmp_path, rank).mkdir(parents=True)
+        info = {"rank": rank, "world_size": world, "pid": 1}
+        (rundir.rank_dir(tmp_path, rank) / rundir.RANK_INFO).write_text(json.dumps(info))
+    report = {"ranks": {str(r): {"activity": a} for r, a in enumerate(activities)}}
+    watchdog = HangWatchdog(tmp_path, 5.0, on_hang_mode=mode)
+    assert watchdog._ends_the_job(report) is ends
+    if not ends and mode == "auto":
+        assert watchdog._why_not_ended(report)
+
+
+@pytest.mark.parametrize(
     ("line", "profiles"),
     [
         ("from torch.profiler import profile, schedule", True),

@@ -149,7 +149,9 @@ def test_a_hung_chain_of_waits_names_the_rank_at_its_end(tmp_path: Path) -> None
     script = SCRIPT.parent / "chain_of_waits_job.py"
     slow = next(i for i, t in enumerate(script.read_text().splitlines(), 1) if "SLOW HERE" in t)
     run = tmp_path / "run"
-    proc = _gpudiag_trace(run, ["--hang-timeout", "5", "--nproc-per-node", "3", str(script)])
+    proc = _gpudiag_trace(
+        run, ["--hang-timeout", "5", "--on-hang", "end", "--nproc-per-node", "3", str(script)]
+    )
     assert json.loads((run / "manifest.json").read_text())["status"] == "hang", proc.stderr
     verdict = json.loads((run / "hang_report.json").read_text())["verdict"]
     assert verdict.startswith("rank 2 never entered all_reduce"), verdict

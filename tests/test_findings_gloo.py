@@ -83,7 +83,7 @@ def gloo_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         results[name] = analyze(root / name)
         # a job that did not finish cleanly is a broken fixture, not a finding to test
         assert results[name].run.status == "ok", f"{name}: {log}"
-    _trace(root / "hang", 2, ["--hang-timeout", "5"], HANG, [])
+    _trace(root / "hang", 2, ["--hang-timeout", "5", "--on-hang", "end"], HANG, [])
     results["hang"] = analyze(root / "hang")
     return results
 

@@ -261,7 +261,7 @@ def test_traced_job_in_a_folder_named_gpudiag_keeps_its_line(tmp_path: Path) -> 
     out = tmp_path / "run"
     cmd = [
         sys.executable, "-m", "gpudiag", "trace", "--out", str(out), "--no-profile",
-        "--no-lint", "--hang-timeout", "3", "--nproc-per-node", "2",
+        "--no-lint", "--hang-timeout", "3", "--on-hang", "end", "--nproc-per-node", "2",
         "--master-port", str(coll_launch.free_port()), str(script), "rendezvous",
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400)

@@ -27,7 +27,7 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> dict:
     run = tmp_path_factory.mktemp("hang_trace") / "run"
     cmd = [
         sys.executable, "-m", "gpudiag", "trace", "--out", str(run), "--no-profile",
-        "--no-lint", "--hang-timeout", str(HANG_TIMEOUT_S), "--nproc-per-node", "2",
+        "--no-lint", "--hang-timeout", str(HANG_TIMEOUT_S), "--on-hang", "end", "--nproc-per-node", "2",
         "--master-port", str(coll_launch.free_port()), str(SCRIPT), "4", "hang",
     ]  # fmt: skip
     t0 = time.monotonic()

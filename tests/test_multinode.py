@@ -383,7 +383,7 @@ HANG = SCRIPTS / "findings_hang.py"
 def _hang_nodes(outs: tuple[Path, Path]) -> list[str]:
     """Rank 3 (node 1) sleeps instead of entering all_reduce at step 3: ranks 0-2 wait."""
     port = free_port()
-    flags = ["--hang-timeout", "10"]
+    flags = ["--hang-timeout", "10", "--on-hang", "end"]
     procs = []
     for node, out in enumerate(outs):
         cmd = [sys.executable, "-m", "gpudiag", "trace", "--no-lint", "--out", str(out)]

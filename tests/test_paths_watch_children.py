@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).parent / "scripts"))
 import coll_launch  # noqa: E402
 
 from gpudiag import rundir  # noqa: E402
+from gpudiag.analysis import analyze  # noqa: E402
 
 pytestmark = pytest.mark.slow  # launches 2-rank gloo jobs
 
@@ -42,10 +43,16 @@ LIVE = SCRIPTS / "live_job.py"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
-def _trace(out: str | bytes, *args: str | bytes, profile: bool = False, hang: float = 3):
+def _trace(
+    out: str | bytes,
+    *args: str | bytes,
+    profile: bool = False,
+    hang: float = 3,
+    on_hang: str = "auto",
+):
     cmd: list[str | bytes] = [
         sys.executable, "-m", "gpudiag", "trace", "--out", out, "--no-lint",
-        "--hang-timeout", str(hang), "--nproc-per-node", "2",
+        "--hang-timeout", str(hang), "--on-hang", on_hang, "--nproc-per-node", "2",
         "--master-port", str(coll_launch.free_port()),
     ]  # fmt: skip
     if not profile:
@@ -111,12 +118,29 @@ def test_rank_working_in_a_subprocess_is_not_a_hang(tmp_path: Path, mode: str) -
     assert all(re.search(r"rank 0 has \d subprocess", ln) for ln in notices), stderr[-3000:]
 
 
-def test_rank_asleep_in_python_while_its_peer_waits_is_a_hang(tmp_path: Path) -> None:
-    """The decision documented in docs/reliability.md: a rank that sleeps (no CPU, no
-    I/O, no subprocess at work) while its peer waits is what a hang looks like; raise
-    --hang-timeout above the longest deliberate wait."""
+def test_rank_asleep_while_its_peer_waits_is_reported_and_left_running(tmp_path: Path) -> None:
+    """Probe 28f: rank 0 asleep longer than --hang-timeout before a barrier (a download, a
+    lock, a deliberate wait) while rank 1 waits in it. torchrun lets it finish; gpudiag
+    ended it as `hang` (rc 1). Now the suspected hang is said, with its stacks, the job
+    goes on, and the report goes once progress resumes."""
     out = tmp_path / "run"
-    proc = _trace(str(out), str(SUBWORK), "sleep", "30")
+    proc = _trace(str(out), str(SUBWORK), "sleep", "9")
+    stderr = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 0, stderr[-3000:]
+    m = _manifest(out)
+    assert m["status"] == "ok" and m["steps_completed"] == {"0": 10, "1": 10}, stderr[-3000:]
+    assert not (out / rundir.HANG_REPORT).exists(), stderr[-3000:]
+    suspected = [ln for ln in stderr.splitlines() if "hang suspected" in ln]
+    assert len(suspected) == 1 and "rank 0 idle outside a collective" in suspected[0], stderr
+    assert "progress resumed: not a hang" in stderr
+    assert not [f for f in analyze(out).findings if f.kind in ("hang", "desync")]
+
+
+def test_rank_asleep_while_its_peer_waits_is_a_hang_under_on_hang_end(tmp_path: Path) -> None:
+    """The same sleep under `--on-hang end`: what a hang looks like (no CPU, no I/O, no
+    subprocess at work, a peer waiting), and the job is ended."""
+    out = tmp_path / "run"
+    proc = _trace(str(out), str(SUBWORK), "sleep", "30", on_hang="end")
     assert _manifest(out)["status"] == "hang", proc.stderr.decode("utf-8", "replace")[-3000:]
     report = json.loads((out / rundir.HANG_REPORT).read_bytes())
     assert report["ranks"]["0"]["activity"] == "idle"

@@ -43,7 +43,7 @@ def _trace(
 ) -> subprocess.CompletedProcess:
     cmd = [
         sys.executable, "-m", "gpudiag", "trace", "--out", str(out), "--no-profile",
-        "--no-lint", "--hang-timeout", str(hang_timeout),
+        "--no-lint", "--hang-timeout", str(hang_timeout), "--on-hang", "end",
     ]  # fmt: skip
     if nproc > 1:
         cmd += ["--nproc-per-node", str(nproc), "--master-port", str(coll_launch.free_port())]

@@ -447,6 +447,7 @@ def _start_watchdog(
     hang: threading.Event,
     local_ranks: int | None = None,
     node: int | None = None,
+    on_hang_mode: str = "auto",
 ) -> Any:
     if timeout_s <= 0:
         return None
@@ -466,7 +467,10 @@ def _start_watchdog(
             job.stop(signal.SIGTERM, grace_s=HANG_KILL_GRACE_S)
 
     def on_notice(text: str) -> None:
-        _say(f"no progress for {timeout_s:g} s, {text} (stacks in rank*/stacks.txt)")
+        if text.startswith("progress resumed"):
+            _say(f"{text}")
+        else:
+            _say(f"no progress for {timeout_s:g} s, {text} (stacks in rank*/stacks.txt)")
 
     try:
         watchdog = HangWatchdog(
@@ -476,6 +480,7 @@ def _start_watchdog(
             on_notice=on_notice,
             expected_local_ranks=local_ranks,
             node=node,
+            on_hang_mode=on_hang_mode,
         )
         watchdog.start()
         return watchdog
@@ -504,6 +509,16 @@ def _stop_quietly(thing: Any, what: str) -> None:
         thing.stop()
     except Exception as exc:
         _say(f"{what} did not stop cleanly ({type(exc).__name__}: {exc})")
+
+
+def _settle_quietly(watchdog: Any) -> None:
+    """A hang the watchdog suspected but left running, settled at the job's end."""
+    if watchdog is None:
+        return
+    try:
+        watchdog.settle()
+    except Exception as exc:  # noqa: BLE001 - bookkeeping only
+        _say(f"hang report not settled ({type(exc).__name__}: {exc})")
 
 
 def _say(text: str) -> None:
@@ -562,6 +577,7 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
         hang,
         _local_rank_count(ns.nproc_per_node),
         node_rank if join is None else None,
+        getattr(ns, "on_hang", "auto"),
     )
     lint_thread = _start_lint(pre_run, run_dir, args)
     exits = RankExits(run_dir, node_rank if join is None else None)
@@ -584,6 +600,7 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
         lint_thread.join(timeout=30)
     if not (hang.is_set() or getattr(watchdog, "fired", False)):
         _wait_for_orphan_ranks(run_dir, exits, ORPHAN_WAIT_S)
+        _settle_quietly(watchdog)
     if join is not None:
         join.poll(node.joined)  # the job may have ended right after its rendezvous
         if join.node is None:  # the rendezvous never numbered this node

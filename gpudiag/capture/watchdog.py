@@ -16,10 +16,15 @@ each rank:
 
 It is a hang only when some rank waits and no other rank works: ranks running Python are
 never ended. When unsure it says so once, keeps the stacks, and checks again after
-another ``timeout_s``. On a hang it writes ``hang_report.json``, asks every rank to flush
-and exit (a finish request, answered by the rank's poller thread even while its main
-thread is blocked in C++), then calls ``on_hang(report)``; the launcher kills only the
-ranks that did not finish.
+another ``timeout_s``. On a hang it writes ``hang_report.json``. It ends the job (asks
+every rank to flush and exit: a finish request, answered by the rank's poller thread even
+while its main thread is blocked in C++; then ``on_hang(report)``, and the launcher kills
+only the ranks that did not finish) when nothing but the hang can explain it (``--on-hang
+auto``: every rank of the job is on this host and waits in a collective or is gone), or
+always (``end``). A rank idle outside a collective (asleep, blocked on a lock, a queue, a
+download) may be waiting on purpose, and another node's ranks are not seen from here:
+then the job goes on (torchrun would let it: torch's own timeout ends a real hang), and
+the report is removed again if progress resumes.
 """
 
 from __future__ import annotations
@@ -182,8 +187,11 @@ class HangWatchdog:
         finish_ranks: bool = True,
         expected_local_ranks: int | None = None,
         node: int | None = None,
+        on_hang_mode: str = "end",
     ) -> None:
         self.run_dir = Path(run_dir)
+        self.on_hang_mode = on_hang_mode
+        self.suspected: dict[str, Any] | None = None  # a hang reported, the job left running
         self.node = node
         self.timeout_s = float(timeout_s)
         self.on_hang = on_hang
@@ -228,6 +236,8 @@ class HangWatchdog:
                 self._last_progress = last_check = now
                 self._stacks = {}  # stacks compare within one quiet period only
                 noticed = False
+                if self.suspected is not None:
+                    self._progress_resumed()
                 baseline_due = True
                 continue
             if baseline_due:
@@ -248,9 +258,12 @@ class HangWatchdog:
             last_check = time.monotonic()
             if report is None or self._stop.is_set():
                 continue
-            if report["hang"]:
+            if report["hang"] and self._ends_the_job(report):
                 self._fire(report)
                 return
+            if report["hang"]:
+                self._suspect(report)
+                continue
             self.checks.append(report)
             if not noticed and report["stuck_ranks"] and self.on_notice is not None:
                 self.on_notice(report["verdict"])
@@ -302,18 +315,91 @@ class HangWatchdog:
             best = usage.get(rank, best)
         return best or self._baseline.get(rank)
 
+    def _ends_the_job(self, report: dict[str, Any]) -> bool:
+        return self.on_hang_mode == "end" or (
+            self.on_hang_mode == "auto" and not self._why_not_ended(report)
+        )
+
+    def _why_not_ended(self, report: dict[str, Any]) -> str:
+        """Why `--on-hang auto` leaves this hang's job running ("" when it ends it)."""
+        states = report["ranks"]
+        idle = sorted(int(r) for r, st in states.items() if st["activity"] not in (WAITING, GONE))
+        stopped = sorted(int(r) for r, st in states.items() if st.get("stopped"))
+        if stopped:
+            return f"rank(s) {_join(stopped)} stopped (Ctrl-Z, a debugger)"
+        if idle:
+            return (
+                f"rank{'s' if len(idle) > 1 else ''} {_join(idle)} idle outside a collective "
+                "(asleep, or blocked on a lock, a queue or I/O: it may be on purpose)"
+            )
+        world = _world_size(self.run_dir, [int(r) for r in states])
+        if world is None or world > len(states):
+            return "ranks of other hosts or nodes are not watched from here"
+        return ""
+
+    def _suspect(self, report: dict[str, Any]) -> None:
+        """A hang this mode leaves running: reported once, the job goes on."""
+        if self.suspected is not None:
+            return
+        why = self._why_not_ended(report) if self.on_hang_mode == "auto" else "--on-hang report"
+        report["ended"] = False
+        report["not_ended_because"] = why
+        self.suspected = report
+        self._write_report(report)
+        if self.on_notice is not None:
+            self.on_notice(
+                f"hang suspected: {report['verdict']}; the job is not ended ({why}): "
+                "torch's own timeout ends a real hang, `--on-hang end` would end it now"
+            )
+
+    def _progress_resumed(self) -> None:
+        """Progress after a suspected hang: it was none; its report goes."""
+        self.suspected = None
+        try:
+            rundir.hang_report_path(self.run_dir, self.node or 0).unlink(missing_ok=True)
+        except OSError:
+            pass
+        if self.on_notice is not None:
+            self.on_notice("progress resumed: not a hang (hang_report.json removed)")
+
+    def settle(self) -> None:
+        """At the job's end: a suspected hang of a job whose local ranks all ended ok was
+        none (progress resumed after the last poll)."""
+        if self.suspected is None:
+            return
+        ranks = _local_ranks(self.run_dir, self.node)
+        statuses = [
+            rundir.read_json(rundir.rank_dir(self.run_dir, r) / rundir.STATUS) for r in ranks
+        ]
+        if ranks and all(isinstance(st, dict) and st.get("status") == "ok" for st in statuses):
+            self._progress_resumed()
+
+    def _write_report(self, report: dict[str, Any]) -> None:
+        path = rundir.hang_report_path(self.run_dir, self.node or 0)
+        try:  # a full disk must not stop the hang from being handled
+            rundir.write_json_atomic(path, report)
+        except OSError as exc:
+            rundir.note_write_problem(path, exc)
+
     def _fire(self, report: dict[str, Any]) -> None:
         self.fired = True
         self.report = report
-        try:  # a full disk must not stop the hang from being handled
-            rundir.write_json_atomic(rundir.hang_report_path(self.run_dir, self.node or 0), report)
-        except OSError as exc:
-            rundir.note_write_problem(rundir.hang_report_path(self.run_dir, self.node or 0), exc)
+        self._write_report(report)
         if self.finish_ranks:
             for rank in _local_ranks(self.run_dir, self.node):
                 request_finish(self.run_dir, rank, report["verdict"])
         if self.on_hang is not None:
             self.on_hang(report)
+
+
+def _world_size(run_dir: Path, ranks: list[int]) -> int | None:
+    """The job's world size as the ranks' rank_info says (None when none says)."""
+    sizes = []
+    for rank in ranks:
+        info = rundir.read_json(rundir.rank_dir(run_dir, rank) / rundir.RANK_INFO)
+        if isinstance(info, dict) and isinstance(info.get("world_size"), int):
+            sizes.append(info["world_size"])
+    return max(sizes) if sizes else None
 
 
 def _usage(ranks: dict[int, int]) -> dict[int, Usage]:

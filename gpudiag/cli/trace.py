@@ -38,10 +38,13 @@ GPUDIAG_OPTIONS: dict[str, bool] = {
     "--no-profile": False,
     "--sample-hz": True,
     "--hang-timeout": True,
+    "--on-hang": True,
     "--no-lint": False,
     "-h": False,
     "--help": False,
 }
+# what a hang does to the job (gpudiag.capture.watchdog's docstring)
+ON_HANG_CHOICES = ("auto", "end", "report")
 
 
 class UsageError(Exception):
@@ -78,8 +81,17 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=300.0,
         metavar="SECONDS",
-        help="end the job when ranks wait in a collective (or the rendezvous) with no "
-        "progress this long while no rank works (0 disables)",
+        help="a hang: ranks wait in a collective (or the rendezvous) with no progress "
+        "this long while no rank works; its stacks and report are written (0 disables)",
+    )
+    p.add_argument(
+        "--on-hang",
+        choices=ON_HANG_CHOICES,
+        default="auto",
+        help="auto (default): end the job on a hang only when every rank of the job is on "
+        "this host and waits in a collective or is gone; a rank idle outside a collective "
+        "may wait on purpose, so the job goes on (torch's own timeout ends a real hang). "
+        "end: end it on any hang. report: never end it",
     )
     p.add_argument("--no-lint", action="store_true", help="do not lint the script")
     p.add_argument(
