@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 
 from gpudiag.lint.checks import Hit
+from gpudiag.lint.checks.loader_data import parameter_in_memory, pyg_in_memory
 from gpudiag.lint.context import (
     DATALOADER,
     DIST_SAMPLER,
@@ -497,6 +498,8 @@ def in_memory(ctx: ModuleContext, loader: ast.Call) -> bool:
         for call in ctx.method_calls(*_IN_MEMORY_FORMAT)
     ):
         return True
+    if parameter_in_memory(ctx, loader, dataset, _in_memory_value):
+        return True
     values = _dataset_values(ctx, loader)
     return bool(values) and all(_in_memory_value(ctx, value, loader) for value in values)
 
@@ -520,7 +523,11 @@ def _in_memory_value(ctx: ModuleContext, value: ast.expr, loader: ast.Call) -> b
 def _indexes_only(ctx: ModuleContext, definition: ast.ClassDef, depth: int) -> bool:
     """The class's `__getitem__` (or the nearest base class's in the project) returns items
     of what it holds (`return self.items[i]`, `return Element(self.ids[i], self.mask[i])`):
-    no decoding, reading or augmentation for workers to take off the training process."""
+    no decoding, reading or augmentation for workers to take off the training process.
+    A PyTorch Geometric dataset is judged by its `get(idx)` (loader_data.py)."""
+    graphs = pyg_in_memory(ctx, definition)
+    if graphs is not None:
+        return graphs
     for stmt in definition.body:
         if isinstance(stmt, FUNCTION_TYPES) and stmt.name == "__getitem__":
             body = [s for s in stmt.body if not _docstring(s)]

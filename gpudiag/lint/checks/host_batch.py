@@ -193,7 +193,7 @@ def _batch_parameter(ctx: ModuleContext, name: ast.Name, depth: int, field: bool
     """A parameter of a helper, never reassigned there, that every call of the helper in the
     project passes a host batch straight from a DataLoader."""
     function = ctx.enclosing_function(name)
-    if function is None or ctx.project is None or ctx.assigned_values(name.id, name):
+    if function is None or ctx.project is None or _rebound_before(ctx, function, name):
         return False
     params = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
     if name.id not in params or (field and _moved_in_place(ctx, function.body, name.id, name)):
@@ -212,6 +212,30 @@ def _batch_parameter(ctx: ModuleContext, name: ast.Name, depth: int, field: bool
         if not (isinstance(passed, ast.Name) and _on_cpu_batch(module, passed, depth + 1, field)):
             return False
     return True
+
+
+def _rebound_before(
+    ctx: ModuleContext, function: ast.FunctionDef | ast.AsyncFunctionDef, name: ast.Name
+) -> bool:
+    """The parameter may hold something else than what the callers passed where `name`
+    reads it: an assignment of it before the use, or one in a loop around the use. Not
+    `batch = self.prepare(batch)` then `batch = to_cuda(batch)` after the use: the helper
+    reads the batch while it is still on the host (F1: masks and lengths computed before
+    the batch is moved)."""
+    use = (name.lineno, name.col_offset)
+    loops = {a for a in ctx.ancestors(name) if isinstance(a, LOOP_TYPES)}
+    for node in ctx.body_nodes(function.body):
+        if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if not any(isinstance(t, ast.Name) and t.id == name.id for t in targets):
+            continue
+        reads_use = node.value is not None and any(n is name for n in ast.walk(node.value))
+        if ((node.lineno, node.col_offset) < use and not reads_use) or loops & set(
+            ctx.ancestors(node)
+        ):
+            return True
+    return False
 
 
 def _rebound_after(ctx: ModuleContext, assign: ast.AST, use: ast.AST, loop: ast.AST) -> bool:
@@ -297,7 +321,11 @@ _HOST_KEEPING = {
 }
 
 
-_HOST_OPS = {*_HOST_KEEPING, "flip", "expand", "repeat", "clip", "mean", "sum", "to", "numpy"}
+_HOST_OPS = {
+    *_HOST_KEEPING,
+    *("flip", "expand", "repeat", "clip", "mean", "sum", "to", "numpy"),
+    *("max", "min", "amax", "amin", "argmax", "argmin", "prod", "cumsum"),
+}
 
 
 def _stays_on_host(value: ast.expr | None, name: str) -> bool:

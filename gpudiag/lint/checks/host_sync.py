@@ -18,6 +18,7 @@ from gpudiag.lint.checks.host_batch import (
     _host_batch_value,
     _on_cpu_batch,
 )
+from gpudiag.lint.checks.shared_lr import decides_lr
 from gpudiag.lint.context import (
     LOOP_TYPES,
     SCOPE_TYPES,
@@ -39,7 +40,7 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
     for call in ctx.calls:
         if not ctx.in_step_loop(call) or ctx.periodic_guard(call) or opted_in(ctx, call, flags):
             continue
-        if _non_cuda_branch(ctx, call):
+        if _non_cuda_branch(ctx, call) or _reads_shared_lr(ctx, call):
             continue
         eval_only = ctx.in_eval_loop_only(call) or opted_in(
             ctx, call, EVAL_SWITCHES, training_free=True
@@ -80,6 +81,15 @@ def _syncs(
         printed = sorted(n.id for n in _printed_names(call) if _holds_tensor(ctx, n, tensor_names))
         if printed and not _only_in_sync_calls(call, printed[0]):
             yield Hit("GD301", call, f": print({printed[0]}) formats a tensor")
+
+
+def _reads_shared_lr(ctx: ModuleContext, call: ast.Call) -> bool:
+    """`lr = lr_tensor.item()` of a learning rate every rank must share (shared_lr.py)."""
+    return (
+        _is_sync_method(call)
+        and isinstance(call.func, ast.Attribute)
+        and decides_lr(ctx, call, call.func.value)
+    )
 
 
 def _printed_names(call: ast.Call) -> list[ast.Name]:
@@ -181,8 +191,15 @@ def _in_host_memory(
         )
     if _self_attribute(receiver) is not None:
         return _host_attribute(ctx, receiver, site, depth)
+    if bound and isinstance(receiver, _CONTAINERS):  # `{"loss": loss.cpu(), ...}`
+        items = _container_items(receiver)
+        return bool(items) and all(
+            _in_host_memory(ctx, item, site, depth + 1, bound) for item in items
+        )
     if isinstance(receiver, ast.Call):
         if (ctx.call_names.get(receiver) or "").startswith("numpy."):
+            return True
+        if _returns_host_copy(ctx, receiver, depth):
             return True
         func = receiver.func
         if isinstance(func, ast.Attribute):
@@ -202,6 +219,40 @@ def _in_host_memory(
         reaching = _reaching_value(ctx, receiver)
         return reaching is not None and _in_host_memory(ctx, reaching, site, depth + 1, True)
     return False
+
+
+_CONTAINERS = (ast.Dict, ast.Tuple, ast.List, ast.DictComp, ast.ListComp)
+
+
+def _container_items(node: ast.AST) -> list[ast.expr]:
+    if isinstance(node, ast.Dict):
+        return list(node.values)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return list(node.elts)
+    if isinstance(node, ast.DictComp):
+        return [node.value]
+    return [node.elt] if isinstance(node, ast.ListComp) else []
+
+
+def _returns_host_copy(ctx: ModuleContext, call: ast.Call, depth: int) -> bool:
+    """A call of a project function every `return` of which is a host copy (`return
+    x.detach().cpu()`, a name bound to one, a dict of them): `stats = self.collect()` then
+    `stats.item()` reads host memory; the sync is the callee's `.cpu()`, reported there (F4)."""
+    project = ctx.project
+    key = project.callee(ctx, call) if project is not None else None
+    if project is None or key is None:
+        return False
+    module = project.module_of(key)
+    returns = [
+        node
+        for definition in project.definitions(key)
+        for node in module.body_nodes(definition.body)
+        if isinstance(node, ast.Return)
+    ]
+    return bool(returns) and all(
+        node.value is not None and _in_host_memory(module, node.value, node, depth + 1, True)
+        for node in returns
+    )
 
 
 def _self_attribute(node: ast.AST) -> str | None:
@@ -496,7 +547,7 @@ def _tensor_tests(ctx: ModuleContext, tensor_names: dict[str, set[ast.AST]]) -> 
             continue  # `if loss.item() > x:` is reported as .item()
         keyword_ = "assert" if isinstance(node, ast.Assert) else "if"
         for tested in _names_tested(node.test):
-            if _behind_latch(ctx, node, tested):
+            if _behind_latch(ctx, node, tested) or decides_lr(ctx, node, tested):
                 continue
             if (
                 _tensor_expression(ctx, tested, node, 0)
@@ -564,9 +615,22 @@ def _names_tested(test: ast.expr) -> list[ast.expr]:
 
 
 def _tensor_valued(ctx: ModuleContext, name: ast.Name, depth: int) -> bool:
-    """Every value bound to the name in its function is a tensor expression."""
-    values = _assigned_values(ctx, name.id, name)
+    """Every value bound to the name in its function is a tensor expression; an augmented
+    assignment (`kl_mean /= world_size`) keeps the tensor a tensor (M3)."""
+    updates = _augmented_values(ctx, name.id, name)
+    values = [v for v in _assigned_values(ctx, name.id, name) if id(v) not in updates]
     return bool(values) and all(_tensor_expression(ctx, v, name, depth) for v in values)
+
+
+def _augmented_values(ctx: ModuleContext, name: str, site: ast.AST) -> set[int]:
+    scope = ctx.scope_of(site)
+    return {
+        id(node.value)
+        for node in ctx.body_nodes(scope.body)  # type: ignore[attr-defined]
+        if isinstance(node, ast.AugAssign)
+        and isinstance(node.target, ast.Name)
+        and node.target.id == name
+    }
 
 
 def _tensor_expression(ctx: ModuleContext, value: ast.AST, site: ast.AST, depth: int) -> bool:

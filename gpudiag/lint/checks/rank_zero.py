@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from gpudiag.lint.checks import Hit
 from gpudiag.lint.checks.host_sync import opt_in_flags, opted_in
+from gpudiag.lint.checks.shared_lr import decides_lr
 from gpudiag.lint.context import (
     FUNCTION_TYPES,
     RANK_NAME,
@@ -84,6 +85,7 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
             and not _overlapped(ctx, call)
             and not ctx.in_eval_loop_only(call)
             and not _agrees_on_a_flag(ctx, call)
+            and not (call.args and decides_lr(ctx, call, call.args[0]))
             and not _normalises_a_local_result(ctx, call)
             and not opted_in(ctx, call, flags)
         ):
