@@ -45,6 +45,23 @@ def is_accumulation_mod(node: ast.AST) -> bool:
     )
 
 
+# `if step % 2 == 0:` runs on every other step: per-step work, not an occasional schedule
+# (M8). An unknown divisor (`% log_every`) stays occasional: it is the remedy GD301 / GD704
+# propose, and a user who sets it to 1 asked for per-step work.
+_SMALL_PERIOD_MAX = 4
+
+
+def small_period(node: ast.AST) -> bool:
+    """`x % k` with a literal k from 1 to _SMALL_PERIOD_MAX."""
+    return (
+        isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Mod)
+        and isinstance(node.right, ast.Constant)
+        and type(node.right.value) is int
+        and 1 <= node.right.value <= _SMALL_PERIOD_MAX
+    )
+
+
 def _boundary_nodes(test: ast.expr) -> set[ast.AST]:
     """The accumulation boundaries of a test and the comparisons made of them."""
     found: set[ast.AST] = set()
@@ -87,12 +104,13 @@ def _is_occasional_test(test: ast.expr) -> bool:
             return True
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
             frequent = _frequent_mods(test) if frequent is None else frequent
-            if node not in frequent:
+            if node not in frequent and not small_period(node):
                 return True
         if (
             isinstance(node, ast.Compare)
             and all(isinstance(op, ast.Eq) for op in node.ops)
             and any(_COUNTER_NAME.search(name) for name in names_in(node))
+            and not any(small_period(n) for n in ast.walk(node))
         ):
             return True
         if _is_first_steps_test(node):
@@ -252,7 +270,10 @@ def _skips_most_steps(test: ast.expr) -> bool:
         isinstance(test, ast.Compare)
         and all(isinstance(op, ast.NotEq) for op in test.ops)
         and any(
-            isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not is_accumulation_mod(n)
+            isinstance(n, ast.BinOp)
+            and isinstance(n.op, ast.Mod)
+            and not is_accumulation_mod(n)
+            and not small_period(n)
             for n in ast.walk(test)
         )
     )

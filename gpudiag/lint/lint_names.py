@@ -23,6 +23,12 @@ _CANONICAL = {
     "torch.nn.parallel.data_parallel.data_parallel": "torch.nn.parallel.data_parallel",
     "torch.nn.parallel.distributed.DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
     "torch.nn.parallel.DDP": "torch.nn.parallel.DistributedDataParallel",
+    # NVIDIA apex's DDP all-reduces in backward like torch's (M7); it takes no device_ids
+    # (GD404 skips it: ddp_setup.from_apex)
+    "apex.parallel.DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
+    "apex.parallel.distributed.DistributedDataParallel": (
+        "torch.nn.parallel.DistributedDataParallel"
+    ),
     "torch.utils.data.dataloader.DataLoader": "torch.utils.data.DataLoader",
     # PyTorch Geometric's loaders subclass torch's, with its keywords (ninth judge, mace)
     **{

@@ -104,6 +104,8 @@ class Project:
             ctx.project = self
         self._reexported_calls()
         self._loader_subclasses()
+        for ctx in self.modules:
+            _conditional_loaders(ctx)
         self._gpu_jobs()
         self._link_steps()
 
@@ -760,6 +762,30 @@ class Project:
 
 
 _NOT_OPTIMIZER = {"opt", "opts", "options"}  # `opt = parser.parse_args()` (yolov5)
+
+
+def _conditional_loaders(ctx: ModuleContext) -> None:
+    """`Loader = DataLoader if args.graphs else FastLoader`, then `Loader(dataset, ...)`: a
+    loader class chosen by a conditional expression is a DataLoader when one of its
+    branches is torch's (M4); in the scope of the assignment, or everywhere for a module
+    level one."""
+    chosen: dict[str, set[ast.AST]] = {}
+    for node in ast.walk(ctx.tree):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.IfExp)
+            and DATALOADER in (ctx.qualify(node.value.body), ctx.qualify(node.value.orelse))
+        ):
+            chosen.setdefault(node.targets[0].id, set()).add(ctx.scope_of(node))
+    for call in list(ctx.calls) if chosen else []:
+        scopes = chosen.get(call.func.id, set()) if isinstance(call.func, ast.Name) else set()
+        if call not in ctx.call_names and scopes & {ctx.scope_of(call), ctx.tree}:
+            ctx.rename_call(call, DATALOADER)
+            parent = ctx.parents.get(call)
+            if isinstance(parent, ast.Assign):
+                ctx.dataloader_names.update(terminal_name(t) for t in parent.targets)
 
 
 def _hands_optimizer(ctx: ModuleContext, loop: ast.AST) -> bool:

@@ -7,7 +7,11 @@ import re
 from collections.abc import Iterator
 
 from gpudiag.lint.checks import Hit
-from gpudiag.lint.checks.loader_data import parameter_in_memory, pyg_in_memory
+from gpudiag.lint.checks.loader_data import (
+    option_off_by_default,
+    parameter_in_memory,
+    pyg_in_memory,
+)
 from gpudiag.lint.context import (
     DATALOADER,
     DIST_SAMPLER,
@@ -156,8 +160,12 @@ def _check_loader(ctx: ModuleContext, loader: ast.Call) -> Iterator[Hit]:
         yield Hit("GD203", loader, _DEFAULT_ZERO.format(option) if option else "")
     pin = keyword(loader, "pin_memory")
     no_pin = (pin is None and len(loader.args) < 8) or is_const(pin, False)
-    if no_pin and not (tensors is not None and _on_the_gpu(ctx, tensors)):
-        yield Hit("GD204", loader)
+    pin_option = option_off_by_default(ctx, pin) if pin is not None else ""
+    if (no_pin or pin_option) and not (tensors is not None and _on_the_gpu(ctx, tensors)):
+        yield Hit("GD204", loader, _PIN_OFF.format(pin_option) if pin_option else "")
+
+
+_PIN_OFF = ": pin_memory comes from the option {0}, a store_true flag that is off unless given"
 
 
 _DEFAULT_ZERO = ": num_workers comes from the option {0}, whose default is 0"

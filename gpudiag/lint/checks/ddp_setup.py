@@ -30,6 +30,15 @@ _SET_DEVICE = (
 _SEEDS = ("manual_seed", "set_seed", "seed_everything", "seed_all")
 
 
+def from_apex(ctx: ModuleContext, call: ast.Call) -> bool:
+    """`DDP(model)` with `from apex.parallel import DistributedDataParallel as DDP`: apex's
+    wrapper uses the current device and has no `device_ids` to pass."""
+    node = call.func
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name) and ctx.aliases.get(node.id, "").startswith("apex.")
+
+
 def check(ctx: ModuleContext) -> Iterator[Hit]:
     ddp_calls = ctx.calls_to(DDP)
     bypassed = list(_forward_bypassed(ctx, ddp_calls))
@@ -44,6 +53,7 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
             and no_device_ids
             and not ctx.device_conditional(ddp)
             and not _one_visible_gpu(ctx)
+            and not from_apex(ctx, ddp)
         ):
             yield Hit("GD404", ddp)
     framework = _framework_setup(ctx)
@@ -390,7 +400,24 @@ def _seeded_before(ctx: ModuleContext, ddp: ast.Call) -> bool:
         return any(_seed_calls(module) for module in ctx.component() if module is not ctx)
     same_scope = [call for call in seeds if ctx.scope_of(call) is ctx.scope_of(ddp)]
     first = _first_line(same_scope)
-    return first is None or first < ddp.lineno
+    return first is None or first < ddp.lineno or _seeded_by_callers(ctx, ddp)
+
+
+def _seeded_by_callers(ctx: ModuleContext, ddp: ast.Call) -> bool:
+    """Every call of the function that builds DDP comes after a seed in the caller's scope
+    (ViT-pytorch's `main()` calls `set_seed(args)` before `train(args, model)`, whose own
+    later `set_seed` does not matter)."""
+    function = ctx.enclosing_function(ddp)
+    if function is None or ctx.project is None:
+        return False
+    callers = ctx.project.callers(ctx, ctx.function_key(function))
+    return bool(callers) and all(
+        any(
+            module.scope_of(seed) is module.scope_of(call) and seed.lineno < call.lineno
+            for seed in _seed_calls(module)
+        )
+        for module, call in callers
+    )
 
 
 def _seed_calls(ctx: ModuleContext, cuda: bool = False) -> list[ast.Call]:

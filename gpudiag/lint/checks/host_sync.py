@@ -727,7 +727,7 @@ def opt_in_flags(ctx: ModuleContext) -> set[str]:
                 and isinstance(a.value, str)
                 and a.value.startswith("--")
             ]
-            if options and (_store_true(call) or _zero_by_default(call)):
+            if options and (_store_true(call) or _zero_by_default(call) or _false_by_default(call)):
                 dest = keyword(call, "dest")
                 name = dest.value if isinstance(dest, ast.Constant) else options[0]
                 flag = str(name).lstrip("-").replace("-", "_")
@@ -739,6 +739,19 @@ def opt_in_flags(ctx: ModuleContext) -> set[str]:
 def _store_true(call: ast.Call) -> bool:
     action = keyword(call, "action")
     return isinstance(action, ast.Constant) and action.value == "store_true"
+
+
+def _false_by_default(call: ast.Call) -> bool:
+    """`add_argument("--profile", type=str2bool, default=False)`: a boolean parsed by a
+    converter (`str2bool`, `strtobool`, `boolean_string`), off unless given, like
+    `store_true` (D1)."""
+    kind, default = keyword(call, "type"), keyword(call, "default")
+    return (
+        kind is not None
+        and "bool" in terminal_name(kind).lower()
+        and isinstance(default, ast.Constant)
+        and default.value is False
+    )
 
 
 def _zero_by_default(call: ast.Call) -> bool:

@@ -92,3 +92,43 @@ def pyg_in_memory(module: ModuleContext, definition: ast.ClassDef) -> bool | Non
         and isinstance(body[0].value, ast.Subscript)
         and isinstance(body[0].value.value, ast.Attribute)
     )
+
+
+def option_off_by_default(ctx: ModuleContext, value: ast.expr) -> str:
+    """`pin_memory=args.pin_mem` where every definition of that option in the linted files
+    is `action="store_true"` without a true default, and no `set_defaults(pin_mem=...)`
+    turns it on: False unless given on the command line (M10). The option's flag
+    ('--pin_mem'), or '' when it is not such an option."""
+    if not isinstance(value, ast.Attribute):
+        return ""
+    dest = value.attr
+    flags: list[str] = []
+    for module in ctx.component():
+        for call in module.method_calls("add_argument", "set_defaults"):
+            if terminal_name(call.func) == "set_defaults":
+                if keyword(call, dest) is not None:
+                    return ""
+                continue
+            flag = _dest_flag(call)
+            if flag is None or flag[0] != dest:
+                continue
+            action, default = keyword(call, "action"), keyword(call, "default")
+            off = not (isinstance(default, ast.Constant) and default.value)
+            if not (isinstance(action, ast.Constant) and action.value == "store_true" and off):
+                return ""
+            flags.append(flag[1])
+    return flags[0] if flags else ""
+
+
+def _dest_flag(call: ast.Call) -> tuple[str, str] | None:
+    """(dest, first flag) of `add_argument("--pin-mem", dest=...)`."""
+    flags = [
+        a.value
+        for a in call.args
+        if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--")
+    ]
+    if not flags:
+        return None
+    dest = keyword(call, "dest")
+    name = dest.value if isinstance(dest, ast.Constant) else flags[0].lstrip("-")
+    return str(name).replace("-", "_"), flags[0]
