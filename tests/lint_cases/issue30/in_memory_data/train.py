@@ -30,6 +30,12 @@ def make_shard_loader(examples: list[dict], batch_size, sampler):
     )
 
 
+def endless_batches(examples: list[dict], bs, sampler):
+    it = iter(DataLoader(examples, batch_size=bs, sampler=sampler))  # expect: GD204
+    while True:
+        yield next(it)
+
+
 class MoleculeGraphs(Dataset):
     def __init__(self, graphs):
         super().__init__(None)
@@ -80,6 +86,7 @@ def main(tokenizer, texts, labels, graphs, model, optimizer):
     disk_loader = GraphLoader(  # expect: GD203
         disk, batch_size=16, sampler=torch.utils.data.DistributedSampler(disk), pin_memory=True
     )
+    probe = next(endless_batches(examples[:8], 8, sampler))
     for epoch in range(10):
         for s in (sampler, sampler_g):
             s.set_epoch(epoch)
@@ -90,4 +97,4 @@ def main(tokenizer, texts, labels, graphs, model, optimizer):
             optimizer.step()
             optimizer.zero_grad()
     dist.destroy_process_group()
-    return shard_loader, graph_loader, qm9_loader, disk_loader
+    return probe, shard_loader, graph_loader, qm9_loader, disk_loader
