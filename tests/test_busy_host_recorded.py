@@ -125,6 +125,11 @@ def test_the_same_ops_each_slower_on_a_busy_host_is_not_a_high_straggler() -> No
     assert spinning.evidence["main_cause"] == "compute"
     assert "same_ops_slower" not in spinning.evidence
     assert spinning.cost_ms_per_step == pytest.approx(40, rel=0.2)
+    # probe 29i, class 4: the spin is between the ops, not in aten::mm (+0.22 ms)
+    assert spinning.evidence["outside_ops"] is True
+    assert "mostly outside any profiled op" in spinning.title
+    assert "did not grow" in spinning.title and "most in" not in spinning.title
+    assert "outside any profiled op" not in straggler.title  # the same ops, each slower
 
 
 def test_a_rank_spinning_beside_other_jobs_is_not_a_shared_core() -> None:
@@ -140,6 +145,12 @@ def test_a_rank_spinning_beside_other_jobs_is_not_a_shared_core() -> None:
     assert spinning.evidence["main_cause"] == "compute"
     assert "same_ops_slower" not in spinning.evidence
     assert "shared core" not in spinning.title
+    # probe 29i, class 4: each op is counted once, by its own time: AddmmBackward0, the
+    # autograd node that runs it and the aten::mm inside were the same 11 ms three times
+    ops = spinning.evidence["ops_extra_ms_per_step"]
+    assert not {"AddmmBackward0", "autograd::engine::evaluate_function: AddmmBackward0"} & set(ops)
+    assert sum(ops.values()) <= spinning.evidence["ops_extra_total_ms_per_step"] + 1e-6
+    assert spinning.evidence["outside_ops"] is True, spinning.title
 
 
 @pytest.mark.parametrize(

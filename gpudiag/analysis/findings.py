@@ -30,6 +30,7 @@ KINDS = (
     "exposed_communication",
     "dataloader_stall",
     "dataloader_startup",
+    "startup_wait",
     "dataparallel_overhead",
     "gpu0_imbalance",
     "gpu_idle",

@@ -26,6 +26,7 @@ from gpudiag.analysis import (
     host,
     manifest_facts,
     slow_rank,
+    startup,
     steady,
     whatif,
 )
@@ -908,6 +909,7 @@ def _step_findings(w: _Work) -> None:
     runq = steady.runq_per_step(w.rank_times)
     found += dataloader.dataloader_findings(w.dl, step_by_rank, *runq, run_step_ms=w.step_ms)
     found += dataloader.startup_findings(w.dl, step_by_rank)
+    found += startup.run_startup_findings(run, step_by_rank)
     found += dataloader.host_sync_findings(w.dl, step_by_rank, run_step_ms=w.step_ms)
     found += dataparallel.dataparallel_findings(w.dp, w.step_ms)
     found += gpu.gpu_findings(

@@ -12,7 +12,9 @@ the profiled window) it is split, in this order, into:
 * ``compute``: more time on a CPU (ops, or Python between them), with the run-queue wait
   that extra work brings on a shared host (the other ranks' wait per ms on a CPU, at
   least one, times its extra CPU time); the profiled window names the ops (or kernels,
-  on a GPU) whose time per step grew the most;
+  on a GPU) whose own time per step (without the ops they call) grew the most, or says
+  that the extra time is outside any op (Python between them) when the ops' growth
+  explains less than half of it;
 * ``blocked``: the rest, off the CPU and not waiting for data: sleeping, blocking I/O,
   a lock, a host-side wait of its own. It names the cause only when it explains the lead
   without the run-queue delay of the rank's other threads (intra-op workers the training
@@ -34,7 +36,8 @@ from gpudiag.analysis.steady import RankTime
 from gpudiag.numfmt import ms_text
 
 PARTS = ("data", "starved", "compute", "blocked")
-# A part explains the lead when it is at least this share of it.
+# A part explains the lead when it is at least this share of it; the ops named explain
+# the extra compute when their growth is at least this share of it.
 MAIN_SHARE = 0.5
 # The slow rank is called starved when its extra run-queue delay is at least this share
 # of its lead: the scheduler, not the rank, made it late.
@@ -61,6 +64,19 @@ class SlowRankCause:
     # CPU traces: it ran the same ops as the others, as many times per step, and its extra
     # compute is those ops taking longer (a shared or slower core, not more work)
     same_ops_slower: bool = False
+    # the growth of every op's own time per step (CPU traces, the training thread): None
+    # without traces
+    ops_extra_total_ms: float | None = None
+
+    @property
+    def outside_ops(self) -> bool:
+        """The extra compute is mostly outside any profiled op (Python between them)."""
+        return (
+            self.main == "compute"
+            and not self.same_ops_slower
+            and self.ops_extra_total_ms is not None
+            and self.ops_extra_total_ms < MAIN_SHARE * self.extra_ms.get("compute", 0.0)
+        )
 
     @property
     def starved(self) -> bool:
@@ -85,7 +101,18 @@ class SlowRankCause:
         text = (
             f"Per step, rank {self.rank} spends " + "; ".join(shown) + " more than the median rank"
         )
-        if self.ops and self.main == "compute":
+        if self.outside_ops:
+            grown = self.ops_extra_total_ms or 0.0
+            ops_part = (
+                f"the ops' own time grew only {ms_text(grown)} ms"
+                if grown >= 0.005
+                else "the ops' own time did not grow"
+            )
+            text += (
+                " (mostly outside any profiled op: Python code between the ops, such as a "
+                f"loop, a spin or a slow callback; {ops_part})"
+            )
+        elif self.ops and self.main == "compute":
             text += " (most in " + ", ".join(f"{n} +{ms_text(v)} ms" for n, v in self.ops) + ")"
         if self.same_ops_slower:
             text += ", running the same ops as the others, as many times per step, each slower"
@@ -100,6 +127,9 @@ class SlowRankCause:
             out["threads_runq_extra_ms_per_step"] = round(self.threads_runq_extra_ms, 3)
         if self.ops:
             out["ops_extra_ms_per_step"] = {n: round(v, 3) for n, v in self.ops}
+        if self.ops_extra_total_ms is not None and self.main == "compute":
+            out["ops_extra_total_ms_per_step"] = round(self.ops_extra_total_ms, 3)
+            out["outside_ops"] = self.outside_ops
         if self.same_ops_slower:
             out["same_ops_slower"] = True
         return out
@@ -156,11 +186,11 @@ def explain(
         main_part: str | None = None
     else:
         main_part = main
-    ops = _extra_ops(rank, traces) if main_part == "compute" else []
+    ops, ops_total = _extra_ops(rank, traces) if main_part == "compute" else ([], None)
     same = main_part == "compute" and _same_ops_slower(
         rank, traces, max(cpu - data, 0.0), cpu_others
     )
-    return SlowRankCause(rank, lead_ms, extra, main_part, ops, threads_extra, same)
+    return SlowRankCause(rank, lead_ms, extra, main_part, ops, threads_extra, same, ops_total)
 
 
 def _threads_starved(mine: RankTime, others: list[RankTime], cpu_others: float) -> float:
@@ -182,20 +212,23 @@ def _median(values: Iterable[float]) -> float:
     return float(np.median(arr)) if len(arr) else 0.0
 
 
-def _extra_ops(rank: int, traces: Sequence[object]) -> list[tuple[str, float]]:
-    """The ops (CPU traces) or kernels (GPU traces) whose time per profiled step is the
-    most above the other ranks' median, with that excess in ms."""
+def _extra_ops(rank: int, traces: Sequence[object]) -> tuple[list[tuple[str, float]], float | None]:
+    """The ops (CPU traces: their own time, without the ops they call, so nested ops are
+    not counted twice) or kernels (GPU traces) whose time per profiled step is the most
+    above the other ranks' median, with that excess in ms; and the excess of all ops
+    together (None without traces)."""
     per_rank: dict[int, pd.Series] = {}
     for trace in traces:
         table = _op_ms_per_step(trace)
         if table is not None:
             per_rank[int(trace.meta.rank)] = table  # type: ignore[attr-defined]
     if rank not in per_rank or len(per_rank) < 2:
-        return []
+        return [], None
     frame = pd.DataFrame(per_rank).fillna(0.0)
     others = frame.drop(columns=[rank]).median(axis=1)
     excess = (frame[rank] - others).sort_values(ascending=False)
-    return [(str(n), float(v)) for n, v in excess.head(TOP_OPS).items() if v > 0]
+    total = float(frame[rank].sum() - others.sum())
+    return [(str(n), float(v)) for n, v in excess.head(TOP_OPS).items() if v > 0], total
 
 
 def _op_ms_per_step(trace: object) -> pd.Series | None:
@@ -212,7 +245,25 @@ def _op_ms_per_step(trace: object) -> pd.Series | None:
     steps = ops["step"].nunique()
     if not steps:
         return None
-    return ops.groupby(ops["name"].astype(str), observed=True)["dur_ns"].sum() / steps / 1e6
+    own = ops["dur_ns"] if gpu.any() else _self_ns(ops)
+    return own.groupby(ops["name"].astype(str), observed=True).sum() / steps / 1e6
+
+
+def _self_ns(ops: pd.DataFrame) -> pd.Series:
+    """Each op's own time: its duration less that of the ops directly inside it (one
+    thread's ops nest)."""
+    ops = ops.sort_values(["start_ns", "end_ns"], ascending=[True, False], kind="stable")
+    starts = ops["start_ns"].to_numpy(dtype=np.int64)
+    ends = ops["end_ns"].to_numpy(dtype=np.int64)
+    own = ops["dur_ns"].to_numpy(dtype=np.float64).copy()
+    open_ops: list[int] = []
+    for i in range(len(starts)):
+        while open_ops and ends[open_ops[-1]] <= starts[i]:
+            open_ops.pop()
+        if open_ops:
+            own[open_ops[-1]] -= min(ends[i], ends[open_ops[-1]]) - starts[i]
+        open_ops.append(i)
+    return pd.Series(np.maximum(own, 0.0), index=ops.index)
 
 
 # Per op name, calls per step within this many (or this share) of the others' median:
