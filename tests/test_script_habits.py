@@ -128,3 +128,33 @@ def test_a_default_put_back_by_the_script_still_writes_the_status(tmp_path: Path
     status = rundir.read_json(rundir.rank_dir(tmp_path / "run", 0) / rundir.STATUS)
     assert isinstance(status, dict) and status["status"] == "interrupted", proc.stderr[-3000:]
     assert status["steps_completed"] == 5
+
+
+@pytest.mark.slow
+def test_a_working_folder_that_takes_no_directory_still_runs_the_job(tmp_path: Path) -> None:
+    """Probe 28f, class 10: from a read-only working folder (a container's read-only root
+    filesystem; /sys here) python runs the script, and gpudiag refused it (exit 2,
+    "cannot create the run directory"). The run goes to the temporary folder instead."""
+    readonly = Path("/sys")
+    try:
+        (readonly / "gpudiag_probe").mkdir()
+    except OSError:
+        pass
+    else:
+        (readonly / "gpudiag_probe").rmdir()
+        pytest.skip("/sys takes new directories here")
+    script = tmp_path / "echo_args.py"
+    script.write_text("import sys\nprint('ARGS', sys.argv[1:])\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "trace", "--no-lint", str(script), "a", "b"],
+        cwd=readonly,
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT_S,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ARGS ['a', 'b']" in proc.stdout
+    assert "the run goes to the temporary folder" in proc.stderr
+    (run,) = (tmp_path / "gpudiag_runs").iterdir()
+    assert rundir.read_json(run / rundir.MANIFEST)["status"] == "ok"

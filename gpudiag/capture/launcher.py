@@ -44,6 +44,7 @@ from gpudiag.capture.run_claim import (
     _write_manifest,
     claim_run_dir,
     inodes_short,
+    outside_working_folder,
 )
 
 KILL_GRACE_S = 30.0
@@ -775,6 +776,11 @@ def _claim_out(args: TraceArgs, node_rank: int | None) -> Path | None:
     if problem:
         _say(f"trace: {run_dir}: {problem}")
         return None
+    if ns.out is None and outside_working_folder(run_dir):
+        _say(
+            "trace: the working folder takes no new directory; the run goes to the temporary "
+            "folder (--out chooses where)"
+        )
     return run_dir
 
 

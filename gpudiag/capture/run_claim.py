@@ -8,6 +8,7 @@ lint/analysis/report/cli.
 from __future__ import annotations
 
 import os
+import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,10 +38,7 @@ def claim_run_dir(
     refused (the new rows would be appended to the old tables). Creating the manifest
     (:func:`rundir.write_json_exclusive`) is the final claim."""
     if out is None:
-        try:
-            return rundir.create_unique_dir(default_out(target).resolve()), None
-        except OSError as exc:
-            return default_out(target).resolve(), _cannot_create(exc)
+        return _claim_default(default_out(target))
     run_dir = Path(out).resolve()
     # node_rank None: assigned by the rendezvous later; its manifest claims it then
     if node_rank is not None and (
@@ -55,6 +53,27 @@ def claim_run_dir(
     if not os.access(run_dir, os.W_OK):
         return run_dir, "not writable"
     return run_dir, None
+
+
+def _claim_default(name: Path) -> tuple[Path, str | None]:
+    """The default run directory under the working folder, or under the temporary folder
+    where the working folder takes no new directory (a read-only root filesystem, /sys):
+    python would run the script there, so gpudiag does not refuse it (probe 28f)."""
+    try:
+        return rundir.create_unique_dir(name.resolve()), None
+    except OSError as exc:
+        try:
+            return rundir.create_unique_dir(Path(tempfile.gettempdir()).resolve() / name), None
+        except OSError:
+            return name.resolve(), _cannot_create(exc)
+
+
+def outside_working_folder(run_dir: Path) -> bool:
+    """The default run directory went elsewhere than the working folder."""
+    try:
+        return not run_dir.is_relative_to(Path.cwd().resolve())
+    except OSError:
+        return True
 
 
 def _holds_other_run(run_dir: Path) -> bool:
