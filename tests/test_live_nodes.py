@@ -17,6 +17,7 @@ for, nothing asserted on a fixed sleep.
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import signal
 import socket
@@ -78,6 +79,7 @@ def _dirs(job: Path) -> list[Path]:
 # What `watch` says of per-node folders before node 1 knows the job id node 0 published
 # (its clock exchange at start-up): a loaded CI host watched that early once.
 NOT_ONE_JOB_YET = "not the per-node directories of one job"
+FIXTURE = Path(__file__).parent / "fixtures" / "per_node_dirs"
 
 
 def _watch(paths: list[Path], *extra: str, starting: bool = False) -> dict:
@@ -231,3 +233,36 @@ def test_watch_per_node_dirs_shows_the_stuck_collective_across_nodes(tmp_path: P
         assert stuck["waiting_s"] <= by_rank[0]["since_last_step_s"] + 2.5, snap
     finally:
         _end(procs, signal.SIGTERM)
+
+
+def test_watch_waits_while_the_node_directories_do_not_name_one_job_yet(tmp_path: Path) -> None:
+    """A node learns node 0's job id in its clock exchange, seconds after both manifests
+    exist on a loaded host: `watch` said "not the per-node directories of one job" and
+    exited 2 (CI, 2026-12-04). While the launchers run, it waits for them to agree."""
+    job = tmp_path / "job"
+    shutil.copytree(FIXTURE, job)
+    node1 = job / "node1" / "manifest.node1.json"
+    manifests = [job / "node0" / "manifest.json", node1]
+    real_id = None
+    for path in manifests:
+        m = json.loads(path.read_text())
+        m["status"], m["end_ns"] = "running", None
+        if path == node1:
+            real_id = m["clock"]["job_id"]
+            m["clock"]["job_id"] = "not-known-yet"
+        path.write_text(json.dumps(m))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpudiag", "watch", str(job / "node0"), str(job / "node1"),
+         "--once", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    time.sleep(3.0)
+    m = json.loads(node1.read_text())
+    m["clock"]["job_id"] = real_id
+    node1.write_text(json.dumps(m))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    assert "do not name one job yet" in err
+    assert [r["rank"] for r in json.loads(out)["ranks"]] == [0, 1, 2, 3]

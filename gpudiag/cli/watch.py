@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     from gpudiag.analysis import live_snapshot as live
 
     try:
-        monitor = live.LiveMonitor(paths, ns.window, ns.stuck_after)
+        monitor = _open_monitor(paths, ns)
     except (rundir.RunFormatError, OSError) as exc:
         print(f"gpudiag watch: {exc}", file=sys.stderr)
         return 2
@@ -111,6 +111,43 @@ def main(argv: list[str] | None = None) -> int:
     if ns.json:  # a JSON line per refresh, for scripts that follow the run
         return _follow_json(refresh, ns.interval)
     return _follow_rich(refresh, ns.interval, title)
+
+
+# Per-node directories of a job that is starting may not name one job yet (a node learns
+# node 0's job id in its clock exchange): how long `watch` waits for them to.
+NODES_AGREE_WAIT_S = 60.0
+
+
+def _open_monitor(paths: list[str], ns: argparse.Namespace) -> Any:
+    """The live monitor of ``paths``; per-node directories of running launchers that do
+    not name one job yet are waited for (a loaded host took seconds), said once."""
+    from gpudiag import rundir
+    from gpudiag.analysis import live_snapshot as live
+
+    deadline = time.monotonic() + NODES_AGREE_WAIT_S
+    said = False
+    while True:
+        try:
+            return live.LiveMonitor(paths, ns.window, ns.stuck_after)
+        except rundir.RunFormatError:
+            if time.monotonic() > deadline or not _nodes_starting(paths):
+                raise
+            if not said:
+                print(
+                    "gpudiag watch: the node directories do not name one job yet "
+                    "(the job is starting); waiting",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                said = True
+            time.sleep(0.5)
+
+
+def _nodes_starting(paths: list[str]) -> bool:
+    """Several run directories, each of a launcher still running."""
+    from gpudiag import rundir
+
+    return len(paths) >= 2 and rundir.launchers_running(paths)
 
 
 def _follow_json(refresh: Any, interval: float) -> int:

@@ -387,6 +387,15 @@ def _part_manifest(directory: Path) -> dict[str, Any] | None:
     return obj
 
 
+def launchers_running(directories: Sequence[str | os.PathLike[str]]) -> bool:
+    """Each directory holds one node's manifest whose launcher has not ended (status
+    ``running``): per-node directories of a job that may still be starting."""
+    manifests = [_part_manifest(Path(d)) for d in directories]
+    return bool(manifests) and all(
+        m is not None and m.get("status") == "running" for m in manifests
+    )
+
+
 def same_job(directories: Sequence[Path]) -> bool:
     """Whether these run directories are the parts of one job: the per-node directories
     of a multi-node job (each holds one node's manifest, the node ranks differ, they name
