@@ -17,8 +17,8 @@ for, nothing asserted on a fixed sleep.
 from __future__ import annotations
 
 import json
-import shutil
 import os
+import shutil
 import signal
 import socket
 import subprocess
