@@ -52,12 +52,6 @@ def result_of(ref: runs.RunRef) -> cache.Analysis:
         return cache.result_of(ref)
 
 
-def cached_result(ref: runs.RunRef) -> AnalysisResult | None:
-    """The run's analysis when it is already made (none is started)."""
-    found = cache.ANALYSES.peek(cache.key_of(ref))
-    return found[0] if found is not None else None
-
-
 TIMELINES: cache.LruCache[pd.DataFrame] = cache.LruCache(cache.MAX_TIMELINES)
 
 
@@ -180,7 +174,6 @@ def main() -> None:
         all_runs=refs,
         result_of=result_of,
         timeline_of=timeline_of,
-        cached=cached_result,
         select_run=select_run,
     )
     try:

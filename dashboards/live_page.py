@@ -94,8 +94,7 @@ def render_snapshot(snap: LiveSnapshot) -> None:
         st.error(
             md(
                 f"Stuck: {s.op} (process group {s.pg}, seq {s.seq}) waiting {s.waiting_s:.1f} s;"
-                f" arrived: {', '.join(map(str, s.arrived)) or 'none'};"
-                f" never arrived: rank {tables.live_rank_names(snap, s.missing) or 'none'}"
+                f" {tables.stuck_arrived_text(snap, s)}"
             )
         )
     st.subheader("Per rank")

@@ -20,7 +20,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from gpudiag import rundir
-from gpudiag.analysis.compare import comparable
+from gpudiag.analysis.compare import RecordedShape, comparable_recordings, recorded_shape
 from gpudiag.analysis.compare import compare as compare_results
 from gpudiag.analysis.findings import Finding, measured_as
 from gpudiag.analysis.result import AnalysisResult, RunInfo, SpilledTable
@@ -79,8 +79,6 @@ class ViewContext:
     all_runs: list[runs.RunRef]
     result_of: ResultOf
     timeline_of: TimelineOf
-    # the run's analysis when already made (no analysis started), for the Compare pairing
-    cached: Callable[[runs.RunRef], AnalysisResult | None] = lambda ref: None
     # shows another run (the sidebar's select and ?run=), for Compare's Run A
     select_run: Callable[[str], None] = lambda label: None
 
@@ -615,29 +613,23 @@ def dataparallel(ctx: ViewContext) -> None:
 # --------------------------------------------------------------------------- Compare
 
 
-def compare_pair(
-    refs: list[runs.RunRef],
-    selected: runs.RunRef,
-    cached: Callable[[runs.RunRef], AnalysisResult | None] = lambda ref: None,
-) -> tuple[int, int | None]:
-    """Run A is the run selected in the sidebar; run B its partner: the first run among
-    those already analysed that is :func:`comparable` with it, else none (the reader
-    picks, and the page says why none was). Before, a run of the same world size with
-    another script or batch was chosen, and a run of the bench's pair (single process vs
-    2-rank DDP, another script) was chosen whatever its shape (issue 31, F)."""
+def compare_pair(refs: list[runs.RunRef], selected: runs.RunRef) -> tuple[int, int | None]:
+    """Run A is the run selected in the sidebar; run B its partner: the first other run
+    whose manifest records the same world size, backend, script and work arguments
+    (:func:`comparable_recordings`), else none (the reader picks, and the page says why
+    none was). Decided from the runs' own files, never from which runs happen to be
+    analysed: the default changed with the analysis cache (probe N8)."""
     a = refs.index(selected)
-    mine = cached(selected)
-    if mine is None:
-        return a, None
+    mine = recorded_shape(selected.path)
     for i, ref in enumerate(refs):
-        if i != a and comparable(mine, cached(ref)):
+        if i != a and comparable_recordings(mine, recorded_shape(ref.path)):
             return a, i
     return a, None
 
 
 NO_PARTNER = (
-    "No comparable run analysed yet (the same world size, backend, script and arguments): "
-    "pick Run B to compare anyway; the page then says what differs."
+    "No comparable run (the same world size, backend, script and arguments, as the runs' "
+    "manifests record them): pick Run B to compare anyway; the page then says what differs."
 )
 
 
@@ -695,7 +687,7 @@ def _init_partner(ctx: ViewContext, labels: list[str]) -> None:
     if wanted not in labels:
         wanted = chosen.get(a)
     if wanted not in labels:
-        ib = compare_pair(ctx.all_runs, ctx.ref, ctx.cached)[1]
+        ib = compare_pair(ctx.all_runs, ctx.ref)[1]
         wanted = labels[ib] if ib is not None else None
     state[PARTNER] = wanted
     state[_PARTNER_OF] = a
@@ -731,12 +723,12 @@ def _compare_runs(ctx: ViewContext, labels: list[str]) -> tuple[str | None, str 
             # new run A gets its own (:func:`_init_partner`). Before, a 4-rank run kept
             # the 2-rank partner of the run before it (issue 31, F).
             partner = st.session_state.get(PARTNER)
-            if partner in labels and comparable(_cached(new), _cached(partner)):
+            if partner in labels and comparable_recordings(_shape(new), _shape(partner)):
                 st.session_state[_PARTNER_OF] = new
             ctx.select_run(new)
 
-    def _cached(label: str) -> AnalysisResult | None:
-        return ctx.cached(ctx.all_runs[labels.index(label)])
+    def _shape(label: str) -> RecordedShape | None:
+        return recorded_shape(ctx.all_runs[labels.index(label)].path)
 
     col_a, col_b = st.columns(2)
     name_a = col_a.selectbox(
@@ -748,7 +740,7 @@ def _compare_runs(ctx: ViewContext, labels: list[str]) -> tuple[str | None, str 
         index=None,
         key=PARTNER,
         bind="query-params",
-        placeholder="No comparable run analysed yet: pick one",
+        placeholder="No comparable run: pick one",
     )
     if name_b is not None:
         st.session_state[_PARTNERS][a] = name_b

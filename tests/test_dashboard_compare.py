@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # dashboards/ is not an installed package
 
-from dashboards import views  # noqa: E402
+from dashboards import cache, views  # noqa: E402
 
 APP = REPO / "dashboards" / "app.py"
 SAMPLES = REPO / "sample_runs"
@@ -270,3 +270,35 @@ def test_per_rank_b_columns_stay_right_aligned_with_missing_ranks(
         assert all(float(c) >= 0 for c in cells[:2]), (col, cells)
     for col in [c for c in pair.value.columns if c.startswith("A ")]:
         assert pd.api.types.is_numeric_dtype(pair.value[col]), col  # numbers, sortable
+
+
+def _compare_fresh(monkeypatch: pytest.MonkeyPatch, root: Path, run: str) -> AppTest:
+    """Compare opened from a URL by a new session, on a server that has analysed only
+    the runs this page asks for (an empty analysis cache)."""
+    monkeypatch.setattr(sys, "argv", ["app.py", str(root)])
+    monkeypatch.setattr(cache, "ANALYSES", cache.LruCache(cache.MAX_ANALYSES))
+    at = AppTest.from_file(str(APP), default_timeout=300)
+    at.query_params.update({"run": run, "view": "Compare"})
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_default_run_b_does_not_depend_on_what_was_analysed(
+    monkeypatch: pytest.MonkeyPatch, root: Path
+) -> None:
+    """Probe N8: the default Run B was the first comparable run *among those analysed*,
+    so it changed with the server's cache (none on a cold server, the twin once warm).
+    Now it is read from the runs' manifests: the same on a cold and a warm server."""
+    warm = _app(monkeypatch, root)  # every run analysed
+    healthy, again = _label(warm, "ddp2_healthy"), _label(warm, "healthy_again")
+    _show(warm, healthy)
+    assert warm.selectbox(key="partner").value == again
+    cold = _compare_fresh(monkeypatch, root, healthy)
+    assert len(cache.ANALYSES) <= 2  # only Run A and the Run B shown were analysed
+    assert cold.selectbox(key="partner").value == again
+    assert cold.query_params["partner"] == again
+    for name in ("ddp4_straggler", "bench_cpu/ddp-bs128"):  # none comparable, cold or warm
+        cold = _compare_fresh(monkeypatch, root, _label(warm, name))
+        assert cold.selectbox(key="partner").value is None, name
+        assert views.NO_PARTNER in [c.value for c in cold.caption], name

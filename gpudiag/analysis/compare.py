@@ -3,12 +3,16 @@ findings that appeared, went or changed severity, and (when asked) a regression 
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from gpudiag import rundir
+from gpudiag.analysis import manifest_facts
 from gpudiag.analysis.findings import Finding
 from gpudiag.analysis.jsonable import records
 from gpudiag.analysis.regression import RegressionVerdict, assess, paired_samples
@@ -245,6 +249,50 @@ def comparable(a: AnalysisResult | None, b: AnalysisResult | None) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class RecordedShape:
+    """What a run's manifest says of its shape, read without analysing it: the world
+    size, backend and script with its arguments."""
+
+    world_size: int | None
+    backend: str | None
+    script: str | list[str] | None
+
+
+def recorded_shape(run: str | os.PathLike[str]) -> RecordedShape | None:
+    """The shape a run directory's manifest records (node 0's for a job of per-node
+    directories); None without a manifest (a trace set)."""
+    parts = rundir.node_parts(run) or [Path(run)]
+    manifest = rundir.read_json(rundir.manifest_path(parts[0]))
+    if not isinstance(manifest, dict):
+        return None
+    world = manifest.get("world_size")
+    backend = manifest.get("backend")
+    return RecordedShape(
+        world_size=world if isinstance(world, int) and not isinstance(world, bool) else None,
+        backend=backend if isinstance(backend, str) else None,
+        script=manifest_facts.script_and_arguments(manifest),
+    )
+
+
+def comparable_recordings(a: RecordedShape | None, b: RecordedShape | None) -> bool:
+    """Two runs comparable step for step by what their manifests record: the same world
+    size and backend, both naming a script, and no argument that changes a step's work
+    differing (:func:`_work_arguments_differ`). The dashboard's default Compare partner,
+    decided from the runs' own files, so it is the same whichever runs were analysed
+    (probe N8: it changed with the analysis cache)."""
+    return (
+        a is not None
+        and b is not None
+        and a.world_size is not None
+        and a.world_size == b.world_size
+        and a.backend == b.backend
+        and bool(a.script)
+        and bool(b.script)
+        and not _work_arguments_differ(a.script, b.script)
+    )
+
+
 def _script_text(result: AnalysisResult) -> str:
     script = result.run.script
     if isinstance(script, list):
@@ -319,7 +367,10 @@ __all__ = [
     "COMPARE_METRICS",
     "Comparison",
     "FindingChange",
+    "RecordedShape",
+    "comparable_recordings",
     "compare",
     "finding_changes",
+    "recorded_shape",
     "shape_warnings",
 ]

@@ -418,6 +418,8 @@ def skew_columns(skew: pd.DataFrame) -> int:
 
 
 SKEW_TITLE = "Arrival skew: ms each rank arrives after the first, per collective"
+SKEW_FIRST = "0.00 ms: the first to arrive"
+_NO_EXTRA = "<extra></extra>"
 
 
 def skew_heatmap(skew: pd.DataFrame, max_columns: int = MAX_SKEW_COLUMNS) -> go.Figure:
@@ -433,7 +435,11 @@ def skew_heatmap(skew: pd.DataFrame, max_columns: int = MAX_SKEW_COLUMNS) -> go.
             x=[_p(c) for c in pivot.columns],
             y=[f"rank {r}" for r in pivot.index],
             colorscale="Reds",
-            colorbar=dict(title="skew ms"),
+            colorbar=dict(title="ms after<br>the first"),
+            # the value is a time after the first rank to arrive, never a count or an
+            # order: "arrived: 0" read as "no rank arrived" (probe N3)
+            hovertemplate="%{y} · collective %{x}<br>arrived %{z:.2f} ms after the first "
+            f"rank to arrive ({SKEW_FIRST}){_NO_EXTRA}",
         )
     )
     # the rule on a line of its own: on one line the title ran past the chart's right

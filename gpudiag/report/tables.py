@@ -10,7 +10,7 @@ import pandas as pd
 
 from gpudiag.analysis.dataloader import DataLoaderResult
 from gpudiag.analysis.gpu import NvmlGpu
-from gpudiag.analysis.live_snapshot import LiveSnapshot
+from gpudiag.analysis.live_snapshot import LiveSnapshot, StuckCollective
 from gpudiag.analysis.whatif import Projection
 from gpudiag.report import numbers
 from gpudiag.report.overview import readable_header
@@ -268,6 +268,26 @@ def _ranks(ranks: list[int]) -> str:
     return ", ".join(str(r) for r in ranks)
 
 
+def rank_list(ranks: list[int]) -> str:
+    """``rank 0`` / ``ranks 0, 1, 2``: rank numbers that cannot be read as a count."""
+    if not ranks:
+        return "none"
+    return f"rank{'s' if len(ranks) > 1 else ''} {_ranks(ranks)}"
+
+
+def stuck_arrived_text(snap: LiveSnapshot, stuck: StuckCollective) -> str:
+    """Who is in a stuck collective and who never came, as rank numbers with their
+    count: "arrived (waiting in it): rank 0 (1 of 2 ranks); never arrived: rank 1".
+    A bare "arrived: 0" read as a count of ranks (probe N3)."""
+    total = len(stuck.arrived) + len(stuck.missing)
+    missing = live_rank_names(snap, stuck.missing)
+    return (
+        f"arrived (waiting in it): {rank_list(stuck.arrived)} "
+        f"({len(stuck.arrived)} of {total} ranks); "
+        f"never arrived: {'rank ' + missing if missing else 'none'}"
+    )
+
+
 def live_rank_names(snap: LiveSnapshot, ranks: list[int]) -> str:
     """``3, 5`` -- or, when the job's ranks are on several nodes, ``3 (node 1), 5 (node
     1)``, as the straggler finding names them."""
@@ -326,8 +346,9 @@ def live_stuck_frame(snap: LiveSnapshot) -> pd.DataFrame:
             "process group": [s.pg for s in snap.stuck],
             "seq": [s.seq for s in snap.stuck],
             "waiting s": [s.waiting_s for s in snap.stuck],
-            "arrived": [_ranks(s.arrived) for s in snap.stuck],
-            "never arrived": [_ranks(s.missing) for s in snap.stuck],
+            # rank numbers, not counts ("arrived: 0" read as "none arrived": probe N3)
+            "ranks already in it": [rank_list(s.arrived) for s in snap.stuck],
+            "ranks never arrived": [rank_list(s.missing) for s in snap.stuck],
         },
         dtype=object,
     )
@@ -383,5 +404,7 @@ __all__ = [
     "live_rank_frame",
     "live_state_text",
     "live_stuck_frame",
+    "rank_list",
+    "stuck_arrived_text",
     "whatif_frame",
 ]

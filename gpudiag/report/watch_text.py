@@ -10,7 +10,7 @@ from rich.text import Text
 
 from gpudiag.analysis.live_snapshot import COLLECTIVES_DELAY_S, LiveSnapshot
 from gpudiag.report import numbers
-from gpudiag.report.tables import live_newest_step, live_rank_names
+from gpudiag.report.tables import live_newest_step, live_rank_names, rank_list
 
 STATE_STYLE = {
     "running": "bold green",
@@ -66,7 +66,8 @@ def render_live(snap: LiveSnapshot, run: str) -> RenderableType:
         line.append(
             numbers.terminal_text(
                 f"{s.op} pg {s.pg} seq {s.seq}: waiting {s.waiting_s:.1f} s; "
-                f"arrived {_ranks(s.arrived)}; never arrived: "
+                f"arrived (waiting in it): {rank_list(s.arrived)} "
+                f"({len(s.arrived)} of {len(s.arrived) + len(s.missing)} ranks); never arrived: "
             )
         )
         line.append(live_rank_names(snap, s.missing) or numbers.NA, style="bold red")
