@@ -490,14 +490,33 @@ def _buckets(kept: SpilledTable, run: RunInfo) -> None:
     if len(kept) > len(buckets):
         st.caption(f"The first {len(buckets):,} of {len(kept):,} calls (rank, then step).")
     if {"start_ms", "dur_ms", "bucket"} <= set(buckets.columns) and buckets["dur_ms"].notna().any():
-        _chart(figures.bucket_figure(buckets))
-        left_out = figures.bucket_shown_text(buckets)
-        if left_out:  # the chart's title says it too; the table below has every call
-            st.caption(
-                md(f"{left_out.capitalize()}; the table below lists the calls left out too.")
-            )
+        _bucket_chart(buckets)
     with st.expander("Table"):
         _dataframe(report_tables.bucket_frame(buckets, bool(run.ddp_evidence)))
+
+
+def _bucket_chart(buckets: pd.DataFrame) -> None:
+    """The lane chart, ten calls at a time: past about ten lanes, lanes and labels
+    overlapped (a Megatron TP step's 84 calls on 8 ranks: probe N9)."""
+    pages = figures.bucket_pages(buckets)
+    lanes = figures.bucket_lanes(buckets)
+    first = 0
+    if len(pages) > 1:
+        first = int(
+            st.selectbox(
+                f"Calls shown ({figures.LANES_PER_PAGE} at a time, of {lanes} per step)",
+                pages,
+                format_func=lambda k: figures.bucket_page_name(k, lanes),
+                key="bucket_page",
+            )
+            or 0
+        )
+    _chart(figures.bucket_figure(buckets, first))
+    left_out = figures.bucket_shown_text(buckets, first)
+    if left_out:  # the chart's title says it too; the table below has every call
+        st.caption(
+            md(f"{left_out.capitalize()}: pick others above; the table below lists every call.")
+        )
 
 
 # --------------------------------------------------------------------------- GPU metrics

@@ -31,29 +31,45 @@ def _communication(monkeypatch: pytest.MonkeyPatch, run: Path) -> AppTest:
     return at
 
 
-def test_lane_chart_of_calls_says_how_many_it_shows(
-    monkeypatch: pytest.MonkeyPatch, shared_traces: Path
-) -> None:
-    """Megatron TP8: 84 all-reduces per step and rank; the chart draws lanes #0-#63 and
-    its caption and title say "showing 64 of 84 calls per step"; the table lists all."""
-    run = shared_traces / "astrasim_megatron_tp8"
-    calls = analyze(run).buckets.frame()
-    per_step = calls.groupby(["rank", "step"]).size()
-    assert set(per_step) == {84}  # the trace's own count, not the chart's
-    at = _communication(monkeypatch, run)
-    want = "showing 64 of 84 calls per step: the first 64 in issue order (#0–#63)"
-    captions = [c.value.replace("\\", "") for c in at.caption]
-    assert any(c.startswith(want.capitalize()) for c in captions), captions
-    spec = next(
+def _lane_chart(at: AppTest) -> dict:
+    return next(
         json.loads(c.proto.spec)
         for c in at.get("plotly_chart")
         if "one lane per call" in json.loads(c.proto.spec)["layout"]["title"]["text"]
     )
+
+
+def test_lane_chart_of_calls_says_how_many_it_shows(
+    monkeypatch: pytest.MonkeyPatch, shared_traces: Path
+) -> None:
+    """Megatron TP8: 84 all-reduces per step and rank. Drawn 64 lanes at once, 8 ranks
+    overlaid, lanes and labels overlapped (probe N9): the chart draws ten lanes at a time,
+    each rank its own bar in a lane, and says which ten; a select pages through them;
+    the table lists every call."""
+    run = shared_traces / "astrasim_megatron_tp8"
+    calls = analyze(run).buckets.frame()
+    per_step = calls.groupby(["rank", "step"]).size()
+    assert set(per_step) == {84}  # the trace's own count, not the chart's
+    ranks = calls["rank"].nunique()
+    at = _communication(monkeypatch, run)
+    want = "showing calls #0–#9 of 84 per step (10 at a time)"
+    captions = [c.value.replace("\\", "") for c in at.caption]
+    assert any(c.startswith(want.capitalize()) for c in captions), captions
+    spec = _lane_chart(at)
     assert want in spec["layout"]["title"]["text"]
+    assert spec["layout"]["barmode"] == "group"  # ranks side by side, not drawn over
+    assert len(spec["data"]) == ranks == 8
     lanes = {y for trace in spec["data"] for y in trace["y"]}
-    assert lanes == {f"#{k}" for k in range(64)}
+    assert lanes == {f"#{k}" for k in range(10)}
     bars = sum(len(trace["y"]) for trace in spec["data"])
-    assert bars == int((calls["bucket"] < 64).sum()) == 64 * len(per_step)
+    assert bars == int((calls["bucket"] < 10).sum()) == 10 * len(per_step)
+    assert spec["layout"]["height"] >= 10 * 8 * 6  # every rank's bar at least 6 px
+    page = at.selectbox(key="bucket_page")
+    assert len(page.options) == 9  # 84 calls: #0-#9 ... #80-#83
+    page.set_value(80).run()
+    spec = _lane_chart(at)
+    assert {y for trace in spec["data"] for y in trace["y"]} == {f"#{k}" for k in range(80, 84)}
+    assert "showing calls #80–#83 of 84 per step" in spec["layout"]["title"]["text"]
     table = next(d.value for d in at.dataframe if "call (issue order)" in d.value.columns)
     assert len(table) == len(calls) == 84 * len(per_step)
 
@@ -124,3 +140,15 @@ def test_megatron_all_reduces_are_shown_as_calls_not_ddp_buckets(
     heads = [h.value.replace("\\", "") for h in ddp.subheader]
     assert "All-reduces per step, in issue order: DDP gradient buckets" in heads, heads
     assert any("bucket (issue order)" in d.value.columns for d in ddp.dataframe)
+
+
+def test_skew_hover_says_ms_after_the_first_to_arrive() -> None:
+    """Probe N3: a skew of 0 read as "arrived: 0", a count. The hover names the value as
+    milliseconds after the first rank to arrive, 0 being the first."""
+    skew = pd.DataFrame(
+        {"pg_name": "0", "seq": [1, 1], "index": 0, "rank": [0, 1], "skew_ms": [0.0, 4.5]}
+    )
+    trace = figures.skew_heatmap(skew).data[0]
+    assert "arrived %{z:.2f} ms after the first rank to arrive" in trace.hovertemplate
+    assert figures.SKEW_FIRST in trace.hovertemplate
+    assert "ms" in trace.colorbar.title.text

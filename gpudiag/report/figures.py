@@ -303,46 +303,54 @@ def busbw_figure(summary: pd.DataFrame) -> go.Figure:
     return fig
 
 
-MAX_BUCKET_LANES = 64
-GROUPED_RANKS = 4  # bucket_figure: up to this many ranks side by side in a lane
+# Lanes of the all-reduce chart drawn at once: past about ten, lanes and their labels
+# overlapped (a Megatron TP step has 84 calls on 8 ranks: probe N9). A step of more calls
+# is drawn ten at a time (the dashboard picks which; the HTML report draws the first).
+LANES_PER_PAGE = 10
+GROUPED_RANKS = 8  # bucket_figure: up to this many ranks side by side in a lane
 
 
-def bucket_lanes_shown(
-    buckets: pd.DataFrame, max_lanes: int = MAX_BUCKET_LANES
-) -> tuple[int, int] | None:
-    """(lanes drawn, lanes in ``buckets``) when :func:`bucket_figure` leaves calls out:
-    it draws one lane per call in the step's issue order and only the first
-    ``max_lanes`` of them (calls ``#0`` to ``#max_lanes - 1``); None when every call
-    has its lane."""
+def bucket_lanes(buckets: pd.DataFrame) -> int:
+    """The calls per step :func:`bucket_figure` has a lane for (timed calls only)."""
     timed = buckets.dropna(subset=["start_ms", "dur_ms"])
-    lanes = int(timed["bucket"].max()) + 1 if len(timed) else 0
-    return (max_lanes, lanes) if lanes > max_lanes else None
+    return int(timed["bucket"].max()) + 1 if len(timed) else 0
 
 
-def bucket_shown_text(buckets: pd.DataFrame, max_lanes: int = MAX_BUCKET_LANES) -> str | None:
+def bucket_pages(buckets: pd.DataFrame, per_page: int = LANES_PER_PAGE) -> list[int]:
+    """The first lane of each page of :func:`bucket_figure` (``[0]`` when one page)."""
+    return list(range(0, max(bucket_lanes(buckets), 1), per_page))
+
+
+def bucket_page_name(first: int, lanes: int, per_page: int = LANES_PER_PAGE) -> str:
+    """``calls #10–#19``: the lanes of the page starting at ``first``."""
+    last = min(first + per_page, lanes) - 1
+    return f"call #{first}" if last <= first else f"calls #{first}–#{last}"
+
+
+def bucket_shown_text(
+    buckets: pd.DataFrame, first: int = 0, per_page: int = LANES_PER_PAGE
+) -> str | None:
     """What :func:`bucket_figure` leaves out, in words (its title and the dashboard's
-    caption say the same): "showing 64 of 84 calls per step: the first 64 in issue
-    order (#0-#63)"; None when it draws every call."""
-    shown = bucket_lanes_shown(buckets, max_lanes)
-    if shown is None:
+    caption say the same): "showing calls #0–#9 of 84 per step (10 at a time)"; None when
+    it draws every call."""
+    lanes = bucket_lanes(buckets)
+    if lanes <= per_page:
         return None
-    drawn, lanes = shown
-    return (
-        f"showing {drawn} of {lanes} calls per step: the first {drawn} in issue order "
-        f"(#0–#{drawn - 1})"
-    )
+    return f"showing {bucket_page_name(first, lanes, per_page)} of {lanes} per step ({per_page} at a time)"
 
 
-def bucket_figure(buckets: pd.DataFrame, max_lanes: int = MAX_BUCKET_LANES) -> go.Figure:
+def bucket_figure(
+    buckets: pd.DataFrame, first: int = 0, per_page: int = LANES_PER_PAGE
+) -> go.Figure:
     """All-reduces per step, one lane per call in issue order (``bucket``), each drawn
     from its start in the step (``start_ms``) for its duration (``dur_ms``), one colour
-    per rank; every step of a lane overlaid, so a lane's spread is the variation over
-    steps. No text on the bars (hover for values): readable with many buckets. Only the
-    first ``max_lanes`` calls of a step are drawn; the title says so when calls are left
-    out (:func:`bucket_shown_text`: a Megatron TP step has 84)."""
-    left_out = bucket_shown_text(buckets, max_lanes)
+    per rank, the ranks side by side in a lane (up to :data:`GROUPED_RANKS`; more share
+    it); every step of a lane overlaid, so a lane's spread is the variation over steps.
+    No text on the bars (hover for values). ``per_page`` lanes from call ``first`` are
+    drawn; the title says so when calls are left out (:func:`bucket_shown_text`)."""
+    left_out = bucket_shown_text(buckets, first, per_page)
     b = buckets.dropna(subset=["start_ms", "dur_ms"])
-    b = b[b["bucket"] < max_lanes]
+    b = b[(b["bucket"] >= first) & (b["bucket"] < first + per_page)]
     fig = go.Figure()
     ranks = sorted(b["rank"].unique()) if "rank" in b else []
     for i, rank in enumerate(ranks):
@@ -362,24 +370,24 @@ def bucket_figure(buckets: pd.DataFrame, max_lanes: int = MAX_BUCKET_LANES) -> g
                 "starts %{base:.2f} ms into the step, lasts %{x:.2f} ms<extra></extra>",
             )
         )
-    lanes = int(b["bucket"].max()) + 1 if len(b) else 1
-    order = [f"#{k}" for k in range(lanes)]
+    lanes = max(min(bucket_lanes(buckets), first + per_page) - first, 1)
+    order = [f"#{k}" for k in range(first, first + lanes)]
     fig.update_yaxes(
         categoryorder="array", categoryarray=order[::-1], title="call in the step (issue order)"
     )
     fig.update_xaxes(title="ms from the step's first all-reduce")
-    # Side by side, a lane is as tall as its ranks: 8 ranks of 64 calls (a Megatron TP
-    # step) made a chart of hairlines 1,800 px tall. Past GROUPED_RANKS ranks they share
-    # their lane, drawn over each other: one row per call, its spread over ranks visible.
     grouped = len(ranks) <= GROUPED_RANKS
-    lane_px = 6 + 4 * len(ranks) if grouped else 14
+    lane_px = 10 + 6 * len(ranks) if grouped else 18
     fig.update_layout(
-        title="All-reduces per step, one lane per call" + (f" ({left_out})" if left_out else ""),
+        title="All-reduces per step, one lane per call"
+        + (f"<br><sup>{left_out}</sup>" if left_out else ""),
         barmode="group" if grouped else "overlay",
         bargap=0.25,
-        height=min(1800, max(260, lane_px * lanes + 140)),
+        height=max(260, lane_px * lanes + 160),
         **_LAYOUT,
     )
+    if left_out:  # room for the title's second line
+        fig.update_layout(margin_t=80)
     return fig
 
 
