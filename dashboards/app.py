@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from gpudiag.analysis.result import AnalysisResult
 
@@ -101,20 +102,40 @@ def select_run(label: str) -> None:
         del st.session_state[key]
 
 
+SHOWN_IN_URL = "shown_in_url"  # session state: the (run, view) this app last wrote to the URL
+VIEW = "view"  # the view radio's key and the URL's parameter
+
+
+def url_navigated() -> bool:
+    """True when the browser changed the page's URL since this app last wrote it (Back or
+    Forward: the browser reruns the app with the entry's URL): the URL's run and view are
+    then the ones to show, not the session's. A first draw reads the URL anyway."""
+    wrote = st.session_state.get(SHOWN_IN_URL)
+    if wrote is None:
+        return False
+    return (st.query_params.get("run"), st.query_params.get(VIEW)) != tuple(wrote)
+
+
 def _run_select(
-    labels: list[str], live_labels: set[str], refs: list[runs.RunRef], roots: list[Path]
+    labels: list[str],
+    live_labels: set[str],
+    refs: list[runs.RunRef],
+    roots: list[Path],
+    navigated: bool,
 ) -> str:
     """The run select. The browser keeps a select's text once drawn, so a run that
     stopped being live kept its "(live)" until a reload: the select's key names the
     live runs (``run`` when there are none), a new select when that set changes, which
-    starts from the run shown."""
+    starts from the run shown. After Back or Forward (``navigated``) the URL's run is
+    shown: the session's own choice was kept, so Back restored the URL and not the page
+    (probe D3)."""
     selected = st.session_state.get(SELECTED)
-    if selected not in labels:
+    if navigated or selected not in labels:
         selected = labels[_initial_run(refs, roots)]
     key = "run"
     if live_labels:
         key += "_live_" + hashlib.sha1("\n".join(sorted(live_labels)).encode()).hexdigest()[:10]
-    if st.session_state.get(key) not in labels:
+    if navigated or st.session_state.get(key) not in labels:
         st.session_state[key] = selected
     label = str(
         st.sidebar.selectbox(
@@ -126,6 +147,39 @@ def _run_select(
     )
     st.session_state[SELECTED] = label
     return label
+
+
+def _view_select(navigated: bool) -> str:
+    """The view radio. On a first draw, and after Back or Forward, it shows the URL's
+    ?view= (an unknown one gets one line and the Overview); else the reader's choice."""
+    first = SHOWN_IN_URL not in st.session_state
+    if first or navigated:
+        asked = st.query_params.get(VIEW)
+        if asked and asked not in views.VIEWS:
+            views.bad_url_value(
+                VIEW, asked, "the dashboard's views", f"showing {next(iter(views.VIEWS))}"
+            )
+        st.session_state[VIEW] = asked if asked in views.VIEWS else next(iter(views.VIEWS))
+    return str(st.sidebar.radio("View", list(views.VIEWS), key=VIEW))
+
+
+def _to_url(label: str, view: str, partner: str | None) -> None:
+    """The run and view shown (and Compare's Run B) into the page's URL in one write:
+    shareable, and the browser adds one history entry per page shown, so Back steps
+    through the runs and views. The view is written here, not bound to the URL by
+    Streamlit: a bound widget's click replaces the URL in place, and Back skipped every
+    view (probe D3). Run B's select is bound once drawn: Streamlit writes it then."""
+    wanted = {"run": label, VIEW: view}
+    if partner is not None:
+        wanted[views.PARTNER] = partner
+    st.session_state[SHOWN_IN_URL] = (label, view)
+    if all(st.query_params.get(k) == v for k, v in wanted.items()):
+        return
+    try:
+        st.query_params.update(wanted)
+    except StreamlitAPIException:  # Run B's select is bound: the run and view alone
+        wanted.pop(views.PARTNER, None)
+        st.query_params.update(wanted)
 
 
 def main() -> None:
@@ -143,18 +197,12 @@ def main() -> None:
         return
     labels = [r.label for r in refs]
     live_labels = {r.label for r in refs if runs.is_live(r)}
-    label = _run_select(labels, live_labels, refs, roots)
-    # The view is bound to ?view= by Streamlit itself (the browser writes the URL when
-    # it is clicked): set from Python, a click during a live run's refreshes reached the
-    # URL one click late (browser probe of issue 31). An unknown ?view= is dropped.
-    asked = st.query_params.get("view")
-    if asked and asked not in views.VIEWS:
-        views.bad_url_value(
-            "view", asked, "the dashboard's views", f"showing {next(iter(views.VIEWS))}"
-        )
-    view = st.sidebar.radio("View", list(views.VIEWS), key="view", bind="query-params")
-    st.query_params["run"] = label  # a shareable URL
+    navigated = url_navigated()
+    label = _run_select(labels, live_labels, refs, roots, navigated)
+    view = _view_select(navigated)
     ref = refs[labels.index(label)]
+    compare_b = views.init_partner(ref, refs) if view == "Compare" and len(refs) > 1 else None
+    _to_url(label, view, compare_b)
     st.sidebar.caption(views.md(ref.path))
     if label in live_labels:
         st.sidebar.caption("Live: the views open when the run ends.")

@@ -691,14 +691,17 @@ def bad_url_value(key: str, value: str, among: str, shown: str) -> None:
     st.error(md(f"{value}: no {key} of that name among {among} ({key}= in the URL); {shown}"))
 
 
-def _init_partner(ctx: ViewContext, labels: list[str]) -> None:
+def init_partner(ref: runs.RunRef, all_runs: list[runs.RunRef]) -> str | None:
     """Run B before its select is drawn: the URL's ?partner= when it names a run, else
     the one last shown with this run A, else :func:`compare_pair`'s choice. Kept while
-    run A stays; a new run A (the sidebar) starts from its own."""
-    a = ctx.ref.label
+    run A stays; a new run A (the sidebar) starts from its own. The app calls it before
+    it writes the URL, so the run, the view and Run B reach the URL in one history entry
+    (Back from Compare went to Compare without its Run B: probe D3)."""
+    labels = [r.label for r in all_runs]
+    a = ref.label
     state = st.session_state
     if state.get(_PARTNER_OF) == a and state.get(PARTNER) in labels:
-        return
+        return str(state[PARTNER])
     chosen: dict[str, str] = state.setdefault(_PARTNERS, {})
     wanted = st.query_params.get(PARTNER) if _PARTNER_OF not in state else None
     if wanted and wanted not in labels:
@@ -706,11 +709,11 @@ def _init_partner(ctx: ViewContext, labels: list[str]) -> None:
     if wanted not in labels:
         wanted = chosen.get(a)
     if wanted not in labels:
-        ib = compare_pair(ctx.all_runs, ctx.ref)[1]
+        ib = compare_pair(all_runs, ref)[1]
         wanted = labels[ib] if ib is not None else None
     state[PARTNER] = wanted
     state[_PARTNER_OF] = a
-    _partner_to_url(wanted)
+    return wanted
 
 
 def _partner_to_url(wanted: str | None) -> None:
@@ -733,7 +736,7 @@ def _compare_runs(ctx: ViewContext, labels: list[str]) -> tuple[str | None, str 
     there shows it, as the sidebar does. Run B is bound to ?partner=, so reloading or
     sharing the URL opens the same comparison (browser probe of issue 31, C)."""
     a = ctx.ref.label
-    _init_partner(ctx, labels)
+    _partner_to_url(init_partner(ctx.ref, ctx.all_runs))
 
     def follow_a() -> None:
         new = st.session_state.get(f"compare_a:{a}")
