@@ -23,6 +23,7 @@ from gpudiag.report import figures, numbers, tables
 
 from . import cache, runs
 from .views import md
+from .widgets import show_table
 
 REFRESH_S = 2.0  # the fragment's rerun interval in the browser
 # Sessions (tabs) refreshing within this of each other share one read of the run.
@@ -48,8 +49,8 @@ def monitor_of(ref: runs.RunRef) -> LiveMonitor:
 
 def _table(frame: pd.DataFrame) -> None:
     """Every cell through the one formatter (decimals by the column's unit, the one
-    missing mark), then escaped: ``st.table`` renders cells as Markdown."""
-    st.table(numbers.frame_text(frame).map(md), hide_index=True)
+    missing mark), escaped, with the line a too-wide table gets (widgets.show_table)."""
+    show_table(frame, draw="whole")
 
 
 def live_page(ref: runs.RunRef) -> None:
