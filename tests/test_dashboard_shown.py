@@ -58,6 +58,7 @@ def test_lane_chart_of_calls_says_how_many_it_shows(
     spec = _lane_chart(at)
     assert want in spec["layout"]["title"]["text"]
     assert spec["layout"]["barmode"] == "group"  # ranks side by side, not drawn over
+    assert spec["layout"]["yaxis"]["type"] == "category"  # lanes named #0..#9, top down
     assert len(spec["data"]) == ranks == 8
     lanes = {y for trace in spec["data"] for y in trace["y"]}
     assert lanes == {f"#{k}" for k in range(10)}

@@ -373,7 +373,10 @@ def bucket_figure(
     lanes = max(min(bucket_lanes(buckets), first + per_page) - first, 1)
     order = [f"#{k}" for k in range(first, first + lanes)]
     fig.update_yaxes(
-        categoryorder="array", categoryarray=order[::-1], title="call in the step (issue order)"
+        type="category",  # "#3" is a call's name: plotly read the lanes as numbers 0-9
+        categoryorder="array",
+        categoryarray=order[::-1],
+        title="call in the step (issue order)",
     )
     fig.update_xaxes(title="ms from the step's first all-reduce")
     grouped = len(ranks) <= GROUPED_RANKS
