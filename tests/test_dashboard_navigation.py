@@ -99,7 +99,7 @@ def test_compare_reached_from_the_sidebar_is_one_entry_with_its_run_b(
 def _entry(page: Any) -> tuple[str, str]:
     from urllib.parse import parse_qs, urlparse
 
-    query = parse_qs(urlparse(page.url).query)
+    query = parse_qs(urlparse(page.evaluate("location.href")).query)  # page.url may lag
     return query["run"][0], query["view"][0]
 
 
