@@ -52,16 +52,21 @@ def test_the_probes_tables_fit_or_say_they_scroll() -> None:
 # overflow of a table's scrolling frame beyond this (px) is a column cut off; less is
 # the grid's vertical scrollbar
 _SLACK_PX = 12
-_TABLES = """() => [...document.querySelectorAll(
-    '[data-testid="stDataFrame"], [data-testid="stTable"]')].map(el => {
-  const frame = el.querySelector('.dvn-scroller') || el.querySelector('table').parentElement;
+_FRAME = """el => el.querySelector('.dvn-scroller')
+  || (el.querySelector('table') ? el.querySelector('table').parentElement : null)"""
+_DRAWN = f"""() => [...document.querySelectorAll(
+    '[data-testid="stDataFrame"], [data-testid="stTable"]')].every(el => ({_FRAME})(el))"""
+_TABLES = f"""() => [...document.querySelectorAll(
+    '[data-testid="stDataFrame"], [data-testid="stTable"]')].map(el => {{
+  const frame = ({_FRAME})(el);
+  if (!frame) return null;  // a grid not drawn yet (a rerun replaced it)
   const box = el.closest('[data-testid="stElementContainer"]') || el;
   let next = box.nextElementSibling, caption = '';
   if (next) caption = next.innerText || '';
-  return {kind: el.dataset.testid, over: frame.scrollWidth - frame.clientWidth,
+  return {{kind: el.dataset.testid, over: frame.scrollWidth - frame.clientWidth,
           width: frame.clientWidth, caption: caption.slice(0, 300),
-          head: (el.innerText || '').slice(0, 400)};
-})"""
+          head: (el.innerText || '').slice(0, 400)}};
+}})"""
 
 
 def _check_tables(page: Any, where: str) -> int:
@@ -71,7 +76,11 @@ def _check_tables(page: Any, where: str) -> int:
         summary.click()
     browser.wait_idle(page)
     page.wait_for_timeout(800)  # the grids size their columns once drawn
-    tables = page.evaluate(_TABLES)
+    try:  # a rerun on a loaded host replaces a grid before it is drawn again
+        page.wait_for_function(_DRAWN, timeout=60_000)
+    except Exception:  # noqa: BLE001 - the tables drawn by then are checked
+        pass
+    tables = [t for t in page.evaluate(_TABLES) if t is not None]
     for t in tables:
         if t["width"] and t["over"] > _SLACK_PX:
             assert "scroll the table sideways" in t["caption"], (where, t)
