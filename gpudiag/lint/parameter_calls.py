@@ -75,7 +75,7 @@ def _handed_function(
     keys: set[FunctionKey] = set()
     arguments: list[ast.AST] = []
     for module, call in sites:
-        argument = _argument(call, name, position)
+        argument = argument_for(call, name, position)
         key = None if argument is None else _function_named(project, module, argument, call)
         if key is None:
             return None
@@ -86,7 +86,7 @@ def _handed_function(
     return keys.pop(), arguments
 
 
-def _argument(call: ast.Call, name: str, position: int) -> ast.expr | None:
+def argument_for(call: ast.Call, name: str, position: int) -> ast.expr | None:
     for kw in call.keywords:
         if kw.arg == name:
             return kw.value

@@ -10,6 +10,7 @@ from collections.abc import Set as AbstractSet
 
 from gpudiag.lint.checks import Hit
 from gpudiag.lint.checks.cpu_tensors import on_cpu
+from gpudiag.lint.checks.dead_switch import under_dead_switch
 from gpudiag.lint.checks.host_batch import (
     _CONFIG_ROOTS,
     _DEVICE_OPTION,
@@ -543,6 +544,8 @@ def _tensor_tests(ctx: ModuleContext, tensor_names: dict[str, set[ast.AST]]) -> 
     for node in ctx.train_step_nodes:
         if not isinstance(node, (ast.If, ast.While, ast.Assert)) or ctx.periodic_guard(node):
             continue
+        if under_dead_switch(ctx, node):
+            continue  # `if check: assert ...` where no call turns `check` on
         if any(isinstance(n, ast.Call) and _is_sync_method(n) for n in ast.walk(node.test)):
             continue  # `if loss.item() > x:` is reported as .item()
         keyword_ = "assert" if isinstance(node, ast.Assert) else "if"
@@ -853,7 +856,7 @@ def opted_in(
     `node` (k-diffusion's `if args.gns: ... gns_stats.get_stats()`, a helper of another
     file; ninth judge): the user asked for the sync. With EVAL_SWITCHES and
     ``training_free``: code of an evaluation-only run (`if opt.test:`)."""
-    if _under_flag(ctx, node, flags, training_free):
+    if _under_flag(ctx, node, flags, training_free) or under_dead_switch(ctx, node):
         return True
     function = ctx.enclosing_function(node)
     if function is None or ctx.project is None or depth > 2:
