@@ -56,9 +56,8 @@ def learn_logged(model, opt, venv, n_iter, nminibatch=8):
         ret = model(obs).squeeze(-1).detach()
         data = {"obs": obs, "adv": ret - ret.mean(), "ret": ret}
         # the step loop itself reads every step's loss to the host
-        logged = [
-            train_fn(**mb)["loss"].item() for mb in minibatch_gen(data, nminibatch)
-        ]  # expect: GD301
+        batches = minibatch_gen(data, nminibatch)
+        logged = [train_fn(**mb)["loss"].item() for mb in batches]  # expect: GD301
         venv.log(sum(logged))
 
 
