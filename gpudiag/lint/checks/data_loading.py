@@ -11,6 +11,7 @@ from gpudiag.lint.checks.loader_data import (
     option_off_by_default,
     parameter_in_memory,
     pyg_in_memory,
+    returned_tensor_dataset,
 )
 from gpudiag.lint.context import (
     DATALOADER,
@@ -507,6 +508,8 @@ def in_memory(ctx: ModuleContext, loader: ast.Call) -> bool:
     ):
         return True
     if parameter_in_memory(ctx, loader, dataset, _in_memory_value):
+        return True
+    if returned_tensor_dataset(ctx, dataset, loader):
         return True
     values = _dataset_values(ctx, loader)
     return bool(values) and all(_in_memory_value(ctx, value, loader) for value in values)

