@@ -39,6 +39,7 @@ from gpudiag.lint.context import (
 )
 from gpudiag.lint.parameter_calls import resolve_parameter_calls
 from gpudiag.lint.step_comprehensions import children_scoped, over_batches, per_item_part
+from gpudiag.lint.switched_off import switched_off_calls
 
 FunctionKey = tuple[int, str]  # (index of the module in the project, function name)
 
@@ -104,6 +105,7 @@ class Project:
         # a call in the per-item code of a comprehension over batches -> the comprehension
         self._comprehension_of: dict[ast.Call, ast.AST] = {}
         self._step_comprehensions: dict[int, list[ast.AST]] = {}  # by module index
+        self._switched_off: set[ast.AST] = set()  # calls of a step made with training off
         self._handed: set[ast.AST] = set()  # arguments a helper's parameter call resolves to
         self._component_of = self._components()
         for ctx in self.modules:
@@ -494,6 +496,7 @@ class Project:
             for key, calls in own_calls.items()
             if any(c.is_step_call(n) and not _full_batch_step(c, n) for c, n in calls)
         }
+        self._switched_off = switched_off_calls(self, steps)
         changed = True
         while changed:
             changed = False
@@ -537,7 +540,11 @@ class Project:
         body = getattr(loop, "body", [])
         if body and isinstance(body[-1], (ast.Return, ast.Break, ast.Raise)):
             return False  # `for batch in loader: ...; return`: runs once (a benchmark, a probe)
-        return self._is_training_loop(ctx, loop, steps) or ctx.iterates_loader(loop)
+        return (
+            self._is_training_loop(ctx, loop, steps)
+            or ctx.iterates_loader(loop)
+            or any(node in self._switched_off for node in ctx.own_nodes(loop.body))  # type: ignore[attr-defined]
+        )
 
     def _is_training_loop(self, ctx: ModuleContext, loop: ast.AST, steps: set[FunctionKey]) -> bool:
         """The loop's own body runs backward() / optimizer.step(), here or in a callee, or in
@@ -560,7 +567,7 @@ class Project:
         it calls (a base class's loop calling `self.forward_backward(data)`, whose overrides
         do backward() and optimizer.step(); deep-person-reid's engines, twelfth judge)."""
         key = self.callee(ctx, call)
-        if key is None:
+        if key is None or call in self._switched_off:
             return False
         if key not in self._step_overrides:
             self._step_overrides[key] = self._overrides({key})
