@@ -803,8 +803,13 @@ def _tested_iterable(ctx: ModuleContext, loader: ast.Call, dataset: ast.expr) ->
     )
 
 
+# `it = iter(loader)`; `bar = tqdm(loader)` (univnet, CodeT5; seventeenth judge, M3)
+_WRAPPERS = {"iter", "tqdm", "enumerate"}
+
+
 def _loader_names(ctx: ModuleContext, loop: ast.AST) -> set[str]:
-    """Names a step loop iterates; `it = iter(loader)` followed by next(it) resolves to loader."""
+    """Names a step loop iterates; `it = iter(loader)` followed by next(it), or `for x in
+    bar` after `bar = tqdm(loader)`, resolves to loader."""
     if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
         return set()
     # `batch = next(it)` in the body, also of `for _ in range(n):` (edm; eighth judge)
@@ -820,7 +825,7 @@ def _loader_names(ctx: ModuleContext, loop: ast.AST) -> set[str]:
         if (
             isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Call)
-            and terminal_name(node.value.func) == "iter"
+            and terminal_name(node.value.func) in _WRAPPERS
             and names & {terminal_name(t) for t in node.targets}
         ):
             names.update(names_in(node.value))
