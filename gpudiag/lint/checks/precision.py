@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 
 from gpudiag.lint.checks import Hit
+from gpudiag.lint.checks.inert_precision import inert_only
 from gpudiag.lint.context import (
     ACCELERATOR,
     ACCUMULATION_NAME,
@@ -85,7 +86,11 @@ def _uses_reduced_precision(ctx: ModuleContext) -> bool:
     if any(_lightning_precision(m) for m in related):
         return True
     return any(
-        (not _REDUCED_PRECISION.isdisjoint(m.identifiers) and not _quantization_only(m))
+        (
+            not _REDUCED_PRECISION.isdisjoint(m.identifiers)
+            and not _quantization_only(m)
+            and not inert_only(m, _REDUCED_PRECISION)
+        )
         or ("half" in m.attribute_names and _half_used(m))
         for m in related
     )
