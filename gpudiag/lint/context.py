@@ -825,7 +825,9 @@ class ModuleContext:
                 if (
                     self.local_callee(node) is not None
                     or name == DDP
-                    or name.startswith(("torch.distributed.", "torch.cuda."))
+                    or name.startswith(
+                        ("torch.distributed.", "torch.cuda.", "torch.multiprocessing.")
+                    )
                     or self.is_step_call(node)
                     or terminal_name(node.func) == "cuda"
                 ):
