@@ -12,6 +12,7 @@ from gpudiag.lint.checks.loader_data import (
     parameter_in_memory,
     pyg_in_memory,
     returned_tensor_dataset,
+    returning_calls,
 )
 from gpudiag.lint.context import (
     DATALOADER,
@@ -101,15 +102,11 @@ def _returned_loaders(
 
 def _feeds_ddp_training(ctx: ModuleContext, loader: ast.Call) -> bool:
     """The loader is what a helper of another module returns (`def create_dataloader(bs):
-    return DataLoader(...)`), and every call of the helper is in a file that wraps a model
-    in DDP, binds the loader to a name that is not an evaluation one, and trains over it
-    (univnet's datasets/dataloader.py; seventeenth judge, M1)."""
-    function = ctx.enclosing_function(loader)
-    if function is None or ctx.project is None:
-        return False
-    if loader not in (_returned_loaders(ctx, [function]) or []):
-        return False
-    sites = ctx.project.callers(ctx, ctx.function_key(function))
+    return DataLoader(...)`, also one of two returns chosen by `if train:`), and every call
+    of the helper taking that return is in a file that wraps a model in DDP, binds the
+    loader to a name that is not an evaluation one, and trains over it (univnet's
+    datasets/dataloader.py; seventeenth judge, M1)."""
+    sites = returning_calls(ctx, loader)
     return bool(sites) and all(_trains_ddp_over(module, call) for module, call in sites)
 
 

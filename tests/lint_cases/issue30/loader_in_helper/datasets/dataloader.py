@@ -30,3 +30,12 @@ def create_dataloader(files, batch_size, num_workers):
 
 def create_valloader(files, num_workers):
     return DataLoader(MelFromDisk(files), batch_size=1, num_workers=num_workers, pin_memory=True)
+
+
+def create_loader(files, train, workers=4):
+    """univnet's own shape: the train and the validation loader from one helper."""
+    dataset = MelFromDisk(files)
+    if train:
+        return DataLoader(dataset, 16, num_workers=workers, pin_memory=True)  # expect: GD201
+    else:
+        return DataLoader(dataset, 1, num_workers=workers, pin_memory=True)
