@@ -518,7 +518,8 @@ class Project:
             ctx.train_loops = {
                 loop
                 for loop in ctx.step_loops
-                if self._is_training_loop(ctx, loop, steps) or _hands_optimizer(ctx, loop)
+                if self._is_training_loop(ctx, loop, steps)
+                or (_hands_optimizer(ctx, loop) and not self._runs_eval_step(ctx, loop))
             }
         self._per_step_code()
         self._training_code()
@@ -543,8 +544,13 @@ class Project:
         return (
             self._is_training_loop(ctx, loop, steps)
             or ctx.iterates_loader(loop)
-            or any(node in self._switched_off for node in ctx.own_nodes(loop.body))  # type: ignore[attr-defined]
+            or self._runs_eval_step(ctx, loop)
         )
+
+    def _runs_eval_step(self, ctx: ModuleContext, loop: ast.AST) -> bool:
+        """The loop calls a step function made with training off (F5): an evaluation loop,
+        whatever it hands the step (score_sde's `scaler(batch)` is a data scaler)."""
+        return any(node in self._switched_off for node in ctx.own_nodes(loop.body))  # type: ignore[attr-defined]
 
     def _is_training_loop(self, ctx: ModuleContext, loop: ast.AST, steps: set[FunctionKey]) -> bool:
         """The loop's own body runs backward() / optimizer.step(), here or in a callee, or in

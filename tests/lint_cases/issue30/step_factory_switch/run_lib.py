@@ -19,13 +19,14 @@ def train(config, sde, model, train_ds, eval_ds):
             print(f"eval_loss: {eval_loss.item():.5e}")
 
 
-def evaluate(config, sde, model, eval_ds):
+def evaluate(config, sde, model, eval_ds, scaler):
     state = dict(optimizer=None, model=model, step=0)
     eval_step = losses.get_step_fn(sde, train=False)
     all_losses = []
     with torch.autocast("cuda", dtype=torch.bfloat16):
         for i, batch in enumerate(iter(eval_ds)):
-            eval_loss = eval_step(state, batch.cuda(non_blocking=True))
+            eval_batch = scaler(batch.cuda(non_blocking=True))  # a data scaler, not a loss scaler
+            eval_loss = eval_step(state, eval_batch)
             all_losses.append(eval_loss.item())  # expect: GD303
             if (i + 1) % 1000 == 0:
                 print(f"Finished {i + 1}th step loss evaluation")
