@@ -21,10 +21,16 @@ if TYPE_CHECKING:
 Definition = ast.FunctionDef | ast.AsyncFunctionDef
 
 
-def resolve_parameter_calls(project: Project) -> set[ast.AST]:
-    """Resolve `param(...)` in a project function to the one project function all its call
-    sites pass for `param`; returns the arguments so resolved (no longer callbacks)."""
+Alternatives = dict[ast.AST, set["FunctionKey"]]
+
+
+def resolve_parameter_calls(project: Project) -> tuple[set[ast.AST], Alternatives]:
+    """Resolve `param(...)` in a project function to the project functions its call sites
+    pass for `param` (ppg's `train_vf`, `train_pi`, `train_pi_and_vf`); returns the
+    arguments so resolved (no longer callbacks) and, for a call that may run several, all
+    of them (its callee is one of them)."""
     handed: set[ast.AST] = set()
+    alternatives: Alternatives = {}
     for ctx in project.modules:
         for call in ctx.calls:  # `train_fn = make_train_fn(...)`, then `train_fn(x)`
             if isinstance(call.func, ast.Name) and ctx.assigned_values(call.func.id, call):
@@ -37,11 +43,13 @@ def resolve_parameter_calls(project: Project) -> set[ast.AST]:
                 found = _handed_function(project, ctx, definition, name)
                 if found is None:
                     continue
-                key, arguments = found
+                keys, arguments = found
                 for call in calls:
-                    ctx.callees[call] = key
+                    ctx.callees[call] = min(keys)
+                    if len(keys) > 1:
+                        alternatives[call] = keys
                 handed.update(arguments)
-    return handed
+    return handed, alternatives
 
 
 def _parameters(definition: Definition) -> list[str]:
@@ -67,7 +75,7 @@ def _parameter_calls(ctx: ModuleContext, definition: Definition) -> dict[str, li
 
 def _handed_function(
     project: Project, ctx: ModuleContext, definition: Definition, name: str
-) -> tuple[FunctionKey, list[ast.AST]] | None:
+) -> tuple[set[FunctionKey], list[ast.AST]] | None:
     sites = project.callers(ctx, ctx.function_key(definition))
     parameters = _parameters(definition)
     offset = 1 if parameters[:1] in (["self"], ["cls"]) else 0
@@ -76,14 +84,12 @@ def _handed_function(
     arguments: list[ast.AST] = []
     for module, call in sites:
         argument = argument_for(call, name, position)
-        key = None if argument is None else _function_named(project, module, argument, call)
-        if key is None:
+        found = set() if argument is None else _function_keys(project, module, argument, call, 0)
+        if not found:
             return None
-        keys.add(key)
+        keys |= found
         arguments.append(argument)  # type: ignore[arg-type]
-    if len(keys) != 1:
-        return None
-    return keys.pop(), arguments
+    return (keys, arguments) if keys else None
 
 
 def argument_for(call: ast.Call, name: str, position: int) -> ast.expr | None:
@@ -100,10 +106,18 @@ def argument_for(call: ast.Call, name: str, position: int) -> ast.expr | None:
 def _function_named(
     project: Project, module: ModuleContext, argument: ast.AST, site: ast.Call
 ) -> FunctionKey | None:
-    """The project function a Name argument is: a def of the file (the nested one of the
-    caller's function first), or the nested def a factory of the file returns."""
-    if not isinstance(argument, ast.Name):
-        return None
+    found = _function_keys(project, module, argument, site, 0)
+    return found.pop() if len(found) == 1 else None
+
+
+def _function_keys(
+    project: Project, module: ModuleContext, argument: ast.AST, site: ast.AST, depth: int
+) -> set[FunctionKey]:
+    """The project functions a Name argument may be (none: unknown): a def of the file
+    (the nested one of the caller's function first), the nested def a factory of the file
+    returns, or the functions a local name is bound to (`train_fn = train_pi`)."""
+    if not isinstance(argument, ast.Name) or depth > 2:
+        return set()
     index = project.modules.index(module)
     values = module.assigned_values(argument.id, site)
     if not values:
@@ -111,15 +125,18 @@ def _function_named(
         caller = module.enclosing_function(site)
         nested = f"{module.function_key(caller)}.{argument.id}" if caller else argument.id
         if nested in keys:
-            return (index, nested)
-        return (index, keys.pop()) if len(keys) == 1 else None
+            return {(index, nested)}
+        return {(index, keys.pop())} if len(keys) == 1 else set()
+    if all(isinstance(v, ast.Name) for v in values):
+        found = [_function_keys(project, module, v, site, depth + 1) for v in values]
+        return set().union(*found) if all(found) else set()
     if len(values) != 1 or not isinstance(values[0], ast.Call):
-        return None
+        return set()
     factory = values[0].func
     if isinstance(factory, ast.Name) and len(module.functions.get(factory.id, [])) == 1:
         product = _returned_def(module, module.functions[factory.id][0])
-        return None if product is None else (index, module.function_key(product))
-    return None
+        return set() if product is None else {(index, module.function_key(product))}
+    return set()
 
 
 def _returned_def(module: ModuleContext, factory: Definition) -> Definition | None:

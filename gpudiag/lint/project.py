@@ -107,6 +107,7 @@ class Project:
         self._step_comprehensions: dict[int, list[ast.AST]] = {}  # by module index
         self._switched_off: set[ast.AST] = set()  # calls of a step made with training off
         self._handed: set[ast.AST] = set()  # arguments a helper's parameter call resolves to
+        self._alternatives: dict[ast.AST, set[FunctionKey]] = {}  # a parameter call's functions
         self._component_of = self._components()
         for ctx in self.modules:
             ctx.project = self
@@ -487,7 +488,7 @@ class Project:
 
     def _link_steps(self) -> None:
         self._call_sites()
-        self._handed = resolve_parameter_calls(self)
+        self._handed, self._alternatives = resolve_parameter_calls(self)
         self._callers.clear()
         self._returned_loaders()
         own_calls = self._own_calls
@@ -577,7 +578,8 @@ class Project:
             return False
         if key not in self._step_overrides:
             self._step_overrides[key] = self._overrides({key})
-        return key in steps or bool(self._step_overrides[key] & steps)
+        others = self._alternatives.get(call, set())
+        return key in steps or bool((self._step_overrides[key] | others) & steps)
 
     def _callback_nodes(self, ctx: ModuleContext, nodes: Iterable[ast.AST]) -> list[ast.AST]:
         """The code of the functions and lambdas that calls among `nodes` pass to a function
@@ -714,6 +716,7 @@ class Project:
                 # `if step % eval_every == 0: evaluate()` does not run once per step
                 if key is not None and key not in added and not ctx.periodic_guard(node):
                     pending.add(key)
+                    pending |= self._alternatives.get(node, set())
             pending |= self._overrides(pending)
             frontier = []
             for key in pending - added:

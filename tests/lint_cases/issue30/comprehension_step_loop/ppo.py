@@ -68,3 +68,33 @@ def main():
     opt = th.optim.Adam(model.parameters())
     learn(model, opt, venv=None, n_iter=1000)
     dist.destroy_process_group()
+
+
+def learn_phases(model, opts, venv, n_iter, separate=False):
+    """phasic-policy-gradient's own shape: nested train functions, one chosen per phase."""
+
+    def train_with_opt(opt, obs, adv, ret):
+        with th.autocast("cuda", dtype=th.bfloat16):
+            loss = (model(obs).squeeze(-1) - ret).pow(2).mean() - adv.mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return {"loss": loss.detach()}
+
+    def train_pi(**arrays):
+        return train_with_opt(opts["pi"], **arrays)
+
+    def train_vf(**arrays):
+        return train_with_opt(opts["vf"], **arrays)
+
+    for _ in range(n_iter):
+        obs = venv.rollout().cuda()
+        ret = model(obs).squeeze(-1).detach()
+        data = {"obs": obs, "adv": ret - ret.mean(), "ret": ret}
+        venv.store(obs.cpu())  # once per iteration
+        if separate:
+            minibatch_optimize(train_vf, data, 1, 8)
+            train_fn = train_pi
+        else:
+            train_fn = train_vf
+        minibatch_optimize(train_fn, data, 3, 8)
