@@ -58,6 +58,8 @@ def _passes_in_memory(
         passed = call.args[position]
     if passed is None or isinstance(passed, ast.Starred):
         return False
+    if returned_tensor_dataset(module, passed, call):  # `_, data = load_and_cache(...)`
+        return True
     values = [passed]
     if isinstance(passed, ast.Name):
         values = module.assigned_values(passed.id, call)
@@ -162,10 +164,42 @@ def _bindings(
             item = _item_of(target, dataset.id)
             if item is False:
                 continue
+            if _from_own_cache(ctx, node.value, dataset.id, item, loader):
+                continue
             if not isinstance(node.value, ast.Call):
                 return []
             found.append((node.value, None if item is True else item))
     return found
+
+
+def _from_own_cache(
+    ctx: ModuleContext, value: ast.expr, name: str, item: bool | int, site: ast.AST
+) -> bool:
+    """`eval_examples, eval_data = dev_dataset["dev_loss"]` where every store into
+    `dev_dataset[...]` in the scope is `eval_examples, eval_data` again (CodeT5's cache of
+    what `load_and_cache_gen_data` returned): the binding gives back another binding's
+    value."""
+    if not (isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name)):
+        return False
+    cache = value.value.id
+    stores = [
+        node.value
+        for node in ctx.body_nodes(ctx.scope_of(site).body)  # type: ignore[attr-defined]
+        if isinstance(node, ast.Assign)
+        and any(
+            isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == cache
+            for t in node.targets
+        )
+    ]
+    if item is True:
+        return bool(stores) and all(isinstance(v, ast.Name) and v.id == name for v in stores)
+    return bool(stores) and all(
+        isinstance(v, ast.Tuple)
+        and len(v.elts) > item
+        and isinstance(v.elts[item], ast.Name)
+        and v.elts[item].id == name  # type: ignore[attr-defined]
+        for v in stores
+    )
 
 
 def _other_binding(node: ast.AST, name: str) -> bool:

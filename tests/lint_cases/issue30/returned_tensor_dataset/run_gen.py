@@ -50,3 +50,22 @@ def main():
     model = torch.nn.Linear(512, 512).to(device)
     train(args, model, torch.optim.AdamW(model.parameters()), device)
     evaluate(args, model, device)
+
+
+def eval_bleu_epoch(args, eval_data, model, device):
+    eval_dataloader = DataLoader(
+        eval_data, sampler=SequentialSampler(eval_data), batch_size=32, pin_memory=True
+    )
+    with torch.no_grad():
+        return [model(ids.to(device, non_blocking=True)) for (ids,) in eval_dataloader]
+
+
+def train_and_validate(args, model, device):
+    dev_dataset = {}
+    for _ in range(args.num_train_epochs):
+        if "dev_bleu" in dev_dataset:
+            eval_examples, eval_data = dev_dataset["dev_bleu"]
+        else:
+            eval_examples, eval_data = load_and_cache_gen_data(args, args.dev_filename, "dev", True)
+            dev_dataset["dev_bleu"] = eval_examples, eval_data
+        eval_bleu_epoch(args, eval_data, model, device)
