@@ -61,9 +61,12 @@ def _loaders_from_functions(ctx: ModuleContext) -> tuple[set[str], set[str]]:
         parent = ctx.parents.get(call)
         if key is None or not isinstance(parent, ast.Assign) or len(parent.targets) != 1:
             continue
-        returned = _returned_loaders(ctx.project.modules[key[0]], ctx.project.definitions(key))
+        module = ctx.project.modules[key[0]]
+        returned = _returned_loaders(module, ctx.project.definitions(key))
         target = parent.targets[0]
         names = target.elts if isinstance(target, ast.Tuple) else [target]
+        if returned is None and len(names) == 1:  # univnet: `if train: return DataLoader(...)`
+            returned = _branch_loader(module, ctx.project.definitions(key), call)
         if returned is None or len(returned) != len(names):
             continue
         for name, loader in zip(names, returned, strict=True):
@@ -71,6 +74,19 @@ def _loaders_from_functions(ctx: ModuleContext) -> tuple[set[str], set[str]]:
             if is_const(keyword(loader, "pin_memory"), True):
                 pinned.add(terminal_name(name))
     return made, pinned
+
+
+def _branch_loader(
+    module: ModuleContext, definitions: list[ast.FunctionDef | ast.AsyncFunctionDef], call: ast.Call
+) -> list[ast.Call] | None:
+    """The one loader of the function whose `return` branch `call` takes."""
+    inside = {id(node) for d in definitions[:1] for node in module.body_nodes(d.body)}
+    taken = [
+        loader
+        for loader in module.calls_to(DATALOADER)
+        if id(loader) in inside and any(c is call for _, c in returning_calls(module, loader))
+    ]
+    return taken if len(taken) == 1 else None
 
 
 def _returned_loaders(

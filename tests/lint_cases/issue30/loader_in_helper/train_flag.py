@@ -16,6 +16,7 @@ def train(rank, files, epochs):
     trainloader = create_loader(files, True)
     for _ in range(epochs):
         for audio, mel in trainloader:
+            audio = audio.cuda()  # expect: GD205
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = (
                     (model(mel.cuda(non_blocking=True)) - audio.cuda(non_blocking=True))
