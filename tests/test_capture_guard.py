@@ -313,3 +313,14 @@ def test_a_write_failure_is_named_by_what_the_os_says_not_guessed(tmp_path: Path
     assert rundir.why_unwritable(tmp_path / "gone").errno == errno.ENOENT
     assert rundir.why_unwritable(tmp_path).errno == errno.ENOSPC
     assert list(tmp_path.iterdir()) == [not_a_folder]  # the probe file is removed
+
+
+def test_every_option_trace_documents_is_accepted_before_the_script() -> None:
+    """Probe 28g, N3: `--time-buckets` was in `trace --help` and the README but missing
+    from the options the command line splits on: "unknown option", exit 2, the job not
+    started. Every option of the parser is one the splitter knows, with its value or not."""
+    known = {**trace_cli.TORCHRUN_OPTIONS, **trace_cli.GPUDIAG_OPTIONS}
+    for action in trace_cli._parser()._actions:
+        for flag in action.option_strings:
+            assert flag in known, flag
+            assert known[flag] == (action.nargs != 0), flag

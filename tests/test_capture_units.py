@@ -571,7 +571,7 @@ def test_watchdog_activity_and_hang_rule() -> None:
     ("mode", "activities", "world", "ends"),
     [
         ("auto", ["waiting", "idle"], 2, False),  # asleep, maybe on purpose (probe 28f)
-        ("auto", ["waiting", "waiting"], 2, True),  # a desync or a deadlock: nothing else
+        ("auto", ["waiting", "waiting"], 2, True),  # in different calls: a deadlock
         ("auto", ["waiting", "gone"], 2, True),  # the peer will never arrive
         ("auto", ["waiting", "waiting"], 4, False),  # two ranks of another node unseen
         ("end", ["waiting", "idle"], 2, True),
@@ -588,11 +588,25 @@ def test_which_hangs_end_the_job(
         rundir.rank_dir(tmp_path, rank).mkdir(parents=True)
         info = {"rank": rank, "world_size": world, "pid": 1}
         (rundir.rank_dir(tmp_path, rank) / rundir.RANK_INFO).write_text(json.dumps(info))
-    report = {"ranks": {str(r): {"activity": a} for r, a in enumerate(activities)}}
+    report = {
+        "ranks": {
+            str(r): {"activity": a, "inflight": [{"pg_name": "0", "seq": 5 + r, "op": "x"}]}
+            for r, a in enumerate(activities)
+        }
+    }
     watchdog = HangWatchdog(tmp_path, 5.0, on_hang_mode=mode)
     assert watchdog._ends_the_job(report) is ends
     if not ends and mode == "auto":
         assert watchdog._why_not_ended(report)
+    # probe 28g, N2: every rank inside the same call is a stuck transport or a long,
+    # healthy transfer: auto leaves it running (a desync between them is certain)
+    for state in report["ranks"].values():
+        state["inflight"] = [{"pg_name": "0", "seq": 5, "op": "all_reduce"}]
+    if mode == "auto" and activities == ["waiting", "waiting"] and world == 2:
+        assert not watchdog._ends_the_job(report)
+        assert "the same collective (all_reduce seq 5 (pg 0))" in watchdog._why_not_ended(report)
+        report["desync"] = {"pg_name": "0", "seq": 5}
+        assert watchdog._ends_the_job(report)
 
 
 @pytest.mark.parametrize(

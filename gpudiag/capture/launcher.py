@@ -169,6 +169,12 @@ class Job:
         # The job process (torchrun's agent, or the single worker) dies with the launcher:
         # it sets its own parent-death signal at start (agent.die_with_parent).
         self.proc = subprocess.Popen(command, env=env, start_new_session=True, pass_fds=pass_fds)
+        # A job gpudiag started as one process (no torchrun): a forwarded signal goes to
+        # its whole process group, as a terminal's Ctrl-C does, so the ranks the script
+        # starts itself (mp.spawn, Lightning's launcher) and its helpers get it too; only
+        # the top process got it, and they were SIGKILLed 30 s later with no status
+        # (probe 28g, N1). torchrun's agent forwards to its workers itself.
+        self.signal_group = False
         self.signal_received: int | None = None
         # called with the first signal received, before it is forwarded to the job
         self.on_signal: Callable[[int], None] | None = None
@@ -237,11 +243,22 @@ class Job:
                 self.kill()
                 return
             self.kill_deadline = now + grace_s
-        self._send(self.proc.pid, signum)
+        if self.signal_group:
+            self._send_group(self.proc.pid, signum)
+        else:
+            self._send(self.proc.pid, signum)
 
     def kill(self) -> None:
         for pid in reversed(self.pids()):
             self._send(pid, signal.SIGKILL)
+
+    @staticmethod
+    def _send_group(pid: int, signum: int) -> None:
+        """To the process group the job leads (its own session, start_new_session)."""
+        try:
+            os.killpg(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            Job._send(pid, signum)
 
     @staticmethod
     def _send(pid: int, signum: int) -> None:
@@ -565,6 +582,7 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
 
     forwarder = _Forwarder()  # before the job starts: its processes get the defaults
     job = _start_job(launch["command"], env, manifest_path, join, forwarder)
+    job.signal_group = not launch["torchrun"]
     job.on_signal = _signal_recorder(run_dir, join, node_rank, ns)
     forwarder.started(job)
     if join is not None:

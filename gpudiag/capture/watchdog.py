@@ -20,7 +20,8 @@ another ``timeout_s``. On a hang it writes ``hang_report.json``. It ends the job
 every rank to flush and exit: a finish request, answered by the rank's poller thread even
 while its main thread is blocked in C++; then ``on_hang(report)``, and the launcher kills
 only the ranks that did not finish) when nothing but the hang can explain it (``--on-hang
-auto``: every rank of the job is on this host and waits in a collective or is gone), or
+auto``: every rank of the job is on this host and waits in a collective or is gone, not
+all inside the same one: that is also what a long, healthy transfer looks like), or
 always (``end``). A rank idle outside a collective (asleep, blocked on a lock, a queue, a
 download) may be waiting on purpose, and another node's ranks are not seen from here:
 then the job goes on (torchrun would let it: torch's own timeout ends a real hang), and
@@ -335,6 +336,12 @@ class HangWatchdog:
         world = _world_size(self.run_dir, [int(r) for r in states])
         if world is None or world > len(states):
             return "ranks of other hosts or nodes are not watched from here"
+        shared = _one_shared_call(states)
+        if shared and report.get("desync") is None:
+            return (
+                f"every rank is inside the same collective ({shared}): a long transfer "
+                "looks the same"
+            )
         return ""
 
     def _suspect(self, report: dict[str, Any]) -> None:
@@ -390,6 +397,26 @@ class HangWatchdog:
                 request_finish(self.run_dir, rank, report["verdict"])
         if self.on_hang is not None:
             self.on_hang(report)
+
+
+def _one_shared_call(states: dict[str, dict[str, Any]]) -> str:
+    """``op seq N (pg P)`` of a collective every rank is inside (no rank gone), else "":
+    all ranks in one call is a stuck transport or a slow, healthy transfer (a large
+    broadcast on a loaded host; probe 28g, N2), which the ranks' states cannot tell
+    apart."""
+    calls: list[set[tuple[str, int, str]]] = []
+    for state in states.values():
+        if state["activity"] != WAITING:
+            return ""
+        inflight = [c for c in state.get("inflight") or [] if isinstance(c, dict)]
+        calls.append(
+            {(str(c.get("pg_name")), int(c.get("seq") or -1), str(c.get("op"))) for c in inflight}
+        )
+    common = set.intersection(*calls) if calls else set()
+    if not common:
+        return ""
+    pg, seq, op = min(common)
+    return f"{op} seq {seq} (pg {pg})"
 
 
 def _world_size(run_dir: Path, ranks: list[int]) -> int | None:

@@ -40,6 +40,7 @@ GPUDIAG_OPTIONS: dict[str, bool] = {
     "--hang-timeout": True,
     "--on-hang": True,
     "--no-lint": False,
+    "--time-buckets": False,
     "-h": False,
     "--help": False,
 }
@@ -89,7 +90,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=ON_HANG_CHOICES,
         default="auto",
         help="auto (default): end the job on a hang only when every rank of the job is on "
-        "this host and waits in a collective or is gone; a rank idle outside a collective "
+        "this host and waits in a collective or is gone, not all in the same one; a rank "
+        "idle outside a collective "
         "may wait on purpose, so the job goes on (torch's own timeout ends a real hang). "
         "end: end it on any hang. report: never end it",
     )
