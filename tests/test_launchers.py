@@ -227,6 +227,8 @@ def test_accelerate_notebook_launcher_is_followed(tmp_path: Path) -> None:
     assert m["steps_completed"] == {"0": 10, "1": 10}
     infos = [_json(rundir.rank_dir(out, r) / rundir.RANK_INFO) for r in (0, 1)]
     assert [i["started_by"] for i in infos] == ["spawn", "spawn"]
+    # probe 28g, N6: its followed ranks were said to "run untraced", the run "incomplete"
+    assert "untraced" not in proc.stderr and "incomplete" not in _final_line(proc.stderr)
 
 
 @pytest.mark.slow

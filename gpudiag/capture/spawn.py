@@ -108,9 +108,12 @@ def untraced_elastic_note(nprocs: int | None) -> str:
 
 def install_elastic_note(note: Callable[[str], None]) -> None:
     """Patch torch's elastic ``launch_agent`` (torchrun's ``main`` and ``elastic_launch``
-    reach it) in the process gpudiag started: the workers it starts are not gpudiag's to
-    trace, and the record said nothing of them (issue 28). ``note`` is given the one
-    line that says so, once, before they start; the launch itself is untouched."""
+    reach it) in the process gpudiag started: the workers it starts for a command (a
+    script, torchrun's way) are not gpudiag's to trace, and the record said nothing of
+    them (issue 28). ``note`` is given the one line that says so, once, before they
+    start; the launch itself is untouched. Workers of a function (accelerate's
+    notebook_launcher) start through torch.multiprocessing and are followed as
+    mp.spawn's: no note (probe 28g, N6: "they run untraced" of traced ranks)."""
     try:
         from torch.distributed.launcher import api
     except ImportError:  # a torch without torch.distributed
@@ -124,7 +127,9 @@ def install_elastic_note(note: Callable[[str], None]) -> None:
         # whatever torch's signature is (it grew keywords): passed on untouched
         try:
             config = kwargs.get("config", args[0] if args else None)
-            note(untraced_elastic_note(getattr(config, "nproc_per_node", None)))
+            entrypoint = kwargs.get("entrypoint", args[1] if len(args) > 1 else None)
+            if not callable(entrypoint):
+                note(untraced_elastic_note(getattr(config, "nproc_per_node", None)))
         except Exception:  # noqa: BLE001 - saying so must never stop the launch
             pass
         return original(*args, **kwargs)
