@@ -452,6 +452,16 @@ class Project:
         index, name = key
         return self.modules[index].functions.get(name, [])
 
+    def returns(self, key: FunctionKey) -> list[ast.Return]:
+        """Every `return` statement of the function's definitions (not of nested defs)."""
+        module = self.module_of(key)
+        return [
+            node
+            for definition in self.definitions(key)
+            for node in module.body_nodes(definition.body)
+            if isinstance(node, ast.Return)
+        ]
+
     # ------------------------------------------------------------ step loops
 
     def _call_sites(self) -> None:

@@ -115,12 +115,7 @@ def _returns_on_cpu(ctx: ModuleContext, call: ast.Call, depth: int) -> bool:
     if key is None:
         return False
     module = ctx.project.modules[key[0]]
-    returns = [
-        node
-        for definition in ctx.project.definitions(key)
-        for node in module.body_nodes(definition.body)
-        if isinstance(node, ast.Return)
-    ]
+    returns = ctx.project.returns(key)
     return bool(returns) and all(
         node.value is not None and on_cpu(module, node.value, node, depth + 1) for node in returns
     )

@@ -244,12 +244,7 @@ def _returns_host_copy(ctx: ModuleContext, call: ast.Call, depth: int) -> bool:
     if project is None or key is None:
         return False
     module = project.module_of(key)
-    returns = [
-        node
-        for definition in project.definitions(key)
-        for node in module.body_nodes(definition.body)
-        if isinstance(node, ast.Return)
-    ]
+    returns = project.returns(key)
     return bool(returns) and all(
         node.value is not None and _in_host_memory(module, node.value, node, depth + 1, True)
         for node in returns

@@ -228,12 +228,7 @@ def _gives_tensors(ctx: ModuleContext, call: ast.Call, item: int | None) -> bool
     if key is None or ctx.project is None:
         return False
     module = ctx.project.module_of(key)
-    returns = [
-        node
-        for definition in ctx.project.definitions(key)
-        for node in module.body_nodes(definition.body)
-        if isinstance(node, ast.Return)
-    ]
+    returns = ctx.project.returns(key)
     return bool(returns) and all(_tensor_dataset_value(module, r, item) for r in returns)
 
 

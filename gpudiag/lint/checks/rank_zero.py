@@ -393,12 +393,7 @@ def _returns_logger(ctx: ModuleContext, value: ast.expr) -> bool:
     if project is None or key is None:
         return False
     module = project.modules[key[0]]
-    returns = [
-        node
-        for definition in project.definitions(key)
-        for node in module.body_nodes(definition.body)
-        if isinstance(node, ast.Return)
-    ]
+    returns = project.returns(key)
     return bool(returns) and all(
         node.value is not None
         and (
