@@ -38,6 +38,7 @@ STATE_LEVEL = {
     "ok": "success",
     "failed": "error",
     "hang": "error",
+    "hang_suspected": "warning",
     "launcher_lost": "warning",
     "interrupted": "warning",
 }

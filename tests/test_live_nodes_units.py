@@ -113,6 +113,25 @@ def test_a_failed_or_hung_node_makes_the_job_failed_or_hung(job: Path) -> None:
     assert live.LiveMonitor(job).refresh().snapshot.state == "hang"
 
 
+def test_a_suspected_hang_left_running_does_not_end_the_watch(job: Path) -> None:
+    """`--on-hang auto` (the default) reports a hang it is unsure of and leaves the job
+    running (`"ended": false`): `watch` ended (exit 0) on that report while the job went
+    on. Now the state is `hang_suspected`, the view goes on, and is `running` again once
+    the watchdog removes its report on progress."""
+    from gpudiag.cli.watch import ENDED
+
+    monitor = live.LiveMonitor(job)
+    assert monitor.refresh().snapshot.state == "running"
+    report = rundir.hang_report_path(job / "node1", 1)
+    report.write_text(json.dumps({"stuck": [], "ended": False, "not_ended_because": "x"}))
+    state = monitor.refresh().snapshot.state
+    assert state == "hang_suspected" and state not in ENDED
+    report.unlink()
+    assert monitor.refresh().snapshot.state == "running"
+    report.write_text(json.dumps({"stuck": [], "ended": True}))
+    assert monitor.refresh().snapshot.state == "hang"
+
+
 def test_each_table_is_read_incrementally(job: Path) -> None:
     reader = rundir.open_live(job)
     assert isinstance(reader, rundir.JobLiveReader)

@@ -384,6 +384,8 @@ def run_state(batch: rundir.LiveBatch) -> tuple[str, list[int]]:
     if state in (None, "running"):
         if batch.hang_report:
             state = "hang"
+        elif batch.hang_suspected:
+            state = "hang_suspected"  # the job was left running: `watch` goes on
         elif failed_ranks:
             state = "failed"
         elif state is None:
@@ -517,7 +519,7 @@ def snapshot(
         stuck_collectives(
             batch.inflight, ranks, set(batch.statuses), now, stuck_after_s, win.max_seq
         )
-        if state in ("running", "hang")
+        if state in ("running", "hang", "hang_suspected")
         else []
     )
     return LiveSnapshot(

@@ -259,6 +259,7 @@ LIVE_STATE_WORDS = {
     "ok": "finished",
     "failed": "failed",
     "hang": "hung",
+    "hang_suspected": "hang suspected (still running)",
     "interrupted": "interrupted",
     "launcher_lost": "launcher lost",
 }

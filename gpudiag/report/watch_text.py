@@ -17,6 +17,7 @@ STATE_STYLE = {
     "ok": "bold cyan",
     "failed": "bold red",
     "hang": "bold red",
+    "hang_suspected": "bold yellow",
     "interrupted": "yellow",
     "launcher_lost": "bold yellow",
 }

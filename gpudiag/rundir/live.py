@@ -46,7 +46,6 @@ from gpudiag.rundir.layout import (
     STATUS,
     STEPS,
     _worst_status,
-    hang_report_paths,
     manifest_node,
     node_dir,
     rank_dir,
@@ -54,6 +53,7 @@ from gpudiag.rundir.layout import (
 )
 from gpudiag.rundir.merge import merge_manifests
 from gpudiag.rundir.procs import launcher_pid_problem, run_status
+from gpudiag.rundir.read import hang_report_states
 from gpudiag.rundir.schema import SCHEMAS, _bad_fields, _is_int
 
 # --------------------------------------------------------------------------- live reading
@@ -200,13 +200,15 @@ class LiveBatch:
     status: str | None  # run_status() of the manifest; None without a manifest
     manifest: dict[str, Any]
     node_manifests: dict[int, dict[str, Any]]
-    hang_report: bool
+    hang_report: bool  # a hang watchdog ended the job
     rank_rows: dict[str, dict[int, list[dict[str, Any]]]]  # table -> rank -> new rows
     node_rows: dict[str, dict[int, list[dict[str, Any]]]]  # table -> node -> new rows
     rank_info: dict[int, dict[str, Any]]
     statuses: dict[int, dict[str, Any]]
     inflight: dict[int, dict[str, Any]]  # rank -> inflight_live.json
     warnings: list[str] = field(default_factory=list)
+    # A hang watchdog suspects a hang and left the job running (--on-hang auto/report).
+    hang_suspected: bool = False
     # Some node's manifest says running and its launcher is alive: the run is still being
     # written, whatever ``status`` (the worst node's) says already.
     writing: bool = False
@@ -328,12 +330,14 @@ class LiveReader:
             for table in node_rows.values():
                 for n, rows in table.items():
                     _shift_instants(rows, offsets.get(n, 0))
+        hang_ended, hang_suspected = hang_report_states(self.run)
         return LiveBatch(
             t_ns=time.time_ns(),
             status=status,
             manifest=manifest,
             node_manifests=node_manifests,
-            hang_report=bool(hang_report_paths(self.run)),
+            hang_report=hang_ended,
+            hang_suspected=hang_suspected,
             rank_rows=rank_rows,
             node_rows=node_rows,
             rank_info=_shifted_docs(self._rank_info, rank_offsets),
@@ -569,6 +573,7 @@ def merge_live_batches(batches: Sequence[LiveBatch]) -> LiveBatch:
         manifest=merged,
         node_manifests={n: m for n, m in manifests.items() if n != first},
         hang_report=any(b.hang_report for b in batches),
+        hang_suspected=any(b.hang_suspected for b in batches),
         rank_rows=union("rank_rows"),
         node_rows=union("node_rows"),
         rank_info=docs("rank_info"),

@@ -75,6 +75,22 @@ def read_hang_reports(run: Path, warnings: list[str] | None) -> dict[str, Any] |
     return merge_hang_reports(reports)
 
 
+def hang_report_states(run: Path) -> tuple[bool, bool]:
+    """(ended, suspected): whether some node's hang watchdog ended the job for a hang, and
+    whether one only suspects a hang and left the job running (``"ended": false``; the
+    report goes away again when progress resumes)."""
+    ended = suspected = False
+    for _, path in hang_report_paths(run):
+        report = read_object(path, HANG_REPORT, None)
+        if report is None:
+            continue
+        if report.get("ended") is False:
+            suspected = True
+        else:
+            ended = True
+    return ended, suspected
+
+
 def merge_hang_reports(reports: list[tuple[int, dict[str, Any]]]) -> dict[str, Any] | None:
     """One report for the job from each node's (a node's watchdog sees only its own ranks,
     so only the report of the node whose rank never arrived can name it). The verdict
