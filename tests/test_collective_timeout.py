@@ -159,3 +159,36 @@ def test_a_hung_chain_of_waits_names_the_rank_at_its_end(tmp_path: Path) -> None
     assert f"{script.name}:{slow}" in verdict
     first = analyze(run).findings[0]
     assert first.kind == "hang" and "rank 2 never entered" in first.title
+
+
+@pytest.mark.parametrize("where", ["backward", "init"])
+def test_a_rank_late_to_a_collective_torch_issues_is_the_cause(tmp_path: Path, where: str) -> None:
+    """Probe 28g, N5: rank 0 timed out in a collective torch issued itself (DDP's
+    gradient bucket all_reduce inside backward; DDP's start-up sync of the parameters),
+    not one the script called, so no rank's last_call.json had it, and the waiting rank
+    was blamed. The ranks' Flight Recorder rows hold the call rank 0 waited in and show
+    that rank 1 never issued it: rank 1 is the cause, with the line it was late at."""
+    script = SCRIPT.parent / "ddp_late_timeout_job.py"
+    marker = f"LATE HERE ({where})"
+    late = next(i for i, t in enumerate(script.read_text().splitlines(), 1) if marker in t)
+    run = tmp_path / "run"
+    # no profiler: nothing slow at the first steps that a loaded host could stretch
+    # past the 4 s timeout before rank 1 is late on purpose
+    args = ["--no-profile", "--nproc-per-node", "2", str(script), "--where", where]
+    proc = _gpudiag_trace(run, [*args, "--timeout-s", "4"])
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    failure = json.loads((run / "manifest.json").read_text())["failure"]
+    assert failure["rank"] == 1 and failure["exc_type"] == "late_to_collective", failure
+    assert failure["waiting_rank"] == 0
+    call = failure["collective"]
+    assert call["issued_by"] == "torch" and call["pg_name"] == "0", call
+    # DDP's start-up sync: the parameter shapes' all_gather, then the broadcast
+    assert call["op"] in (("all_reduce",) if where == "backward" else ("all_gather", "broadcast"))
+    assert f"{script.name}:{late}" in failure["message"], failure["message"]
+    assert "rank 0 timed out waiting for it" in failure["message"]
+    assert 0 in {c["rank"] for c in failure["consequences"]}
+    # the launcher's last line names the cause too
+    last_line = proc.stderr.strip().splitlines()[-1]
+    assert "rank 1 failed: late_to_collective: " in last_line, proc.stderr[-600:]
+    first = analyze(run).findings[0]
+    assert first.kind == "rank_failed" and first.ranks[0] == 1, first.title

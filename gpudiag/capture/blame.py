@@ -62,6 +62,9 @@ class RankEnd:
     # connection: how its node ended, as far as this launcher can tell
     lost: str | None = None
     last_call: dict[str, Any] | None = None  # the user collective it entered last
+    # a later collective torch issued itself (DDP's gradient buckets inside backward, its
+    # start-up sync), from the Flight Recorder's rows; read only after a collective timeout
+    torch_call: dict[str, Any] | None = None
     # per process group: the highest seq this rank is known to have issued, and the
     # group's global ranks (its collectives tables; read only after a collective timeout)
     max_seq: dict[str, int] = field(default_factory=dict)
@@ -70,6 +73,11 @@ class RankEnd:
     # and the call (op, pg_name, seq, callsite; None where not known)
     late_for: RankEnd | None = None
     late_call: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def entered(self) -> dict[str, Any] | None:
+        """The collective this rank entered last: a user call, or one torch issued."""
+        return self.torch_call or self.last_call
 
     @property
     def timed_out(self) -> bool:
@@ -220,10 +228,10 @@ def mark_late_ranks(ends: dict[int, RankEnd]) -> None:
     waiting = sorted((e for e in ends.values() if e.timed_out), key=lambda e: e.when_ns)
     if _mark_named_by_monitored_barrier(ends, waiting):
         return
-    call = next((e.last_call for e in waiting if _is_call(e.last_call)), None)
+    call = next((e.entered for e in waiting if _is_call(e.entered)), None)
     if call is None:
         return
-    waiter = next(e for e in waiting if e.last_call is call)
+    waiter = next(e for e in waiting if e.entered is call)
     pg = str(call.get("pg_name"))
     members = waiter.pg_ranks.get(pg)
     for end in ends.values():
@@ -249,7 +257,7 @@ def _pass_lateness_on(ends: dict[int, RankEnd]) -> bool:
     in that call is the cause, the waiting one a consequence (ninth probe: a chain of
     three blamed the middle rank). True when the blame moved."""
     for late in [e for e in ends.values() if e.late_for is not None]:
-        mine = late.last_call
+        mine = late.entered
         if mine is None or not _is_call(mine) or late.failed:
             continue
         pg = str(mine.get("pg_name"))
@@ -275,16 +283,20 @@ def _pass_lateness_on(ends: dict[int, RankEnd]) -> bool:
 
 def read_calls(run_dir: Path, end: RankEnd) -> None:
     """``end.max_seq`` and ``end.pg_ranks`` from the rank's collectives tables (the
-    Flight Recorder's rows name each group's ranks) and its last call."""
+    Flight Recorder's rows name each group's ranks) and its last call; ``end.torch_call``
+    when the latest Flight Recorder row is a later call than the last user call."""
     rank_dir = rundir.rank_dir(run_dir, end.rank)
     rows: list[dict[str, Any]] = [end.last_call] if isinstance(end.last_call, dict) else []
     for table in (rundir.COLLECTIVES, rundir.COLLECTIVE_TIMES):
         path = rundir.table_path(rank_dir, table)
         rows = itertools.chain(rows, rundir.iter_jsonl(path))  # type: ignore[assignment]
+    latest: dict[str, Any] | None = None  # the Flight Recorder's last-created call
     for row in rows:
         seq, pg = row.get("seq"), row.get("pg_name")
         if not isinstance(seq, int) or pg is None or row.get("op") == "lost":
             continue
+        if row.get("source") == "flight_recorder" and _created(row) >= _created(latest):
+            latest = row
         pg = str(pg)
         end.max_seq[pg] = max(end.max_seq.get(pg, seq), seq)
         ranks = row.get("pg_ranks")
@@ -294,6 +306,43 @@ def read_calls(run_dir: Path, end: RankEnd) -> None:
             and all(isinstance(r, int) for r in ranks)
         ):
             end.pg_ranks[pg] = ranks
+    if latest is not None and _later_than_last_call(latest, end.last_call):
+        end.torch_call = _torch_call(latest, end)
+
+
+def _created(row: dict[str, Any] | None) -> tuple[int, int]:
+    """When a Flight Recorder row's call was issued (then its record id), for ordering."""
+    if row is None:
+        return (-1, -1)
+    t_ns, rid = row.get("enqueue_ns"), row.get("record_id")
+    return (t_ns if isinstance(t_ns, int) else 0, rid if isinstance(rid, int) else 0)
+
+
+def _later_than_last_call(row: dict[str, Any], last: dict[str, Any] | None) -> bool:
+    """A Flight Recorder row is a call after the rank's last user call: a higher seq of
+    the same group, or, in another group, issued after the user call was entered. The
+    user call's own row (same group and seq) is not: the last call names its line."""
+    if not _is_call(last):
+        return True
+    assert last is not None
+    if str(row.get("pg_name")) == str(last.get("pg_name")):
+        return bool(row["seq"] > last["seq"])
+    entered = last.get("enter_ns")
+    return isinstance(entered, int) and _created(row)[0] > entered
+
+
+def _torch_call(row: dict[str, Any], end: RankEnd) -> dict[str, Any]:
+    """A call torch issued (no user line of its own): where the script was when it was
+    issued is the rank's own line, when the rank failed in it (its traceback)."""
+    status = end.status or {}
+    where = frames.user_frame(str(status.get("traceback") or "")) if end.timed_out else None
+    return {
+        "op": row.get("op"),
+        "pg_name": str(row.get("pg_name")),
+        "seq": row["seq"],
+        "callsite": where,
+        "issued_by": "torch",
+    }
 
 
 # torch's monitored_barrier names the ranks that did not arrive ("[Rank 0]: Rank 1 failed
@@ -339,15 +388,20 @@ def late_failure(end: RankEnd, consequences: list[RankEnd]) -> dict[str, Any]:
     )
     step = f" in step {end.last_step + 1}" if end.last_step is not None else ""
     which = ", ".join(
-        f"{what} {call[key]}"
-        for what, key in (("process group", "pg_name"), ("call", "seq"))
-        if call.get(key) is not None
+        [
+            *(
+                f"{what} {call[key]}"
+                for what, key in (("process group", "pg_name"), ("call", "seq"))
+                if call.get(key) is not None
+            ),
+            *(["issued by torch, not the script"] if call.get("issued_by") == "torch" else []),
+        ]
     )
     timed = waiter if waiter.timed_out else next((c for c in consequences if c.timed_out), None)
     timeout = str(((timed or waiter).status or {}).get("message") or "")[:160]
     message = (
-        f"did not reach {call.get('op') or 'a collective'}{f' ({which})' if which else ''} "
-        f"at {call.get('callsite') or '?'} within its timeout{step}: "
+        f"did not reach {call.get('op') or 'a collective'}{f' ({which})' if which else ''}"
+        f"{_where_issued(call, waiter)} within its timeout{step}: "
         + (
             f"rank {waiter.rank} timed out waiting for it ({timeout})"
             if timed is waiter or timed is None
@@ -371,8 +425,20 @@ def late_failure(end: RankEnd, consequences: list[RankEnd]) -> dict[str, Any]:
         # the job's exit code stays the one the timed-out rank's error gave it
         "exit_code": ((timed or waiter).status or {}).get("exit_code"),
         "waiting_rank": waiter.rank,
-        "collective": {k: call.get(k) for k in ("op", "pg_name", "seq", "callsite")},
+        "collective": {
+            **{k: call.get(k) for k in ("op", "pg_name", "seq", "callsite")},
+            "issued_by": call.get("issued_by") or "script",
+        },
     }
+
+
+def _where_issued(call: dict[str, Any], waiter: RankEnd) -> str:
+    """Where the call was made: the script's line, or, for a call torch issued itself
+    (DDP's gradient buckets, its start-up sync), the waiting rank's line it was issued in."""
+    where = call.get("callsite")
+    if call.get("issued_by") != "torch":
+        return f" at {where or '?'}"
+    return f" at rank {waiter.rank}'s {where}" if where else ""
 
 
 def find_cause(
