@@ -36,3 +36,14 @@ def test_logged_tensor_and_assert_messages() -> None:
     assert "add_scalar" in scalar and ".item()" in scalar and "hoist" not in scalar
     assert "wandb.log" in _at(messages, "wandb.log(")
     assert "hoist it out of the step" in _at(messages, "assert ")
+
+
+def test_every_device_indexed_by_rank_gets_the_placed_detail() -> None:
+    messages = _messages("rank_indexed_device", "GD403")
+    assert "placed on cuda:<rank> explicitly" in _at(messages, "DistributedDataParallel(")
+
+
+def test_accumulation_under_apex_ddp_names_disable_allreduce() -> None:
+    apex = _messages("accumulation_else", "GD602")
+    assert "disable_allreduce()" in _at(apex, "scaled_loss.backward()")
+    assert "disable_allreduce" not in _at(apex, "scaler.scale(loss).backward()")

