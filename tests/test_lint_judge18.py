@@ -47,3 +47,8 @@ def test_accumulation_under_apex_ddp_names_disable_allreduce() -> None:
     apex = _messages("accumulation_else", "GD602")
     assert "disable_allreduce()" in _at(apex, "scaled_loss.backward()")
     assert "disable_allreduce" not in _at(apex, "scaler.scale(loss).backward()")
+
+
+def test_assert_in_forward_says_hoist_or_drop() -> None:
+    messages = _messages("module_forward", "GD301")
+    assert "hoist it out of the step" in _at(messages, "assert (idx[:, [0]] == idx).all()")

@@ -167,7 +167,10 @@ def every_caller_passes(
         return False
     callers = ctx.project.callers(ctx, ctx.function_key(function))
     for module, call in callers:
-        method = params[:1] in (["self"], ["cls"]) and isinstance(call.func, ast.Attribute)
+        # `self` is skipped for `obj.method(...)` and for `model(...)` calling `forward`
+        method = params[:1] in (["self"], ["cls"]) and (
+            isinstance(call.func, ast.Attribute) or function.name == "forward"
+        )
         passed = argument_for(call, name, params.index(name) - (1 if method else 0))
         if passed is None or not test(module, passed):
             return False

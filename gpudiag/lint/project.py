@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from gpudiag.imports_on_disk import module_candidates
+from gpudiag.lint import inherited
 from gpudiag.lint.context import (
     DATALOADER,
     FUNCTION_TYPES,
@@ -37,7 +38,6 @@ from gpudiag.lint.context import (
     names_in,
     terminal_name,
 )
-from gpudiag.lint.inherited import defining_class, inherited_self_call, instance_calls
 from gpudiag.lint.parameter_calls import resolve_parameter_calls
 from gpudiag.lint.step_comprehensions import children_scoped, over_batches, per_item_part
 from gpudiag.lint.switched_off import switched_off_calls
@@ -266,7 +266,7 @@ class Project:
     def _resolve_call(self, index: int, ctx: ModuleContext, call: ast.Call) -> FunctionKey | None:
         local = ctx.local_callee(call)
         if local is not None:
-            return inherited_self_call(self, index, ctx, call) or (index, local)
+            return inherited.inherited_self_call(self, index, ctx, call) or (index, local)
         method = self._instance_method(index, ctx, call)
         if method is not None:
             return method
@@ -330,16 +330,14 @@ class Project:
         project base class; also a name bound to several such classes that all inherit
         the same definition (`inherited.py`; eighteenth judge, M1)."""
         func = call.func
+        if isinstance(func, ast.Name):  # `model(x)`: the project module's forward (M2)
+            return inherited.module_forward(self, index, ctx, call)
         if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
             return None
         found = self._class_of(index, ctx, func.value.id)
-        made: list[FunctionKey | None] = [found] if found is not None else []
         if found is None and ctx.instances.get(func.value.id, 0) is None:
-            made = [self._instance_class(index, ctx, c) for c in instance_calls(ctx, func.value.id)]
-        methods = {defining_class(self, c, func.attr) if c else None for c in made}
-        if None in methods and all(made):  # `mt_step` of EncDecTrainer only: none other has it
-            methods.discard(None)
-        return methods.pop() if len(methods) == 1 else None
+            return inherited.shared_method(self, ctx, func.value.id, func.attr)
+        return inherited.defining_class(self, found, func.attr) if found else None
 
     def _class_of(self, index: int, ctx: ModuleContext, name: str) -> FunctionKey | None:
         """The project class `name` is an instance of: bound once in this file, or (a

@@ -29,14 +29,14 @@ from gpudiag.lint.context import (
     names_in,
     terminal_name,
 )
-from gpudiag.lint.parameter_calls import every_return
+from gpudiag.lint.parameter_calls import every_caller_passes, every_return
 
 
 def check(ctx: ModuleContext) -> Iterator[Hit]:
     if not ctx.gpu_job:
         return
     tensor_names = _tensor_names(ctx)
-    yield from _tensor_tests(ctx, tensor_names)
+    yield from (_fix_for_check(ctx, hit) for hit in _tensor_tests(ctx, tensor_names))
     yield from _comprehension_reads(ctx)
     flags = opt_in_flags(ctx)
     for call in ctx.calls:
@@ -657,6 +657,11 @@ def _tensor_valued(ctx: ModuleContext, name: ast.Name, depth: int) -> bool:
     assignment (`kl_mean /= world_size`) keeps the tensor a tensor (M3)."""
     updates = _augmented_values(ctx, name.id, name)
     values = [v for v in _assigned_values(ctx, name.id, name) if id(v) not in updates]
+    if not values and depth < 3 and (function := ctx.enclosing_function(name)) is not None:
+        # a parameter every call passes a tensor (`model(x, idx)` into forward; M2)
+        return every_caller_passes(
+            ctx, function, name.id, lambda m, arg: _tensor_expression(m, arg, arg, depth + 1)
+        )
     return bool(values) and all(_tensor_expression(ctx, v, name, depth) for v in values)
 
 
@@ -692,6 +697,12 @@ def _tensor_expression(ctx: ModuleContext, value: ast.AST, site: ast.AST, depth:
         )
     if isinstance(value, ast.BinOp):
         return any(_tensor_expression(ctx, side, site, depth) for side in (value.left, value.right))
+    if isinstance(value, ast.Compare) and len(value.ops) == 1:  # `(idx[:, [0]] == idx)`
+        return any(
+            _tensor_expression(ctx, s, site, depth) for s in (value.left, *value.comparators)
+        )
+    if isinstance(value, ast.Subscript):  # `idx[:, [0]]` of a tensor
+        return _tensor_expression(ctx, value.value, site, depth)
     if isinstance(value, ast.Name) and depth < 3:
         return _tensor_valued(ctx, value, depth + 1)
     return False

@@ -3,7 +3,7 @@
 whose `.item()` is per-step. A method only one of the classes defines (`mt_step` of
 EncDecTrainer) is that one, and its `self.optimize(loss)`, inherited, is the base class's
 (which makes `mt_step` a step function). A method a subclass overrides differently in each branch is not
-followed (which one runs is unknown): `trainer.log()` stays unresolved."""
+followed (which one runs is unknown)."""
 
 import torch
 import torch.distributed as dist
