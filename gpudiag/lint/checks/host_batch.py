@@ -8,6 +8,7 @@ import ast
 import re
 
 from gpudiag.lint.checks.host_iterators import host_iterator_batch
+from gpudiag.lint.checks.moved_later import moved_later
 from gpudiag.lint.context import (
     LOOP_TYPES,
     ModuleContext,
@@ -69,7 +70,7 @@ def _on_cpu_batch(
         return True
     if depth < 3 and _unpacked_from_batch(ctx, receiver, depth):
         return True
-    if depth < 3 and host_iterator_batch(ctx, receiver, depth):
+    if depth < 3 and (host_iterator_batch(ctx, receiver, depth) or moved_later(ctx, receiver)):
         return True
     child: ast.AST = receiver  # a loop whose `iter` holds the receiver does not bind it
     loops: list[ast.For | ast.AsyncFor] = []
@@ -256,8 +257,14 @@ def _host_batch_value(ctx: ModuleContext, value: ast.AST, seen: set[str], depth:
         return False
     if isinstance(value, ast.Subscript):
         return _host_batch_value(ctx, value.value, seen, depth + 1)
-    if isinstance(value, (ast.BinOp, ast.UnaryOp)):
-        sides = [value.operand] if isinstance(value, ast.UnaryOp) else [value.left, value.right]
+    if isinstance(value, (ast.BinOp, ast.UnaryOp, ast.Compare)):
+        sides = (
+            [value.operand]
+            if isinstance(value, ast.UnaryOp)
+            else [value.left, *value.comparators]
+            if isinstance(value, ast.Compare)
+            else [value.left, value.right]
+        )
         tensors = [side for side in sides if not isinstance(side, ast.Constant)]
         return bool(tensors) and all(_host_batch_value(ctx, t, seen, depth + 1) for t in tensors)
     if isinstance(value, ast.Name):
