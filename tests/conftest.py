@@ -28,6 +28,10 @@ SHARED_TRACES = REPO.parent / "shared" / "traces"
 SAMPLE_RUNS = REPO / "sample_runs"
 TRACES_MISSING = f"{SHARED_TRACES} not present (outside CI)"
 
+# the linter's test inputs are source to lint, not tests (a case of unit-test code,
+# `lint_cases/issue30/unit_test_dp/tests/test_sync_bn.py`, is named like one)
+collect_ignore_glob = ["lint_cases/*"]
+
 
 @pytest.fixture(scope="session")
 def shared_traces() -> Path:

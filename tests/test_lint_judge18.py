@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpudiag.lint import lint_paths
+from gpudiag.lint import RULES, lint_paths
 
 CASES = Path(__file__).parent / "lint_cases" / "issue30"
 
@@ -52,3 +52,23 @@ def test_accumulation_under_apex_ddp_names_disable_allreduce() -> None:
 def test_assert_in_forward_says_hoist_or_drop() -> None:
     messages = _messages("module_forward", "GD301")
     assert "hoist it out of the step" in _at(messages, "assert (idx[:, [0]] == idx).all()")
+
+
+def test_json_fix_is_the_cases_fix() -> None:
+    """The finding's `fix` (JSON, SARIF) is the one that fits the case: hoist or drop an
+    assert, apex's disable_allreduce(), convert_sync_batchnorm; the rule's otherwise."""
+    fixes: dict[str, str] = {}
+    for folder in ("module_forward", "accumulation_else", "unit_test_dp", "logged_tensor"):
+        for finding in lint_paths([CASES / folder], select=["GD"]).findings:
+            line = Path(finding.path).read_text().splitlines()[finding.line - 1].strip()
+            fixes[line] = finding.to_json()["fix"]
+    assert "hoist it" in next(f for line, f in fixes.items() if line.startswith("assert (idx"))
+    assert "disable_allreduce()" in next(
+        f for line, f in fixes.items() if line.startswith("scaled_loss.backward()")
+    )
+    assert "convert_sync_batchnorm" in next(
+        f for line, f in fixes.items() if "UserScatteredDataParallel(" in line
+    )
+    assert fixes[next(line for line in fixes if line.startswith("writer.add_scalar("))] == (
+        RULES["GD301"].fix
+    )

@@ -56,7 +56,7 @@ def _check_module(
                 continue
             col = getattr(hit.node, "col_offset", 0) + 1
             message = RULES[hit.code].message + hit.detail
-            findings.add(Finding(hit.code, path, line, col, end_line, message))
+            findings.add(Finding(hit.code, path, line, col, end_line, message, hit.fix))
     return sorted(findings, key=lambda f: (f.line, f.col, f.code))
 
 

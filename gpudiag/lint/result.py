@@ -22,6 +22,11 @@ class Finding:
     col: int  # 1-based, like editors and ruff
     end_line: int
     message: str
+    fix: str = ""  # this finding's fix, when the rule's general one does not fit
+
+    @property
+    def fix_text(self) -> str:
+        return self.fix or RULES[self.code].fix
 
     @property
     def rule(self) -> str:
@@ -46,7 +51,7 @@ class Finding:
             "end_line": self.end_line,
             "message": self.message,
             "why": rule.why,
-            "fix": rule.fix,
+            "fix": self.fix_text,
             "relates_to": rule.relates_to,
         }
 

@@ -37,7 +37,7 @@ def to_sarif(result: LintResult) -> dict[str, Any]:
             "ruleId": f.code,
             "ruleIndex": index[f.code],
             "level": _LEVEL[f.severity],
-            "message": {"text": f"{f.message}. Fix: {RULES[f.code].fix}"},
+            "message": {"text": f"{f.message}. Fix: {f.fix_text}"},
             "locations": [
                 {
                     "physicalLocation": {

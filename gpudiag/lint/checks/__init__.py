@@ -14,6 +14,7 @@ class Hit:
     code: str
     node: ast.AST
     detail: str = ""  # appended to the rule's message, e.g. which call
+    fix: str = ""  # the fix for this case, when the rule's own does not fit (an assert)
 
 
 Check = Callable[[ModuleContext], Iterator[Hit]]

@@ -13,6 +13,7 @@ from gpudiag.lint.context import (
     parameter_default,
     terminal_name,
 )
+from gpudiag.lint.rules import RULES
 
 _MAX_DEPTH = 4
 
@@ -32,13 +33,22 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
         devices = _device_ids(ctx, call)
         if devices is not None and _one_device(ctx, devices, call, 0, set()):
             continue
-        yield Hit("GD101", call, _SYNC_BN if _for_sync_batchnorm(ctx, call) else "")
+        sync_bn = _for_sync_batchnorm(ctx, call)
+        yield Hit("GD101", call, _SYNC_BN if sync_bn else "", _SYNC_BN_FIX if sync_bn else "")
 
 
 _SYNC_BN = (
     " (this DataParallel carries synchronised BatchNorm: under DDP convert the BatchNorm "
     "layers with nn.SyncBatchNorm.convert_sync_batchnorm(model) before wrapping, or the "
     "statistics become per-GPU)"
+)
+
+
+_SYNC_BN_FIX = (
+    RULES["GD101"].fix
+    + " This model relies on synchronised BatchNorm: convert its BatchNorm layers with "
+    "model = nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP(...), or the "
+    "statistics become per-GPU."
 )
 
 

@@ -63,11 +63,18 @@ _CHECK_FIX = (
 )
 
 
+_CHECK_FIX_TEXT = (
+    "A sanity check reads the tensor on the host and waits for the GPU every step: hoist it "
+    "out of the step (check the data or the graph once, before the loop, where it is static), "
+    "run it every N steps, or drop it (`python -O` strips asserts)."
+)
+
+
 def _fix_for_check(ctx: ModuleContext, hit: Hit) -> Hit:
     """GD301 inside an `assert` (NBFNet's overflow check, eighteenth judge): the metric
     advice does not fit; say what does."""
     if hit.code == "GD301" and any(isinstance(a, ast.Assert) for a in ctx.ancestors(hit.node)):
-        return Hit(hit.code, hit.node, hit.detail + _CHECK_FIX)
+        return Hit(hit.code, hit.node, hit.detail + _CHECK_FIX, _CHECK_FIX_TEXT)
     return hit
 
 

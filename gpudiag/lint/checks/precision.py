@@ -70,7 +70,7 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
     ):
         detail = _APEX if any(_apex_ddp(m) for m in component) else ""
         for hit in _accumulation_without_no_sync(ctx):
-            yield Hit(hit.code, hit.node, detail)
+            yield Hit(hit.code, hit.node, detail, _APEX_FIX if detail else "")
 
 
 def _uses_reduced_precision(ctx: ModuleContext) -> bool:
@@ -287,6 +287,13 @@ def _accumulation_guard(ctx: ModuleContext, node: ast.AST, loop: ast.AST) -> boo
 _APEX = (
     ": apex's DistributedDataParallel has no no_sync(); call model.disable_allreduce() before"
     " the non-final micro-steps' backward and model.enable_allreduce() before the last one"
+)
+
+
+_APEX_FIX = (
+    "apex's DistributedDataParallel has no no_sync(): call model.disable_allreduce() before "
+    "the non-final micro-steps' backward and model.enable_allreduce() before the last one's "
+    "(or move to torch's DDP and run the non-final micro-steps inside `with model.no_sync():`)."
 )
 
 
