@@ -131,7 +131,8 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
         return failure_kinds.get(f.kind, 9)
 
     def own_key(f: Finding) -> tuple[float, ...]:
-        cost = f.cost_ms_per_step if math.isfinite(f.cost_ms_per_step) else 0.0
+        raw = f.cost_ms_per_step
+        cost = float(raw) if isinstance(raw, (int, float)) and math.isfinite(raw) else 0.0
         return (failure_order(f), SEVERITY_RANK.get(f.severity, 3), -cost, 0)
 
     keys = {id(f): own_key(f) for f in findings}

@@ -15,32 +15,19 @@ from typing import Any
 
 import pandas as pd
 
-from gpudiag.analysis.findings import FEW_STEPS, SEVERITY_RANK, STATE_KINDS, Finding
+from gpudiag.analysis.findings import FEW_STEPS, STATE_KINDS, Finding, sort_findings
 from gpudiag.numfmt import plural
 from gpudiag.report import numbers
 from gpudiag.report.colours import COMPONENT_COLORS
 
-# Failures first (a run that hung is the first thing to know), then by severity, then by
-# cost: the order of the terminal report, the HTML report and the dashboard alike.
-_FAILURE_ORDER = {"rank_failed": 0, "hang": 1, "desync": 2}
-
-
-def _failure_order(f: Finding) -> int:
-    if f.kind == "desync" and isinstance(f.evidence, dict) and "mismatch" in f.evidence:
-        return -1
-    return _FAILURE_ORDER.get(f.kind, 9)
-
 
 def ordered_findings(findings: Iterable[Finding]) -> list[Finding]:
-    """Failures, then severity (high, medium, low), then cost (largest first)."""
-
-    def cost(f: Finding) -> float:
-        v = numbers.number(f.cost_ms_per_step)
-        return v if v is not None else 0.0
-
-    return sorted(
-        findings, key=lambda f: (_failure_order(f), SEVERITY_RANK.get(f.severity, 3), -cost(f))
-    )
+    """The one order of every view (terminal, JSON, HTML, dashboard): the analysis's
+    ``findings.sort_findings`` (failures, then severity, then cost, a finding's cause just
+    above what it causes). A second sort here had dropped the cause rule: on a slow-data
+    run the JSON listed the data stall first and every other view the straggler it
+    causes (probe 31j, D1)."""
+    return sort_findings(list(findings))
 
 
 # --------------------------------------------------------------------------- components
