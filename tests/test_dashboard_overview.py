@@ -80,11 +80,13 @@ def test_first_screen_is_step_time_verdict_and_chart(
     assert f"{top.cost_ms_per_step:.2f} ms/step" in verdict and "Fix:" in verdict
     assert at.button[0].label.startswith("Evidence: arrival skew")
     svg = _svg(at)
-    # exposed communication split into the wait for late peers and the transfer; the wait
-    # is not credited to the named rank by label (each rank waits for whichever peer came
-    # last: "waiting for rank 7" was drawn on rank 7's own bar, fourth browser probe)
-    assert "waiting for late peers" in svg and "transfer (exposed communication)" in svg
-    assert "waiting for rank" not in svg
+    # exposed communication split into the wait and the transfer; the wait names rank 2,
+    # whom the evidence says every other rank waits for (no other late rank: probe 31j,
+    # D2), and rank 2's own wait, if any, is not called a wait for itself ("waiting for
+    # rank 7" was drawn on rank 7's own bar: fourth browser probe)
+    assert "waiting for rank 2 (late peer)" in svg
+    assert "transfer (exposed communication)" in svg
+    assert "rank 2 · waiting for rank 2" not in svg
     assert 'class="named-rank"' in svg and svg.count('class="named-rank"') == 1
     assert re.search(r'font-weight="700">rank 2 ◀</text>', svg)
     # the evidence link opens the Communication view, with the skew heatmap first
@@ -696,11 +698,13 @@ def test_a_verdict_over_every_step_is_tied_to_the_charts_profiled_steps() -> Non
     assert verdict.finding.evidence["others_max_wait_caused_ms"] == 0.0
     note = verdict.chart_note
     assert "other late ranks" not in note
+    # the verdict's own line ties its number to the chart's column, each with its window
+    # (probe 31j, D2: a gap under 5 % had no word at all)
     assert (
-        "the mean over the 5 profiled steps, which took 69.67 ms against the steady 65.29 ms"
-        in note
+        "wait for it 53.49 ms/step, median over 29 matched steps (in the chart, 'waiting for "
+        "rank 1 (late peer)' on the other ranks: 57.09 ms/step, the mean over its 5 profiled "
+        "steps)" in verdict.headline
     )
-    assert "The verdict's 53.49 ms/step is the median over every matched step." in note
     data = overview.verdict(analyze(REPO / "sample_runs" / "ddp2_dataloader_bound"))
     assert data.finding is not None and data.finding.kind == "dataloader_stall"
     assert data.chart_note == (

@@ -68,6 +68,8 @@ def _check(fig: go.Figure, seen: dict[str, set[str]], chart: str) -> int:
     for trace in fig.data:
         color = _trace_color(trace)
         key = names.get(trace.name)
+        if key is None and str(trace.name).startswith("waiting for rank"):
+            key = "comm_wait"  # the wait, named for the late rank the evidence names
         if key is None:
             shown = color if isinstance(color, (list, tuple)) else [color]
             assert not {str(c).lower() for c in shown} & COMPONENT_HEXES, (chart, trace.name)

@@ -116,7 +116,8 @@ def rank_parts_figure(parts: RankParts, title: str | None = None) -> go.Figure:
             marker=dict(
                 color=component_color(key), line=dict(color=colours.OUTLINE_COLOR, width=outline)
             ),
-            hovertemplate="%{x} · " + parts.labels[key] + ": %{y:.2f} ms/step<extra></extra>",
+            customdata=[parts.label(key, int(r)) for r in frame["rank"]],
+            hovertemplate="%{x} · %{customdata}: %{y:.2f} ms/step<extra></extra>",
         )
     fig.update_layout(
         barmode="stack",
@@ -194,7 +195,7 @@ def rank_parts_svg(parts: RankParts, title: str, width: int = 1100, height: int 
             out.append(
                 f'<rect x="{cx - bar / 2:.1f}" y="{base:.1f}" width="{bar:.1f}" height="{h:.1f}" '
                 f'fill="{component_color(key)}" data-component="{key}" data-rank="{rank}" '
-                f'data-ms="{value:.4f}"><title>rank {rank} · {_x(parts.labels[key])}: '
+                f'data-ms="{value:.4f}"><title>rank {rank} · {_x(parts.label(key, rank))}: '
                 f"{numbers.ms(value, 'ms/step')}</title></rect>"
             )
         total = numbers.number(row.step_ms)

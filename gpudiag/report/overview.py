@@ -67,6 +67,9 @@ GPU_COMPUTE_NOTE = (
 )
 
 
+WAITING = "waiting for late peers"
+
+
 def component_labels(gpu: bool | None) -> dict[str, str]:
     """The name of each component of the per-rank step. On a GPU run the breakdown's
     ``other`` and ``idle`` are both time with no kernel on the device (the host busy, or
@@ -75,7 +78,7 @@ def component_labels(gpu: bool | None) -> dict[str, str]:
     definitions. The wait is each rank's wait for whichever peer arrived last, not for a
     named straggler: "waiting for rank 7" drawn on rank 7's own bar, and 10.85 ms of
     rank 1's wait credited to a straggler costed at 1.21, misread it (browser probe)."""
-    waiting = "waiting for late peers"
+    waiting = WAITING
     if gpu is None:
         return {
             **component_labels(False),
@@ -112,10 +115,35 @@ class RankParts:
     labels: dict[str, str]
     named: list[int]
     split: bool  # exposed communication split into waiting and transfer
+    # the ranks every other rank's wait is for, where a straggler finding names them and
+    # no other rank came late (:func:`waited_for`): the wait's label names them
+    waited: tuple[int, ...] = ()
 
     @property
     def keys(self) -> list[str]:
         return [k for k in COMPONENTS if k in self.frame]
+
+    def label(self, key: str, rank: int) -> str:
+        """The name of ``key`` on ``rank``'s bar: the legend's, except a named late
+        rank's own wait, which is for its peers, not for itself."""
+        if key == "comm_wait" and int(rank) in self.waited:
+            return f"{WAITING} (its own wait)"
+        return self.labels[key]
+
+
+def waited_for(result: Any) -> list[int]:
+    """The ranks the others wait for, where the evidence names them: a straggler finding
+    with ranks whose evidence says no other late rank caused a wait (net
+    ``others_max_wait_caused_ms`` under 5 % of its cost). Empty otherwise (several late
+    ranks: each wait is for whichever peer came last, and "late peers" it stays)."""
+    for f in ordered_findings(result.findings):
+        if f.kind != "straggler" or not f.ranks or not isinstance(f.evidence, dict):
+            continue
+        cost = numbers.number(f.cost_ms_per_step)
+        caused = numbers.number(f.evidence.get("others_max_wait_caused_ms"))
+        if cost and caused is not None and caused <= 0.05 * cost:
+            return sorted(int(r) for r in f.ranks)
+    return []
 
 
 def rank_parts(result: Any) -> RankParts:
@@ -145,7 +173,12 @@ def rank_parts(result: Any) -> RankParts:
             frame["comm_transfer"] = exposed_ms - frame["comm_wait"]
             frame = frame.drop(columns="comm_exposed")
     frame["rank"] = frame["rank"].astype(int)
-    return RankParts(frame=frame.reset_index(drop=True), labels=labels, named=named, split=split)
+    waited = tuple(waited_for(result)) if split else ()
+    if waited:  # the evidence names whom the others wait for (probe 31j, D2)
+        labels["comm_wait"] = f"waiting for {numbers.ranks(list(waited))} (late peer)"
+    return RankParts(
+        frame=frame.reset_index(drop=True), labels=labels, named=named, split=split, waited=waited
+    )
 
 
 def step_parts(result: Any, breakdown: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -269,7 +302,8 @@ def verdict(result: Any) -> Verdict:
     if f.kind == "straggler":
         head = (
             f"{who[0].upper()}{who[1:]} is the straggler: the other ranks wait for it "
-            f"{cost}{_straggler_window(evidence)} (you get back up to {cost}{of_step})."
+            f"{cost}{_straggler_window(evidence)}{_straggler_chart_words(result, f)}; "
+            f"you get back up to {cost}{of_step}."
         )
     elif f.kind == "gpu_idle":
         busy, still = evidence.get("host_busy_ms_per_step"), evidence.get("host_idle_ms_per_step")
@@ -378,26 +412,58 @@ def _part_means(result: Any) -> tuple[RankParts, dict[str, float]] | None:
     return parts, means
 
 
-def _straggler_note(result: Any, f: Finding, whose: str = "verdict's") -> str:
-    """A straggler costs the others' wait for it, net of what other late ranks cause; the
-    chart's wait is every wait at every collective. On Megatron the verdict said 145.34
-    ms and the chart about 430 ms on the other ranks, with nothing between (issue 31
-    probe, D4)."""
+def _straggler_chart_wait(result: Any, f: Finding) -> tuple[RankParts, float, bool] | None:
+    """The chart's wait on the ranks a straggler finding does not name (mean over them),
+    and whether no other late rank caused any of it (the two numbers then differ only by
+    their windows). None where the chart does not split the wait or the numbers agree
+    as printed."""
     if f.kind != "straggler" or not f.ranks:
-        return ""
+        return None
     found = _part_means(result)
     if found is None or not found[0].split:
-        return ""
+        return None
     parts = found[0]
     others = parts.frame[~parts.frame["rank"].isin([int(r) for r in f.ranks])]
     chart = numbers.number(pd.to_numeric(others["comm_wait"], errors="coerce").mean())
     cost = numbers.number(f.cost_ms_per_step)
-    if chart is None or cost is None or abs(chart - cost) <= max(0.05 * cost, 0.5):
+    if chart is None or cost is None or numbers.ms(chart) == numbers.ms(cost):
+        return None
+    caused = numbers.number((f.evidence or {}).get("others_max_wait_caused_ms"))
+    return parts, chart, caused is not None and caused <= 0.05 * cost
+
+
+def _straggler_chart_words(result: Any, f: Finding) -> str:
+    """`` (in the chart, 'waiting for rank 1 (late peer)' on the other ranks: 42.40
+    ms/step, the mean over its 5 profiled steps)``: the verdict's number beside the chart's column
+    for the same wait, each with its window, where only the windows differ (probe 31j, D2:
+    41.61 in the verdict, 42.40 in the chart, nothing said, within a 5 % tolerance)."""
+    found = _straggler_chart_wait(result, f)
+    if found is None or not found[2]:
         return ""
+    parts, chart, _ = found
+    return (
+        f" (in the chart, '{parts.labels['comm_wait']}' on the other ranks: "
+        f"{numbers.ms(chart, 'ms/step')}, the mean over its {steps_window(result)})"
+    )
+
+
+def _straggler_note(result: Any, f: Finding, whose: str = "verdict's") -> str:
+    """A straggler costs the others' wait for it, net of what other late ranks cause; the
+    chart's wait is every wait at every collective. On Megatron the verdict said 145.34
+    ms and the chart about 430 ms on the other ranks, with nothing between (issue 31
+    probe, D4). Where only the windows differ, the verdict's own line says both numbers
+    (:func:`_straggler_chart_words`); the straggler finding of another verdict gets them
+    here."""
+    found = _straggler_chart_wait(result, f)
+    if found is None:
+        return ""
+    parts, chart, windows_only = found
+    cost = numbers.number(f.cost_ms_per_step)
     who = numbers.ranks(f.ranks)
     label = f"The chart's '{parts.labels['comm_wait']}' on the other ranks"
-    caused = numbers.number((f.evidence or {}).get("others_max_wait_caused_ms"))
-    if caused is not None and caused <= 0.05 * cost:  # no other late rank: the windows differ
+    if windows_only:
+        if whose == "verdict's":
+            return ""
         basis = "median" if f.evidence.get("cost_basis") == "median_cost_ms" else "mean"
         return f"{label} is {numbers.ms(chart)} per step, {_window_words(result)}. " + (
             f"The {whose} {numbers.ms(cost, 'ms/step')} is the {basis} over every matched step."
