@@ -346,7 +346,7 @@ def step_breakdown(ctx: ViewContext) -> None:
         ranks = sorted(int(r) for r in bd["rank"].unique())
         chosen = st.multiselect("Ranks", ranks, default=ranks, key="breakdown_ranks")
         part = bd[bd["rank"].isin(chosen)]
-        labels = report_overview.component_labels(bool(ctx.result.run.has_gpu_trace))
+        labels = report_overview.run_labels(ctx.result)
         _chart(
             figures.step_breakdown_figure(
                 report_overview.step_parts(ctx.result, part), labels=labels

@@ -250,7 +250,7 @@ def _every_per_rank_column_in_view(page: Any) -> None:
     table.scroll_into_view_if_needed()
     headers = table.locator("th").all()
     texts = [h.inner_text() for h in headers]
-    assert len(texts) == 13 and "overlap % of comm" in texts, texts
+    assert len(texts) == 13 and "overlap % of comm, waits included" in texts, texts
     for header in headers:
         box = header.bounding_box()
         assert box is not None and box["x"] + box["width"] <= 1440, (header.inner_text(), box)

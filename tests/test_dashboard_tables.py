@@ -180,7 +180,7 @@ def test_reports_tables_use_the_one_missing_mark() -> None:
     assert numbers.cell_text("  ", 2) == numbers.NA
     assert numbers.num(pd.Series([3]).iloc[0]) == "3"
     assert numbers.num(pd.Series([True]).iloc[0]) == "yes"
-    assert numbers.digits_for("overlap % of comm") == numbers.PCT_DIGITS
+    assert numbers.digits_for("overlap % of comm, waits included") == numbers.PCT_DIGITS
     assert numbers.digits_for("B − A %") == numbers.PCT_DIGITS
     assert numbers.digits_for("size MiB") == numbers.MS_DIGITS
     assert numbers.digits_for("since last step s") == numbers.S_DIGITS
@@ -273,7 +273,8 @@ def test_compare_splits_exposed_communication_as_the_overview(
     over ranks of the run's Overview columns, in the Overview's colours."""
     a, b = SAMPLES / "ddp4_straggler", SAMPLES / "ddp2_healthy"
     parts = [overview.rank_parts(analyze(r)) for r in (a, b)]
-    labels = parts[0].labels
+    # two runs side by side: the wait by its general name (run A's names rank 2)
+    labels = {**parts[0].labels, "comm_wait": overview.WAITING}
     at = _app(
         monkeypatch,
         SAMPLES,

@@ -107,3 +107,39 @@ def test_a_wait_for_several_late_ranks_keeps_the_general_name(shared_traces: Pat
 
     parts = overview.rank_parts(analyze(shared_traces / "astrasim_megatron_tp8"))
     assert parts.labels["comm_wait"] == "waiting for late peers" and not parts.waited
+
+
+def test_overlap_has_one_meaning_per_label(monkeypatch: pytest.MonkeyPatch) -> None:
+    """D5: the exposed_communication evidence's "overlap fraction" (overlapped / overlapped
+    + transfer, waits left out: 18.4 % here) and the per-rank "overlap % of comm" (HTA's:
+    the communication's time beside compute, waits included: a few %) were both called
+    overlap. Each is now named for what it counts, in the terminal, HTML and dashboard."""
+    run = REPO / "sample_runs" / "ddp4_straggler"
+    result = analyze(run)
+    exposed = next(f for f in result.findings if f.kind == "exposed_communication")
+    buf = io.StringIO()
+    print_report(result, console=Console(file=buf, width=400, color_system=None))
+    views = {"terminal": buf.getvalue(), "html": render_html([result])}
+    for name, text in views.items():
+        assert "overlap fraction" not in text, name
+        assert "overlapped share of the transfer" in text, name
+        assert "waits included" in text, name
+    at = _app(monkeypatch, run)
+    headers = [c for d in at.dataframe for c in d.value.columns] + [
+        c for t in at.table for c in t.value.columns
+    ]
+    assert "overlap % of comm, waits included" in headers
+    assert exposed.evidence["overlap_fraction"] > 0.1  # not the table's few %
+    page = " ".join(_plain(m.value) for m in [*at.markdown, *at.caption])
+    assert "overlap fraction" not in page
+
+
+def test_a_part_of_a_whole_in_evidence_carries_the_wholes_unit() -> None:
+    """D10: the straggler's ``extra_ms_per_step`` (where its extra time goes, by part)
+    read "extra: data: 0.00; starved: 0.00; compute: 1.12; blocked: 52.37", no unit."""
+    from gpudiag.report import overview
+
+    result = analyze(FIXTURES / "busy_host" / "rank1_sleeps_50ms")
+    straggler = next(f for f in result.findings if f.kind == "straggler")
+    (line,) = [x for x in overview.evidence_lines(straggler.evidence) if x.startswith("extra:")]
+    assert re.fullmatch(r"extra: (\w+: [0-9.]+ ms/step; )+\w+: [0-9.]+ ms/step", line), line

@@ -168,7 +168,9 @@ def test_html_report_shows_overlap_and_the_no_kernels_warning(tmp_path: Path) ->
     blind = analyze(FIXTURES / "hta_gpus_no_kernels")
     out = write_html([blind, analyze(KINETO_2021)], tmp_path / "r.html")
     text = out.read_text()
-    assert "overlap % of comm" in text  # the per-rank column, as every view names it
+    assert (
+        "overlap % of comm, waits included" in text
+    )  # the per-rank column, as every view names it
     assert "but holds no GPU kernels" in text
 
 

@@ -120,7 +120,9 @@ def ranks_table(ranks: Any, rank: int | None = None, gpu: bool = False) -> Table
         return None
     if rank is not None:
         ranks = ranks[ranks["rank"] == rank]
-    table = Table(title="Per rank (ms per step, mean over the profiled steps; overlap: % of comm)")
+    table = Table(
+        title="Per rank (ms per step, mean over the profiled steps; overlap: % of comm, waits included)"
+    )
     table.add_column("rank", justify="right")
     names = dict(RANK_COLUMNS)
     labels = component_labels(gpu)  # every view's names for these two
