@@ -18,7 +18,12 @@ import time
 import pandas as pd
 import streamlit as st
 
-from gpudiag.analysis.live_snapshot import COLLECTIVES_DELAY_S, LiveMonitor, LiveSnapshot
+from gpudiag.analysis.live_snapshot import (
+    COLLECTIVES_DELAY_S,
+    COLLECTIVES_MIN_DELAY_S,
+    LiveMonitor,
+    LiveSnapshot,
+)
 from gpudiag.report import figures, numbers, tables
 
 from . import cache, runs
@@ -129,7 +134,8 @@ def _lagging(snap: LiveSnapshot) -> None:
     if span and newest is not None and newest > span[1] + 1:
         steps += (
             f", the newest whose collectives every rank has written (they reach the run "
-            f"directory in batches, up to {COLLECTIVES_DELAY_S} s behind step {newest})"
+            f"directory in batches, every {COLLECTIVES_MIN_DELAY_S}-{COLLECTIVES_DELAY_S} s: "
+            f"{newest - span[1]} steps behind step {newest})"
         )
     if snap.lagging:
         ranks = tables.live_rank_names(snap, snap.lagging)

@@ -98,9 +98,14 @@ def test_running_run_is_live_and_becomes_its_post_mortem(
     assert any(w.startswith("Lagging: rank 2 over steps") for w in _texts(at.warning))
     # each rank's step time drawn: the snapshot's medians, the lagging rank marked
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
-    bars = next(t for t in spec["data"] if t["type"] == "bar")
+    data, rest, late = (t for t in spec["data"] if t["type"] == "bar")
     snap = dash_live.monitor_of(dash_runs.RunRef(label, running_copy.resolve())).refresh().snapshot
-    assert bars["y"] == pytest.approx([r.median_step_ms for r in snap.ranks])
+    steps = [d + r for d, r in zip(data["y"], rest["y"], strict=True)]
+    assert steps == pytest.approx([r.median_step_ms for r in snap.ranks])
+    # what tells the lagging rank: how late it arrives at collectives (probe 31j, D8)
+    assert late["y"] == pytest.approx([r.late_ms for r in snap.ranks])
+    assert max(late["y"]) == late["y"][2]
+    bars = data
     assert bars["x"][2] == "rank 2 ◀" and bars["x"][0] == "rank 0"
     ranks = at.table[0].value
     assert list(ranks["rank"]) == ["0", "1", "2", "3"]

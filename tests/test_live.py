@@ -205,3 +205,57 @@ def test_the_lagging_windows_stated_delay_is_the_captures() -> None:
     from gpudiag.capture import collectives
 
     assert live.COLLECTIVES_DELAY_S * 1_000_000_000 == collectives._DUMP_MAX_AGE_NS
+    assert live.COLLECTIVES_MIN_DELAY_S * 1_000_000_000 == collectives._DUMP_MIN_AGE_NS
+
+
+def test_the_flight_recorder_is_written_as_often_as_its_cost_allows() -> None:
+    """Probe 31j, D7: the live lagging window trailed the newest step by ~120 steps on a
+    13-steps/s job, because the ring was dumped every 10 s whatever a dump cost. The age
+    limit now follows the last dump's own duration (0.5 % of the wall time), 1-10 s: a
+    ring of a few hundred entries (a few ms) every second or two, a full ring of 2000
+    (28-42 ms, FACTS.md) every 6-8 s as before at most."""
+    from gpudiag.capture import collectives
+
+    assert collectives.dump_age_ns(None) == 1_000_000_000
+    assert collectives.dump_age_ns(2_000_000) == 1_000_000_000  # 2 ms: the floor
+    assert collectives.dump_age_ns(9_000_000) == 1_800_000_000  # ~460 entries
+    assert collectives.dump_age_ns(35_000_000) == 7_000_000_000  # a full ring
+    assert collectives.dump_age_ns(80_000_000) == 10_000_000_000  # never past the cap
+
+
+@pytest.mark.parametrize(
+    "run, lagging",
+    [
+        (SAMPLES / "ddp4_straggler", 2),  # rank 2 sleeps 40 ms in forward
+        (REPO / "tests" / "fixtures" / "busy_host" / "lightning_rank1_data_40ms_3_hogs", 1),
+    ],
+    ids=lambda v: getattr(v, "name", str(v)),
+)
+def test_the_live_chart_tells_the_lagging_rank(run: Path, lagging: int) -> None:
+    """Probe 31j, D8: the live chart drew each rank's median step, and the lagging rank's
+    bar was the shorter one (the others' steps hold their wait for it). It now draws the
+    step as data loading + the rest, beside each rank's lateness at collectives (mean
+    after the first rank, the lagging window): the lagging rank's is the tallest, and each
+    bar is the table's number."""
+    from gpudiag.report import figures, tables
+
+    reader = rundir.LiveReader(run)
+    window = live.LiveWindow()
+    batch = reader.poll()
+    window.add(batch)
+    snap = live.snapshot(window, batch)
+    assert snap.lagging == [lagging]
+    fig = figures.live_rank_figure(snap)
+    bars = {t.name: t for t in fig.data}
+    late = bars[figures.LIVE_LATE]
+    ranks = [r.rank for r in snap.ranks]
+    assert ranks[list(late.y).index(max(late.y))] == lagging
+    others = [v for r, v in zip(ranks, late.y, strict=True) if r != lagging]
+    assert max(late.y) > 4 * max(others)  # told apart at a glance, not by a few %
+    table = tables.live_rank_frame(snap)
+    assert list(late.y) == table["late at collectives ms"].tolist()
+    data = bars["data loading"]
+    assert list(data.y) == table["data wait ms"].tolist()
+    rest = next(t for n, t in bars.items() if n.startswith(figures.LIVE_REST))
+    for d, r, step in zip(data.y, rest.y, table["median step ms"], strict=True):
+        assert d + r == pytest.approx(step)

@@ -52,6 +52,9 @@ class RankLive:
     data_wait_ms: float | None  # median DataLoader wait per step over the window
     memory_bytes: int | None  # GPU memory used on the rank's device (NVML), else None
     status: str | None  # status.json's, once the rank ended
+    # mean arrival after the first rank at the collectives of the lagging window (ms): what
+    # tells the lagging rank, whose step is no longer than the others' (they wait for it)
+    late_ms: float | None = None
 
 
 @dataclass
@@ -273,20 +276,36 @@ def window_collectives(
 def lagging_ranks(win: LiveWindow, window: int) -> tuple[list[int], list[int] | None]:
     """The ranks of the straggler finding `analyze` would make, over the last
     ``window`` steps: the same matching, thresholds and net-cost rule."""
+    ranks, span, _ = lagging_and_lateness(win, window)
+    return ranks, span
+
+
+def lagging_and_lateness(
+    win: LiveWindow, window: int
+) -> tuple[list[int], list[int] | None, dict[int, float]]:
+    """:func:`lagging_ranks`, and each rank's mean arrival after the first rank at the
+    window's collectives (ms; the straggler table's ``mean_skew_ms``)."""
     coll, steps_frame, span = window_collectives(win, window)
     if coll.empty:
-        return [], None
+        return [], None, {}
     skew = strag.arrival_skew(coll)
     if skew is None or skew.empty:
-        return [], span
+        return [], span, {}
     slow = strag.stragglers(skew, steps_frame if len(steps_frame) else None)
+    late = {
+        int(r): round(float(v), 3)
+        for r, v in zip(
+            slow["rank"], pd.to_numeric(slow["mean_skew_ms"], errors="coerce"), strict=True
+        )
+        if v == v  # not NaN
+    }
     step_ms = (
         float(((steps_frame["end_ns"] - steps_frame["start_ns"]) / 1e6).mean())
         if len(steps_frame)
         else float("nan")
     )
     named = {r for f in stf.straggler_findings(slow, step_ms) for r in f.ranks}
-    return sorted(int(r) for r in named), span
+    return sorted(int(r) for r in named), span, late
 
 
 def stuck_collectives(
@@ -454,8 +473,10 @@ def _device_index(info: dict[str, Any]) -> int | None:
 # Up to this many ranks the lagging ranks are recomputed at every refresh (2 s).
 SMALL_JOB_RANKS = 16
 # The Flight Recorder rows reach the run directory at least this often (capture's
-# collectives._DUMP_MAX_AGE_NS): how far the lagging window may trail the newest step.
+# collectives._DUMP_MAX_AGE_NS): how far the lagging window may trail the newest step;
+# while a dump is cheap, as often as every COLLECTIVES_MIN_DELAY_S (collectives.dump_age_ns).
 COLLECTIVES_DELAY_S = 10
+COLLECTIVES_MIN_DELAY_S = 1
 
 
 class Lagging:
@@ -467,6 +488,7 @@ class Lagging:
         self.every_s = every_s
         self.ranks: list[int] = []
         self.span: list[int] | None = None
+        self.late: dict[int, float] = {}
         self._at: float | None = None
 
     def update(self, win: LiveWindow, window: int) -> tuple[list[int], list[int] | None]:
@@ -476,7 +498,7 @@ class Lagging:
         every = self.every_s if len(win.arrivals) > SMALL_JOB_RANKS else min(self.every_s, 2.0)
         due = self._at is None or now - self._at >= every
         if win.collectives_changed and due:
-            self.ranks, self.span = lagging_ranks(win, window)
+            self.ranks, self.span, self.late = lagging_and_lateness(win, window)
             win.collectives_changed = False
             self._at = now
         return self.ranks, self.span
@@ -514,7 +536,10 @@ def snapshot(
                 status=batch.statuses.get(r, {}).get("status"),
             )
         )
-    lag, span = (lagging or Lagging(every_s=0.0)).update(win, window)
+    lagging = lagging or Lagging(every_s=0.0)
+    lag, span = lagging.update(win, window)
+    for view in views:
+        view.late_ms = lagging.late.get(view.rank)
     stuck = (
         stuck_collectives(
             batch.inflight, ranks, set(batch.statuses), now, stuck_after_s, win.max_seq

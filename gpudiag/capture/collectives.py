@@ -49,6 +49,21 @@ _TIMES_FLUSH_NS = 1_000_000_000
 # Dump at least this often too (at a step end), so `gpudiag watch` sees arrivals within
 # seconds on jobs with slow steps: a full ring costs 28-42 ms, <= 0.4 % at this age.
 _DUMP_MAX_AGE_NS = 10_000_000_000
+# ... and more often while a dump is cheap: every 200 times the last dump's own time (its
+# cost at most 0.5 % of the wall time), never more often than once a second. With the
+# 10 s age alone a 13-steps/s job's live lagging window trailed the newest step by ~120
+# steps (probe 31j, D7); a ring of a few hundred entries dumps in a few ms, every ~1-2 s.
+_DUMP_MIN_AGE_NS = 1_000_000_000
+_DUMP_COST_SHARE = 0.005
+
+
+def dump_age_ns(last_dump_ns: int | None) -> int:
+    """How long after a dump the next one is due at the latest, from the last dump's
+    duration (``None``: none yet, the floor)."""
+    if last_dump_ns is None:
+        return _DUMP_MIN_AGE_NS
+    return int(min(_DUMP_MAX_AGE_NS, max(_DUMP_MIN_AGE_NS, last_dump_ns / _DUMP_COST_SHARE)))
+
 
 _FR_DTYPE_BYTES = {
     "Float": ("float32", 4),
@@ -554,7 +569,7 @@ class CollectiveRecorder:
         self._steps_since_dump += 1
         if self.fr_enabled and (
             self._steps_since_dump >= self._dump_every
-            or t_ns - self._last_dump_ns > _DUMP_MAX_AGE_NS
+            or t_ns - self._last_dump_ns > dump_age_ns(self._dump_ns[-1] if self._dump_ns else None)
         ):
             self._last_dump_ns = t_ns
             steps_since, self._steps_since_dump = self._steps_since_dump, 0

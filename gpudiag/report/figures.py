@@ -686,22 +686,51 @@ def dp_figure(
     return fig
 
 
+LIVE_LATE = "late at collectives (mean after the first rank)"
+LIVE_REST = "rest of the step"
+
+
 def live_rank_figure(snap: LiveSnapshot) -> go.Figure:
-    """Live: each rank's median step time over the recent window (bars, the lagging
-    ranks outlined) and its last step (markers), ms."""
+    """Live: each rank's median step over the recent window, split into its data loading
+    (the median data wait) and the rest, beside how late it arrives at collectives (mean
+    after the first rank, the lagging window), the lagging ranks outlined; its last step
+    (markers), ms. The step alone cannot tell the lagging rank: the others' steps hold
+    their wait for it, so its bar was the shorter one (probe 31j, D8). The table under it
+    has the same numbers."""
     x = [rank_tick(r.rank, snap.lagging) for r in snap.ranks]
     outline = [2.5 if r.rank in snap.lagging else 0.0 for r in snap.ranks]
+    data = [r.data_wait_ms or 0.0 for r in snap.ranks]
+    rest = [
+        None if r.median_step_ms is None else max(r.median_step_ms - d, 0.0)
+        for r, d in zip(snap.ranks, data, strict=True)
+    ]
+    line = dict(color=colours.OUTLINE_COLOR, width=outline)
     fig = go.Figure(
         [
             go.Bar(
                 x=x,
-                y=[r.median_step_ms for r in snap.ranks],
-                name=f"median step, last {snap.window_steps} steps",
-                marker=dict(
-                    color=colours.STEP_COLOR,
-                    line=dict(color=colours.OUTLINE_COLOR, width=outline),
-                ),
-                hovertemplate="%{x}: median %{y:.2f} ms<extra></extra>",
+                y=data,
+                name=component_labels(False)["data_loading"],
+                offsetgroup="step",
+                marker=dict(color=component_color("data_loading"), line=line),
+                hovertemplate="%{x}: data wait %{y:.2f} ms (median)<extra></extra>",
+            ),
+            go.Bar(
+                x=x,
+                y=rest,
+                base=data,
+                name=f"{LIVE_REST} (median step, last {snap.window_steps} steps)",
+                offsetgroup="step",
+                marker=dict(color=colours.STEP_COLOR, line=line),
+                hovertemplate="%{x}: rest of the median step %{y:.2f} ms<extra></extra>",
+            ),
+            go.Bar(
+                x=x,
+                y=[r.late_ms for r in snap.ranks],
+                name=LIVE_LATE,
+                offsetgroup="late",
+                marker=dict(color=colours.MEASURED_COLOR, pattern=dict(shape="/"), line=line),
+                hovertemplate="%{x}: late at collectives %{y:.2f} ms<extra></extra>",
             ),
             go.Scatter(
                 x=x,
@@ -714,6 +743,10 @@ def live_rank_figure(snap: LiveSnapshot) -> go.Figure:
         ]
     )
     fig.update_layout(
-        title="Step time per rank (ms; ◀ lagging)", yaxis_title="ms", height=320, **_LAYOUT
+        title="Per rank (ms; ◀ lagging): median step = data loading + rest; late at collectives",
+        yaxis_title="ms",
+        barmode="group",
+        height=340,
+        **_LAYOUT,
     )
     return fig

@@ -331,6 +331,8 @@ def live_rank_frame(snap: LiveSnapshot) -> pd.DataFrame:
             "median step ms": [r.median_step_ms for r in snap.ranks],
             "since last step s": [r.since_last_step_s for r in snap.ranks],
             "data wait ms": [r.data_wait_ms for r in snap.ranks],
+            # the chart's third bar: what tells the lagging rank (probe 31j, D8)
+            "late at collectives ms": [r.late_ms for r in snap.ranks],
             "GPU memory GiB": [_gib(r.memory_bytes) for r in snap.ranks],
             "status": [r.status for r in snap.ranks],
             # "no", not a blank: a blank cell is the missing-value mark's (numbers.NA)

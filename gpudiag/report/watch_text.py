@@ -8,7 +8,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpudiag.analysis.live_snapshot import COLLECTIVES_DELAY_S, LiveSnapshot
+from gpudiag.analysis.live_snapshot import (
+    COLLECTIVES_DELAY_S,
+    COLLECTIVES_MIN_DELAY_S,
+    LiveSnapshot,
+)
 from gpudiag.report import numbers
 from gpudiag.report.tables import live_newest_step, live_rank_names, rank_list
 
@@ -56,7 +60,8 @@ def render_live(snap: LiveSnapshot, run: str) -> RenderableType:
         first, last = snap.lagging_window
         newest = live_newest_step(snap)
         behind = (
-            f"; collectives written up to {COLLECTIVES_DELAY_S} s behind step {newest}"
+            f"; collectives written every {COLLECTIVES_MIN_DELAY_S}-{COLLECTIVES_DELAY_S} s, "
+            f"{newest - last} steps behind step {newest}"
             if newest is not None and newest > last + 1
             else ""
         )
