@@ -169,10 +169,16 @@ def test_gpu_idle_finding_adds_up_to_the_chart(
     table = table_with(at, "GPU idle · host busy ms/step")
     assert "GPU idle · host idle ms/step" in table.columns
     at.sidebar.radio(key="view").set_value("GPU metrics").run()
-    busy = next(d.value for d in at.dataframe if "GPU idle ms/step" in d.value.columns)
+    busy = next(
+        d.value
+        for d in at.dataframe
+        if "GPU idle, data loading included ms/step" in d.value.columns
+    )
     for rank, want in zip(ranks, idle, strict=True):
         want += segments.get((rank, "data_loading"), 0.0)
-        got = float(busy.loc[busy["rank"] == rank, "GPU idle ms/step"].iloc[0])
+        got = float(
+            busy.loc[busy["rank"] == rank, "GPU idle, data loading included ms/step"].iloc[0]
+        )
         assert got == pytest.approx(want, abs=0.05), rank
 
 

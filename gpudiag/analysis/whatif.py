@@ -105,6 +105,20 @@ SCENARIOS: tuple[Scenario, ...] = (
         excludes=MICROSTEP_SYNC,
     ),
     Scenario(
+        # the gpu_idle verdict says "about N ms/step back": its projection (probe 31j, D6:
+        # no What-if row had it)
+        "gpu_idle_filled",
+        "gpu_idle",
+        "no GPU idle time outside data loading and communication (the bound)",
+        (
+            "the host queues work ahead of the GPU (fewer, larger launches; CUDA graphs or "
+            "torch.compile; no syncs in the step), so the GPU never waits for it",
+            "an upper bound: the host's own work in that time (GPU idle · host busy) has to "
+            "move off the step's critical path, not only get faster",
+        ),
+        requires="host_busy_ms_per_step",
+    ),
+    Scenario(
         "no_host_sync",
         "host_sync",
         "no host-device synchronisation inside the step",

@@ -329,7 +329,12 @@ def verdict(result: Any) -> Verdict:
         window = numbers.number(evidence.get("window_step_ms"))
         if window is not None:  # the window's split, scaled to the steady step
             parts = f"{parts} of the {numbers.ms(window)} profiled window"
-        head = f"GPU idle {cost}{of_step} ({mean}{parts}), on {on}: about {cost} back{back}."
+        projected = any(p.scenario == "gpu_idle_filled" for p in result.whatif or [])
+        row = " (What-if: gpu_idle_filled)" if projected else ""
+        head = (
+            f"GPU idle {cost}{of_step} outside data loading ({mean}{parts}), on {on}: about "
+            f"{cost} back{back}{row}."
+        )
     elif f.kind == "exposed_communication":
         head = f"Exposed communication transfer {cost}{of_step} on {who} {_wait_words(evidence)}."
     elif f.kind in STATE_KINDS or not (numbers.number(f.cost_ms_per_step) or 0) > 0:
@@ -869,6 +874,10 @@ _UNIT_SUFFIXES = (
 # evidence keys whose words alone would say another view's label (probe 31j, D5: the
 # finding's "overlap fraction", waits left out, beside the table's overlap, waits included)
 _EVIDENCE_NAMES = {
+    # gpu_idle: busy + idle-with-data-loading = 100 %; the cost leaves data loading out
+    # (87.8 % busy beside "11.1 % of the step" idle on Megatron: probe 31j, D6)
+    "kernel_busy_fraction": ("GPU busy (any kernel, copy or collective)", "share"),
+    "gpu_idle_total_ms_per_step": ("GPU idle, data loading included", "ms/step"),
     "overlap_fraction": (
         "overlapped share of the transfer (overlapped / (overlapped + transfer), waits left out)",
         "share",
