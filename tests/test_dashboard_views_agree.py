@@ -173,3 +173,27 @@ def test_gpu_idle_has_one_number_per_label_and_its_projection(
     busy = next(d.value for d in at.dataframe if header in d.value.columns)
     assert busy[header].astype(float).mean() == pytest.approx(total, abs=0.01)
     assert not any("GPU idle ms/step" in d.value.columns for d in at.dataframe)
+
+
+def test_the_timeline_names_its_whole_collectives_and_keeps_its_legend_clear(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """D3: the Timeline drew rank 0's 40 ms wait for rank 2 as one "communication" bar in a
+    colour no other chart uses, under a caption saying every part has its colour there
+    too; its legend's first entry sat under the modebar (top right). The lane now says
+    what it holds (each collective whole: waiting + transfer), the caption says it has
+    its own colour, and the legend starts at the left."""
+    from gpudiag.report import colours, figures
+
+    run = REPO / "sample_runs" / "ddp4_straggler"
+    at = _app(monkeypatch, run)
+    caption = " ".join(_plain(c.value) for c in at.caption)
+    assert "each collective whole (waiting + transfer, overlapped or not)" in caption
+    at.sidebar.radio(key="view").set_value("Timeline").run()
+    assert not at.exception
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    comm = [t for t in spec["data"] if t.get("name") == figures.TIMELINE_COMMUNICATION]
+    assert comm and comm[0]["line"]["color"] == colours.COMPONENT_COLORS["communication"]
+    assert not any(t.get("name") == "communication" for t in spec["data"])
+    legend = spec["layout"]["legend"]
+    assert legend["xanchor"] == "left" and legend["x"] == 0

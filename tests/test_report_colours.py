@@ -48,6 +48,7 @@ def _names() -> dict[str, str]:
             assert names.get(label, key) == key, f"{label!r} names two components"
             names[label] = key
     names[overview.GPU_BUSY] = "gpu_busy"
+    names[figures.TIMELINE_COMMUNICATION] = "communication"
     names[overview.COMPUTE_KERNELS] = "compute_kernels"
     return names
 

@@ -53,7 +53,7 @@ def timeline_figure(
     """One lane group per rank; steps (lane "step", when present) as shaded bands. Lanes
     are named as the Overview's chart names the components (its raw keys, "other" and
     "idle", were a third vocabulary: fourth browser probe of issue 31)."""
-    names_of = {**component_labels(gpu), "communication": "communication"}
+    names_of = {**component_labels(gpu), "communication": TIMELINE_COMMUNICATION}
     tl = timeline.copy()
     t0 = float(tl["start_ms"].min()) if len(tl) else 0.0
     tl["start_ms"] -= t0
@@ -97,7 +97,16 @@ def timeline_figure(
     fig.update_layout(
         title=title, height=max(300, 28 * len(labels) + 140), hovermode="closest", **_LAYOUT
     )
+    # the legend from the left, clear of the modebar at the top right (its first entry was
+    # drawn under the zoom icons at 1280 px: probe 31j, D3)
+    fig.update_layout(legend=dict(xanchor="left", x=0.0), margin=dict(t=80))
     return fig
+
+
+# The timeline's one communication lane: every collective's interval whole (its wait for
+# late peers, its transfer, overlapped with compute or not), which the trace's intervals
+# do not split; its own colour, not one of the Overview's split parts (probe 31j, D3).
+TIMELINE_COMMUNICATION = "communication (waiting + transfer, overlapped or not)"
 
 
 def rank_parts_figure(parts: RankParts, title: str | None = None) -> go.Figure:

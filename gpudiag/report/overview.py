@@ -47,7 +47,8 @@ COMPONENTS = (
 # said under the first chart: the views share these colours
 SHARED_COLOURS_NOTE = (
     "One colour per part in every chart of this dashboard (Step breakdown, Timeline, "
-    "Compare): a part's colour here is its colour there."
+    "Compare): a part's colour here is its colour there. The Timeline draws each "
+    "collective whole (waiting + transfer, overlapped or not) in one lane of its own colour."
 )
 
 
