@@ -818,15 +818,9 @@ def compare(ctx: ViewContext) -> None:
             }
         )
         _dataframe(shown, {"B − A %": numbers.PCT_DIGITS})
-    moved = comparison.changed_components()
-    if moved:  # the line `gpudiag compare` prints, in the same words
-        names = [headers.get(n, n).removesuffix(" ms/step") for n, _ in moved]
-        st.write(
-            md(
-                "Components that moved: "
-                + ", ".join(f"{n} {d:+.2f} ms" for n, (_, d) in zip(names, moved, strict=True))
-            )
-        )
+    moved = report_tables.moved_components_text(comparison.changed_components(), split, headers)
+    if moved:
+        st.write(md(moved))
     st.subheader("Findings that appeared, went or changed")
     if comparison.finding_changes:
         _table(finding_changes_frame(comparison.finding_changes))

@@ -197,3 +197,59 @@ def test_the_timeline_names_its_whole_collectives_and_keeps_its_legend_clear(
     assert not any(t.get("name") == "communication" for t in spec["data"])
     legend = spec["layout"]["legend"]
     assert legend["xanchor"] == "left" and legend["x"] == 0
+
+
+def _compare(monkeypatch: pytest.MonkeyPatch, a: Path, b: Path) -> AppTest:
+    monkeypatch.setattr(sys, "argv", ["app.py", str(a), str(b)])
+    at = AppTest.from_file(str(APP), default_timeout=300)
+    at.run()
+    labels = list(at.sidebar.selectbox[0].options)
+    (la,) = [x for x in labels if x.endswith(a.name)]
+    (lb,) = [x for x in labels if x.endswith(b.name)]
+    at.query_params.update(run=la, view="Compare", partner=lb)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.header[0].value == "Compare"
+    return at
+
+
+def test_compare_warns_of_another_device_or_job(
+    monkeypatch: pytest.MonkeyPatch, shared_traces: Path
+) -> None:
+    """D4: DLRM on V100 against Megatron on A100 (trace sets: no script) had no warning;
+    a CPU run against a GPU set was warned of world size and backend only, and its merged
+    parts read "idle (no range / GPU idle, host idle)"."""
+    dlrm, megatron = shared_traces / "param_dlrm_ddp8", shared_traces / "astrasim_megatron_tp8"
+    at = _compare(monkeypatch, dlrm, megatron)
+    warnings = [_plain(w.value) for w in at.warning]
+    assert any(w.startswith("Devices differ: A Tesla V100") for w in warnings), warnings
+    assert any(w.startswith("Neither run names a script") for w in warnings), warnings
+    at = _compare(monkeypatch, REPO / "sample_runs" / "ddp4_straggler", dlrm)
+    warnings = [_plain(w.value) for w in at.warning]
+    assert any(w.startswith("Devices differ: A CPU only, B Tesla V100") for w in warnings)
+    assert any(w.startswith("B names no script") for w in warnings), warnings
+    metrics = " ".join(
+        str(m) for d in at.dataframe if "metric" in d.value.columns for m in d.value["metric"]
+    )
+    assert "no range / GPU idle" not in metrics and "no op / GPU idle" not in metrics
+    assert "(CPU run)" in metrics and "(GPU run)" in metrics
+
+
+def test_compare_names_the_rows_that_moved_as_its_table_and_its_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """D10: "Components that moved: exposed communication +N ms" named a row the table
+    splits into waiting and transfer, and said no window beside a steady step row over
+    every recorded step."""
+    at = _compare(
+        monkeypatch, REPO / "sample_runs" / "ddp4_straggler", REPO / "sample_runs" / "ddp2_healthy"
+    )
+    (line,) = [_plain(m.value) for m in at.markdown if "Components that moved" in m.value]
+    table = next(d.value for d in at.dataframe if "metric" in d.value.columns)
+    rows = [str(m).removesuffix(" ms/step") for m in table["metric"]]
+    named = line.split("): ", 1)[1]
+    for part in named.split("; "):
+        assert part.rsplit(" ", 2)[0] in rows, (part, rows)
+    assert not any(p.startswith("exposed communication") for p in named.split("; "))
+    assert "waiting for late peers" in named  # the split row the table has
+    assert "the mean over each run's analysed steps" in line

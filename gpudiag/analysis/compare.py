@@ -151,7 +151,18 @@ def shape_warnings(a: AnalysisResult, b: AnalysisResult) -> list[str]:
         out.append(f"World size differs: A {a.run.world_size} ranks, B {b.run.world_size}.")
     if a.run.backend != b.run.backend:
         out.append(f"Backend differs: A {a.run.backend}, B {b.run.backend}.")
+    # the device and the job, named even where neither run names a script (trace sets:
+    # DLRM on V100 against Megatron on A100 had no warning at all; probe 31j, D4)
+    da, db = _devices_text(a), _devices_text(b)
+    if da != db:
+        out.append(f"Devices differ: A {da}, B {db}.")
     sa, sb = _script_text(a), _script_text(b)
+    if not sa or not sb:
+        which = "Neither run names a" if not sa and not sb else f"{'A' if not sa else 'B'} names no"
+        out.append(
+            f"{which} script (a folder of traces): nothing shows the two run the same job, "
+            "so a change here may be another model, not a change to one."
+        )
     differ = _work_arguments_differ(a.run.script, b.run.script) if sa and sb else []
     if differ:
         named = ", ".join(differ[:4]) + (", ..." if len(differ) > 4 else "")
@@ -291,6 +302,14 @@ def comparable_recordings(a: RecordedShape | None, b: RecordedShape | None) -> b
         and bool(b.script)
         and not _work_arguments_differ(a.script, b.script)
     )
+
+
+def _devices_text(result: AnalysisResult) -> str:
+    """``CPU only`` or the GPUs the traces name (``Tesla V100-SXM2-32GB``)."""
+    if not result.run.has_gpu_trace:
+        return "CPU only"
+    names = sorted({str(d) for d in result.run.devices or [] if str(d).lower() != "cpu"})
+    return ", ".join(names) if names else "GPU (model not recorded)"
 
 
 def _script_text(result: AnalysisResult) -> str:

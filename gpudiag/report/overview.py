@@ -83,8 +83,10 @@ def component_labels(gpu: bool | None) -> dict[str, str]:
     if gpu is None:
         return {
             **component_labels(False),
-            "other": "other (no op / GPU idle, host busy)",
-            "idle": "idle (no range / GPU idle, host idle)",
+            # runs of both kinds: each meaning named with its run's kind (probe 31j, D4:
+            # "idle (no range / GPU idle, host idle)" read as one mislabelled part)
+            "other": "no op in a range (CPU run) / GPU idle · host busy (GPU run)",
+            "idle": "no op outside ranges (CPU run) / GPU idle · host idle (GPU run)",
         }
     labels = {
         # GPU runs: kernels and copies while no collective runs (with one, the time is

@@ -411,3 +411,32 @@ __all__ = [
     "stuck_arrived_text",
     "whatif_frame",
 ]
+
+
+def moved_components_text(
+    moved: list[tuple[str, float]], table: pd.DataFrame, headers: dict[str, str]
+) -> str:
+    """Compare's "components that moved" line over the rows its table shows: exposed
+    communication as the table splits it (waiting, transfer: their own deltas), and the
+    window said (the table's means over each run's analysed steps, not the steady step).
+    It had named "exposed communication +24.69 ms", a row the table did not have, with no
+    window beside a steady step that moved far less (probe 31j, D10)."""
+    shown = set(table["metric"])
+    rows = []
+    for name, delta in moved:
+        if name == "comm_exposed" and name not in shown:
+            for part in ("comm_wait", "comm_transfer"):
+                if part in shown:
+                    value = float(table.loc[table["metric"] == part, "delta"].iloc[0])
+                    rows.append((part, value))
+        else:
+            rows.append((name, delta))
+    if not rows:
+        return ""
+    parts = "; ".join(f"{headers.get(n, n).removesuffix(' ms/step')} {d:+.2f} ms" for n, d in rows)
+    return (
+        f"Components that moved (ms/step, the mean over each run's analysed steps, as the "
+        f"table's '{headers.get('step_ms_mean', 'step ms (mean)')}' row; its "
+        f"'{headers.get('steady_step_ms', 'steady step ms')}' row is over every recorded "
+        f"step): {parts}"
+    )
