@@ -253,3 +253,23 @@ def test_compare_names_the_rows_that_moved_as_its_table_and_its_window(
     assert not any(p.startswith("exposed communication") for p in named.split("; "))
     assert "waiting for late peers" in named  # the split row the table has
     assert "the mean over each run's analysed steps" in line
+
+
+def test_the_all_reduce_lanes_tell_eight_ranks_apart(
+    monkeypatch: pytest.MonkeyPatch, shared_traces: Path
+) -> None:
+    """D9, DLRM's 8 ranks: ranks 3, 4 and 5 shared one hatching in three greys (told apart
+    by shade alone, at 60 % opacity), and lane #0's top bar was cut at the plot's edge.
+    Each of the 8 ranks now has a pattern of its own, and the lanes have room above."""
+    at = _app(monkeypatch, shared_traces / "param_dlrm_ddp8")
+    at.sidebar.radio(key="view").set_value("Communication").run()
+    assert not at.exception
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    (lanes,) = [s for s in specs if "one lane per call" in str(s["layout"].get("title"))]
+    ranks = [t for t in lanes["data"] if str(t.get("name", "")).startswith("rank ")]
+    assert len(ranks) == 8
+    patterns = [t["marker"].get("pattern", {}).get("shape", "") for t in ranks]
+    assert len(set(patterns)) == 8, patterns
+    low, high = lanes["layout"]["yaxis"]["range"]
+    shown = len(lanes["layout"]["yaxis"]["categoryarray"])
+    assert low <= -0.75 and high >= shown - 0.25

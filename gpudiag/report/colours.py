@@ -76,9 +76,11 @@ THROTTLE_COLOR = "#000000"  # throttled spans of a GPU metric, shaded (no compon
 
 
 def rank_style(i: int) -> tuple[str, str]:
-    """(colour, fill pattern) of the ``i``-th rank drawn in the all-reduce chart."""
-    n = len(RANK_PALETTE)
-    return RANK_PALETTE[i % n], RANK_PATTERNS[(i // n) % len(RANK_PATTERNS)]
+    """(colour, fill pattern) of the ``i``-th rank drawn in the all-reduce chart: a
+    pattern of its own for each of the first eight ranks (ranks 3, 4 and 5 shared one
+    hatching in three greys, told apart by shade alone at 8 ranks: probe 31j, D9), the
+    greys in turn as well."""
+    return RANK_PALETTE[i % len(RANK_PALETTE)], RANK_PATTERNS[i % len(RANK_PATTERNS)]
 
 
 def component_color(key: str) -> str:

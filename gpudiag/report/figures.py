@@ -387,6 +387,9 @@ def bucket_figure(
         categoryorder="array",
         categoryarray=order[::-1],
         title="call in the step (issue order)",
+        # half a lane of room above the top lane and below the last (lane #0's top bar
+        # was cut at the plot's edge at 8 ranks: probe 31j, D9)
+        range=[-0.8, lanes - 0.2],
     )
     fig.update_xaxes(title="ms from the step's first all-reduce")
     grouped = len(ranks) <= GROUPED_RANKS
