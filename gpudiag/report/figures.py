@@ -53,7 +53,9 @@ def timeline_figure(
     """One lane group per rank; steps (lane "step", when present) as shaded bands. Lanes
     are named as the Overview's chart names the components (its raw keys, "other" and
     "idle", were a third vocabulary: fourth browser probe of issue 31)."""
-    names_of = {**component_labels(gpu), "communication": TIMELINE_COMMUNICATION}
+    # the lanes' ticks short (long ones narrowed the plot: probe 31j, D3); the legend says
+    # what the communication lane holds
+    names_of = {**component_labels(gpu), "communication": "communication"}
     tl = timeline.copy()
     t0 = float(tl["start_ms"].min()) if len(tl) else 0.0
     tl["start_ms"] -= t0
@@ -80,7 +82,9 @@ def timeline_figure(
                 text=_segments(part, "hover"),
                 mode="lines",
                 line=dict(width=10, color=component_color(lane)),
-                name=_p(names_of.get(lane, lane)),
+                name=_p(TIMELINE_COMMUNICATION if lane == "communication" else names_of[lane])
+                if lane in names_of
+                else _p(lane),
                 hovertemplate="%{text}<br>at %{x:.3f} ms<extra></extra>",
             )
         )
