@@ -49,12 +49,13 @@ _TIMES_FLUSH_NS = 1_000_000_000
 # Dump at least this often too (at a step end), so `gpudiag watch` sees arrivals within
 # seconds on jobs with slow steps: a full ring costs 28-42 ms, <= 0.4 % at this age.
 _DUMP_MAX_AGE_NS = 10_000_000_000
-# ... and more often while a dump is cheap: every 200 times the last dump's own time (its
-# cost at most 0.5 % of the wall time), never more often than once a second. With the
+# ... and more often while a dump is cheap: every 400 times the last dump's own time (its
+# cost at most 0.25 % of the wall time: the dump runs on the training thread at a step's
+# end, so its cost is the job's), never more often than once a second. With the
 # 10 s age alone a 13-steps/s job's live lagging window trailed the newest step by ~120
 # steps (probe 31j, D7); a ring of a few hundred entries dumps in a few ms, every ~1-2 s.
 _DUMP_MIN_AGE_NS = 1_000_000_000
-_DUMP_COST_SHARE = 0.005
+_DUMP_COST_SHARE = 0.0025
 
 
 def dump_age_ns(last_dump_ns: int | None) -> int:
