@@ -62,6 +62,18 @@ def small_period(node: ast.AST) -> bool:
     )
 
 
+def _negated_nodes(test: ast.expr) -> set[ast.AST]:
+    """The nodes under an odd number of `not`: a negated equality (`not (len(p.shape) ==
+    1)`) or schedule (`not should_log`) holds on most steps, not on some (M2, judge 19);
+    a `%` keeps its own reading (`not step % n` is `step % n == 0`)."""
+    found: set[ast.AST] = set()
+    for node in ast.walk(test):
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            for inner in ast.walk(node.operand):
+                found ^= {inner}
+    return found
+
+
 def _boundary_nodes(test: ast.expr) -> set[ast.AST]:
     """The accumulation boundaries of a test and the comparisons made of them."""
     found: set[ast.AST] = set()
@@ -96,10 +108,13 @@ def _frequent_mods(test: ast.expr) -> set[ast.AST]:
 
 def _is_occasional_test(test: ast.expr) -> bool:
     boundary = _boundary_nodes(test)
+    negated = _negated_nodes(test)
     frequent: set[ast.AST] | None = None
     for node in ast.walk(test):
         if node in boundary:
             continue
+        if node in negated and not isinstance(node, ast.BinOp):
+            continue  # `not (len(p.shape) == 1)`, `not should_log`: true on most steps
         if _is_time_throttle(node):
             return True
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):

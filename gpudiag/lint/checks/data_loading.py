@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 
 from gpudiag.lint.checks import Hit
+from gpudiag.lint.checks.cycled_loader import sampler_hit
 from gpudiag.lint.checks.device_data import device_tensor_dataset
 from gpudiag.lint.checks.loader_data import (
     option_off_by_default,
@@ -712,7 +713,7 @@ def _check_sampler(ctx: ModuleContext, sampler: ast.Call) -> Iterator[Hit]:
         for module in ctx.component()
         for call in module.method_calls("set_epoch")
     ):
-        yield Hit("GD202", sampler)
+        yield sampler_hit(ctx, sampler)
 
 
 def _is_eval_sampler(ctx: ModuleContext, sampler: ast.Call) -> bool:

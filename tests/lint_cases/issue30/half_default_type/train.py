@@ -1,0 +1,21 @@
+# A half default tensor type (judge 19, M1): the model runs in fp16, a precision
+# decision: no GD601.
+import torch
+import torch.nn as nn
+
+torch.set_default_tensor_type("torch.cuda.HalfTensor")
+
+
+def train():
+    net = nn.Conv2d(3, 8, 3).cuda()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for _ in range(100):
+        x = torch.randn(8, 3, 32, 32).cuda()
+        loss = net(x).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    train()
