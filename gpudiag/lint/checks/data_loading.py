@@ -208,7 +208,9 @@ def _check_loader(ctx: ModuleContext, loader: ast.Call) -> Iterator[Hit]:
     pin = keyword(loader, "pin_memory")
     no_pin = (pin is None and len(loader.args) < 8) or is_const(pin, False)
     pin_option = option_off_by_default(ctx, pin) if pin is not None else ""
-    if (no_pin or pin_option) and not (tensors is not None and _on_the_gpu(ctx, tensors)):
+    on_gpu = tensors is not None and _on_the_gpu(ctx, tensors)
+    eval_tensors = is_eval and tensors is not None  # no training step to stall (F2, judge 19)
+    if (no_pin or pin_option) and not on_gpu and not eval_tensors:
         yield Hit("GD204", loader, _PIN_OFF.format(pin_option) if pin_option else "")
 
 
