@@ -50,3 +50,9 @@ def test_meter_update_message_says_what_reads_the_tensor() -> None:
     findings = _findings("meter_update", "GD301")
     assert "passes it to max()" in _at(findings, "maxp_meter.update(max_t)")[0]
     assert "compares it" in _at(findings, "best_meter.update(")[0]
+
+
+def test_several_backwards_say_no_sync_or_one_backward() -> None:
+    message, fix = _at(_findings("several_backwards", "GD602"), "err_real.backward(")
+    assert "2 backward() calls before one optimizer step" in message
+    assert "no_sync()" in fix and "backward() once" in fix

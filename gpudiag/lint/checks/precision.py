@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from gpudiag.lint.checks import Hit
 from gpudiag.lint.checks.ddp_setup import from_apex
 from gpudiag.lint.checks.inert_precision import inert_only
+from gpudiag.lint.checks.multi_backward import several_backwards
 from gpudiag.lint.context import (
     ACCELERATOR,
     ACCUMULATION_NAME,
@@ -71,8 +72,11 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
         and not _sharded_only(component)
     ):
         detail = _APEX if any(_apex_ddp(m) for m in component) else ""
-        for hit in _accumulation_without_no_sync(ctx):
+        hits = list(_accumulation_without_no_sync(ctx))
+        for hit in hits:
             yield Hit(hit.code, hit.node, detail, _APEX_FIX if detail else "")
+        if not hits:
+            yield from several_backwards(ctx)
 
 
 def _uses_reduced_precision(ctx: ModuleContext) -> bool:
