@@ -27,6 +27,7 @@ from pathlib import Path
 
 from gpudiag.imports_on_disk import module_candidates
 from gpudiag.lint import inherited
+from gpudiag.lint.closures import closure_values
 from gpudiag.lint.context import (
     DATALOADER,
     FUNCTION_TYPES,
@@ -293,7 +294,7 @@ class Project:
         BigGAN's GAN_training_function; seventh judge)."""
         if not isinstance(call.func, ast.Name) or call.func.id not in ctx.instances:
             return None
-        for factory in ctx.assigned_values(call.func.id, call):
+        for factory in closure_values(ctx, call.func.id, call):
             if isinstance(factory, ast.Call) and factory is not call:
                 found = self._factory_product(index, ctx, factory)
                 if found is not None:
