@@ -21,8 +21,8 @@ Where the CPU goes, robust to other load: rank 0 reads /proc/<pid>/task/*/scheds
 (CPU ns of each thread) and the context switches of every thread of each rank, of the
 agent and of gpudiag's launcher at the end of the warm-up and at the end of its loop
 (tests/scripts/capture_ddp_mlp.py --thread-cpu). gpudiag's threads carry their names in
-the kernel (gpudiag-sampler, gpudiag-watchdog, gpudiag-hangdump, gpudiag-lwatch,
-gpudiag-clock), so the table printed at the end charges each one's CPU µs per step
+the kernel (gpudiag-sampler, gpudiag-watchdog, gpudiag-clock; in a rank one
+gpudiag-service, which runs what gpudiag-hangdump and gpudiag-lwatch ran), so the table printed at the end charges each one's CPU µs per step
 (both ranks summed), its share of the bare median step, and its wakeups per step.
 
     python bench/overhead.py [--pairs 7] [--steps 200] [--width 512] [--depth 4] [--control]

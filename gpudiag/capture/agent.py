@@ -66,9 +66,11 @@ def watch_launcher(
     on_lost: object, pid: int | None = None, poll_s: float = LIVENESS_POLL_S
 ) -> bool:
     """Fallback for the parent-death signal (lost when the parent died before it was
-    set, or the process was reparented): a daemon thread that calls ``on_lost()`` once
-    the launcher's pid (``GPUDIAG_LAUNCHER_PID``) is gone or this process was reparented
-    away from it. False when there is no launcher pid to watch."""
+    set, or the process was reparented): a task of gpudiag's service thread
+    (:class:`gpudiag.capture.threads.Service`, every ``poll_s``) that calls ``on_lost()``
+    once the launcher's pid (``GPUDIAG_LAUNCHER_PID``) is gone. ``on_lost`` must return
+    at once (the service runs the rank's other watches too). False when there is no
+    launcher pid to watch."""
     if pid is None:
         try:
             pid = int(os.environ.get(ENV_LAUNCHER_PID, ""))
@@ -78,14 +80,13 @@ def watch_launcher(
         return False
     watched = pid
 
-    def run() -> None:
-        while True:
-            if not pid_alive(watched):
-                on_lost()  # type: ignore[operator]
-                return
-            time.sleep(poll_s)
+    def check() -> object:
+        if pid_alive(watched):
+            return None
+        on_lost()  # type: ignore[operator]
+        return threads.STOP
 
-    threads.start(run, "gpudiag-lwatch", in_process=True)
+    threads.service().add(f"gpudiag-lwatch {watched}", check, poll_s)
     return True
 
 

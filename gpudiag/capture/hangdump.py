@@ -3,10 +3,11 @@
 - STACK_DUMP_SIGNAL (SIGRTMIN+4) makes :mod:`faulthandler` write every thread's Python stack to
   ``rank<R>/stacks.txt``. It runs in the signal handler at C level, so it works while
   the main thread is blocked inside a C++ collective.
-- A daemon thread polls for the watchdog's request file; on a request it writes the
+- gpudiag's service thread (:class:`gpudiag.capture.threads.Service`) polls for the
+  watchdog's request file; on a request it writes the
   collectives this rank entered and has not left, plus a fresh Flight Recorder dump of
   the unfinished entries, to ``rank<R>/inflight.json``.
-- On a finish request (the watchdog decided the job hangs) the same thread ends the rank
+- On a finish request (the watchdog decided the job hangs) the same poll ends the rank
   through the worker's finisher: tables, summary.json and status.json are written even
   though the main thread is blocked inside a C++ collective, where Python's SIGTERM
   handler cannot run. The launcher kills only the ranks that did not get that far.
@@ -36,6 +37,7 @@ STACK_DUMP_SIGNAL: int | None = (
 )
 
 FINISH_REQUEST = "finish_request"  # "flush and end this rank": the job hangs
+POLL_TASK = "gpudiag-hangdump"
 POLL_S = 0.5  # requests come from the watchdog, which waits up to 30 s for answers
 LIVE_EVERY_S = 1.0
 # A rank without a step end for this long dumps its Flight Recorder once (per step) from
@@ -74,7 +76,7 @@ def hang_decided(run_dir: Path, rank: int) -> str | None:
 
 
 def set_finisher(finisher: Callable[[str], None] | None) -> None:
-    """What a finish request runs (in the poller thread): the worker's flush-and-exit.
+    """What a finish request runs (in the service thread): the worker's flush-and-exit.
     Its argument is the request's text (the watchdog's verdict)."""
     global _FINISHER
     _FINISHER = finisher
@@ -82,9 +84,10 @@ def set_finisher(finisher: Callable[[str], None] | None) -> None:
 
 def uninstall_hang_dump() -> None:
     """Stop answering requests (a process that hands its rank over, e.g. to the
-    workers it spawns): faulthandler back to stderr, the poller thread ends."""
+    workers it spawns): faulthandler back to stderr, the poller stops."""
     global _STACKS_FILE
     _STOP.set()
+    threads.service().remove(POLL_TASK, 0.0)
     if _STACKS_FILE is not None and STACK_DUMP_SIGNAL is not None:
         faulthandler.unregister(STACK_DUMP_SIGNAL)
         try:  # sys.stderr may be None or a stream without a descriptor: then none
@@ -119,31 +122,47 @@ def install_hang_dump(run_dir: Path, rank: int) -> None:
         faulthandler.register(STACK_DUMP_SIGNAL, file=_STACKS_FILE, all_threads=True, chain=False)
         # A C++ abort (e.g. gloo's size-mismatch check) then leaves the stacks too.
         faulthandler.enable(file=_STACKS_FILE, all_threads=True)
-    threads.start(_poll_requests, "gpudiag-hangdump", args=(Path(run_dir), rank), in_process=True)
+    threads.service().add(POLL_TASK, _Poller(Path(run_dir), rank), POLL_S)
 
 
-def _poll_requests(run_dir: Path, rank: int) -> None:
-    request = request_path(run_dir, rank)
-    finish = finish_request_path(run_dir, rank)
-    live = _LiveInflight(run_dir, rank)
-    while not _STOP.is_set():
+def stop_poller(limit_s: float = 2.0) -> None:
+    """Take the request poller off the service, waiting (up to ``limit_s``) for a poll
+    under way to end: it writes under the rank it was started for."""
+    threads.service().remove(POLL_TASK, limit_s)
+
+
+class _Poller:
+    """One poll for the watchdog's requests (a task of gpudiag's service thread, every
+    ``POLL_S``): a stack request, a finish request, stale collective times, the live
+    in-flight file."""
+
+    def __init__(self, run_dir: Path, rank: int) -> None:
+        self.run_dir = run_dir
+        self.rank = rank
+        self.request = request_path(run_dir, rank)
+        self.finish = finish_request_path(run_dir, rank)
+        self.live = _LiveInflight(run_dir, rank)
+
+    def __call__(self) -> object:
+        if _STOP.is_set():
+            return threads.STOP
         try:
-            if request.exists():
+            if self.request.exists():
                 try:
-                    write_inflight(run_dir, rank)
+                    write_inflight(self.run_dir, self.rank)
                 finally:
-                    _unlink(request)
-            if finish.exists():
-                live.stop()  # the watchdog decided: the job ends, inflight.json says the rest
-                _finish(finish)
+                    _unlink(self.request)
+            if self.finish.exists():
+                self.live.stop()  # the watchdog decided: the job ends, inflight.json says the rest
+                _finish(self.finish)
             _flush_stale_times()
             try:
-                live.tick()
+                self.live.tick()
             except Exception:  # noqa: BLE001 - the live file is optional, the poller is not
-                live.stop()
+                self.live.stop()
         except Exception:  # noqa: BLE001 - the poller must outlive a bad request
             pass
-        time.sleep(POLL_S)
+        return None
 
 
 def _finish(path: Path) -> None:
@@ -163,7 +182,7 @@ def _unlink(path: Path) -> None:
 
 
 class _LiveInflight:
-    """Writes ``inflight_live.json`` from the poll thread when the set of collectives
+    """Writes ``inflight_live.json`` from the poller when the set of collectives
     in flight for over ``rundir.LIVE_INFLIGHT_AGE_S`` changes (checked every
     ``LIVE_EVERY_S``). A healthy job has none, so it writes the (empty) file once."""
 

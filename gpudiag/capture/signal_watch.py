@@ -9,14 +9,15 @@ such a rank at once; gpudiag's own SIGTERM handler (it turns SIGTERM into an int
 the script can clean up after) took that away.
 
 The watcher: ``signal.set_wakeup_fd`` makes Python's C-level handler write each signal's
-number to a pipe, which a daemon thread reads while the main thread is blocked. For a
+number to a pipe, which gpudiag's service thread (:class:`gpudiag.capture.threads.Service`)
+reads while the main thread is blocked. For a
 SIGTERM or SIGINT whose handler is gpudiag's or Python's default (never one the script
 installed: that is the script's decision, and it waits for the C call under plain python
-too), the thread watches the main thread's current frame for ``ACT_S`` (3 s after a
+too), the service watches the main thread's current frame for ``ACT_S`` (3 s after a
 SIGTERM, 10 s after a Ctrl-C). A frame that
 moves is executing bytecode, so the handler ran (it raised into the script, or the
 script caught it: the script's business). A frame that stays put is stuck in C: the rank
-is then finished from this thread as an interrupt, the way hang ends are, and exits.
+is then finished from the service thread as an interrupt, the way hang ends are, and exits.
 
 A script that sets its own wakeup fd (asyncio's event loop does) replaces the watcher's:
 nothing is watched then, as before.
@@ -38,6 +39,7 @@ from gpudiag.capture import threads
 # a process at once; a Ctrl-C waits longer, for a C call that may yet return
 ACT_S: dict[int, float] = {signal.SIGTERM: 3.0, signal.SIGINT: 10.0}
 POLL_S = 0.1
+CHECK_TASK = "signal watch"
 
 
 def _main_position() -> tuple[int, int] | None:
@@ -46,19 +48,6 @@ def _main_position() -> tuple[int, int] | None:
     if frame is None:
         return None
     return id(frame), frame.f_lasti
-
-
-def stuck_in_c(act_s: float, poll_s: float = POLL_S) -> bool:
-    """The main thread stayed on one instruction of one frame for ``act_s``."""
-    start = _main_position()
-    if start is None:
-        return False
-    deadline = time.monotonic() + act_s
-    while time.monotonic() < deadline:
-        time.sleep(poll_s)
-        if _main_position() != start:
-            return False
-    return True
 
 
 def _forget_wakeup_fd() -> None:
@@ -82,44 +71,60 @@ class SignalWatch:
         self.on_stuck = on_stuck
         self.handlers_of_ours = handlers_of_ours
         self.act_s = act_s or ACT_S
-        self._read_fd: int | None = None
+        self.poll_s = POLL_S
+        # (signal, the main thread's position when it arrived, when it is deemed stuck)
+        self._watches: list[tuple[int, tuple[int, int], float]] = []
 
     def start(self) -> bool:
         """From the main thread only (set_wakeup_fd's rule); False when it cannot watch."""
         if threading.current_thread() is not threading.main_thread():
             return False
+        service = threads.service()
+        write_fd = service.signal_fd(self._on_signals)
+        if write_fd < 0:
+            return False
         try:
-            read_fd, write_fd = os.pipe()
-            os.set_blocking(write_fd, False)
             previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
         except (OSError, ValueError):
             return False
-        if previous != -1:  # somebody else's (an event loop's): leave it theirs
+        if previous not in (-1, write_fd):  # somebody else's (an event loop's): theirs
             signal.set_wakeup_fd(previous)
-            os.close(read_fd)
-            os.close(write_fd)
             return False
-        self._read_fd = read_fd
         # a forked child (a DataLoader worker) keeps the wakeup fd: its own signals (the
         # loader's SIGTERM at shutdown) would read here as this rank's
         os.register_at_fork(after_in_child=_forget_wakeup_fd)
-        threads.start(self._run, "gpudiag-signals", in_process=True)
         return True
 
-    def _run(self) -> None:
-        assert self._read_fd is not None
-        while True:
+    def _on_signals(self, signums: list[int]) -> None:
+        """In gpudiag's service thread, as the signals arrive: a watched signal whose
+        handler is ours starts a watch of the main thread's position."""
+        now = time.monotonic()
+        for signum in sorted(set(signums)):
             try:
-                data = os.read(self._read_fd, 64)
-            except InterruptedError:
+                if not self.handlers_of_ours(signum):
+                    continue
+                start = _main_position()
+            except Exception:  # noqa: BLE001 - the watcher must never take the rank down
                 continue
-            except OSError:
-                return
-            if not data:
-                return
-            for signum in set(data):
-                try:
-                    if self.handlers_of_ours(signum) and stuck_in_c(self.act_s.get(signum, 3.0)):
-                        self.on_stuck(signum)
-                except Exception:  # noqa: BLE001 - the watcher must never take the rank down
-                    pass
+            if start is not None:
+                self._watches.append((signum, start, now + self.act_s.get(signum, 3.0)))
+        if self._watches and not threads.service().has(CHECK_TASK):
+            threads.service().add(CHECK_TASK, self._check, self.poll_s, first_in=self.poll_s)
+
+    def _check(self) -> object:
+        """Every ``poll_s`` while a signal is watched: a main thread that moved acted on
+        it; one still in place after the signal's ``act_s`` is stuck in C."""
+        position = _main_position()
+        now = time.monotonic()
+        watches, self._watches = self._watches, []
+        for signum, start, deadline in watches:
+            if position != start:
+                continue
+            if now < deadline:
+                self._watches.append((signum, start, deadline))
+                continue
+            try:
+                self.on_stuck(signum)
+            except Exception:  # noqa: BLE001 - the watcher must never take the rank down
+                pass
+        return None if self._watches else threads.STOP

@@ -58,7 +58,6 @@ from gpudiag.capture.worker_exit import (  # noqa: F401 - public names re-export
     _end_when_launcher_lost,
     _exit_after,
     _flush_open_files,
-    _join_threads,
     _join_user_threads,
     _stop_child_observers,
     _wait_for_exit,
@@ -270,7 +269,7 @@ class Worker:
     def _stop_recording(self) -> None:
         """Undo set-up and remove this rank's directory (nothing of it is kept)."""
         from gpudiag.capture import api
-        from gpudiag.capture.hangdump import set_finisher, uninstall_hang_dump
+        from gpudiag.capture.hangdump import set_finisher, stop_poller, uninstall_hang_dump
 
         set_finisher(None)
         self._guard("hang dump", uninstall_hang_dump)
@@ -288,7 +287,7 @@ class Worker:
             self.recorder._coll_writer = self.recorder._times_writer = None
             self.recorder._closed = True
         self.tracker = self.profiler = self.recorder = None
-        _join_threads("gpudiag-hangdump", 2.0)  # its poller writes under the old rank
+        stop_poller(2.0)  # it writes under the old rank
         # the reserve outlives the directory: set up again (or a spawned rank) takes it
         self._reserve = rundir.adopt_reserve(
             self._reserve, rundir.handed_reserve_path(self.run_dir, self._node(), self.local_rank)

@@ -132,17 +132,12 @@ def _exit_after(seconds: float, code: int) -> None:
 def _end_when_launcher_lost(rank: int) -> None:
     """The launcher is gone (SIGKILL, OOM): end this rank as if it had been sent SIGTERM
     (flush, status.json, exit 143); if the main thread cannot take the signal (blocked
-    in a collective whose peer also went away), exit after a grace period."""
+    in a collective whose peer also went away), exit after a grace period. Runs in
+    gpudiag's service thread, which it must not hold: the exit is a task of its own."""
+    from gpudiag.capture import threads
+
     _say(f"gpudiag: rank {rank}: the launcher is gone; ending this rank")
+    threads.service().add(
+        "launcher lost: exit", lambda: os._exit(EXIT_SIGTERM), 1.0, LAUNCHER_LOST_GRACE_S
+    )
     os.kill(os.getpid(), signal.SIGTERM)
-    time.sleep(LAUNCHER_LOST_GRACE_S)
-    os._exit(EXIT_SIGTERM)
-
-
-def _join_threads(name: str, limit_s: float) -> None:
-    deadline = time.monotonic() + limit_s
-    for thread in threading.enumerate():
-        if thread.name == name and thread is not threading.current_thread():
-            # Thread.join itself: a gpudiag thread's own join returns at once for the
-            # script (threads._InProcess); here gpudiag waits for it to stop
-            threading.Thread.join(thread, max(0.0, deadline - time.monotonic()))
