@@ -94,7 +94,7 @@ def test_service_thread_has_a_small_stack_and_the_default_is_kept() -> None:
         seen.append(size.value)
 
     thread = threads._InProcess(target=probe, daemon=True)
-    threads._start_small(thread)
+    threads.start_small(thread)
     threading.Thread.join(thread, 10)
     other = threading.Thread(target=probe)
     other.start()
@@ -180,3 +180,29 @@ def test_a_traced_rank_runs_one_gpudiag_thread_on_a_small_stack(tmp_path: Path) 
     )
     grown = traced["vmsize_kib"] - plain["vmsize_kib"]
     assert grown < VMSIZE_BOUND_KIB, (plain, traced)
+
+
+def test_the_finishing_deadline_timer_starts_on_a_small_stack(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The finishing's deadline (worker_exit._exit_after) starts a timer thread: on a
+    small stack too, and a start that fails (no address space left under ulimit -v) does
+    not stop the finishing."""
+    from gpudiag.capture import worker_exit
+
+    started: list[threading.Thread] = []
+    real = threads.start_small
+
+    def record(thread: threading.Thread) -> None:
+        started.append(thread)
+        real(thread)
+
+    monkeypatch.setattr(threads, "start_small", record)
+    worker_exit._exit_after(600.0, 0)
+    (timer,) = started
+    assert isinstance(timer, threading.Timer) and timer.daemon
+    timer.cancel()
+
+    def refuse(thread: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threads, "start_small", refuse)
+    worker_exit._exit_after(600.0, 0)  # no exception

@@ -84,7 +84,7 @@ _STACK_LOCK = threading.Lock()
 _STARTER = threading.local()
 
 
-def _start_small(thread: threading.Thread) -> None:
+def start_small(thread: threading.Thread) -> None:
     """``thread.start()`` with a stack of ``STACK_BYTES``. threading.stack_size is
     process-wide: it is set only around the ``pthread_create`` of this start, in this
     thread (threading's own start-thread function, wrapped for as long as this start
@@ -211,7 +211,7 @@ class Service:
     def _ensure_thread(self) -> None:
         if self._thread is None:
             thread = _InProcess(target=self._run_named, name=SERVICE_NAME, daemon=True)
-            _start_small(thread)
+            start_small(thread)
             self._thread = thread
 
     def _run_named(self) -> None:

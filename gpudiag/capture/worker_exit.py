@@ -124,9 +124,14 @@ def _exit_after(seconds: float, code: int) -> None:
         dump_stacks_now()
         os._exit(code)
 
+    from gpudiag.capture import threads
+
     timer = threading.Timer(seconds, _expire)
     timer.daemon = True
-    timer.start()
+    try:  # a small stack, as gpudiag's service thread (issue 28, N4: address space)
+        threads.start_small(timer)
+    except RuntimeError:  # no thread can start (a tight ulimit -v): finish without it
+        pass
 
 
 def _end_when_launcher_lost(rank: int) -> None:
