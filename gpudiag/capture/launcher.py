@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import rundir
+from gpudiag.capture import leftovers, proctree, threads
 from gpudiag.capture import manifest as manifest_mod
-from gpudiag.capture import proctree, threads
 from gpudiag.capture import worker as worker_mod
 from gpudiag.capture.agent import ENV_LAUNCHER_PID, ENV_NODE_RANK_FD
 from gpudiag.capture.ddp import ENV_DDP_HOOK
@@ -640,7 +640,9 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
         nproc_per_node=_local_rank_count(ns.nproc_per_node),
     )
     _record_outcome(run_dir, manifest, outcome, returncode, node.sampler, node.node_rank)
-    return _write_final_manifest(run_dir, node.manifest_path, manifest, outcome, run_dir_fd)
+    code = _write_final_manifest(run_dir, node.manifest_path, manifest, outcome, run_dir_fd)
+    leftovers.sweep({job.proc.pid, *exits.pids.values()}, _say)
+    return code
 
 
 @dataclass
