@@ -28,6 +28,7 @@ from gpudiag.lint.context import (
     names_in,
     terminal_name,
 )
+from gpudiag.lint.device_moves import moves_to_gpu
 
 _LOADER_NAME = re.compile(r"loader|(^|_)(dl|ld)($|_)", re.I)  # `val_dl`, dlrm's `test_ld`
 _EVAL_NAME = re.compile(r"val|test|eval|dev(_|$)", re.I)
@@ -373,7 +374,7 @@ def _class_moves_samples(module: ModuleContext, cls: ast.ClassDef, mapped: set[s
             continue
         seen.add(name)
         for node in module.body_nodes(methods[name].body):
-            if _moves_to_device(module, node):
+            if _moves(module, node):
                 return True
             if (
                 isinstance(node, ast.Call)
@@ -419,29 +420,13 @@ def _returns_device_tensor(
             if isinstance(name, ast.Name)
             for bound in module.assigned_values(name.id, node)
         ]
-        if any(_moves_to_device(module, sub) for value in values for sub in ast.walk(value)):
+        if any(_moves(module, sub) for value in values for sub in ast.walk(value)):
             return True
     return False
 
 
-_DEVICE_VALUE = re.compile(r"device|^(local_)?rank$|^gpu(_id)?$", re.I)
-
-
-def _moves_to_device(module: ModuleContext, node: ast.AST) -> bool:
-    """`.cuda()`, `.to(device)` / `.to("cuda")`, `torch.<factory>(..., device=device)`
-    (not a "cpu" device)."""
-    if not isinstance(node, ast.Call):
-        return False
-    if isinstance(node.func, ast.Attribute) and node.func.attr == "cuda":
-        return True
-    device: ast.expr | None = keyword(node, "device")
-    if isinstance(node.func, ast.Attribute) and node.func.attr == "to" and device is None:
-        device = node.args[0] if node.args else None
-    elif not (module.call_names.get(node) or "").startswith("torch."):
-        return False
-    if isinstance(device, ast.Constant):
-        return isinstance(device.value, str) and device.value.startswith("cuda")
-    return device is not None and bool(_DEVICE_VALUE.search(terminal_name(device)))
+def _moves(module: ModuleContext, node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and moves_to_gpu(node, module.call_names.get(node))
 
 
 def _needs_workers(loader: ast.Call) -> bool:
@@ -671,15 +656,12 @@ def _tensor_dataset(ctx: ModuleContext, loader: ast.Call) -> ast.Call | None:
     return calls[0] if values and len(calls) == len(values) else None
 
 
-_TO_GPU = re.compile(r"\.cuda\(|\.to\([^)]*(cuda|device)")
-
-
 def _on_the_gpu(ctx: ModuleContext, tensors: ast.Call) -> bool:
     """A TensorDataset whose tensors are moved to the GPU where they are made
     (``x.cuda()``, ``.to(device)``): pinning raises there, and a copy is not needed."""
     for arg in tensors.args:
         made = ctx.assigned_values(arg.id, tensors) if isinstance(arg, ast.Name) else [arg]
-        if made and all(_TO_GPU.search(ast.unparse(v)) for v in made):
+        if made and all(any(_moves(ctx, sub) for sub in ast.walk(v)) for v in made):
             return True
     return False
 

@@ -6,18 +6,18 @@ CUDA tensors and `pin_memory=True` raises on them, so neither GD203 nor GD204 ap
 from __future__ import annotations
 
 import ast
-import re
 
 from gpudiag.lint.checks.host_iterators import reaching_value
 from gpudiag.lint.context import ModuleContext, keyword
+from gpudiag.lint.device_moves import moves_to_gpu
 from gpudiag.lint.parameter_calls import every_caller_passes
 
 _MAX_DEPTH = 10
-_MOVE = re.compile(r"\.cuda\(|\.to\([^)]*(cuda|device|rank|gpu)", re.I)
 # tensor methods and torch functions that keep their input's device
 _KEEPING = {
     *("t", "T", "unsqueeze", "squeeze", "view", "reshape", "permute", "transpose", "flip"),
     *("long", "float", "int", "contiguous", "clone", "detach", "flatten", "repeat"),
+    *("half", "bfloat16", "double", "bool", "byte"),
     *("cat", "stack", "hstack", "vstack", "concat", "column_stack"),
 }
 
@@ -32,14 +32,13 @@ def _on_device(ctx: ModuleContext, value: ast.expr, depth: int) -> bool:
     if isinstance(value, (ast.List, ast.Tuple)):
         return bool(value.elts) and all(_on_device(ctx, e, depth + 1) for e in value.elts)
     if isinstance(value, ast.Call):
-        if _MOVE.search(ast.unparse(value.func) + "(" + _args_text(value)):
-            return isinstance(value.func, ast.Attribute)
         qualified = ctx.call_names.get(value) or ""
+        if moves_to_gpu(value, qualified):
+            return True
         if qualified.startswith("torch.") and qualified.count(".") == 1:
             name = qualified.split(".")[1]
-            device = keyword(value, "device")
-            if device is not None:
-                return not (isinstance(device, ast.Constant) and device.value == "cpu")
+            if keyword(value, "device") is not None:
+                return False  # made on the device given, not the GPU (moves_to_gpu)
             return (
                 name in _KEEPING and bool(value.args) and _on_device(ctx, value.args[0], depth + 1)
             )
@@ -61,10 +60,6 @@ def _on_device(ctx: ModuleContext, value: ast.expr, depth: int) -> bool:
             return _on_device(ctx, found[0], depth + 1)
         return _parameter_on_device(ctx, value, depth)
     return False
-
-
-def _args_text(call: ast.Call) -> str:
-    return ", ".join(ast.unparse(a) for a in [*call.args, *(k.value for k in call.keywords)]) + ")"
 
 
 def _parameter_on_device(ctx: ModuleContext, name: ast.Name, depth: int) -> bool:

@@ -6,7 +6,7 @@ of a batch whose results `to_cuda(...)` moves afterwards).
 From the read, the statements that follow in the same straight-line code (the rest of the
 block, then what follows the blocks around it, up to the end of a loop body or function)
 are followed: the name is moved when a later statement passes it to a move (`to_cuda(...)`,
-any call named `*cuda*`, `x.cuda()`, `x.to(device)`); a statement binding names from a call
+`x.cuda()`, `x.to(device)`: `device_moves.moves_to_gpu`); a statement binding names from a call
 the name is passed to (`x, lengths = truncate(x, lengths, ...)`) hands the question on to
 those names (a helper keeps its input's device unless it moves it; moved results mean host
 input); any other rebinding of the name ends the search (not moved).
@@ -15,12 +15,10 @@ input); any other rebinding of the name ends the search (not moved).
 from __future__ import annotations
 
 import ast
-import re
 
 from gpudiag.lint.context import FUNCTION_TYPES, LOOP_TYPES, ModuleContext
-from gpudiag.lint.lint_names import terminal_name
+from gpudiag.lint.device_moves import moves_to_gpu
 
-_DEVICE = re.compile(r"cuda|device|gpu|rank", re.I)
 _MAX_STATEMENTS = 200
 
 
@@ -40,7 +38,7 @@ def _moved_from(
     for following in _following(ctx, statement)[skip:]:
         if isinstance(following, ast.Return):
             return depth < 2 and _moved_by_callers(ctx, following, tracked, depth)
-        moved, tracked = _step(following, tracked)
+        moved, tracked = _step(ctx, following, tracked)
         if moved:
             return True
         if not tracked:
@@ -105,12 +103,12 @@ def _following(ctx: ModuleContext, statement: ast.AST) -> list[ast.stmt]:
     return found
 
 
-def _step(statement: ast.stmt, tracked: set[str]) -> tuple[bool, set[str]]:
+def _step(ctx: ModuleContext, statement: ast.stmt, tracked: set[str]) -> tuple[bool, set[str]]:
     if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call):
         call = statement.value
         passed = _passed_names(call)
         if passed & tracked:
-            if _is_move(call):
+            if moves_to_gpu(call, ctx.call_names.get(call)):
                 return True, tracked
             targets = {
                 n.id for t in statement.targets for n in ast.walk(t) if isinstance(n, ast.Name)
@@ -132,12 +130,3 @@ def _passed_names(call: ast.Call) -> set[str]:
     return names | {
         v.value.id for v in values if isinstance(v, ast.Starred) and isinstance(v.value, ast.Name)
     }
-
-
-def _is_move(call: ast.Call) -> bool:
-    name = terminal_name(call.func)
-    if "cuda" in name.lower():
-        return True
-    return name == "to" and any(
-        _DEVICE.search(ast.unparse(a)) for a in [*call.args, *(k.value for k in call.keywords)]
-    )
