@@ -1,8 +1,10 @@
 """The one "does this call put a tensor on the GPU?" test of the linter
-(`gpudiag.lint.device_moves.moves_to_gpu`), over the edge cases on which the three tests it
-replaced disagreed (data_loading's `_moves_to_device`, moved_later's `_is_move`,
-device_data's `_MOVE`; fourteenth session). Each row: the expression, the call's resolved
-name where it matters (a torch function), the answer, and why."""
+(`gpudiag.lint.device_moves.moves_to_gpu`) and its companion "is this an integer CUDA
+index?" (`cuda_index`), over the edge cases on which the tests they replaced disagreed
+(data_loading's `_moves_to_device` and GD205 filter, moved_later's `_is_move`,
+device_data's `_MOVE`, host_sync's `_names_device`, host_batch's in-place move,
+`conditions.is_device_index`; fourteenth session). Each row: the expression, the call's
+resolved name where it matters (a torch function), the answer, and why."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag.lint import lint_paths
-from gpudiag.lint.device_moves import moves_to_gpu
+from gpudiag.lint.device_moves import cuda_index, moves_to_gpu
 
 CASES: list[tuple[str, str | None, bool, str]] = [
     # .cuda(), whatever its arguments
@@ -48,6 +50,12 @@ CASES: list[tuple[str, str | None, bool, str]] = [
     ("x.to(rank)", None, True, "a CUDA index"),
     ("x.to(0)", None, True, "an integer device is a CUDA index"),
     ('x.to(int(os.environ["LOCAL_RANK"]))', None, True, "the launcher's local rank"),
+    ("x.to(int(args.which))", None, True, "an int in a device slot is a CUDA index"),
+    ("x.to(dist.get_rank())", None, True, "the rank as a CUDA index"),
+    ("x.to(args.gpu_index)", None, True, "a CUDA index"),
+    ("x.to(ddp_local_rank)", None, True, "nanoGPT's local rank"),
+    ('x.to(cfg["local_rank"])', None, True, "a CUDA index from a config"),
+    ("x.to(True)", None, False, "a bool is no device"),
     ("x.to(devices[rank])", None, True, "one device of a list of them"),
     ('x.to(cfg["device"])', None, True, "a device from a config"),
     ('x.to(cfg["dtype"])', None, False, "a dtype from a config"),
@@ -117,6 +125,42 @@ CASES: list[tuple[str, str | None, bool, str]] = [
 ]
 
 
+# `cuda_index`: an integer CUDA device index (the file uses CUDA; a device placed by index)
+INDEX_CASES: list[tuple[str, bool, str]] = [
+    ("0", True, "`.to(0)` is cuda:0"),
+    ("local_rank", True, "the launcher's local rank"),
+    ("args.local_rank", True, "the same, an option"),
+    ("rank", True, "a process's rank used as its GPU"),
+    ("self.gpu_id", True, "a CUDA index"),
+    ("args.gpu", True, "the ImageNet example's GPU index"),
+    ("gpu_idx", True, "a CUDA index"),
+    ("device_id", True, "a CUDA index"),
+    ("device_index", True, "a CUDA index"),
+    ("dev_id", True, "a CUDA index"),
+    ("local_device", True, "a CUDA index"),
+    ("ddp_local_rank", True, "nanoGPT's local rank"),
+    ("global_rank", True, "an integer: cuda:<rank>"),
+    ('int(os.environ["LOCAL_RANK"])', True, "the launcher's local rank"),
+    ("int(x)", True, "any int in a device slot is a CUDA index"),
+    ('cfg["local_rank"]', True, "a CUDA index from a config"),
+    ("dist.get_rank()", True, "an int"),
+    ("True", False, "a bool"),
+    ('"cuda"', False, "a device string, not an index"),
+    ("device", False, "a device variable: may hold the CPU"),
+    ("self.device", False, "a device variable"),
+    ("devices[rank]", False, "an element of a device list (ddp_setup's `_rank_indexed`)"),
+    ("gpus", False, "a list or count of GPUs"),
+    ("num_gpus", False, "a count"),
+    ("cpu_rank", False, "named for the CPU"),
+    ("torch.float16", False, "a dtype"),
+]
+
+
+@pytest.mark.parametrize(("source", "expected", "why"), INDEX_CASES)
+def test_cuda_index(source: str, expected: bool, why: str) -> None:
+    assert cuda_index(ast.parse(source, mode="eval").body) is expected, why
+
+
 @pytest.mark.parametrize(("source", "qualified", "expected", "why"), CASES)
 def test_moves_to_gpu(source: str, qualified: str | None, expected: bool, why: str) -> None:
     node = ast.parse(source, mode="eval").body
@@ -157,7 +201,85 @@ loader = torch.utils.data.DataLoader(Samples(), batch_size=8)
 def test_gd203_follows_the_merged_test(tmp_path: Path, value: str, fires: bool) -> None:
     """GD203 is not reported for a dataset whose `__getitem__` returns device tensors
     (forked workers cannot use CUDA): the move is what `moves_to_gpu` says it is."""
-    path = tmp_path / "train.py"
-    path.write_text(_DATASET.format(value=value))
-    found = {f.line for f in lint_paths([path], select=["GD203"]).findings}
+    found = _found_lines(tmp_path, _DATASET.format(value=value), "GD203")
     assert (found == {7}) is fires, found
+
+
+def _found_lines(tmp_path: Path, source: str, rule: str) -> set[int]:
+    """The lines `rule` reports in a train.py of `source`."""
+    path = tmp_path / "train.py"
+    path.write_text(source)
+    return {f.line for f in lint_paths([path], select=[rule]).findings}
+
+
+_PINNED_LOOP = """\
+import torch
+model = torch.nn.Linear(4, 4).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = torch.utils.data.DataLoader(range(8), batch_size=4, num_workers=2, pin_memory=True)
+def train(dtype, cpu_device):
+    for x, y in loader:
+        b = {copy}
+        loss = model(b.cuda(non_blocking=True)).sum()
+        loss.backward()
+        opt.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("copy", "fires"),
+    [
+        ("x.to(dtype)", False),  # a cast: the old filter took it for a copy
+        ("x.to(x.dtype)", False),
+        ("x.to(cpu_device)", False),
+        ('x.to(device="cpu")', False),
+        ("x.to(torch.float16)", False),
+        ("x.to(0)", True),
+        ('x.to(f"cuda:{rank}")', True),
+        ("x.float().cuda()", True),
+    ],
+)
+def test_gd205_copies_only_moves(tmp_path: Path, copy: str, fires: bool) -> None:
+    """GD205 (a blocking copy of a pinned batch) asks `moves_to_gpu`: a cast or a move to
+    the CPU copies nothing to the GPU."""
+    found = _found_lines(tmp_path, _PINNED_LOOP.format(copy=copy), "GD205")
+    assert (found == {7}) is fires, found
+
+
+_HOST_READS = """\
+import torch
+model = torch.nn.Linear(4, 4).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = torch.utils.data.DataLoader(range(8), batch_size=4, num_workers=2, pin_memory=True)
+def train(cpu_device):
+    for batch in loader:
+        loss = model(batch.x.cuda(non_blocking=True)).sum()
+        loss.backward()
+        opt.step()
+        host = loss.detach().cpu()
+        back = host.to(cpu_device)
+        print(back.numpy())
+        batch.to(torch.float16)
+        print(batch.sid.tolist())
+"""
+
+
+def test_host_memory_stays_on_the_host(tmp_path: Path) -> None:
+    """GD301: `.to(cpu_device)` of a host copy (host_sync) and a cast of the loader batch,
+    `batch.to(torch.float16)` (host_batch: not an in-place move) leave host memory, whose
+    reads sync nothing; the old tests took both for moves to the GPU. The `.cpu()` is the
+    one sync."""
+    assert _found_lines(tmp_path, _HOST_READS, "GD301") == {10}
+
+
+@pytest.mark.parametrize(
+    "device", ['int(os.environ["LOCAL_RANK"])', "dist.get_rank()", "args.gpu_index", "rank"]
+)
+def test_an_integer_device_makes_a_gpu_job(tmp_path: Path, device: str) -> None:
+    """`.to(<CUDA index>)` is CUDA (context's GPU job, via `cuda_index`): GD203 applies."""
+    source = (
+        "import os, torch\nimport torch.distributed as dist\n"
+        f"model = torch.nn.Linear(4, 4).to({device})\n"
+        "loader = torch.utils.data.DataLoader(range(8), batch_size=4)\n"
+    )
+    assert _found_lines(tmp_path, source, "GD203") == {4}

@@ -12,7 +12,6 @@ import re
 from collections.abc import Callable
 
 from gpudiag.lint.lint_names import (
-    _DEVICE_INDEX_NAME,
     _DEVICE_TEST,
     _PLATFORM_NAMES,
     _PLATFORM_STRINGS,
@@ -390,13 +389,6 @@ def _is_device_test(test: ast.expr) -> bool:
         if _DEVICE_TEST.search(name) or name in _PLATFORM_NAMES:
             return True
     return False
-
-
-def is_device_index(node: ast.AST) -> bool:
-    """`.to(local_rank)`, `.to(self.gpu_id)`, `.to(0)`: an integer device is a CUDA index."""
-    if isinstance(node, ast.Constant):
-        return type(node.value) is int
-    return bool(_DEVICE_INDEX_NAME.match(terminal_name(node)))
 
 
 def _ends_block(parent: ast.AST, stmt: ast.stmt) -> bool:

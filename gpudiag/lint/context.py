@@ -41,11 +41,11 @@ from gpudiag.lint.conditions import (
     _truth_names,
     _truth_operands,
     early_exit_before,
-    is_device_index,
 )
 from gpudiag.lint.conditions import (
     ACCUMULATION_NAME as ACCUMULATION_NAME,
 )
+from gpudiag.lint.device_moves import cuda_index
 from gpudiag.lint.lint_names import (
     _CUDA_QUERIES,
     _LOADER_NAME,
@@ -381,7 +381,7 @@ class ModuleContext:
             for name in self.call_names.values()
         ):
             return True
-        if any(is_device_index(call.args[0]) for call in self.method_calls("to") if call.args):
+        if any(cuda_index(call.args[0]) for call in self.method_calls("to") if call.args):
             return True
         if any(self._string_used(node) for node in self._cuda_strings):
             return True

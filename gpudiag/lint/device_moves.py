@@ -1,10 +1,16 @@
 """Whether a call puts a tensor (or a module) on the GPU: the one test of "a move to the
-device" that the rules share (data_loading: a dataset whose samples are device tensors;
-device_data: a DataLoader over a tensor already on the GPU; moved_later: a value the step
-moves to the GPU afterwards was host memory before).
+device" that the rules share (data_loading: a dataset whose samples are device tensors, and
+GD205's copy of a pinned batch; device_data: a DataLoader over a tensor already on the GPU;
+moved_later: a value the step moves to the GPU afterwards was host memory before; host_sync:
+a `.to(device)` of host memory is back on the GPU; host_batch: `batch.to(device)` moves a
+PyG batch in place). Its companion `cuda_index` says whether a value is an integer CUDA
+device index (`.to(local_rank)`, `device=self.gpu_id`): the file uses CUDA (context), a
+device is placed by index (ddp_setup).
 
-It replaces three tests that disagreed on the edge cases (`_moves_to_device` of
-data_loading, `_is_move` of moved_later, `_MOVE` of device_data; fourteenth session).
+It replaces seven tests that disagreed on the edge cases (`_moves_to_device` of
+data_loading, `_is_move` of moved_later, `_MOVE` of device_data; then host_sync's
+`_names_device`, GD205's `.to` / `.cuda` filter, host_batch's in-place move and
+`conditions.is_device_index`; fourteenth session).
 Static code never says where a variable device points, so a device slot filled with a
 variable is taken for the GPU in the training jobs the linter reads, unless the name says
 CPU; a positional `.to(x)` is a move only when `x` looks like a device, because `.to()`
@@ -18,10 +24,15 @@ import re
 
 from gpudiag.lint.lint_names import keyword, terminal_name
 
-# a name that holds a device or a CUDA index: `device`, `self.device`, `x.device`,
-# `accelerator.device`, `get_device()`, `dist_util.dev()`, `local_rank`, `self.gpu_id`, `args.gpu`
-_DEVICE_NAME = re.compile(
-    r"device|cuda|gpu|(^|_)dev($|_)|rank(_?(id|idx|index))?$|^(gpu|dev)_?(id|idx|index)$", re.I
+# a name that holds a device: `device`, `self.device`, `x.device`, `accelerator.device`,
+# `get_device()`, `dist_util.dev()`, `device_type`
+_DEVICE_NAME = re.compile(r"device|cuda|gpu|(^|_)dev($|_)", re.I)
+# a name that holds an integer CUDA index: `local_rank`, `rank`, `self.gpu_id`, `args.gpu`,
+# `device_id`, `LOCAL_RANK` (of `os.environ`), `ddp_local_rank`, `gpu_index`
+_INDEX_NAME = re.compile(
+    r"rank(_?(id|idx|index))?$|^(local_)?(gpu|dev|device)_?(id|idx|index)$|^(local_)?gpu$"
+    r"|^local_device$",
+    re.I,
 )
 # a name that says the device is not a GPU (`cpu_device`, `args.cpu`), or names a dtype
 _NOT_GPU_NAME = re.compile(r"cpu|dtype", re.I)
@@ -94,10 +105,10 @@ def _gpu_device(value: ast.expr, slot: bool) -> bool:
     """Whether `value`, given where a device goes, is a GPU. `slot`: the place only takes a
     device (`device=`, `torch.device(...)`), so any value not known to be the CPU counts;
     otherwise (`.to(x)` positionally) the value must look like a device."""
+    if cuda_index(value):
+        return True
     if isinstance(value, ast.Constant):
-        if isinstance(value.value, str):
-            return value.value.startswith("cuda")
-        return type(value.value) is int
+        return isinstance(value.value, str) and value.value.startswith("cuda")
     if isinstance(value, ast.JoinedStr):  # f"cuda:{rank}", f"{device}"
         first = value.values[0] if value.values else None
         if isinstance(first, ast.FormattedValue):
@@ -114,8 +125,6 @@ def _gpu_device(value: ast.expr, slot: bool) -> bool:
         if name == "device":  # torch.device("cuda", local_rank), torch.device(type="cpu")
             given = value.args[0] if value.args else keyword(value, "type")
             return given is not None and _gpu_device(given, slot=True)
-        if name == "int" and value.args:  # int(os.environ["LOCAL_RANK"])
-            return _gpu_device(value.args[0], slot)
     if isinstance(value, ast.Subscript):  # devices[rank], os.environ["LOCAL_RANK"]
         key = value.slice
         if isinstance(key, ast.Constant) and isinstance(key.value, str):
@@ -126,7 +135,28 @@ def _gpu_device(value: ast.expr, slot: bool) -> bool:
 
 def _named_gpu(name: str, slot: bool) -> bool:
     """A value known by its name: not one named for the CPU or a dtype; in a device slot
-    anything else, otherwise a name that says device or CUDA index."""
+    anything else, otherwise a name that says device (a CUDA index is `cuda_index`'s)."""
     if _NOT_GPU_NAME.search(name):
         return False
     return slot or bool(_DEVICE_NAME.search(name))
+
+
+def cuda_index(value: ast.AST) -> bool:
+    """Whether `value` is an integer CUDA device index: `.to(0)`, `.to(local_rank)`,
+    `device=self.gpu_id`, `torch.device(args.gpu)`, `int(os.environ["LOCAL_RANK"])`,
+    `cfg["local_rank"]`, `dist.get_rank()`. PyTorch reads an integer in a device slot as
+    `cuda:<n>`, so such a value names a GPU whatever the machine, unlike a device variable
+    (`device`, which may hold the CPU). Not a bool (`.to(True)`), a name for the CPU, a
+    device object or a list of devices (`device`, `devices[rank]`, `gpus`)."""
+    if isinstance(value, ast.Constant):
+        return type(value.value) is int
+    if isinstance(value, ast.Call):
+        name = terminal_name(value.func)  # dist.get_rank(), get_local_rank()
+        if name == "int":  # int(os.environ["LOCAL_RANK"]): an int, whatever it converts
+            return len(value.args) == 1
+    elif isinstance(value, ast.Subscript):  # cfg["local_rank"], cfg["gpu_id"]
+        key = value.slice
+        name = key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else ""
+    else:
+        name = terminal_name(value)
+    return bool(_INDEX_NAME.search(name)) and not _NOT_GPU_NAME.search(name)

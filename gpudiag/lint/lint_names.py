@@ -81,9 +81,6 @@ _CUDA_QUERIES = {
     "torch.accelerator.is_available",
     "torch.accelerator.device_count",
 }
-_DEVICE_INDEX_NAME = re.compile(
-    r"^(local_rank|rank|gpu|gpu_id|gpu_idx|device_id|device_idx|local_device|dev_id)$", re.I
-)
 _LEAF_TYPES = (ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
 
 

@@ -889,12 +889,10 @@ def _blocking_batch_copies(
         for node in ctx.body_nodes(loop.body):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
                 continue
-            if node.func.attr not in ("to", "cuda") or _is_cast(ctx, node):
-                continue
+            if node.func.attr not in ("to", "cuda") or not moves_to_gpu(node):
+                continue  # a cast (`.to(torch.float32)`, `.to(dtype)`), `.to("cpu")`
             copied = _cast_root(ctx, node.func.value)
             if not _is_batch(copied, batch_names):
-                continue
-            if node.func.attr == "to" and not node.args and keyword(node, "device") is None:
                 continue
             if keyword(node, "non_blocking") is None:
                 cast = copied is not node.func.value

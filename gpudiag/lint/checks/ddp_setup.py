@@ -13,11 +13,11 @@ from gpudiag.lint.context import (
     LOOP_TYPES,
     ModuleContext,
     is_const,
-    is_device_index,
     keyword,
     names_in,
     terminal_name,
 )
+from gpudiag.lint.device_moves import cuda_index
 
 _MOVES = ("to", "cuda", "cpu", "half", "float", "double", "bfloat16", "to_empty")
 _MODIFIES = ("add_module", "register_module", "register_parameter", "register_buffer", "apply")
@@ -213,7 +213,7 @@ def _integer_devices(ctx: ModuleContext) -> bool:
     moves = [call.args[0] for call in ctx.method_calls("to") if call.args]
     moves += [call.args[0] for call in ctx.calls_to("torch.device") if len(call.args) == 1]
     moves += [kw.value for call in ctx.calls for kw in call.keywords if kw.arg == "device"]
-    return any(is_device_index(value) or _rank_indexed(value) for value in moves)
+    return any(cuda_index(value) or _rank_indexed(value) for value in moves)
 
 
 def _amp_device(ctx: ModuleContext, node: ast.AST) -> bool:
@@ -229,7 +229,7 @@ def _rank_indexed(node: ast.AST) -> bool:
         return False
     index = node.slice
     name = terminal_name(index.func) if isinstance(index, ast.Call) else terminal_name(index)
-    return is_device_index(index) or "rank" in name.lower()
+    return cuda_index(index) or "rank" in name.lower()
 
 
 def _statement_of(ctx: ModuleContext, node: ast.AST) -> ast.AST:

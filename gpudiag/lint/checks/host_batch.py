@@ -15,6 +15,7 @@ from gpudiag.lint.context import (
     names_in,
     terminal_name,
 )
+from gpudiag.lint.device_moves import moves_to_gpu
 from gpudiag.lint.parameter_calls import every_caller_passes
 
 _SYNC_METHODS = ("item", "cpu", "numpy", "tolist")
@@ -144,8 +145,9 @@ def _unpacked_from_batch(ctx: ModuleContext, name: ast.Name, depth: int) -> bool
 def _moved_in_place(
     ctx: ModuleContext, body: list[ast.stmt], name: str, site: ast.AST, depth: int = 0
 ) -> bool:
-    """Before `site`: `batch.to(device)` / `batch.cuda()` (PyTorch Geometric's `Batch.to`
-    moves the fields in place, its result used or not), or the batch handed to a function of
+    """Before `site`: `batch.to(device)` / `batch.cuda()`, a move to the GPU (PyTorch
+    Geometric's `Batch.to` moves the fields in place, its result used or not; not a cast,
+    `batch.to(torch.float16)`, nor `batch.to("cpu")`), or the batch handed to a function of
     the project (ocp's `self._forward(batch)` does that move): its fields may be on the
     device from there on."""
     before = (site.lineno, site.col_offset)  # type: ignore[attr-defined]
@@ -157,8 +159,8 @@ def _moved_in_place(
             continue
         if (
             isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("to", "cuda")
             and terminal_name(node.func.value) == name
+            and moves_to_gpu(node, ctx.call_names.get(node))
         ):
             return True
         if _hands_to_mover(ctx, node, name, depth):

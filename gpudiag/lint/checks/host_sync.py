@@ -14,7 +14,6 @@ from gpudiag.lint.checks.dead_switch import under_dead_switch
 from gpudiag.lint.checks.event_timer import synchronize_hit
 from gpudiag.lint.checks.host_batch import (
     _CONFIG_ROOTS,
-    _DEVICE_OPTION,
     _SYNC_METHODS,
     _chain_root,
     _host_batch_value,
@@ -31,6 +30,7 @@ from gpudiag.lint.context import (
     names_in,
     terminal_name,
 )
+from gpudiag.lint.device_moves import moves_to_gpu
 from gpudiag.lint.parameter_calls import every_caller_passes, every_return
 
 
@@ -262,7 +262,7 @@ def _in_host_memory(
         if isinstance(func, ast.Attribute):
             if bound and func.attr in _HOST_SYNC_METHODS and not receiver.args:
                 return True
-            if _names_device(receiver):  # `.to(device)`, `.cuda()`: back on the GPU
+            if moves_to_gpu(receiver, ctx.call_names.get(receiver)):  # back on the GPU
                 return False
             if ctx.call_names.get(receiver) is None:  # a method: `.float()` of a host array
                 return _in_host_memory(ctx, func.value, site, depth + 1, bound)
@@ -345,21 +345,6 @@ def _refers_to_itself(value: ast.AST, name: str) -> bool:
             return True
         node = node.func if isinstance(node, ast.Call) else node.value
     return False
-
-
-def _names_device(call: ast.Call) -> bool:
-    func = call.func
-    if not isinstance(func, ast.Attribute) or func.attr not in ("to", "cuda"):
-        return False
-    if func.attr == "cuda" or keyword(call, "device") is not None:
-        return True
-    return any(
-        (isinstance(n, ast.Constant) and isinstance(n.value, str) and "cuda" in n.value)
-        or (isinstance(n, ast.Name) and _DEVICE_OPTION.search(n.id))
-        or (isinstance(n, ast.Attribute) and _DEVICE_OPTION.search(n.attr))
-        for arg in call.args
-        for n in ast.walk(arg)
-    )
 
 
 def _reaching_value(ctx: ModuleContext, name: ast.Name) -> ast.expr | None:
