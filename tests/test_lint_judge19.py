@@ -3,35 +3,18 @@ checked by the case folders of tests/lint_cases/issue30)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gpudiag.lint import RULES, lint_paths
-
-CASES = Path(__file__).parent / "lint_cases" / "issue30"
-
-
-def _findings(folder: str, code: str) -> dict[str, tuple[str, str]]:
-    """(message, fix) per source line text."""
-    result = lint_paths([CASES / folder], select=["GD"])
-    return {
-        Path(f.path).read_text().splitlines()[f.line - 1].strip(): (f.message, f.to_json()["fix"])
-        for f in result.findings
-        if f.code == code
-    }
-
-
-def _at(findings: dict[str, tuple[str, str]], text: str) -> tuple[str, str]:
-    return next(found for line, found in findings.items() if text in line)
+from tests.lint_messages import CASES, at, findings
 
 
 def test_collective_in_a_helper_names_the_per_step_call_site() -> None:
-    message, _ = _at(_findings("collective_helper", "GD704"), "dist.all_reduce(")
+    message, _ = at(findings("collective_helper", "GD704"), "dist.all_reduce(")
     assert "all_reduce, in reduce_tensor(), called every step at" in message
     assert message.endswith("collective_helper/train.py:23")
 
 
 def test_set_epoch_fix_fits_a_cycled_loader() -> None:
-    message, fix = _at(_findings("cycled_loader", "GD202"), "DistributedSampler(")
+    message, fix = at(findings("cycled_loader", "GD202"), "DistributedSampler(")
     assert "itertools.cycle" in message
     assert "set_epoch" in fix and "cycle" in fix and fix != RULES["GD202"].fix
 
@@ -47,12 +30,12 @@ def test_synchronize_of_an_event_timer_gets_a_timing_fix() -> None:
 
 
 def test_meter_update_message_says_what_reads_the_tensor() -> None:
-    findings = _findings("meter_update", "GD301")
-    assert "passes it to max()" in _at(findings, "maxp_meter.update(max_t)")[0]
-    assert "compares it" in _at(findings, "best_meter.update(")[0]
+    found = findings("meter_update", "GD301")
+    assert "passes it to max()" in at(found, "maxp_meter.update(max_t)")[0]
+    assert "compares it" in at(found, "best_meter.update(")[0]
 
 
 def test_several_backwards_say_no_sync_or_one_backward() -> None:
-    message, fix = _at(_findings("several_backwards", "GD602"), "err_real.backward(")
+    message, fix = at(findings("several_backwards", "GD602"), "err_real.backward(")
     assert "2 backward() calls before one optimizer step" in message
     assert "no_sync()" in fix and "backward() once" in fix

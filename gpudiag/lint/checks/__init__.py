@@ -29,10 +29,12 @@ def all_checks() -> list[Check]:
         precision,
         process_group,
         rank_zero,
+        replicate,
     )
 
     modules = (
         dataparallel,
+        replicate,
         data_loading,
         host_sync,
         ddp_setup,

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from gpudiag.lint.checks import Hit
 from gpudiag.lint.checks.cycled_loader import sampler_hit
 from gpudiag.lint.checks.device_data import device_tensor_dataset
+from gpudiag.lint.checks.eval_loaders import evaluation_only
+from gpudiag.lint.checks.forwarded_options import forwarded_detail, forwarded_options, weakest
 from gpudiag.lint.checks.loader_data import (
     option_off_by_default,
     parameter_in_memory,
@@ -16,6 +18,7 @@ from gpudiag.lint.checks.loader_data import (
     returned_tensor_dataset,
     returning_calls,
 )
+from gpudiag.lint.checks.rank_shards import ROLLOUT_NAME, sharded_by_rank
 from gpudiag.lint.context import (
     DATALOADER,
     DDP,
@@ -186,13 +189,16 @@ def _check_loader(ctx: ModuleContext, loader: ast.Call) -> Iterator[Hit]:
         and is_const(keyword(loader, "shuffle"), True)
     ):
         yield Hit("GD206", loader)
-    if not ctx.gpu_job or unknown_kwargs:
+    forwarded = forwarded_options(ctx, loader) if unknown_kwargs else None  # M1, judge 20
+    if not ctx.gpu_job or (unknown_kwargs and forwarded is None):
         return
     dataset = _dataset_arg(loader)
     if _device_items(ctx, loader) or (dataset is not None and device_tensor_dataset(ctx, dataset)):
         return  # workers would initialise CUDA in forked processes; pinning would raise
     tensors = _tensor_dataset(ctx, loader)
-    workers = keyword(loader, "num_workers")
+    workers = (
+        keyword(loader, "num_workers") if forwarded is None else weakest(forwarded, "num_workers")
+    )
     no_workers = (workers is None and len(loader.args) < 6) or is_const(workers, 0)
     option = (
         _option_default_zero(ctx, workers)
@@ -205,14 +211,16 @@ def _check_loader(ctx: ModuleContext, loader: ast.Call) -> Iterator[Hit]:
         and not in_memory(ctx, loader)
         and not _samples_use_cuda(ctx, loader)
     ):
-        yield Hit("GD203", loader, _DEFAULT_ZERO.format(option) if option else "")
-    pin = keyword(loader, "pin_memory")
+        detail = _DEFAULT_ZERO.format(option) if option else ""
+        yield Hit("GD203", loader, detail or forwarded_detail(forwarded, "num_workers"))
+    pin = keyword(loader, "pin_memory") if forwarded is None else weakest(forwarded, "pin_memory")
     no_pin = (pin is None and len(loader.args) < 8) or is_const(pin, False)
     pin_option = option_off_by_default(ctx, pin) if pin is not None else ""
     on_gpu = tensors is not None and _on_the_gpu(ctx, tensors)
-    eval_tensors = is_eval and tensors is not None  # no training step to stall (F2, judge 19)
-    if (no_pin or pin_option) and not on_gpu and not eval_tensors:
-        yield Hit("GD204", loader, _PIN_OFF.format(pin_option) if pin_option else "")
+    # no training step to stall: F2, judge 19 (over a TensorDataset); D1, judge 20 (any)
+    if (no_pin or pin_option) and not on_gpu and not evaluation_only(ctx, loader, role):
+        detail = _PIN_OFF.format(pin_option) if pin_option else ""
+        yield Hit("GD204", loader, detail or forwarded_detail(forwarded, "pin_memory"))
 
 
 _PIN_OFF = ": pin_memory comes from the option {0}, a store_true flag that is off unless given"
@@ -451,7 +459,7 @@ def _sharded_elsewhere(ctx: ModuleContext, loader: ast.Call) -> bool:
         _is_iterable_dataset(ctx, loader)
         or _prepared(ctx, loader)
         or _prepared_by_callers(ctx, loader)
-        or _self_sharded(ctx, loader)
+        or sharded_by_rank(ctx, loader, _dataset_values(ctx, loader))
     )
 
 
@@ -463,37 +471,6 @@ def _dataset_values(ctx: ModuleContext, loader: ast.Call) -> list[ast.expr]:
     if isinstance(dataset, ast.Name):
         return ctx.assigned_values(dataset.id, loader) or [dataset]
     return [dataset]
-
-
-_SHARD_KEYWORD = re.compile(
-    r"^(rank|world_size|num_replicas|shard|num_shards|shard_id|shard_index|global_rank"
-    r"|data_parallel_rank|data_parallel_size|dp_rank|dp_size|num_nodes|node_rank)$"
-)
-_SHARD_CALLS = {"split_by_node", "sharding_filter", "shard", "split_dataset_by_node"}
-_ROLLOUT_NAME = re.compile(r"rollout|experience|trajector", re.I)
-
-
-def _self_sharded(ctx: ModuleContext, loader: ast.Call) -> bool:
-    """The dataset is built with the rank or world size (`datapipe(..., rank=
-    dist.get_rank(), world_size=...)`, torchrec's DLRM; `ds.shard(num_shards=...,
-    index=rank)`, `wds.split_by_node`, a datapipe's `.sharding_filter()`), or holds the
-    rollouts this rank generated (`rollouts, stats = self.make_experience(...)`, trlx's
-    NeMo PPO): each rank already iterates its own data (seventh judge)."""
-    dataset = _dataset_arg(loader)
-    if dataset is not None and _ROLLOUT_NAME.search(terminal_name(dataset)):
-        return True
-    for value in _dataset_values(ctx, loader):
-        for node in ast.walk(value):
-            if isinstance(node, ast.Call):
-                if any(_SHARD_KEYWORD.match(kw.arg or "") for kw in node.keywords):
-                    return True
-                if terminal_name(node.func) in _SHARD_CALLS or _ROLLOUT_NAME.search(
-                    terminal_name(node.func)
-                ):
-                    return True
-            elif terminal_name(node) in _SHARD_CALLS:
-                return True
-    return False
 
 
 def _prepared_by_callers(ctx: ModuleContext, loader: ast.Call) -> bool:
@@ -544,7 +521,7 @@ def in_memory(ctx: ModuleContext, loader: ast.Call) -> bool:
     dataset = _dataset_arg(loader)
     if dataset is None:
         return False
-    if _ROLLOUT_NAME.search(terminal_name(dataset)):
+    if ROLLOUT_NAME.search(terminal_name(dataset)):
         return True
     if isinstance(dataset, ast.Name) and any(
         terminal_name(call.func.value) == dataset.id  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 
 from gpudiag.lint.checks import Hit
+from gpudiag.lint.checks.maybe_true import conditional_detail, when_true
 from gpudiag.lint.context import (
     DDP,
     LOOP_TYPES,
@@ -48,8 +49,9 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
     bypassed = list(_forward_bypassed(ctx, ddp_calls))
     for ddp in ddp_calls:
         # a forward that never runs traverses nothing: GD406 is the finding there
-        if is_const(keyword(ddp, "find_unused_parameters"), True) and not bypassed:
-            yield Hit("GD401", ddp)
+        unused = when_true(keyword(ddp, "find_unused_parameters"))
+        if unused is not None and not bypassed:
+            yield Hit("GD401", ddp, conditional_detail(unused))
         yield from _changed_after_wrap(ctx, ddp)
         no_device_ids = keyword(ddp, "device_ids") is None and len(ddp.args) < 2
         if (
@@ -78,8 +80,9 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
         yield Hit("GD405", ddp_calls[0], _CUDA_ONLY if cuda_only else "")
     yield from _seeded_only_in_parent(ctx)
     for kwargs in _accelerate_ddp_kwargs(ctx):
-        if is_const(keyword(kwargs, "find_unused_parameters"), True):
-            yield Hit("GD401", kwargs, _THROUGH_ACCELERATE)
+        unused = when_true(keyword(kwargs, "find_unused_parameters"))
+        if unused is not None:
+            yield Hit("GD401", kwargs, conditional_detail(unused) + _THROUGH_ACCELERATE)
     yield from bypassed
 
 

@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 
 from gpudiag.lint.checks import Hit
+from gpudiag.lint.checks.cuda_extensions import extension_evidence
 from gpudiag.lint.checks.ddp_setup import from_apex
 from gpudiag.lint.checks.inert_precision import inert_only
 from gpudiag.lint.checks.multi_backward import several_backwards
@@ -37,6 +38,19 @@ _OTHER_DEVICE = (
     ": the job runs on '{0}', not CUDA: use `torch.autocast('{0}', dtype=torch.bfloat16)`"
     " (the CUDA wording of the fix does not apply)"
 )
+_EXTENSION = (
+    ": the job runs custom CUDA kernels ({0}), which usually take float32 only: under"
+    " autocast decorate the forward of their autograd Functions with"
+    " @torch.amp.custom_fwd(device_type='cuda', cast_inputs=torch.float32)"
+)
+_EXTENSION_FIX = (
+    "Wrap forward and loss in `with torch.autocast('cuda', dtype=torch.bfloat16):` (float16"
+    " with torch.amp.GradScaler on GPUs without bf16) and decorate the forward of each custom"
+    " autograd Function / extension op that takes float32 only with"
+    " `@torch.amp.custom_fwd(device_type='cuda', cast_inputs=torch.float32)` (its backward"
+    " with `@torch.amp.custom_bwd(device_type='cuda')`): those kernels then get float32"
+    " inputs while the convolutions and matmuls around them run in reduced precision."
+)
 # DDP's own, nanoGPT's flag, Lightning Fabric's `with fabric.no_backward_sync(model,
 # enabled=is_accumulating):` (lit-llama, fourteenth judge: 5 false GD602)
 # apex's DDP has no no_sync(): `disable_allreduce()` is its way to skip the reduction
@@ -57,7 +71,11 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
         and not _linear_probe_only(ctx)
     ):
         kind = ctx.device_kind()
-        yield Hit("GD601", backwards[0], "" if kind == "cuda" else _OTHER_DEVICE.format(kind))
+        extension = extension_evidence(ctx) if kind == "cuda" else ""
+        detail = _EXTENSION.format(extension) if extension else ""
+        if kind != "cuda":
+            detail = _OTHER_DEVICE.format(kind)
+        yield Hit("GD601", backwards[0], detail, _EXTENSION_FIX if extension else "")
     # no_sync(), nanoGPT's `model.require_backward_grad_sync = last_micro_step`, or
     # accelerate's `with accelerator.accumulate(model):` (no_sync on the non-final micro-steps)
     component = ctx.component()

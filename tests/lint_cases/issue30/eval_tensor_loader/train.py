@@ -1,6 +1,6 @@
 # CodeBERT / SpanBERT (judge 19, F2): evaluation loaders over a TensorDataset of token ids
-# stall no training step: no GD204; the training loader over the same kind of data keeps it,
-# and so does an evaluation loader over a project dataset (the corpus' image val loaders).
+# stall no training step: no GD204; the training loader over the same kind of data keeps it.
+# Since judge 20 (D1) no evaluation-only loader gets GD204, over a project dataset either.
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset, SequentialSampler, TensorDataset
@@ -31,7 +31,7 @@ def main():
     eval_sampler = SequentialSampler(eval_data)
     eval_dataloader = DataLoader(eval_data, sampler=eval_sampler, batch_size=8)
     test_dataloader = DataLoader(TensorDataset(ids[64:128]), batch_size=8)
-    val_loader = DataLoader(Images(), batch_size=8, num_workers=4)  # expect: GD204
+    val_loader = DataLoader(Images(), batch_size=8, num_workers=4)
     for (x,) in train_dataloader:
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(x.cuda().float()).mean()
