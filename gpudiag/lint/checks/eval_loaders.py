@@ -1,7 +1,8 @@
 """A DataLoader used only for evaluation (twentieth judge, D1): its host-to-device copies
 stall no training step, so GD204 (pin_memory) is not reported there.
 
-Evaluation-only, decided from what the module shows and never against a training loop:
+Evaluation-only, decided from what the module shows and never against a training loop
+(an inference or prediction loader is not one: there the copies are the job's own time):
 the loader is not iterated by a step loop that trains in its module, and either
 
 - its name says evaluation (`val_loader`, `test_dataloader`, votenet's `TEST_DATALOADER`,
@@ -23,8 +24,8 @@ from gpudiag.lint.checks.forwarded_options import reaching_calls
 from gpudiag.lint.context import FUNCTION_TYPES, ModuleContext, names_in, terminal_name
 
 _EVAL_WORD = re.compile(
-    r"(^|_)(val|valid|validation|validate|test|testing|eval|evaluate|evaluation|dev|cv"
-    r"|infer|inference|predict)(_|\d|$)",
+    r"(^|_)(val|valid|validation|validate|test|testing|eval|evaluate|evaluation|dev|cv)"
+    r"(_|\d|$)",
     re.I,
 )
 _NO_GRAD = re.compile(r"no_grad|inference_mode")
