@@ -101,6 +101,7 @@ SOURCE_KINDS = {"gpudiag_run": "run dir", "traces": "traces", "summaries": "summ
 EVIDENCE_VIEW = {
     "straggler": ("Communication", "arrival skew per collective"),
     "exposed_communication": ("Communication", "collectives and all-reduces per step"),
+    "sync_point": ("Communication", "collectives and all-reduces per step"),
     "bucket_size": ("Communication", "DDP buckets"),
     "gpu_idle": ("GPU metrics", "GPU busy per rank"),
     "gpu_throttled": ("GPU metrics", "clocks and throttling"),

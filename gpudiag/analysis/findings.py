@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # annotations only: the analysis does not load the linter
 KINDS = (
     "straggler",
     "exposed_communication",
+    "sync_point",
     "dataloader_stall",
     "dataloader_startup",
     "startup_wait",
@@ -368,6 +369,9 @@ class ExposedSplit:
     unknown_ms: float
     # each rank's part of ``waiting_ms`` (their mean), in the per-rank table's order
     per_rank_waiting_ms: tuple[float, ...] = ()
+    # the part of ``waiting_ms`` inside small synchronisation calls after the last rank
+    # arrived (sync_points.py: their latency, not gradient transfer; costed by sync_point)
+    sync_ms: float = 0.0
 
     @property
     def transfer_ms(self) -> float:
@@ -384,7 +388,13 @@ class ExposedSplit:
             self.waiting_ms * factor,
             self.unknown_ms * factor,
             tuple(w * factor for w in self.per_rank_waiting_ms),
+            self.sync_ms * factor,
         )
+
+    @property
+    def peers_ms(self) -> float:
+        """The wait for late peers alone (``waiting_ms`` less the sync points' latency)."""
+        return max(self.waiting_ms - self.sync_ms, 0.0)
 
     @property
     def upper_bound(self) -> bool:
@@ -401,7 +411,10 @@ def measured_wait_ranks(ranks: Any, peer_wait: Any) -> list[bool]:
 
 
 def exposed_split(
-    ranks: Any, peer_wait: Any, straggler_wait: Mapping[int, float] | float = 0.0
+    ranks: Any,
+    peer_wait: Any,
+    straggler_wait: Mapping[int, float] | float = 0.0,
+    sync_latency: Mapping[int, float] | None = None,
 ) -> ExposedSplit:
     """Waiting = the measured exposed wait for the last peer to arrive at each collective
     (comms.peer_wait: arrival skew, a straggler's lead included), or, per rank, its wait
@@ -411,7 +424,9 @@ def exposed_split(
     split's waiting is the mean of the ranks' (so a chart of the per-rank parts adds up
     to the finding's numbers). Overlap does not give it back: a straggler, load
     imbalance or a descheduled peer is its cause. A rank ``peer_wait`` does not cover (it
-    could not be measured) counts as unknown: all of its exposed time."""
+    could not be measured) counts as unknown: all of its exposed time. ``sync_latency``
+    (sync_points.SyncPoints.per_rank_latency_ms): each rank's exposed time in small
+    synchronisation calls after the last rank arrived, set apart too (``sync_ms``)."""
     if ranks is None or len(ranks) == 0 or "comm_exposed" not in ranks:
         return ExposedSplit(0.0, 0.0, 0.0)
     exposed = ranks["comm_exposed"].astype(float).to_numpy()
@@ -421,7 +436,9 @@ def exposed_split(
         owed = np.array([straggler_wait.get(int(r), 0.0) for r in ranks["rank"]], dtype=float)
     else:
         owed = np.full(len(exposed), float(straggler_wait))
-    per_rank = np.minimum(np.maximum(np.maximum(measured, owed), 0.0), np.maximum(exposed, 0.0))
+    peers = np.minimum(np.maximum(np.maximum(measured, owed), 0.0), np.maximum(exposed, 0.0))
+    latency = np.array([(sync_latency or {}).get(int(r), 0.0) for r in ranks["rank"]], dtype=float)
+    per_rank = np.minimum(peers + np.maximum(latency, 0.0), np.maximum(exposed, 0.0))
     waiting = min(float(per_rank.mean()), gross)
     # a rank without a measured wait (no trace of it, or the analysis failed): unknown
     seen = _by_rank(ranks, peer_wait, "comm_exposed_ms", missing=np.nan)
@@ -432,6 +449,7 @@ def exposed_split(
         waiting,
         min(max(unknown, 0.0), gross - waiting),
         tuple(float(w) for w in per_rank),
+        float((per_rank - peers).mean()),
     )
 
 
@@ -482,6 +500,8 @@ def exposed_comm_findings(
     straggler_wait: Mapping[int, float] | None = None,
     ddp: bool = True,
     gloo_on_gpu: bool = False,
+    sync_latency: Mapping[int, float] | None = None,
+    sync_exposed_ms: float = 0.0,
 ) -> list[Finding]:
     """Exposed communication net of the waiting for peers: the cost is the transfer part,
     what better overlap gives back. ``peer_wait`` (comms.peer_wait) gives each rank's
@@ -495,31 +515,28 @@ def exposed_comm_findings(
     (steady.runq_share): the share of the step the ranks' training threads waited for a
     CPU; the transfer's time then includes the host's load, and the severity is rated on
     the part that is not (:func:`severity_under_load`); from :data:`STARVED_RUNQ_SHARE`
-    on the title says so.
-    ``window_step_ms``: the profiled window's mean step, where the steady step
+    on the title says so. ``window_step_ms``: the profiled window's mean step, where the steady step
     (``step_ms``) is shorter (the profiler slowed the steps it recorded): the window's
     times are scaled to the steady step (:func:`window_scale`) and the title says so.
     ``sync_rounds`` (gradient_sync.gradient_sync_rounds): DDP all-reduced the gradients
     more than once per optimizer step; the finding then says so, and its cost is what
     no_sync() on the non-final micro-steps gives back (:func:`_microstep_sync_finding`).
     ``ddp``: the run shows DDP (RunInfo.ddp_evidence); without it the fix names no DDP
-    knob (:data:`EXPOSED_COMM_FIX_NOT_DDP`); ``gloo_on_gpu``: it names NCCL first."""
+    knob (:data:`EXPOSED_COMM_FIX_NOT_DDP`); ``gloo_on_gpu``: it names NCCL first. ``sync_latency``,
+    ``sync_exposed_ms``: small sync calls (sync_points.py), set apart as the wait is."""
     if ranks is None or len(ranks) == 0 or "comm_exposed" not in ranks:
         return []
     exposed = ranks["comm_exposed"].astype(float)
     scale = window_scale(step_ms, window_step_ms)
     owed = _owed_in_window(straggler_wait, straggler_ms, scale)
-    window = exposed_split(ranks, peer_wait, owed)
+    window = exposed_split(ranks, peer_wait, owed, sync_latency)
     split = window.scaled(scale)
     if sync_rounds is not None and sync_rounds.rounds_per_step >= 2:
-        found = _microstep_sync_finding(sync_rounds, split, step_ms, runq_share)
+        found = _microstep_sync_finding(
+            sync_rounds, split, step_ms, runq_share, min(sync_exposed_ms * scale, split.gross_ms)
+        )
         return [found] if found is not None else []
-    gross, waiting, unknown, cost = (
-        split.gross_ms,
-        split.waiting_ms,
-        split.unknown_ms,
-        split.transfer_ms,
-    )
+    gross, unknown, cost = split.gross_ms, split.unknown_ms, split.transfer_ms
     if severity_for(cost, step_ms) is None:
         return []
     # say less: rate only what is known to be transfer, and not the host's load
@@ -539,10 +556,11 @@ def exposed_comm_findings(
             ranks=hit,
             title=_exposed_title(split, step_ms, straggler_ms > 0)
             + (_scaled_words(window, window_step_ms) if scale < 1 else "")
-            + (_STARVED_HOST_WORDS.format(share=runq_share) if starved else ""),
+            + (STARVED_HOST_WORDS.format(share=runq_share) if starved else ""),
             evidence={
                 "comm_exposed_ms": ms(gross),
-                "waiting_for_peers_ms": ms(waiting),
+                "waiting_for_peers_ms": ms(split.peers_ms),
+                **({"sync_points_ms": ms(split.sync_ms)} if split.sync_ms > 0 else {}),
                 # in the same terms as the rest: the part of each rank's exposed time
                 # set apart for the straggler (a part, never more than the whole)
                 "waiting_for_straggler_ms": ms(_straggler_part(ranks, owed) * scale),
@@ -600,15 +618,22 @@ NO_SYNC_FIX = (
 
 
 def _microstep_sync_finding(
-    rounds: GradientSyncRounds, split: ExposedSplit, step_ms: float, runq_share: float | None
+    rounds: GradientSyncRounds,
+    split: ExposedSplit,
+    step_ms: float,
+    runq_share: float | None,
+    sync_exposed_ms: float = 0.0,
 ) -> Finding | None:
     """DDP all-reduced every bucket K times per optimizer step: the first K-1 rounds are
     summed over by the next backward. no_sync() on those micro-steps removes their
     exposed communication, waits for peers included: (K-1)/K of it. The rounds are
     counted, not timed, so a busy host does not make them doubtful (only the cost
-    carries the host's load, and the title says so)."""
+    carries the host's load, and the title says so). Small synchronisation calls
+    (``sync_exposed_ms``: a framework's flag broadcast, a logged metric's all_reduce) are
+    not gradient rounds: no_sync() leaves them, and they are left out."""
     k = rounds.rounds_per_step
-    cost = split.gross_ms * (k - 1) / k
+    gradient = max(split.gross_ms - sync_exposed_ms, 0.0)
+    cost = gradient * (k - 1) / k
     severity = severity_for(cost, step_ms)
     if severity is None:
         return None
@@ -618,12 +643,12 @@ def _microstep_sync_finding(
         f"all-reduces of {rounds.buckets} bucket{'s' * (rounds.buckets != 1)}, counted over "
         f"{rounds.steps} steps): gradient accumulation without no_sync()? The first {k - 1} "
         f"rounds are summed over by the next backward; skipping them gives back at least "
-        f"{ms_text(cost)} ms per step ({k - 1}/{k} of the {ms_text(split.gross_ms)} ms of exposed "
-        f"communication, {cost / step_ms:.0%} of the step; more where copying the gradients "
+        f"{ms_text(cost)} ms per step ({k - 1}/{k} of the {ms_text(gradient)} ms of exposed "
+        f"{'gradient ' if sync_exposed_ms > 0 else ''}communication, {pct_text(100 * cost / step_ms)} of the step; more where copying the gradients "
         "into the buckets and, on a CPU host, the all-reduces' threads slow the backward too)"
     )
     if host_starved(runq_share):
-        title += _STARVED_HOST_WORDS.format(share=runq_share)
+        title += STARVED_HOST_WORDS.format(share=runq_share)
     return Finding(
         kind="exposed_communication",
         severity=severity,
@@ -636,6 +661,7 @@ def _microstep_sync_finding(
             "steps_counted": rounds.steps,
             "comm_exposed_ms": ms(split.gross_ms),
             "waiting_for_peers_ms": ms(split.waiting_ms),
+            **({"sync_points_ms": ms(sync_exposed_ms)} if sync_exposed_ms > 0 else {}),
             "no_sync_gives_back_ms": ms(cost),
             # a floor: on 2-rank CPU jobs the measured gain was 1.6-3.2x (probe 29h)
             "cost_is_lower_bound": True,
@@ -707,7 +733,7 @@ STARVED_RUNQ_SHARE = 0.10
 # too: the communication and loader threads are short of CPU either way.
 HOST_LOAD_FLOOR = 0.0
 HOST_LOAD_FULL = 0.15
-_STARVED_HOST_WORDS = (
+STARVED_HOST_WORDS = (
     "; the ranks waited {share:.0%} of the step for a CPU (other processes held the "
     "host's cores), so part of this is the host's load, not the communication"
 )
@@ -751,11 +777,17 @@ def _exposed_title(split: ExposedSplit, step_ms: float, straggler: bool = False)
             f"({share}){bound}"
         )
     whom = " (the straggler among them)" if straggler else ""
+    sync = (
+        f" or inside small synchronisation calls ({ms_text(split.sync_ms)} ms after the last "
+        "rank arrived in them: a flag or a metric, not gradient transfer)"
+        if split.sync_ms > 0
+        else ""
+    )
     return (
         f"{ms_text(split.gross_ms)} ms per step of communication is not overlapped with compute "
         f"(mean over ranks); {ms_text(split.waiting_ms)} ms of it is waiting for late peers to "
-        f"arrive at collectives{whom}, the other {ms_text(cost)} ms ({share}) is the transfer "
-        f"itself{bound}"
+        f"arrive at collectives{whom}{sync}, the other {ms_text(cost)} ms ({share}) is the "
+        f"transfer itself{bound}"
     )
 
 

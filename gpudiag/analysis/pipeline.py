@@ -45,6 +45,7 @@ from gpudiag.analysis.result import (
 )
 from gpudiag.analysis.slow_rank import SlowRankCause
 from gpudiag.analysis.spill import SpilledTable, SpillFile, lowest_rank_rows
+from gpudiag.analysis.sync_points import sync_point_findings, sync_points
 
 if TYPE_CHECKING:
     from gpudiag.analysis.ingest import RunTasks
@@ -469,6 +470,9 @@ def _communication_findings(
         if comms is not None
         else None
     )
+    late = [r for f in straggler for r in f.ranks]
+    sync = _guard(warnings, "sync points", sync_points, inputs.traces, inputs.coll, run, late)
+    latency = sync.per_rank_latency_ms if sync is not None else None
     found = straggler + fnd.exposed_comm_findings(
         ranks,
         base.step_ms,
@@ -489,9 +493,12 @@ def _communication_findings(
             run.collectives if run is not None else None,
             run.ddp_stats if run is not None else None,
         ),
+        sync_latency=latency,
+        sync_exposed_ms=sync.exposed_ms if sync is not None else 0.0,
     )
     scale = fnd.window_scale(base.step_ms, base.window_ms)
-    window = fnd.exposed_split(ranks, peer_wait, {r: w / scale for r, w in owed.items()})
+    found += sync_point_findings(sync, base.step_ms, scale, runq_share)
+    window = fnd.exposed_split(ranks, peer_wait, {r: w / scale for r, w in owed.items()}, latency)
     _note_comm_wait(ranks, window, peer_wait)
     if _uses_ddp(inputs.traces, run):
         found += fnd.bucket_findings(

@@ -24,6 +24,7 @@ from gpudiag.analysis.comms import transfer_ms
 from gpudiag.analysis.findings import Finding
 from gpudiag.analysis.matching import Table, key_blocks
 from gpudiag.analysis.spill import SpillFile
+from gpudiag.analysis.sync_points import sync_point_calls
 
 
 @dataclass(frozen=True)
@@ -236,6 +237,8 @@ COLLECTIVE_READS = (
     "rank",
     "dur_ms",
     "pg_size",
+    "source",
+    "bytes",
 )
 
 
@@ -263,9 +266,14 @@ def last_bucket_ms(collectives: Table | None, spill: SpillFile | None = None) ->
 
 
 def _timed_all_reduces(calls: pd.DataFrame) -> pd.DataFrame:
-    """The all-reduces of steps that have an end, their group names as strings."""
+    """The all-reduces of steps that have an end, their group names as strings; not a
+    small synchronisation call (sync_points.py: a logged metric's all_reduce, which a
+    gpudiag run times where it does not time DDP's buckets, is no gradient bucket)."""
     ar = calls[(calls["op"] == "all_reduce") & (pd.to_numeric(calls["step"], errors="coerce") >= 0)]
     ar = ar[pd.to_numeric(ar["end_ns"], errors="coerce").notna()]
+    if {"source", "bytes"} <= set(ar.columns) and len(ar):
+        sync = sync_point_calls(ar).index
+        ar = ar.drop(index=sync)
     return ar.assign(pg_name=ar["pg_name"].astype(str))
 
 

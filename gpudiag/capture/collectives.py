@@ -32,7 +32,7 @@ import orjson
 
 from gpudiag import rundir
 from gpudiag.capture import ddp
-from gpudiag.capture.callsite import user_callsite
+from gpudiag.capture.callsite import library_callsite, user_callsite
 
 FR_BUFFER_SIZE = 2000
 # Dump when the ring may hold this share of new entries. A dump serialises the whole
@@ -339,6 +339,11 @@ def _time_row(record: dict[str, Any], end_ns: int | None, returned_ns: int) -> d
         "call_ns": record["enter_ns"],
         "source": record["source"],
         "callsite": record["callsite"],
+        **(
+            {"library_callsite": record["library_callsite"]}
+            if record.get("library_callsite")
+            else {}
+        ),
     }
 
 
@@ -429,6 +434,7 @@ class CollectiveRecorder:
                     keep_process_groups(pg)
                 tensor = sig.get(sig.tensor_name, args, kwargs)
                 token, record = recorder._enter(op, pg, tensor, user_callsite(), "dist")
+                record["library_callsite"] = library_callsite()
                 recorder._note_entry(record)
             except Exception:  # recording must never fail the user's call: make it bare
                 return fn(*args, **kwargs)

@@ -142,6 +142,9 @@ def run_labels(result: Any) -> dict[str, str]:
     waited = waited_for(result)
     if waited:
         labels["comm_wait"] = f"waiting for {numbers.ranks(waited)} (late peer)"
+    if any(f.kind == "sync_point" for f in result.findings):
+        # the wait includes the small sync calls' latency (sync_points.py): not transfer
+        labels["comm_wait"] += " or in sync points"
     return labels
 
 
@@ -358,6 +361,11 @@ def _wait_words(evidence: Mapping[str, Any]) -> str:
             "(an upper bound: some collectives were not matched across ranks, so their wait "
             "for late peers is unknown and counted in): better overlap gives back at most this"
         )
+    if numbers.number(evidence.get("sync_points_ms")):
+        return (
+            "(the wait for late peers and the small sync calls' latency set apart, see "
+            "sync_point): what better overlap gives back"
+        )
     return "(the wait for late peers set apart): what better overlap gives back"
 
 
@@ -408,7 +416,7 @@ def _tallest_bar_note(result: Any, f: Finding) -> str:
 
 # The finding that speaks for a part of the chart, when that part is larger than the verdict.
 _PART_FINDING = {
-    "comm_wait": ("straggler", "exposed_communication"),
+    "comm_wait": ("straggler", "exposed_communication", "sync_point"),
     "comm_transfer": ("exposed_communication",),
     "comm_exposed": ("exposed_communication",),
     "data_loading": ("dataloader_stall",),

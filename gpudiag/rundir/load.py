@@ -142,6 +142,10 @@ def _merge_collective_times(collectives: list[dict], times: list[dict]) -> None:
                 row[key] = t[key]
         if t.get("source"):
             row["time_source"] = t["source"]
+        # where the call was issued: the user's line, and a framework's own line
+        for key in ("callsite", "library_callsite"):
+            if isinstance(t.get(key), str) and row.get(key) is None:
+                row[key] = t[key]
 
 
 def load_run(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Run:
