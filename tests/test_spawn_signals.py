@@ -6,6 +6,7 @@ status (probe 28g, N1, 3 of 3). The signal now goes to the job's process group."
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -25,23 +26,35 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.slow
-def test_ctrl_c_reaches_the_workers_mp_spawn_started(tmp_path: Path) -> None:
+def _trace_until(tmp_path: Path, mark: str, script: Path, *args: str) -> subprocess.Popen:
+    """``gpudiag trace script args`` in a session of its own (a terminal's foreground
+    group: gpudiag alone), once both ranks wrote ``<mark>.<rank>`` (no timing margin:
+    the files say the ranks train)."""
     command = [sys.executable, "-m", "gpudiag", "trace", "--out", str(tmp_path / "run"),
-               "--no-lint", "--no-profile", str(SCRIPT), str(_free_port())]  # fmt: skip
+               "--no-lint", "--no-profile", str(script), *args]  # fmt: skip
     proc = subprocess.Popen(
         command,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,  # the terminal's foreground group: gpudiag alone
+        start_new_session=True,
     )
+    deadline = time.monotonic() + 240
+    while not all((tmp_path / f"{mark}.{r}").exists() for r in (0, 1)):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            pytest.fail(f"the ranks never trained (exit {proc.returncode}):\n{out}\n{err}")
+        time.sleep(0.2)
+    return proc
+
+
+@pytest.mark.slow
+def test_ctrl_c_reaches_the_workers_mp_spawn_started(tmp_path: Path) -> None:
+    proc = _trace_until(tmp_path, "started", SCRIPT, str(_free_port()))
     try:
-        deadline = time.monotonic() + 240
-        while not all((tmp_path / f"started.{r}").exists() for r in (0, 1)):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.5)
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
         sent = time.monotonic()
         out, err = proc.communicate(timeout=120)
@@ -53,3 +66,103 @@ def test_ctrl_c_reaches_the_workers_mp_spawn_started(tmp_path: Path) -> None:
     assert "rank 0 saved" in out and "rank 1 saved" in out
     assert took < 25, (took, err[-3000:])  # not the 30 s grace and its SIGKILL
     assert "wrote no status" not in err, err[-3000:]
+
+
+HANDLERS_SCRIPT = Path(__file__).parent / "scripts" / "spawn_own_handlers.py"
+OWN_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["spawn", "fork", "process"])
+def test_the_scripts_own_handlers_survive_init_process_group_and_run(
+    tmp_path: Path, mode: str
+) -> None:
+    """Issue 28, NEW-1: an mp.spawn worker's SIGTERM handler, installed before its
+    init_process_group, was replaced by gpudiag's when the rank set up at that call:
+    ``getsignal`` said the default, and the job's SIGTERM raised KeyboardInterrupt
+    instead of running the handler (no checkpoint). The same with the handlers a
+    fork-started rank inherits from its parent (SIGUSR2 too: the fork reset it) and in
+    the fork-context ``multiprocessing.Process`` ranks gpudiag does not trace (which also
+    took the traced rank's directory over). Real 2-rank gloo jobs, a real SIGTERM to
+    ``gpudiag trace``, which forwards it to the job's process group."""
+    proc = _trace_until(tmp_path, "ready", HANDLERS_SCRIPT, str(_free_port()), mode)
+    try:
+        os.kill(proc.pid, signal.SIGTERM)  # to gpudiag: it forwards to the job's group
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    whose = ["0", "1", "main"] if mode == "fork" else ["0", "1"]
+    for who in whose:
+        seen = json.loads((tmp_path / f"ready.{who}").read_text())
+        # what signal.getsignal said after init_process_group and a DDP step
+        assert seen == dict.fromkeys(OWN_SIGNALS, True), (who, seen, err[-3000:])
+    saved = sorted(p.name for p in tmp_path.glob("ckpt.*"))
+    assert saved == [f"ckpt.{who}.SIGTERM" for who in sorted(whose)], (saved, out, err[-3000:])
+    if mode == "process":  # untraced ranks: the traced process keeps its own record
+        assert (tmp_path / "run" / "rank0" / "status.json").is_file(), err[-3000:]
+        assert not (tmp_path / "run" / "rank1").exists(), err[-3000:]
+        assert "deleted while the run wrote it" not in err, err[-3000:]
+        return
+    for rank in (0, 1):
+        status = json.loads((tmp_path / "run" / f"rank{rank}" / "status.json").read_text())
+        assert (status["status"], status["exit_code"], status["exc_type"]) == (
+            "interrupted",
+            42,
+            "SIGTERM",
+        ), status
+        assert status["message"] == "sys.exit(42) in the script's SIGTERM handler", status
+
+
+def test_gpudiag_takes_sigterm_only_where_the_default_is() -> None:
+    """The rules behind the test above, in one fresh process: a rank set up after the
+    script's code ran (mp.spawn's, at init_process_group) keeps a SIGTERM handler or
+    SIG_IGN the script set; the default is gpudiag's to stand in for; at a process's
+    start (nothing of the script has run) it is taken as before. A forked child keeps a
+    fatal-signal handler of the script's; a handler of several signals is named by the
+    one it was called for. A handler of the hang dump's signal stays the script's."""
+    code = """
+import os, signal, sys
+from gpudiag.capture import worker_signals as ws
+own = lambda s, f: None
+signal.signal(signal.SIGTERM, own)
+ws.take_sigterm()
+assert signal.getsignal(signal.SIGTERM) is own
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+ws.take_sigterm()
+assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+ws.take_sigterm()
+assert ws.real_getsignal(signal.SIGTERM) is ws._on_sigterm
+signal.signal(signal.SIGTERM, own)
+ws.take_sigterm(at_start=True)
+assert ws.real_getsignal(signal.SIGTERM) is ws._on_sigterm
+ws.hide_own_handlers()
+assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # gpudiag's, disguised
+signal.signal(signal.SIGUSR2, own)
+ws._FATAL_HANDLED.append(signal.SIGUSR2)
+ws._forked_child()
+assert signal.getsignal(signal.SIGUSR2) is own
+def on_any(signum, frame):
+    sys.exit(7)
+for name in ("SIGINT", "SIGTERM"):
+    signal.signal(getattr(signal, name), on_any)
+ws._note_script_handlers()
+try:
+    on_any(signal.SIGTERM, None)
+except SystemExit as exc:
+    assert ws._handled_signal(exc.__traceback__) == "SIGTERM", ws._handled_signal(exc.__traceback__)
+import tempfile
+from pathlib import Path
+from gpudiag.capture import hangdump
+ran = []
+signal.signal(hangdump.STACK_DUMP_SIGNAL, lambda s, f: ran.append(s))
+hangdump.install_hang_dump(Path(tempfile.mkdtemp()), 0)
+signal.raise_signal(hangdump.STACK_DUMP_SIGNAL)
+assert ran == [hangdump.STACK_DUMP_SIGNAL], ran
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]

@@ -119,10 +119,24 @@ def install_hang_dump(run_dir: Path, rank: int) -> None:
     _STOP.clear()
     if _STACKS_FILE is None and STACK_DUMP_SIGNAL is not None:
         _STACKS_FILE = open(rdir / rundir.STACKS, "w", encoding="utf-8")  # noqa: SIM115
-        faulthandler.register(STACK_DUMP_SIGNAL, file=_STACKS_FILE, all_threads=True, chain=False)
+        if not _scripts_handler(STACK_DUMP_SIGNAL):
+            faulthandler.register(
+                STACK_DUMP_SIGNAL, file=_STACKS_FILE, all_threads=True, chain=False
+            )
         # A C++ abort (e.g. gloo's size-mismatch check) then leaves the stacks too.
         faulthandler.enable(file=_STACKS_FILE, all_threads=True)
     threads.service().add(POLL_TASK, _Poller(Path(run_dir), rank), POLL_S)
+
+
+def _scripts_handler(signum: int) -> bool:
+    """The script installed a handler of the dump signal itself (set up at
+    ``init_process_group``, an mp.spawn rank runs the script's code first): it is never
+    replaced (issue 28, NEW-1); that rank gives no stack dump."""
+    try:
+        handler = signal.getsignal(signum)
+    except (ValueError, OSError):
+        return False
+    return callable(handler)
 
 
 def stop_poller(limit_s: float = 2.0) -> None:

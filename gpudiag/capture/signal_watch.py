@@ -25,6 +25,7 @@ nothing is watched then, as before.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -50,9 +51,13 @@ def _main_position() -> tuple[int, int] | None:
     return id(frame), frame.f_lasti
 
 
-def _forget_wakeup_fd() -> None:
+def _forget_wakeup_fd(ours: int) -> None:
+    """In a forked child: the watcher's wakeup fd is dropped; one the script set since
+    (an event loop's) is the script's and stays."""
     try:
-        signal.set_wakeup_fd(-1)
+        previous = signal.set_wakeup_fd(-1)
+        if previous not in (-1, ours):
+            signal.set_wakeup_fd(previous)
     except (ValueError, OSError):  # not the main thread of the child
         pass
 
@@ -92,7 +97,7 @@ class SignalWatch:
             return False
         # a forked child (a DataLoader worker) keeps the wakeup fd: its own signals (the
         # loader's SIGTERM at shutdown) would read here as this rank's
-        os.register_at_fork(after_in_child=_forget_wakeup_fd)
+        os.register_at_fork(after_in_child=functools.partial(_forget_wakeup_fd, write_fd))
         return True
 
     def _on_signals(self, signums: list[int]) -> None:

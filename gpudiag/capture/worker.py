@@ -218,6 +218,9 @@ class Worker:
         self._install_collectives()
         self._install_steps()
         if threading.current_thread() is threading.main_thread():
+            # where the default is only: set up at init_process_group (a spawned or
+            # re-executed rank, a rank moved to the one the call names), the script's
+            # code has run, and a SIGTERM handler it installed stays (NEW-1)
             take_sigterm()
             hide_own_handlers()  # a rank mp.spawn started does not pass through main()
         if self.launched_alone and self.target:  # gpudiag started this one process
@@ -328,7 +331,12 @@ class Worker:
         of 1, the guess of a process gpudiag started alone, whose script passed
         ``rank=``/``world_size=`` itself): move to it, unless steps were already
         recorded (then the rank stays as recorded, with a warning)."""
-        if self.handed_over:  # a forked child of a process that spawned its ranks
+        if self.handed_over or _in_forked_child():
+            # a forked child of a process that spawned its ranks, or one the rank forked
+            # (multiprocessing's fork context: the tutorial's ranks, untraced): not the
+            # rank; it set up again as the rank it joined, removed the rank's directory,
+            # and its new one was left without a status, and a SIGTERM handler it had
+            # installed was replaced (NEW-1)
             return
         if not self.set_up:
             self.rank, self.world_size = rank, world_size
@@ -859,6 +867,12 @@ def spawned_worker(index: int, nprocs: int) -> Worker:
     worker.rank, worker.local_rank, worker.world_size = index, index, nprocs
     worker.started_by = "spawn"
     _claim_process()
+    if threading.current_thread() is threading.main_thread():
+        # before the script's function, as main() does for a torchrun rank: a SIGTERM
+        # before init_process_group is an interrupt with a status; a handler the worker
+        # inherited (a fork start method) or installs later is the script's
+        take_sigterm()
+        hide_own_handlers()
     worker.setup_at_init_process_group()
     return worker
 
@@ -881,7 +895,7 @@ def main(argv: list[str] | None = None) -> None:
     from gpudiag.capture.clock import install_test_shift
 
     install_test_shift()  # tests only: a skewed host (GPUDIAG_TEST_CLOCK_SHIFT_NS)
-    take_sigterm()
+    take_sigterm(at_start=True)
     hide_own_handlers()
     target, script_args = parse_target(argv)
     run_dir = Path(os.environ.get(ENV_RUN_DIR) or "gpudiag_run").resolve()

@@ -59,9 +59,18 @@ _OWN_HANDLERS: list[Any] = []
 _DEFAULT_STANDINS: dict[int, Any] = {}
 
 
-def take_sigterm() -> None:
-    """gpudiag's SIGTERM handler in place, standing in for the default."""
-    set_handler(signal.SIGTERM, _on_sigterm)
+def take_sigterm(at_start: bool = False) -> None:
+    """gpudiag's SIGTERM handler in place, standing in for the default, where the
+    default is: a handler the process already has (the script's, installed before
+    gpudiag set up, e.g. in an mp.spawn worker before its ``init_process_group``, or
+    inherited through fork; ``SIG_IGN`` it set) is never replaced. Issue 28, NEW-1:
+    a spawned rank sets up at ``init_process_group``, and this replaced the handler the
+    worker had installed before it (``getsignal`` then said the default, and the job's
+    SIGTERM raised KeyboardInterrupt instead of running the script's checkpoint).
+    ``at_start``: the process's start, before any code of the script (``main``); what is
+    there then was inherited (an ignored SIGTERM too), and is taken as before."""
+    if at_start or real_getsignal(signal.SIGTERM) in (signal.SIG_DFL, _on_sigterm):
+        set_handler(signal.SIGTERM, _on_sigterm)
     _DEFAULT_STANDINS[signal.SIGTERM] = _on_sigterm
 
 
@@ -159,7 +168,8 @@ def _forked_child() -> None:
         pass
     for signum in _FATAL_HANDLED:
         try:
-            set_handler(signum, signal.SIG_DFL)
+            if _is_own(real_getsignal(signum)):  # the script's own (inherited) stays
+                set_handler(signum, signal.SIG_DFL)
         except (ValueError, OSError):
             pass
 
@@ -198,11 +208,28 @@ def _handled_signal(tb: Any) -> str | None:
     (``def on_sigint(signum, frame): ...; sys.exit(7)``); None when none does."""
     codes = _SCRIPT_HANDLERS
     while tb is not None and codes:
-        name = codes.get(tb.tb_frame.f_code)
+        code = tb.tb_frame.f_code
+        name = codes.get(code)
         if name is not None:
-            return name
+            return _signal_received(tb.tb_frame, code) or name
         tb = tb.tb_next
     return None
+
+
+def _signal_received(frame: Any, code: CodeType) -> str | None:
+    """The signal a handler's frame was called for (its ``signum`` argument): one
+    function may handle several signals, and the first one noted is not always it."""
+    first = 1 if code.co_varnames[:1] == ("self",) else 0
+    if code.co_argcount <= first:
+        return None
+    value = frame.f_locals.get(code.co_varnames[first])
+    if type(value) is not int and not isinstance(value, signal.Signals):
+        return None
+    try:
+        name = signal.Signals(value).name
+    except ValueError:
+        return None
+    return name if name in _ENDING_SIGNALS else None
 
 
 def _set_aside_sigchld() -> None:
