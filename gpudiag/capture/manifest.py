@@ -114,10 +114,15 @@ def launcher_identity(heartbeat_s: float) -> dict[str, Any]:
         start_time = float(psutil.Process().create_time())
     except Exception:
         pass
+    pid = os.getpid()
     return {
-        "pid": os.getpid(),
+        "pid": pid,
         "hostname": socket.gethostname(),
         "start_time": start_time,
+        # what same-host readers tell this process by: no change of the wall clock moves
+        # them (start_time does: a VM resumed with its clock stepped, issue 28 NEW-2)
+        "start_ticks": rundir.process_start_ticks(pid),
+        "boot_id": rundir.boot_id(),
         "heartbeat_s": heartbeat_s,
     }
 

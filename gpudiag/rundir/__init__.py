@@ -152,8 +152,10 @@ from gpudiag.rundir.merge import (
 from gpudiag.rundir.procs import (
     LAUNCHER_HEARTBEAT_S,
     LAUNCHER_STALE_S,
+    boot_id,
     launcher_gone,
     launcher_pid_problem,
+    process_start_ticks,
     run_status,
 )
 from gpudiag.rundir.read import (
@@ -276,6 +278,7 @@ __all__ = [
     "launched_separately",
     "launcher_gone",
     "launcher_pid_problem",
+    "boot_id",
     "left_early",
     "lexists",
     "list_dir",
@@ -312,6 +315,7 @@ __all__ = [
     "reserve_for_ranks",
     "reserve_path",
     "reserve_space",
+    "process_start_ticks",
     "run_status",
     "sample_run_paths",
     "shrink_reserve",

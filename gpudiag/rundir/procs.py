@@ -27,10 +27,39 @@ def _process_start_time(pid: int) -> float | None:
         return None
 
 
+def process_start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks since the host booted (field 22 of
+    ``/proc/<pid>/stat``): fixed for the process's life, whatever the wall clock does.
+    None where it cannot be read (no such process, no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def boot_id() -> str | None:
+    """This boot of the host (a process's start ticks count from it), or None."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read().strip() or None
+    except (OSError, ValueError):
+        return None
+
+
+def _ticks_of(launcher: dict[str, Any]) -> int | None:
+    ticks = launcher.get("start_ticks")
+    return ticks if type(ticks) is int and ticks >= 0 else None
+
+
 def launcher_gone(manifest: dict[str, Any], manifest_file: str | os.PathLike[str]) -> str | None:
     """Why the launcher of a run still marked running is known to be gone, or None
     (alive, or nothing to tell). Same host: its pid no longer exists, or belongs to a
-    process started later. Another host: the manifest heartbeat is stale."""
+    process started at another moment (the start ticks since boot the launcher recorded,
+    which no change of the wall clock moves; an older launcher's record has only its
+    start in epoch seconds), or the host restarted since. Another host: the manifest
+    heartbeat is stale."""
     launcher = manifest.get("launcher")
     if launcher is None:
         return None  # no record of the launcher (written before it was recorded)
@@ -41,6 +70,9 @@ def launcher_gone(manifest: dict[str, Any], manifest_file: str | os.PathLike[str
     pid = launcher["pid"]
     host = launcher.get("hostname")
     if host == socket.gethostname():
+        ticks = _ticks_of(launcher)
+        if ticks is not None:
+            return _launcher_gone_here(launcher, pid, ticks)
         started = launcher.get("start_time")
         actual = _process_start_time(pid)
         if actual is None and not pid_exists(pid):
@@ -58,6 +90,24 @@ def launcher_gone(manifest: dict[str, Any], manifest_file: str | os.PathLike[str
         return None
     if age > stale:
         return f"launcher on {host or 'another host'} has not touched the manifest for {age:.0f} s"
+    return None
+
+
+def _launcher_gone_here(launcher: dict[str, Any], pid: int, ticks: int) -> str | None:
+    """A launcher on this host that recorded its start ticks. Its start in epoch seconds
+    (psutil's create_time: the ticks plus the boot time the kernel derives from the wall
+    clock) moves when the wall clock is stepped: a VM paused and resumed had its clock set
+    15 s on, and `gpudiag watch` said `launcher_lost` of a live launcher (issue 28, NEW-2)."""
+    host = launcher.get("hostname")
+    recorded_boot = launcher.get("boot_id")
+    current_boot = boot_id()
+    if isinstance(recorded_boot, str) and current_boot and recorded_boot != current_boot:
+        return f"launcher pid {pid} on {host} is gone (the host restarted since)"
+    actual = process_start_ticks(pid)
+    if actual is None:
+        return None if pid_exists(pid) else f"launcher pid {pid} on {host} is gone"
+    if actual != ticks:
+        return f"launcher pid {pid} on {host} is gone (the pid now belongs to another process)"
     return None
 
 

@@ -220,7 +220,14 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "desync": "dict",
         "verdict": "str",
     },
-    "launcher": {"pid": "pid", "hostname": "str", "start_time": "num", "heartbeat_s": "num"},
+    "launcher": {
+        "pid": "pid",
+        "hostname": "str",
+        "start_time": "num",
+        "start_ticks": "count",
+        "boot_id": "str",
+        "heartbeat_s": "num",
+    },
     "failure": {
         "rank": "int",
         "exit_code": "int",
