@@ -131,6 +131,43 @@ def test_incremental_refreshes_equal_one_read(straggler_run: Path) -> None:
     assert [r.step for r in snap.ranks] == [14] * 4
 
 
+def test_a_rank_that_dumped_later_keeps_the_straggler_named(straggler_run: Path) -> None:
+    """Probe 31k, N2: the live page said "Lagging ranks: none" beside rank 1 55 ms late,
+    and `watch --json` gave no lagging rank in 5 of 15 samples of a steady straggler
+    (late_ms null with the window set in 4). Each rank dumps its Flight Recorder when
+    its own ring and clock say so; the window ends at the newest step every rank has
+    collectives for, but a rank's arrivals were trimmed on its own newest step: the rank
+    that dumped ahead kept none of the window's steps. On the recorded run, rank 2 (the
+    straggler) and then rank 0 ahead of the others by 6 steps, at every window size that
+    fits: named each time, late_ms from the same collectives."""
+    tables = {
+        (r, t): rundir.table_path(rundir.rank_dir(straggler_run, r), t)
+        for r in range(4)
+        for t in (rundir.COLLECTIVES, rundir.COLLECTIVE_TIMES)
+    }
+    rows = {k: [json.loads(x) for x in _lines(p)] for k, p in tables.items()}
+    for ahead in (2, 0):
+        for steps in (3, 4, 5):
+            for (r, t), path in tables.items():
+                last = 14 if r == ahead else 8  # this rank dumped 6 steps later than the rest
+                kept = [
+                    x
+                    for x in rows[(r, t)]
+                    if not isinstance(x.get("step"), int) or x["step"] <= last
+                ]
+                if t == rundir.COLLECTIVE_TIMES:
+                    kept = []  # only the dumped Flight Recorder rows
+                path.write_bytes(b"".join(json.dumps(x).encode() + b"\n" for x in kept))
+            window = live.LiveWindow(steps)
+            batch = rundir.LiveReader(straggler_run).poll()
+            window.add(batch)
+            snap = live.snapshot(window, batch, window=steps)
+            assert snap.lagging_window == [9 - steps, 8], (ahead, steps)
+            assert snap.lagging == [2], (ahead, steps, [r.late_ms for r in snap.ranks])
+            late = {r.rank: r.late_ms for r in snap.ranks}
+            assert late[2] is not None and late[2] == max(v or 0 for v in late.values())
+
+
 def test_window_stays_bounded(straggler_run: Path) -> None:
     window = live.LiveWindow(steps=5)
     reader = rundir.LiveReader(straggler_run)

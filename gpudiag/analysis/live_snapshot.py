@@ -167,15 +167,26 @@ class LiveWindow:
             self.collectives_changed = True
         self._trim(rank)
 
+    def window_end(self) -> int | None:
+        """The newest step every rank has arrivals for (None before any): where the
+        lagging window ends, whichever rank dumped its collectives last."""
+        if not self._newest_step or set(self.steps) - set(self._newest_step):
+            return None  # a rank with steps and no arrivals yet: its window is unknown
+        return min(self._newest_step.values())
+
     def _trim(self, rank: int) -> None:
         """Drop arrivals older than the window: those of steps ``steps_kept`` before the
-        newest step this rank has arrivals for, and those issued before the oldest kept
+        newest step *every* rank has arrivals for (a rank that dumped its Flight
+        Recorder later than the others sets where the window ends: trimmed on the rank's
+        own newest step, the rank that dumped first kept none of the window's steps, and
+        the lagging window matched a few collectives or none: "Lagging ranks: none"
+        beside rank 1 50 ms late, probe 31k N2), and those issued before the oldest kept
         step row; and the oldest beyond a hard cap. Rows come in time order, so the
         table is rebuilt only when its first row is stale."""
         table = self.arrivals[rank]
         steps = self.steps.get(rank)
         oldest = steps[0]["end_ns"] if steps else None
-        newest = self._newest_step.get(rank)
+        newest = self.window_end()
         floor = None if newest is None else newest - self.steps_kept
 
         def keep(row: dict[str, Any]) -> bool:
