@@ -91,11 +91,17 @@ def test_the_straggler_verdicts_number_is_a_chart_column_and_names_whom_they_wai
         for m in SEGMENT.finditer(svg)
         if m["key"] == "comm_wait" and m["rank"] != "2"
     ]
-    chart = f"{sum(waits) / len(waits):.2f} ms/step"
+    chart = f"{sum(waits) / len(waits):.2f} ms"
     verdict = _plain(at.error[0].value)
     assert "wait for it 39.05 ms/step, median over 14 matched steps" in verdict
-    assert f"'waiting for rank 2 (late peer)' on the other ranks: {chart}" in verdict
-    assert "the mean over its 3 profiled steps" in verdict
+    assert (
+        f"'waiting for rank 2 (late peer)' on the other ranks is the mean of ranks 0, 1 and "
+        f"3's bars, {chart} (" in verdict
+    )
+    for m in SEGMENT.finditer(svg):  # each bar it averages, as the chart draws it
+        if m["key"] == "comm_wait" and m["rank"] != "2":
+            assert f"rank {m['rank']} {float(m['ms']):.2f} ms" in verdict
+    assert "each bar the mean over its 3 profiled steps" in verdict
     assert "waiting for rank 2 (late peer)" in svg and "rank 2 · waiting for rank 2" not in svg
 
 

@@ -92,7 +92,7 @@ def test_gpu_idle_verdict_calls_the_mean_a_mean(shared_traces):
     res = analyze(shared_traces / "param_dlrm_ddp8", workers=1)
     head = verdict(res).headline
     assert "worst on" not in head and "up to" not in head, head
-    assert "on all 8 ranks" in head and "(the mean over ranks)" in head, head
+    assert "on all 8 ranks" in head and "(the mean over all 8 ranks)" in head, head
 
 
 def test_a_cut_title_ends_at_a_word_with_an_ellipsis() -> None:
