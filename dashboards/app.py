@@ -72,9 +72,9 @@ def _initial_run(refs: list[runs.RunRef], roots: list[Path]) -> int:
     wanted = st.query_params.get("run")
     if not wanted:
         return 0
-    labels = [r.label for r in refs]
-    if wanted in labels:
-        return labels.index(wanted)
+    found = runs.find_run(refs, wanted)
+    if found is not None:
+        return found
     if not Path(wanted).is_absolute() and ".." not in Path(wanted).parts:
         # a run's label mistyped, not a path leaving the roots: say that (browser probe)
         views.bad_url_value("run", wanted, "the runs found", f"showing {refs[0].label}")

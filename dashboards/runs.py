@@ -26,14 +26,14 @@ class PathOutsideRoots(ValueError):
 
 @dataclass(frozen=True)
 class RunRef:
-    label: str  # what the UI shows: "<root name>/<run name>"
+    label: str  # what the UI shows: "<parent folder>/<run name>" (run_labels)
     path: Path  # resolved
 
 
 def discover_runs(roots: list[Path]) -> list[RunRef]:
-    """Runs under each root (the root itself when it is one), sorted by path; labels are
-    paths relative to the root's parent, e.g. ``sample_runs/ddp2_healthy``."""
-    found: list[RunRef] = []
+    """Runs under each root (the root itself when it is one), sorted by path; labels by
+    :func:`run_labels`, e.g. ``sample_runs/ddp2_healthy``."""
+    paths: list[Path] = []
     seen: set[Path] = set()
     for root in roots:
         root = Path(root).resolve()
@@ -44,9 +44,38 @@ def discover_runs(roots: list[Path]) -> list[RunRef]:
             if run in seen or not is_inside(run, roots):
                 continue
             seen.add(run)
-            label = run.name if run == root else str(run.relative_to(root.parent))
-            found.append(RunRef(label=label, path=run))
-    return found
+            paths.append(run)
+    return [RunRef(label=label, path=p) for p, label in zip(paths, run_labels(paths), strict=True)]
+
+
+def run_labels(paths: list[Path]) -> list[str]:
+    """A run's name, the same however the dashboard was started (its folder or the run
+    directories themselves: "runs/live1" beside "dataslow", and ``?run=live1`` named no
+    run, probe 31k N3): its parent folder's name and its own, ``runs/live1``; runs whose
+    names would be the same get more of their path, up to the whole of it."""
+    depth = dict.fromkeys(paths, 2)
+    while True:
+        labels = {p: "/".join(p.parts[-depth[p] :]).lstrip("/") or str(p) for p in paths}
+        counts: dict[str, int] = {}
+        for label in labels.values():
+            counts[label] = counts.get(label, 0) + 1
+        clashing = [p for p in paths if counts[labels[p]] > 1 and depth[p] < len(p.parts)]
+        if not clashing:
+            return [labels[p] for p in paths]
+        for p in clashing:
+            depth[p] += 1
+
+
+def find_run(refs: list[RunRef], wanted: str) -> int | None:
+    """Index of the run a URL's ``run=`` names: its label, or the end of one (a run's own
+    folder name, ``live1``, as a link made before names had their parent), when that
+    names one run only."""
+    labels = [r.label for r in refs]
+    if wanted in labels:
+        return labels.index(wanted)
+    tail = "/" + wanted.strip("/")
+    ends = [i for i, label in enumerate(labels) if ("/" + label).endswith(tail)]
+    return ends[0] if len(ends) == 1 else None
 
 
 def recorded_status(run: Path) -> str | None:

@@ -707,6 +707,8 @@ def init_partner(ref: runs.RunRef, all_runs: list[runs.RunRef]) -> str | None:
         return str(state[PARTNER])
     chosen: dict[str, str] = state.setdefault(_PARTNERS, {})
     wanted = st.query_params.get(PARTNER) if _PARTNER_OF not in state else None
+    if wanted and wanted not in labels and runs.find_run(all_runs, wanted) is not None:
+        wanted = labels[runs.find_run(all_runs, wanted) or 0]  # a run's own folder name
     if wanted and wanted not in labels:
         bad_url_value(PARTNER, wanted, "the runs found", "Run B is chosen below")
     if wanted not in labels:

@@ -736,3 +736,28 @@ def test_cli_a_host_it_cannot_listen_on_is_said_so(tmp_path: Path, host: str, wo
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and f"--host {host}: {words}" in proc.stderr
     assert "already in use" not in proc.stderr
+
+
+def test_a_run_has_one_name_however_the_dashboard_was_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Probe 31k, N3: `gpudiag dashboard runs` named a run "runs/live1", `gpudiag dashboard
+    runs/live1 ...` named it "live1", so a shared ``?run=`` from one gave the other a red
+    "no run of that name". Started on the folder or on its run directories, each run of
+    sample_runs/ has the same name, that name opens it, and so does its own folder name
+    (a link made before)."""
+    samples = REPO / "sample_runs"
+    names = ("ddp4_straggler", "ddp2_healthy")
+    by_folder = {r.path: r.label for r in dash_runs.discover_runs([samples])}
+    by_runs = {r.path: r.label for r in dash_runs.discover_runs([samples / n for n in names])}
+    assert by_runs == {p: by_folder[p] for p in by_runs}, (by_runs, by_folder)
+    assert set(by_runs.values()) == {f"sample_runs/{n}" for n in names}
+    for roots in ([samples], [samples / n for n in names]):
+        monkeypatch.setattr(sys, "argv", ["app.py", *map(str, roots)])
+        for wanted in ("sample_runs/ddp2_healthy", "ddp2_healthy"):
+            at = AppTest.from_file(str(APP), default_timeout=180)
+            at.query_params["run"] = wanted
+            at.run()
+            assert not at.exception, [e.value for e in at.exception]
+            assert not [e.value for e in at.error if "no run of that name" in e.value], wanted
+            assert at.sidebar.selectbox(key="run").value == "sample_runs/ddp2_healthy"
