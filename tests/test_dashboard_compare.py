@@ -302,3 +302,46 @@ def test_default_run_b_does_not_depend_on_what_was_analysed(
         cold = _compare_fresh(monkeypatch, root, _label(warm, name))
         assert cold.selectbox(key="partner").value is None, name
         assert views.NO_PARTNER in [c.value for c in cold.caption], name
+
+
+def test_components_that_moved_are_largest_first_as_the_terminal_lists_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Probe 31k, N4: Compare's "Components that moved" read "waiting +344.89, transfer
+    +48.04, compute +129.82, ...": the exposed communication's split parts stood where
+    exposed communication stands in `gpudiag compare`'s list, above larger changes. Now
+    largest change first, and the same numbers as the terminal and the JSON (there
+    exposed communication whole: the dashboard's waiting + transfer)."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from gpudiag.analysis import analyze
+    from gpudiag.analysis.compare import compare
+    from gpudiag.report.terminal import print_comparison
+
+    a, b = SAMPLES / "ddp2_healthy", SAMPLES / "ddp4_straggler"
+    monkeypatch.setattr(sys, "argv", ["app.py", str(SAMPLES)])
+    at = AppTest.from_file(str(APP), default_timeout=300)
+    at.query_params.update(run="sample_runs/ddp2_healthy", view="Compare")
+    at.query_params["partner"] = "sample_runs/ddp4_straggler"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    line = next(m.value for m in at.markdown if "Components that moved" in m.value)
+    moved = re.findall(r"([^;:]+?) ([+-]\d+\.\d\d) ms", line.replace("\\", "").split("step): ")[1])
+    deltas = [float(d) for _, d in moved]
+    assert deltas == sorted(deltas, key=lambda d: -abs(d)), line
+    shown = {name.strip(): float(d) for name, d in moved}
+    comparison = compare(analyze(a), analyze(b))
+    json_moved = {c["component"]: c["delta_ms"] for c in comparison.to_json()["changed_components"]}
+    json_order = list(json_moved.values())
+    assert json_order == sorted(json_order, key=lambda d: -abs(d))
+    waited = [v for k, v in shown.items() if "waiting" in k or "transfer" in k]
+    assert sum(waited) == pytest.approx(json_moved["comm_exposed"], abs=0.011)
+    assert shown["compute"] == pytest.approx(json_moved["compute"], abs=0.005)
+    out = io.StringIO()
+    print_comparison(comparison, Console(file=out, width=300))
+    terminal = out.getvalue()
+    assert f"exposed communication {json_moved['comm_exposed']:+.2f} ms" in terminal
+    assert f"compute {json_moved['compute']:+.2f} ms" in terminal

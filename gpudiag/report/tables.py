@@ -433,6 +433,9 @@ def moved_components_text(
             rows.append((name, delta))
     if not rows:
         return ""
+    # largest change first, as `gpudiag compare` and its JSON list them: the split parts
+    # stood where exposed communication was, above larger changes (probe 31k, N4)
+    rows.sort(key=lambda row: -abs(row[1]))
     parts = "; ".join(f"{headers.get(n, n).removesuffix(' ms/step')} {d:+.2f} ms" for n, d in rows)
     return (
         f"Components that moved (ms/step, the mean over each run's analysed steps, as the "
