@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -153,3 +154,53 @@ def test_failed_run_names_the_rank(tmp_path: Path) -> None:
     assert snap["state"] == "failed"
     assert snap["failed_ranks"][0] == 1
     assert snap["stuck"] == []
+
+
+def test_the_lagging_window_follows_the_newest_step_of_a_ddp_job(tmp_path: Path) -> None:
+    """Probe 31k, D7: the live lagging window trailed the newest step by 22-155 steps
+    (median 93, ~6 s) on a 15-steps/s DDP job: its collectives (DDP's C++ bucket
+    all-reduces: only the Flight Recorder sees them) reached the run directory when the
+    ring of 2000 was dumped, at most every 400 times the last dump's (wall) duration,
+    ~30 ms a full ring: every 10 s. A ring of 512, dumped as a pickle, its age set by the
+    dump's own CPU time: every 1-2 s. Here a DDP job of 16 buckets a step (the ring of
+    2000 full after ~120 steps), rank 1 30 ms late at each: followed with the dashboard's
+    LiveMonitor for its last ~15 s, the window trails the newest step by at most ~2 s
+    (median), and rank 1 is named lagging at every refresh once a window exists."""
+    from gpudiag.analysis.live_snapshot import LiveMonitor
+
+    run = tmp_path / "run"
+    job = _start_steps(run, "ddpslow", 900)
+    samples: list[tuple[float, list[int]]] = []
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while not (run / "manifest.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        monitor = LiveMonitor(run)
+        started = None
+        while job.poll() is None and time.monotonic() < deadline:
+            snap = monitor.refresh().snapshot
+            steps = [r.step for r in snap.ranks if r.step is not None]
+            medians = [r.median_step_ms for r in snap.ranks if r.median_step_ms]
+            if snap.lagging_window and steps and medians and min(steps) >= 300:
+                started = started or time.monotonic()
+                behind = max(steps) - snap.lagging_window[1]
+                samples.append((behind * statistics.median(medians) / 1000, snap.lagging))
+            time.sleep(0.5)
+        assert job.wait(timeout=DEADLINE_S) == 0, _output(job)
+    finally:
+        _end(job)
+    assert len(samples) >= 10, samples
+    lags = sorted(s for s, _ in samples)
+    assert statistics.median(lags) <= 2.5, lags
+    assert all(named == [1] for _, named in samples), samples
+
+
+def _start_steps(run: Path, mode: str, steps: int) -> subprocess.Popen:
+    cmd = [
+        sys.executable, "-m", "gpudiag", "trace", "--nproc-per-node", "2", "--standalone",
+        "--no-lint", "--no-profile", "--hang-timeout", "600", "--out", str(run),
+        str(SCRIPT), mode, str(run.parent / "never"), str(steps),
+    ]  # fmt: skip
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )

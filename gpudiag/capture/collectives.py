@@ -22,6 +22,7 @@ import functools
 import inspect
 import math
 import os
+import pickle
 import threading
 import time
 from collections.abc import Callable
@@ -34,7 +35,15 @@ from gpudiag import rundir
 from gpudiag.capture import ddp
 from gpudiag.capture.callsite import library_callsite, user_callsite
 
-FR_BUFFER_SIZE = 2000
+# The ring's size. A dump serialises every entry the ring holds, ~7 us each (pickle,
+# below; 13-15 us as JSON), on the training thread, and the live view's lagging window
+# trails the newest step by the time between two dumps, at most 400 times a dump's own
+# time (_DUMP_COST_SHARE): a full ring of 2000 (~30 ms as JSON) was dumped every 10 s and
+# the window trailed by ~100 steps on a 15-steps/s job (probe 31k, D7); a ring of 512
+# (~4 ms) is dumped every ~1.5 s. It still holds every collective of a step of up to 384
+# (the fill below; dumped at every step end then); a job issuing more per step loses the
+# oldest (written as "lost" rows): set TORCH_FR_BUFFER_SIZE (the user's size wins).
+FR_BUFFER_SIZE = 512
 # Dump when the ring may hold this share of new entries. A dump serialises the whole
 # ring, so its cost per new entry is 1/_DUMP_FILL times the per-entry cost; the margin
 # absorbs steps that issue more collectives than the ones measured so far.
@@ -224,25 +233,42 @@ def _fr_entry_final(entry: dict[str, Any]) -> bool:
 # own (absent from CPU builds): the generic dump never holds NCCL entries (seen on an
 # H200, torch 2.11: DDP on NCCL left collectives.jsonl empty while it read only this one).
 FR_RINGS = {"nccl": "_dump_nccl_trace_json", "generic": "_dump_fr_trace_json"}
+# ... and its pickle dump, without stack traces: half the JSON dump's time (2.5 against
+# 7.0 ms for 384 entries, 77 against 150 ms for 2000 on the loaded 2-core VM; torch 2.13),
+# the same entries. Unpickled only here, bytes this process's torch just made.
+FR_RINGS_PICKLE = {"nccl": "_dump_nccl_trace", "generic": "_dump_fr_trace"}
+
+
+def _ring_entries(ring: str) -> list[dict[str, Any]] | None:
+    """One FR ring's entries (None: no such ring, or it could not be dumped)."""
+    import torch
+
+    c10d = torch._C._distributed_c10d
+    dump = getattr(c10d, FR_RINGS_PICKLE[ring], None)
+    if dump is not None:
+        try:
+            doc = pickle.loads(dump(True, False, False))  # noqa: S301 (made here, above)
+            # as the JSON dump's, but for tuples in place of lists and None for its 0
+            # "discovered" stamps: every reader here takes both (no copy: ~2 us an entry)
+            return [e for e in doc.get("entries") or [] if isinstance(e, dict)]
+        except (RuntimeError, TypeError, ValueError, AttributeError, pickle.UnpicklingError):
+            pass
+    dump = getattr(c10d, FR_RINGS[ring], None)
+    if dump is None:
+        return None
+    try:
+        return list(orjson.loads(dump(True, False)).get("entries") or [])
+    except (RuntimeError, TypeError, ValueError, orjson.JSONDecodeError, AttributeError):
+        return None
 
 
 def dump_flight_recorder_rings() -> dict[str, list[dict[str, Any]]]:
-    """Each FR ring present in this torch build as parsed JSON entries."""
-    import torch
-
+    """Each FR ring present in this torch build, as its entries."""
     rings: dict[str, list[dict[str, Any]]] = {}
-    for ring, name in FR_RINGS.items():
-        dump = getattr(torch._C._distributed_c10d, name, None)
-        if dump is None:
-            continue
-        try:
-            raw = dump(True, False)
-        except (RuntimeError, TypeError, ValueError):
-            continue
-        try:
-            rings[ring] = list(orjson.loads(raw).get("entries") or [])
-        except (orjson.JSONDecodeError, AttributeError):
-            continue
+    for ring in FR_RINGS:
+        entries = _ring_entries(ring)
+        if entries is not None:
+            rings[ring] = entries
     return rings
 
 
@@ -371,6 +397,11 @@ class CollectiveRecorder:
         self._totals: dict[tuple[str, str], dict[str, Any]] = {}
         self._lost = 0
         self._dump_ns: list[int] = []
+        # the last dump's own CPU time (the training thread's): what sets the next one's
+        # age (dump_age_ns); its wall time on a loaded host is mostly waiting for a core
+        # (16.9 ms wall for 4.9 ms of CPU at a load average of 14 on 2 cores: a 512-entry
+        # ring was dumped every 7-10 s instead of ~2 s, probe 31k D7)
+        self._dump_cpu_ns: int | None = None
         self._times_buffer: list[dict[str, Any]] = []
         self._times_lock = threading.Lock()
         self._time_totals: dict[tuple[str, str | None], int] = {}
@@ -576,7 +607,7 @@ class CollectiveRecorder:
         self._steps_since_dump += 1
         if self.fr_enabled and (
             self._steps_since_dump >= self._dump_every
-            or t_ns - self._last_dump_ns > dump_age_ns(self._dump_ns[-1] if self._dump_ns else None)
+            or t_ns - self._last_dump_ns > dump_age_ns(self._dump_cpu_ns)
         ):
             self._last_dump_ns = t_ns
             steps_since, self._steps_since_dump = self._steps_since_dump, 0
@@ -604,7 +635,7 @@ class CollectiveRecorder:
         """Append FR entries not yet written; returns how many records were new (lost
         ones included, so the dump interval adapts down after a loss)."""
         with self._dump_lock:
-            t0 = time.perf_counter_ns()
+            t0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()
             rows = [
                 row
                 for ring, entries in dump_flight_recorder_rings().items()
@@ -613,6 +644,7 @@ class CollectiveRecorder:
             if rows and self._coll_writer is not None:
                 _write_rows(self._coll_writer, rows)
             self._dump_ns.append(time.perf_counter_ns() - t0)
+            self._dump_cpu_ns = time.thread_time_ns() - cpu0
             return sum(r.get("lost_records", 1) for r in rows)
 
     def watermark(self, ring: str) -> int:

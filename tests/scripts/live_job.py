@@ -6,6 +6,10 @@
   fail   rank 1 raises at step 3
   ddp    DDP model; rank 1 stops at step 5 (sleeps before forward), rank 0 waits in
          DDP's C++ bucket all-reduce (no Python call the recorder wraps)
+  ddpslow  DDP model of 8 layers, one bucket per parameter (16 C++ all-reduces a step, no
+         Python collective: only the Flight Recorder sees them); rank 1 sleeps 30 ms
+         before backward every step; MAX_STEPS steps, no stop file (its all-reduce would
+         be a Python call)
 
 Both ranks stop together at the step after STOP_FILE appears (or after MAX_STEPS,
 default 3000). An optional 4th argument names the rank that is slow / stuck / fails
@@ -31,8 +35,23 @@ def main() -> None:
         from torch.nn.parallel import DistributedDataParallel
 
         model = DistributedDataParallel(model)
+    if mode == "ddpslow":
+        from torch.nn.parallel import DistributedDataParallel
+
+        layers = torch.nn.Sequential(*(torch.nn.Linear(64, 64) for _ in range(8)))
+        model = DistributedDataParallel(layers, bucket_cap_mb=0.001)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(16, 64)
+    if mode == "ddpslow":
+        for _ in range(max_steps):
+            out = model(x).sum()
+            if rank == target:
+                time.sleep(0.03)
+            opt.zero_grad()
+            out.backward()
+            opt.step()
+        dist.destroy_process_group()
+        return
     for step in range(max_steps):
         stop = torch.tensor([1.0 if os.path.exists(stop_file) else 0.0])
         dist.all_reduce(stop, op=dist.ReduceOp.MAX)
