@@ -258,11 +258,20 @@ def test_watch_waits_while_the_node_directories_do_not_name_one_job_yet(tmp_path
         stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
-    time.sleep(3.0)
+    # the ids are made to agree once watch has said it waits (not after a fixed sleep:
+    # watch's start-up alone took over 3 s on a loaded host)
+    said: list[str] = []
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        said.append(line)
+        if not line or "do not name one job yet" in line:
+            break
+    assert "do not name one job yet" in said[-1], "".join(said)[-2000:]
     m = json.loads(node1.read_text())
     m["clock"]["job_id"] = real_id
     node1.write_text(json.dumps(m))
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err[-2000:]
-    assert "do not name one job yet" in err
+    assert proc.returncode == 0, ("".join(said) + err)[-2000:]
     assert [r["rank"] for r in json.loads(out)["ranks"]] == [0, 1, 2, 3]
