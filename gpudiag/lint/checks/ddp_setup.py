@@ -8,7 +8,9 @@ import re
 from collections.abc import Iterator
 
 from gpudiag.lint.checks import Hit
+from gpudiag.lint.checks.ddp_kwargs import gives_device_ids
 from gpudiag.lint.checks.maybe_true import conditional_detail, when_true
+from gpudiag.lint.checks.seed_helpers import seed_helper
 from gpudiag.lint.context import (
     DDP,
     LOOP_TYPES,
@@ -53,7 +55,11 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
         if unused is not None and not bypassed:
             yield Hit("GD401", ddp, conditional_detail(unused))
         yield from _changed_after_wrap(ctx, ddp)
-        no_device_ids = keyword(ddp, "device_ids") is None and len(ddp.args) < 2
+        no_device_ids = (
+            keyword(ddp, "device_ids") is None
+            and len(ddp.args) < 2
+            and not gives_device_ids(ctx, ddp)
+        )
         if (
             ctx.gpu_job
             and no_device_ids
@@ -454,14 +460,17 @@ def _seed_calls(ctx: ModuleContext, cuda: bool = False) -> list[ast.Call]:
         for call in ctx.calls
         if (cuda or not _cuda_seed(ctx, call))
         and not _generator_seed(ctx, call)
-        and any(
-            seed
-            in str(
-                ctx.call_names.get(call)
-                or getattr(call.func, "attr", "")
-                or getattr(call.func, "id", "")
+        and (
+            any(
+                seed
+                in str(
+                    ctx.call_names.get(call)
+                    or getattr(call.func, "attr", "")
+                    or getattr(call.func, "id", "")
+                )
+                for seed in _SEEDS
             )
-            for seed in _SEEDS
+            or seed_helper(ctx, call)
         )
     ]
 

@@ -8,6 +8,7 @@ import ast
 import re
 
 from gpudiag.lint.checks.host_iterators import host_iterator_batch
+from gpudiag.lint.checks.host_results import library_result, python_int, unpacked_calls
 from gpudiag.lint.checks.moved_later import moved_later
 from gpudiag.lint.context import (
     LOOP_TYPES,
@@ -267,7 +268,8 @@ def _host_batch_value(ctx: ModuleContext, value: ast.AST, seen: set[str], depth:
             if isinstance(value, ast.Compare)
             else [value.left, value.right]
         )
-        tensors = [side for side in sides if not isinstance(side, ast.Constant)]
+        # `feature.size(2)`, `len(x)`: Python ints, even of a device tensor (F2)
+        tensors = [s for s in sides if not isinstance(s, ast.Constant) and not python_int(s)]
         return bool(tensors) and all(_host_batch_value(ctx, t, seen, depth + 1) for t in tensors)
     if isinstance(value, ast.Name):
         if value.id in seen:  # `gts = (gts.permute(...) + 1) / 2`: the other values decide
@@ -276,6 +278,11 @@ def _host_batch_value(ctx: ModuleContext, value: ast.AST, seen: set[str], depth:
             return True
         values = ctx.assigned_values(value.id, value)
         inner = seen | {value.id}
+        unpacked = None if values else unpacked_calls(ctx, value.id, value)
+        if unpacked is not None:  # `segments, texts = encode_supervisions(batch, ...)` (F1)
+            return not _bound_otherwise(ctx, value) and all(
+                _host_batch_value(ctx, v, inner, depth + 1) for v in unpacked
+            )
         return (
             any(value.id not in names_in(v) for v in values)  # a value not built from itself
             and not _bound_otherwise(ctx, value)
@@ -295,7 +302,7 @@ def _host_batch_value(ctx: ModuleContext, value: ast.AST, seen: set[str], depth:
         return _host_batch_value(ctx, value.args[0], seen, depth + 1) and all(
             _plain(ctx, a) for a in arguments[1:]
         )
-    return False
+    return library_result(ctx, value, lambda a: _host_batch_value(ctx, a, seen, depth + 1))
 
 
 def _plain(ctx: ModuleContext, node: ast.AST) -> bool:
