@@ -7,6 +7,7 @@ definition."""
 from __future__ import annotations
 
 import ast
+import weakref
 from typing import TYPE_CHECKING
 
 from gpudiag.lint.context import FUNCTION_TYPES, ModuleContext
@@ -60,14 +61,30 @@ def instance_calls(ctx: ModuleContext, name: str) -> list[ast.Call]:
     branch, `trainer = EncDecTrainer(...)` in the other); empty when it is also bound to
     anything else."""
     calls: list[ast.Call] = []
-    for node in ast.walk(ctx.tree):
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == name for t in node.targets
-        ):
-            if not isinstance(node.value, ast.Call):
-                return []
-            calls.append(node.value)
+    for value in _assigned_by_name(ctx).get(name, ()):
+        if not isinstance(value, ast.Call):
+            return []
+        calls.append(value)
     return calls
+
+
+# the values each name is assigned in a module, in ast.walk order: one walk per module
+# (a walk per query took 55 of 95 s on icefall's zipformer recipe, 50 files)
+_ASSIGNED: weakref.WeakKeyDictionary[ModuleContext, dict[str, list[ast.expr]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _assigned_by_name(ctx: ModuleContext) -> dict[str, list[ast.expr]]:
+    found = _ASSIGNED.get(ctx)
+    if found is None:
+        found = {}
+        for node in ast.walk(ctx.tree):
+            if isinstance(node, ast.Assign):
+                for target in {t.id for t in node.targets if isinstance(t, ast.Name)}:
+                    found.setdefault(target, []).append(node.value)
+        _ASSIGNED[ctx] = found
+    return found
 
 
 def inherited_self_call(
