@@ -14,8 +14,7 @@ across them:
   training step but is called from no loop (a demo doing one step) is not per-step.
 
 Project-wide questions ("is set_epoch called anywhere?") are answered per component, so
-unrelated scripts linted together (a folder of examples) do not vouch for each other.
-"""
+unrelated scripts linted together (a folder of examples) do not vouch for each other."""
 
 from __future__ import annotations
 
@@ -112,6 +111,9 @@ class Project:
         self._handed: set[ast.AST] = set()  # arguments a helper's parameter call resolves to
         self._alternatives: dict[ast.AST, set[FunctionKey]] = {}  # a parameter call's functions
         self._component_of = self._components()
+        self._members: dict[int, list[ModuleContext]] = {}  # a component's modules
+        for root, member in zip(self._component_of, self.modules, strict=True):
+            self._members.setdefault(root, []).append(member)
         for ctx in self.modules:
             ctx.project = self
         self._reexported_calls()
@@ -238,8 +240,7 @@ class Project:
 
     def component(self, ctx: ModuleContext) -> list[ModuleContext]:
         """`ctx` and the files of this run it is connected to by imports (either way)."""
-        mine = self._component_of[self._index[id(ctx)]]
-        return [m for i, m in enumerate(self.modules) if self._component_of[i] == mine]
+        return list(self._members[self._component_of[self._index[id(ctx)]]])
 
     def related(self, ctx: ModuleContext) -> list[ModuleContext]:
         """`ctx`, the files that import it (transitively) and every file those import: the
