@@ -60,6 +60,20 @@ def test_a_child_that_ignores_sigterm_is_found_and_killed(tmp_path: Path) -> Non
         os.kill(child, signal.SIGKILL) if _running(child) else None
 
 
+def test_a_process_that_ends_by_itself_is_neither_signalled_nor_reported(tmp_path: Path) -> None:
+    """multiprocessing's resource tracker outlives an interrupted mp.spawn job by a moment
+    (its clean-up) and ignores SIGTERM: the sweep killed it and said so (probe 28i, M1)."""
+    session = _run_script_as_session("late", tmp_path)
+    child = _child_pid(tmp_path, 0)
+    said: list[str] = []
+    try:
+        leftovers.sweep({session}, said.append)
+        assert said == []
+        assert (tmp_path / "child0.ended").exists()  # it ran to its end, not killed
+    finally:
+        os.kill(child, signal.SIGKILL) if _running(child) else None
+
+
 def test_a_child_in_a_session_of_its_own_is_not_the_jobs(tmp_path: Path) -> None:
     session = _run_script_as_session("daemon", tmp_path)
     child = _child_pid(tmp_path, 0)

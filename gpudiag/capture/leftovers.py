@@ -7,8 +7,10 @@ only sets a flag). torchrun SIGKILLs a rank's process group only while the rank 
 runs, so such a child stayed, orphaned, after ``gpudiag trace`` returned. The launcher
 ends them as a batch scheduler ends a job step: whatever is still running in the job's
 sessions (the job's own, and each rank's under torchrun) once the job has ended gets
-SIGTERM, then SIGKILL after a grace period. A process that started a session of its own
-(a deliberate daemon: ``start_new_session=True``, ``setsid``) is not the job's and stays.
+SIGTERM, then SIGKILL after a grace period, unless it ends by itself within a few
+seconds (multiprocessing's resource tracker, DataLoader workers that notice their rank is
+gone). A process that started a session of its own (a deliberate daemon:
+``start_new_session=True``, ``setsid``) is not the job's and stays.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 LEFTOVER_GRACE_S = 3.0
+# what the job left gets this long to end by itself first: multiprocessing's resource
+# tracker exits once the job's last process has, after its clean-up (SIGTERM is ignored
+# there and SIGKILL would leave the job's semaphores and shared memory behind: probe 28i)
+SELF_EXIT_S = 5.0
 _POLL_S = 0.05
 
 
@@ -105,11 +111,20 @@ def sweep(sessions: Iterable[int], say: Callable[[str], None]) -> None:
     """End what the job left running in ``sessions``, saying so; never raises (the job's
     outcome is already recorded)."""
     try:
-        left = find_leftovers(sessions)
+        left = _still_running(find_leftovers(sessions), SELF_EXIT_S)
         if left:
             say(describe(left, end_leftovers(left)))
     except OSError:
         pass
+
+
+def _still_running(leftovers: list[Leftover], wait_s: float) -> list[Leftover]:
+    """Those of ``leftovers`` that have not ended by themselves within ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while leftovers and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+        leftovers = [p for p in leftovers if _alive(p.pid)]
+    return leftovers
 
 
 def describe(leftovers: list[Leftover], killed: list[int]) -> str:

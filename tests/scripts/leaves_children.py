@@ -1,7 +1,8 @@
 """A script that leaves a forked child running when it ends (tests/test_leftovers.py).
 
 ``stuck``: the child ignores SIGTERM, as a DataLoader worker deadlocked in os.fork does;
-``daemon``: the child starts a session of its own first. RANK selects the rank that forks
+``daemon``: the child starts a session of its own first; ``late``: the child ends by
+itself after 1 s, writing ``child<rank>.ended``. RANK selects the rank that forks
 (default 0). The child writes its pid to ``$LEFTOVER_DIR/child<rank>.pid`` and sleeps at
 most 300 s, so a failed test leaves nothing for long."""
 
@@ -22,6 +23,11 @@ def _child(mode: str, pid_file: str) -> None:
     with open(pid_file + ".tmp", "w") as fh:
         fh.write(str(os.getpid()))
     os.replace(pid_file + ".tmp", pid_file)
+    if mode == "late":
+        time.sleep(1.0)
+        with open(pid_file.replace(".pid", ".ended"), "w") as fh:
+            fh.write("ended")
+        os._exit(0)
     time.sleep(300)
     os._exit(0)
 
