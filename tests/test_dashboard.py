@@ -311,7 +311,9 @@ def test_step_breakdown_and_communication_numbers(
     _view(at, "Step breakdown")
     bars = {t["name"]: t["y"] for t in _specs(at)[0]["data"]}
     bd = result.breakdown.sort_values(["rank", "step"])
-    names = report_overview.component_labels(gpu=False)  # the Overview's names
+    # the Overview's names for this run: its wait is named for the late rank, and says
+    # "or in sync points" when the run has one (a recorded run may or may not)
+    names = report_overview.run_labels(result)
     if names["comm_wait"] in bars:  # split as the Overview splits it (probe 31f, D2)
         exposed = np.add(_values(bars[names["comm_wait"]]), _values(bars[names["comm_transfer"]]))
     else:
