@@ -113,6 +113,17 @@ def _page_shows(page: Any, run: str, view: str) -> None:
     header = re.compile(rf"^{re.escape(view)}( ·|$)")
     page.locator("h2").filter(has_text=header).first.wait_for(timeout=60_000)
     browser.wait_idle(page)
+    # the header can be the last page's (the same view of another run) until the rerun
+    # that the URL started has begun: wait for the sidebar's run too (CI, loaded host)
+    page.wait_for_function(
+        """run => {
+            const box = document.querySelector('[data-testid="stSidebar"] [data-testid="stSelectbox"] input');
+            return box !== null && box.value === run;
+        }""",
+        arg=run,
+        timeout=60_000,
+    )
+    browser.wait_idle(page)
     sidebar = page.locator('[data-testid="stSidebar"]')
     assert sidebar.locator('[data-testid="stSelectbox"] input').first.input_value() == run
     checked = sidebar.locator('[role="radiogroup"] input:checked')

@@ -209,8 +209,9 @@ def test_terminal_evidence_reads_as_words(straggler: AnalysisResult) -> None:
     print_report(straggler, console=Console(file=buf, width=200, color_system=None))
     text = buf.getvalue()
     assert "{'" not in text and "'}" not in text  # no Python dict repr
-    assert "net wait: rank 2: 39.05 ms/step" in text
-    assert "straggler  39.05 ms/step  rank 2 " in text
+    cost = next(f for f in straggler.findings if f.kind == "straggler").cost_ms_per_step
+    assert f"net wait: rank 2: {cost:.2f} ms/step" in text
+    assert f"straggler  {cost:.2f} ms/step  rank 2 " in text
     assert "ranks 2" not in text
     assert "ranks 0, 1, 2 and 3" in text
     assert "nan" not in text.lower().split() and " - " not in text

@@ -140,3 +140,38 @@ def test_median_of_the_other_ranks_is_numpys_for_each_rank() -> None:
             values[0, 0] = np.nan
         got, want = _median_of_others(values), rank_by_rank(values)
         np.testing.assert_array_equal(got, want)
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _median_step_ms(run: Path) -> float:
+    import json
+
+    rows = [json.loads(s) for s in (run / "rank0" / "steps.jsonl").read_text().splitlines()]
+    return float(np.median([(r["end_ns"] - r["start_ns"]) / 1e6 for r in rows[2:]]))
+
+
+def test_bucket_calls_issued_while_computing_are_not_counted_as_waiting() -> None:
+    """Recorded gloo DDP, 4 buckets, rank 1 sleeping 40 ms per forward: rank 0 calls its
+    bucket all-reduces from backward over ~15 ms, computing in between, and then waits.
+    The cost is what removing the sleep gave back (the healthy run recorded beside it),
+    not that plus rank 0's backward (the union of the lead intervals: 50.3 ms, +19 %)."""
+    from gpudiag.analysis.pipeline import analyze
+
+    run = FIXTURES / "straggler_buckets" / "slow_rank1"
+    gain = _median_step_ms(run) - _median_step_ms(run.with_name("healthy"))
+    found = [f for f in analyze(run).findings if f.kind == "straggler"]
+    assert [f.ranks for f in found] == [[1]]
+    assert abs(found[0].cost_ms_per_step - gain) <= 0.15 * gain, (found[0].cost_ms_per_step, gain)
+
+
+def test_chain_of_overlapping_leads_counts_from_the_call_that_ends_it() -> None:
+    from gpudiag.analysis.intervals import grouped_chain_tail_length
+
+    groups = np.array([0, 0, 0, 1, 1, 2, 2])
+    starts = np.array([0, 3, 60, 0, 10, 0, 50])
+    ends = np.array([44, 47, 65, 50, 20, 50, 60])
+    # group 0: a chain [0,44]+[3,47] -> 47-3, then [60,65] alone; group 1: [10,20] inside
+    # [0,50] -> the interval ending last, 50; group 2: [0,50] and [50,60] only touch -> both
+    assert grouped_chain_tail_length(groups, starts, ends).tolist() == [49, 50, 60]

@@ -111,20 +111,28 @@ def _covered_until(s: np.ndarray, e: np.ndarray, cum: np.ndarray, t: np.ndarray)
     return np.where(i > 0, full + partial, 0)
 
 
-def grouped_union_length(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Length of the union of the intervals of each group (groups coded 0..G-1), in one
-    sweep: groups are laid side by side on one axis so they cannot touch."""
+def _grouped_intervals(
+    groups: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """int64 groups, starts and ends no earlier than the starts, and a zero total per
+    group (coded 0..G-1)."""
     groups = np.asarray(groups, dtype=np.int64)
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.maximum(np.asarray(ends, dtype=np.int64), starts)
     n_groups = int(groups.max()) + 1 if len(groups) else 0
-    out = np.zeros(n_groups, dtype=np.int64)
+    return groups, starts, ends, np.zeros(n_groups, dtype=np.int64)
+
+
+def grouped_union_length(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Length of the union of the intervals of each group (groups coded 0..G-1), in one
+    sweep: groups are laid side by side on one axis so they cannot touch."""
+    groups, starts, ends, out = _grouped_intervals(groups, starts, ends)
     if len(groups) == 0:
         return out
     origin = starts.min()
     span = int(ends.max() - origin) + 1
-    if span * n_groups >= 2**62:  # too wide to lay side by side: one group at a time
-        for g in range(n_groups):
+    if span * len(out) >= 2**62:  # too wide to lay side by side: one group at a time
+        for g in range(len(out)):
             m = groups == g
             out[g] = length(union(starts[m], ends[m]))
         return out
@@ -132,6 +140,49 @@ def grouped_union_length(groups: np.ndarray, starts: np.ndarray, ends: np.ndarra
     s, e = union(starts + shift, ends + shift)
     np.add.at(out, s // span, e - s)
     return out
+
+
+def grouped_chain_tail_length(
+    groups: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> np.ndarray:
+    """Per group (coded 0..G-1): intervals that overlap form a chain, and each chain
+    counts only from the start of the interval that ends it (the latest start among
+    those ending last) to its end. Intervals that only touch are separate chains."""
+    groups, starts, ends, out = _grouped_intervals(groups, starts, ends)
+    if len(groups) == 0:
+        return out
+    order = np.lexsort((starts, groups))
+    g, s, e = groups[order], starts[order], ends[order]
+    reach = _grouped_running_max(g, e)
+    new_chain = np.r_[True, (g[1:] != g[:-1]) | (s[1:] >= reach[:-1])]
+    chain = np.cumsum(new_chain) - 1
+    last = np.lexsort((s, e, chain))  # within a chain: by end, then by start
+    is_last = np.r_[chain[last][1:] != chain[last][:-1], True]
+    tail = last[is_last]
+    np.add.at(out, g[tail], e[tail] - s[tail])
+    return out
+
+
+def _grouped_running_max(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Running maximum of ``values`` that restarts where ``groups`` (sorted) changes."""
+    if len(values) == 0:
+        return values
+    lowest = values.min()
+    # lift each group above every earlier one, so one accumulate never carries over
+    rank = np.cumsum(np.r_[False, groups[1:] != groups[:-1]])
+    width = int(values.max() - lowest) + 1
+    if width * (int(rank[-1]) + 1) < 2**62:
+        offset = rank * width - lowest
+        return np.maximum.accumulate(values + offset) - offset
+    out = values.copy()
+    for start, stop in _runs(rank):
+        out[start:stop] = np.maximum.accumulate(values[start:stop])
+    return out
+
+
+def _runs(codes: np.ndarray) -> list[tuple[int, int]]:
+    edges = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1], True])
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=False)]
 
 
 def pack_ints(*arrays: np.ndarray) -> bytes:

@@ -9,6 +9,7 @@ starts), so capture never imports the linter. Exit codes: the job's own; 2 for b
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import math
 import os
 import sys
@@ -313,15 +314,58 @@ def _check_module(name: str) -> None:
     """The top-level package of ``-m NAME`` exists where python -m looks (the working
     folder first, then sys.path). Only the top level: finding a submodule would import
     its package here, in the launcher."""
-    import importlib.machinery
-
     top = name.split(".")[0]
     if not top or top in sys.builtin_module_names:
         return
     if importlib.machinery.FrozenImporter.find_spec(top) is not None:
         return
-    if importlib.machinery.PathFinder.find_spec(top, [os.getcwd(), *sys.path[1:]]) is None:
+    if importlib.machinery.PathFinder.find_spec(top, [os.getcwd(), *sys.path[1:]]) is not None:
+        return
+    if not _found_by_meta_path(top):
         raise ModuleMissing(f"No module named {name}")
+
+
+def _found_by_meta_path(top: str) -> bool:
+    return _meta_path_spec(top) is not None
+
+
+def _meta_path_spec(top: str) -> importlib.machinery.ModuleSpec | None:
+    """The spec of a top-level package no folder on sys.path holds but an import hook
+    finds: an editable install (``pip install -e .``: setuptools' finder maps the name to
+    the checkout), a custom loader. Finding a top-level name imports nothing."""
+    for finder in sys.meta_path:
+        if finder is importlib.machinery.PathFinder:
+            continue
+        find_spec = getattr(finder, "find_spec", None)
+        if find_spec is None:
+            continue
+        try:
+            spec = find_spec(top, None)
+        except Exception:  # a broken third-party hook: python -m would say so itself
+            continue
+        if spec is not None:
+            return spec
+    return None
+
+
+def _hooked_module_file(parts: list[str]) -> Path | None:
+    """The file of module ``parts`` under a top-level package an import hook found."""
+    spec = _meta_path_spec(parts[0])
+    if spec is None:
+        return None
+    if len(parts) == 1 and not spec.submodule_search_locations:
+        return Path(spec.origin) if spec.origin and Path(spec.origin).is_file() else None
+    for location in spec.submodule_search_locations or []:
+        base = Path(location).joinpath(*parts[1:])
+        candidates = (
+            [base / "__main__.py"]
+            if len(parts) == 1
+            else [base.with_suffix(".py"), base / "__main__.py"]
+        )
+        for candidate in candidates:
+            if candidate.is_file():
+                return candidate
+    return None
 
 
 def lint_target(target: dict[str, str]) -> Path | None:
@@ -338,7 +382,7 @@ def lint_target(target: dict[str, str]) -> Path | None:
         ):
             if candidate.is_file():
                 return candidate
-    return None
+    return _hooked_module_file(parts)
 
 
 def lint_into_run(run_dir: Path, target: dict[str, str]) -> str | None:
