@@ -14,7 +14,7 @@ Sources, in order of preference:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -522,11 +522,86 @@ def collective_wall_per_step(table: pd.DataFrame) -> pd.DataFrame:
     of calls with an end time; ``wall_ms_per_step`` NaN where none has one).
     ``bytes_median_per_call`` is the median size of one call. Steps: the step windows
     the calls carry (``step`` >= 0); a rank's steps are those any of its calls carry."""
-    if table is None or len(table) == 0:
+    return collective_wall_of_pieces(lambda: [] if table is None else [table])
+
+
+def collective_wall_of_pieces(pieces: Callable[[], Iterable[pd.DataFrame]]) -> pd.DataFrame:
+    """:func:`collective_wall_per_step` of the table ``pieces()`` gives a piece at a time
+    (SpilledTable.pieces of comms.collective_pieces: whole ranks), holding one piece and
+    a few numbers per rank and (op, group, caller), not the whole table (a 16,384-rank
+    Megatron-shaped run: 1.4 M calls, 0.47 GiB as one frame). Where a rank's rows are
+    in more than one piece, the pieces are joined and read as one."""
+    totals = _WallTotals()
+    partials: list[pd.DataFrame] = []
+    seen: set[int] = set()
+    for piece in pieces():
+        ranks = set(pd.unique(piece["rank"]).tolist()) if len(piece) else set()
+        if ranks & seen:  # not whole ranks: the whole table at once
+            return collective_wall_of_pieces(_joined_pieces(pieces))
+        seen |= ranks
+        partials += _rank_walls(piece, totals)
+    if not totals.calls:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in WALL_COLUMNS})
+    return _wall_rows(pd.concat(partials, ignore_index=True) if partials else None, totals)
+
+
+def _joined_pieces(
+    pieces: Callable[[], Iterable[pd.DataFrame]],
+) -> Callable[[], list[pd.DataFrame]]:
+    whole = pd.concat(list(pieces()), ignore_index=True)
+    return lambda: [whole]
+
+
+_WALL_KEYS = ["op", "pg_name", "caller"]
+_PARTIAL_COLUMNS = [*_WALL_KEYS, "rank", "calls", "timed", "wall", "summed"]
+
+
+class _WallTotals:
+    """Per (op, group, caller), over every piece: its calls, those timed, and how many
+    calls had each size (the median's input, as distinct values and their counts)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[Any, ...], int] = {}
+        self.timed: dict[tuple[Any, ...], int] = {}
+        self.sizes: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    def add(self, key: tuple[Any, ...], group: pd.DataFrame) -> None:
+        self.calls[key] = self.calls.get(key, 0) + len(group)
+        self.timed[key] = self.timed.get(key, 0) + int(group["timed"].sum())
+        values = pd.to_numeric(group["bytes"]).to_numpy(dtype=float)
+        values, counts = np.unique(values[~np.isnan(values)], return_counts=True)
+        if key in self.sizes:
+            held, held_counts = self.sizes[key]
+            values, where = np.unique(np.concatenate([held, values]), return_inverse=True)
+            counts = np.bincount(where, weights=np.concatenate([held_counts, counts]))
+        self.sizes[key] = (values, counts.astype(np.int64))
+
+    def timed_share(self, key: tuple[Any, ...]) -> float:
+        return float(np.float64(self.timed[key]) / self.calls[key])
+
+    def median(self, key: tuple[Any, ...]) -> float:
+        """pandas' median of the key's sizes, from their counts."""
+        values, counts = self.sizes[key]
+        n = int(counts.sum())
+        if n == 0:
+            return float("nan")
+        ends = np.cumsum(counts)
+        upper = values[int(np.searchsorted(ends, n // 2, side="right"))]
+        if n % 2:
+            return float(upper)
+        lower = values[int(np.searchsorted(ends, n // 2 - 1, side="right"))]
+        return float(pd.Series([lower, upper], dtype=float).median())
+
+
+def _rank_walls(table: pd.DataFrame, totals: _WallTotals) -> list[pd.DataFrame]:
+    """Per (op, group, caller) and rank of these whole ranks' calls: calls per step, and
+    where any call is timed, the wall and summed time per step (NaN where none is); the
+    key's calls, timed calls and sizes go to ``totals``."""
+    if len(table) == 0:
+        return []
     t = table.loc[pd.to_numeric(table["step"], errors="coerce").fillna(-1) >= 0].copy()
     if t.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in WALL_COLUMNS})
+        return []
     t["op"] = t["op"].fillna("unknown")
     t["caller"] = collective_caller(t)
     t["step"] = t["step"].astype(np.int64)
@@ -534,32 +609,50 @@ def collective_wall_per_step(table: pd.DataFrame) -> pd.DataFrame:
     end = pd.to_numeric(t["end_ns"], errors="coerce")
     t["timed"] = end.notna() & start.notna() & (end >= start)
     steps_of_rank = t.groupby("rank")["step"].nunique()
-    keys = ["op", "pg_name", "caller"]
     rows = []
-    for key, g in t.groupby(keys, sort=True):
-        per_rank_wall, per_rank_sum, per_rank_calls = [], [], []
+    for key, g in t.groupby(_WALL_KEYS, sort=True):
+        totals.add(key, g)
         for rank, r in g.groupby("rank"):
             n_steps = int(steps_of_rank[rank])
-            per_rank_calls.append(len(r) / n_steps)
             timed = r[r["timed"].to_numpy()]
-            if timed.empty:
-                continue
-            wall = 0
-            for _, s in timed.groupby("step"):
-                union = iv.union(
-                    s["start_ns"].to_numpy(dtype=np.int64), s["end_ns"].to_numpy(dtype=np.int64)
-                )
-                wall += iv.length(union)
-            per_rank_wall.append(wall / 1e6 / n_steps)
-            per_rank_sum.append(float(timed["dur_ms"].astype(float).sum()) / n_steps)
+            wall = summed = np.nan
+            if not timed.empty:
+                wall = _wall_ns(timed) / 1e6 / n_steps
+                summed = float(timed["dur_ms"].astype(float).sum()) / n_steps
+            rows.append((*key, rank, len(r) / n_steps, not timed.empty, wall, summed))
+    return [pd.DataFrame(rows, columns=_PARTIAL_COLUMNS)]
+
+
+def _wall_ns(timed: pd.DataFrame) -> int:
+    """The union of the calls' intervals in each step, summed over the steps."""
+    wall = 0
+    for _, s in timed.groupby("step"):
+        union = iv.union(
+            s["start_ns"].to_numpy(dtype=np.int64), s["end_ns"].to_numpy(dtype=np.int64)
+        )
+        wall += iv.length(union)
+    return wall
+
+
+def _wall_rows(partials: pd.DataFrame | None, totals: _WallTotals) -> pd.DataFrame:
+    """The rows of collective_wall_per_step from the per-rank figures, keys in order."""
+    order = pd.DataFrame(list(totals.calls), columns=_WALL_KEYS).groupby(_WALL_KEYS, sort=True)
+    by_key = {} if partials is None else dict(list(partials.groupby(_WALL_KEYS, sort=True)))
+    empty = pd.DataFrame(columns=_PARTIAL_COLUMNS)
+    rows = []
+    for key in order.size().index:
+        g = by_key.get(key, empty).sort_values("rank", kind="stable")
+        timed = g["timed"].to_numpy(dtype=bool)
+        wall = g["wall"].to_numpy(dtype=float)[timed]
+        summed = g["summed"].to_numpy(dtype=float)[timed]
         rows.append(
             {
-                **dict(zip(keys, key, strict=True)),
-                "calls_per_step": float(np.mean(per_rank_calls)),
-                "timed_share": float(g["timed"].mean()),
-                "bytes_median_per_call": float(pd.to_numeric(g["bytes"]).median()),
-                "wall_ms_per_step": float(np.mean(per_rank_wall)) if per_rank_wall else np.nan,
-                "summed_ms_per_step": float(np.mean(per_rank_sum)) if per_rank_sum else np.nan,
+                **dict(zip(_WALL_KEYS, key, strict=True)),
+                "calls_per_step": float(np.mean(g["calls"].to_numpy(dtype=float))),
+                "timed_share": totals.timed_share(key),
+                "bytes_median_per_call": totals.median(key),
+                "wall_ms_per_step": float(np.mean(wall)) if len(wall) else np.nan,
+                "summed_ms_per_step": float(np.mean(summed)) if len(summed) else np.nan,
                 "ranks": int(g["rank"].nunique()),
             }
         )

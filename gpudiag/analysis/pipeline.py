@@ -530,13 +530,15 @@ def _note_comm_wait(ranks: pd.DataFrame, window: fnd.ExposedSplit, peer_wait: An
     )
 
 
-# Up to this many collective calls, the wall time per step is computed in memory (one
-# frame of the calls); a many-rank run's table stays on disk and goes without it.
+# Up to this many collective calls, the wall time per step is computed; a many-rank
+# run goes without it.
 WALL_MAX_CALLS = 2_000_000
 
 
 def _collective_wall(coll: SpilledTable, comms: Any, warnings: list[str]) -> pd.DataFrame:
-    """comms.collective_wall_per_step of the run's calls (empty above WALL_MAX_CALLS)."""
+    """comms.collective_wall_per_step of the run's calls (empty above WALL_MAX_CALLS),
+    read a piece (whole ranks) at a time: the calls as one frame held 0.47 GiB at
+    16,384 Megatron-shaped ranks (docs/cluster.md)."""
     if comms is None or not len(coll) or len(coll) > WALL_MAX_CALLS:
         return pd.DataFrame()
     reads = ("rank", "op", "pg_name", "step", "start_ns", "end_ns", "dur_ms", "bytes", "source")
@@ -544,7 +546,7 @@ def _collective_wall(coll: SpilledTable, comms: Any, warnings: list[str]) -> pd.
     result = _guard(
         warnings,
         "collective wall time",
-        lambda: comms.collective_wall_per_step(coll.frame(columns)),
+        lambda: comms.collective_wall_of_pieces(lambda: coll.pieces(columns)),
     )
     return result if result is not None else pd.DataFrame()
 
