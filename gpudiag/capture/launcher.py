@@ -28,12 +28,11 @@ from gpudiag.capture import manifest as manifest_mod
 from gpudiag.capture import worker as worker_mod
 from gpudiag.capture.agent import ENV_LAUNCHER_PID, ENV_NODE_RANK_FD
 from gpudiag.capture.ddp import ENV_DDP_HOOK
+from gpudiag.capture.forwarding import Forwarder
 from gpudiag.capture.launch_outcome import (
-    _forwarded_signals,
     _incomplete_reasons,
     _rendezvous_error,
     decide_outcome,
-    job_signal,
 )
 from gpudiag.capture.profiling import DEFAULT_WINDOW, parse_window
 from gpudiag.capture.run_claim import (
@@ -361,7 +360,7 @@ def _start_job(
     env: dict[str, str],
     manifest_path: Path,
     join: NodeJoin | None,
-    forwarder: _Forwarder,
+    forwarder: Forwarder,
 ) -> Job:
     try:
         return Job(
@@ -580,7 +579,7 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
     _say(f"tracing into {run_dir}")
     run_dir_fd = _open_dir(run_dir)  # to tell at the end whether it was deleted meanwhile
 
-    forwarder = _Forwarder()  # before the job starts: its processes get the defaults
+    forwarder = Forwarder()  # before the job starts: its processes get the defaults
     job = _start_job(launch["command"], env, manifest_path, join, forwarder)
     job.signal_group = not launch["torchrun"]
     job.on_signal = _signal_recorder(run_dir, join, node_rank, ns)
@@ -749,40 +748,6 @@ def _refuse(run_dir: Path, why: str) -> _Claimed:
     except OSError:
         pass
     return _Claimed(refused=True)
-
-
-class _Forwarder:
-    """The launcher's signals, forwarded to the job. Handled before the job starts: a
-    signal the launcher handles is reset to the default in the processes it starts, one
-    it ignores stays ignored. A launcher started with SIGINT ignored (a shell's background
-    job, `nohup ... &`) then forwarded a Ctrl-C to a rank deaf to it, which trained on
-    until the grace period's SIGKILL: no status. A signal that arrives while the job is
-    being started is forwarded once it has started."""
-
-    def __init__(self) -> None:
-        self._early: list[int] = []
-        self._job: Job | None = None
-        self._previous = {s: signal.signal(s, self._forward) for s in _forwarded_signals()}
-
-    def _forward(self, signum: int, frame: Any) -> None:
-        job = self._job
-        if job is None:
-            self._early.append(signum)
-            return
-        if job.signal_received is None:
-            job.signal_received = signum
-            if job.on_signal is not None:
-                job.on_signal(signum)
-        job.stop(job_signal(signum))
-
-    def started(self, job: Job) -> None:
-        self._job = job
-        if self._early:  # arrived while the job was being started
-            self._forward(self._early[0], None)
-
-    def restore(self) -> None:
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
 
 
 def _claim_out(args: TraceArgs, node_rank: int | None) -> Path | None:

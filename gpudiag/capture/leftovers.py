@@ -83,7 +83,7 @@ def _alive(pid: int) -> bool:
     return stat is not None and _running(stat[1])
 
 
-def _send(pids: Iterable[int], signum: int) -> None:
+def send(pids: Iterable[int], signum: int) -> None:
     for pid in pids:
         try:
             os.kill(pid, signum)
@@ -95,7 +95,7 @@ def end_leftovers(leftovers: list[Leftover], grace_s: float = LEFTOVER_GRACE_S) 
     """SIGTERM each, SIGKILL those still running after ``grace_s``; the pids that needed
     SIGKILL."""
     pids = [p.pid for p in leftovers]
-    _send(pids, signal.SIGTERM)
+    send(pids, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         pids = [p for p in pids if _alive(p)]
@@ -103,7 +103,7 @@ def end_leftovers(leftovers: list[Leftover], grace_s: float = LEFTOVER_GRACE_S) 
             return []
         time.sleep(_POLL_S)
     pids = [p for p in pids if _alive(p)]
-    _send(pids, signal.SIGKILL)
+    send(pids, signal.SIGKILL)
     return pids
 
 

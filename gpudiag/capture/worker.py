@@ -98,6 +98,7 @@ from gpudiag.capture.worker_signals import (  # noqa: F401 - public names re-exp
     _user_code_running,
     hide_own_handlers,
     real_getsignal,
+    release_fatal_signals,
     set_handler,
     sigterm_pending,
     take_sigterm,
@@ -268,6 +269,7 @@ class Worker:
         what it wrote as rank 0; it keeps the job's exit code."""
         self.handed_over = True
         self._stop_recording()
+        self._guard("fatal signals", release_fatal_signals)
 
     def _stop_recording(self) -> None:
         """Undo set-up and remove this rank's directory (nothing of it is kept)."""

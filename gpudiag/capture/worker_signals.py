@@ -166,12 +166,27 @@ def _forked_child() -> None:
             set_handler(signal.SIGTERM, signal.SIG_DFL)
     except (ValueError, OSError):  # not the child's main thread
         pass
+    _default_fatal_signals()
+
+
+def _default_fatal_signals() -> None:
+    """The fatal signals gpudiag took over go back to their default (a handler the
+    script installed since stays)."""
     for signum in _FATAL_HANDLED:
         try:
-            if _is_own(real_getsignal(signum)):  # the script's own (inherited) stays
+            if _is_own(real_getsignal(signum)):
                 set_handler(signum, signal.SIG_DFL)
         except (ValueError, OSError):
             pass
+
+
+def release_fatal_signals() -> None:
+    """In a process that handed its rank over (an mp.spawn parent): it records nothing,
+    so it dies of SIGUSR2 & co. as under python, and the launcher, which passes SIGUSR2
+    on to the processes that catch it (capture/user_signals), does not count it as one."""
+    if threading.current_thread() is threading.main_thread():
+        _default_fatal_signals()
+        _FATAL_HANDLED.clear()
 
 
 def _main_thread_line() -> str | None:
