@@ -166,3 +166,35 @@ print("ok")
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+DIES_SCRIPT = Path(__file__).parent / "scripts" / "spawn_rank_dies.py"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["kill", "osexit"])
+def test_a_spawned_rank_that_dies_without_status_is_the_cause_not_its_terminated_peer(
+    tmp_path: Path, how: str
+) -> None:
+    """Probe 28i, F6: rank 1 of an mp.spawn job SIGKILLed from outside (an OOM killer)
+    or ending with ``os._exit(3)``; torch's spawn parent then SIGTERMs rank 0. The
+    manifest blamed rank 0, "ended by SIGTERM from outside the job"; rank 1 is the
+    cause, rank 0 a consequence of the parent's shutdown."""
+    port = {"kill": 29464, "osexit": 29465}[how]
+    proc = _trace_until(tmp_path, "ready", DIES_SCRIPT, str(port), how)
+    try:
+        if how == "kill":
+            os.kill(int((tmp_path / "ready.1").read_text()), signal.SIGKILL)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    failure = manifest["failure"]
+    # rank 0 either lost the connection (a peer error, listed after the cause) or was
+    # ended by the spawn parent's SIGTERM first: a consequence in both cases
+    assert (manifest["status"], manifest["failed_ranks"][0]) == ("failed", 1), err[-3000:]
+    assert failure["rank"] == 1 and "outside the job" not in failure["message"], failure
+    assert [c["rank"] for c in failure["consequences"]] == [0], failure
+    assert "rank 1 failed" in err and "rank 0 failed" not in err, err[-3000:]
+

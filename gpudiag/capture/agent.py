@@ -28,10 +28,12 @@ import os
 import signal
 import sys
 import time
+from typing import Any
 
 from gpudiag.capture import threads
 
 AGENT_FAILURES = "agent_failures.json"
+SPAWN_PARENT = "mp.spawn"  # agent_failures.json's ``by`` when mp.spawn's parent wrote it
 ENV_RUN_DIR = "GPUDIAG_RUN_DIR"
 ENV_NODE_RANK = "GPUDIAG_NODE_RANK"
 ENV_NODE_RANK_FD = "GPUDIAG_NODE_RANK_FD"  # pipe to the launcher (see tell_launcher)
@@ -128,6 +130,22 @@ def _write_agent_file(document: dict) -> None:
 
 def write_failures(failures: dict) -> None:
     _write_agent_file({"failures": failure_rows(failures)})
+
+
+def write_spawned_failure(process: Any) -> None:
+    """The mp.spawn worker torch named as the first to fail without an error of its own
+    (``spawn.watch_exits``), as the agent's failure of its rank: the rank whose
+    rank_info.json has its pid."""
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    if not run_dir:
+        return
+    from gpudiag import rundir
+
+    for rank in rundir.list_ranks(run_dir):
+        info = rundir.read_json(rundir.rank_dir(run_dir, rank) / rundir.RANK_INFO)
+        if isinstance(info, dict) and info.get("pid") == process.pid:
+            _write_agent_file({"failures": failure_rows({rank: process}), "by": SPAWN_PARENT})
+            return
 
 
 def rendezvous_failure(exc: BaseException, argv: list[str]) -> str:

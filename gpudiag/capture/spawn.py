@@ -54,6 +54,35 @@ def install(on_spawn: Callable[[], None], run_rank: RankRunner) -> None:
     tmp.start_processes = start_processes
 
 
+def watch_exits(record: Callable[[Any], None]) -> None:
+    """Patch torch's ``ProcessContext.join`` in the spawn parent: when a worker ended
+    with a non-zero exit and no error of its own (SIGKILL, the OOM killer,
+    ``os._exit(3)``), torch names it in ``ProcessExitedException`` after it has
+    SIGTERMed the others; ``record(process)`` is given that first worker. Only this
+    parent knows how its workers ended (probe 28i, F6: the peer torch terminated was
+    blamed "from outside the job")."""
+    module = sys.modules.get("torch.multiprocessing.spawn")
+    context = getattr(module, "ProcessContext", None)
+    exited = getattr(module, "ProcessExitedException", None)
+    original = getattr(context, "join", None)
+    if original is None or exited is None or getattr(original, "_gpudiag_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def join(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(self, *args, **kwargs)
+        except exited as exc:
+            try:
+                record(self.processes[exc.error_index])
+            except Exception:  # noqa: BLE001 - the record must never change the job's end
+                pass
+            raise
+
+    join._gpudiag_wrapped = True  # type: ignore[attr-defined]
+    context.join = join  # type: ignore[union-attr]
+
+
 class SpawnedRank:
     """Picklable wrapper of the user's function: runs it as one rank of the run."""
 

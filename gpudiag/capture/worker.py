@@ -226,6 +226,7 @@ class Worker:
             hide_own_handlers()  # a rank mp.spawn started does not pass through main()
         if self.launched_alone and self.target:  # gpudiag started this one process
             self._guard("spawn hook", lambda: spawn.install(self.hand_over_rank, run_spawned_rank))
+            self._guard("spawn exits", lambda: spawn.watch_exits(agent.write_spawned_failure))
             self._guard("elastic note", lambda: spawn.install_elastic_note(_note_untraced))
             self._guard("process count", spawn.count_processes)
             self._guard(
