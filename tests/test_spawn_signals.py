@@ -198,3 +198,56 @@ def test_a_spawned_rank_that_dies_without_status_is_the_cause_not_its_terminated
     assert [c["rank"] for c in failure["consequences"]] == [0], failure
     assert "rank 1 failed" in err and "rank 0 failed" not in err, err[-3000:]
 
+
+SLOW_START_SCRIPT = Path(__file__).parent / "scripts" / "spawn_slow_start.py"
+
+
+def _interrupted_without_a_failed_rank(tmp_path: Path, proc: subprocess.Popen) -> None:
+    """SIGTERM to ``gpudiag trace``; the run must be an interrupt that blames nobody."""
+    try:
+        os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert (manifest["status"], manifest["failed_ranks"]) == ("interrupted", []), manifest
+    assert manifest["failure"] is None and "failed" not in err, err[-3000:]
+    assert proc.returncode == 128 + signal.SIGTERM
+
+
+@pytest.mark.slow
+def test_sigterm_while_spawned_workers_start_is_an_interrupt_not_a_rank_failure(
+    tmp_path: Path,
+) -> None:
+    """Probe 28i, F5: SIGTERM to `gpudiag trace` while mp.spawn's workers were still
+    starting (no handler yet: they die of it without a status) was recorded as rank 0
+    "died from exit code 143 before its first step"; the forwarded signal is an
+    interrupt. The workers say when they are starting: no timing margin."""
+    command = [sys.executable, "-m", "gpudiag", "trace", "--out", str(tmp_path / "run"),
+               "--no-lint", "--no-profile", str(SLOW_START_SCRIPT)]  # fmt: skip
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("importing.*"))) < 2 and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    _interrupted_without_a_failed_rank(tmp_path, proc)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay_s", [0.8, 1.6, 2.4, 3.2])
+def test_sigterm_at_any_moment_of_a_spawn_jobs_start_up_blames_no_rank(
+    tmp_path: Path, delay_s: float
+) -> None:
+    """The same at fixed delays after the start (probe 28i's sweep: 2-3 of 7 delays
+    blamed rank 0): whatever phase the signal meets, no rank failed."""
+    command = [sys.executable, "-m", "gpudiag", "trace", "--out", str(tmp_path / "run"),
+               "--no-lint", "--no-profile", str(DIES_SCRIPT), "29467", "kill"]  # fmt: skip
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "run" / "manifest.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the launcher's handlers are in place once it wrote this
+    time.sleep(delay_s)
+    _interrupted_without_a_failed_rank(tmp_path, proc)

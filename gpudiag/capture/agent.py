@@ -132,6 +132,13 @@ def write_failures(failures: dict) -> None:
     _write_agent_file({"failures": failure_rows(failures)})
 
 
+def note_spawn_parent() -> None:
+    """The process gpudiag started handed its rank over to mp.spawn's workers: its exit
+    code is no rank's (a forwarded SIGTERM ended it while its workers were starting, and
+    its 143 read as rank 0's death: probe 28i, F5)."""
+    _write_agent_file({"by": SPAWN_PARENT, "failures": {}})
+
+
 def write_spawned_failure(process: Any) -> None:
     """The mp.spawn worker torch named as the first to fail without an error of its own
     (``spawn.watch_exits``), as the agent's failure of its rank: the rank whose

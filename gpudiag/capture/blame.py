@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import frames, rundir
-from gpudiag.capture.agent import AGENT_FAILURES
+from gpudiag.capture.agent import AGENT_FAILURES, SPAWN_PARENT
 
 SIGNAL_HINTS = {
     "SIGKILL": "the kernel's OOM killer (see `dmesg`) or a `kill -9`",
@@ -136,6 +136,15 @@ def agent_failures(run_dir: Path) -> dict[int, dict[str, Any]]:
     return out
 
 
+def _spawn_parent(run_dir: Path) -> bool:
+    """The process gpudiag started handed its rank over to mp.spawn's workers."""
+    return any(
+        isinstance(data := rundir.read_json(rundir.node_dir(run_dir, n) / AGENT_FAILURES), dict)
+        and data.get("by") == SPAWN_PARENT
+        for n in [*rundir.list_nodes(run_dir), 0]
+    )
+
+
 def _last_write_ns(run_dir: Path, rank: int) -> int | None:
     rdir = rundir.rank_dir(run_dir, rank)
     stamps = []
@@ -179,6 +188,8 @@ def rank_ends(
 ) -> dict[int, RankEnd]:
     """Everything known about how each rank ended."""
     agent = agent_failures(run_dir)
+    if _spawn_parent(run_dir):  # the process gpudiag started is no rank
+        single_returncode = None
     # the one process gpudiag started: the only rank here (of a world of 1, or one rank
     # of a job whose other ranks were launched separately)
     here = rundir.list_ranks(run_dir) if single_returncode is not None else []

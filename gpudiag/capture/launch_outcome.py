@@ -55,6 +55,8 @@ def decide_outcome(
         _mark_other_nodes_lost(run_dir, ends, own, infos)
     if hang or signal_received is not None:
         failed, ends = _without_peer_errors(failed, ends, statuses)
+    if signal_received is not None:
+        ends = _without_deaths_by(job_signal(signal_received), ends)
     agent_failure = _agent_failure(
         run_dir, returncode, signal_received, hang, single_process, statuses, node
     )
@@ -127,6 +129,23 @@ def _without_peer_errors(
         r: e for r, e in ends.items() if not (e.failed and rundir.is_peer_error(e.status or {}))
     }
     return failed, ends
+
+
+def _without_deaths_by(signum: int, ends: dict[int, blame.RankEnd]) -> dict[int, blame.RankEnd]:
+    """The launcher forwarded ``signum``: a rank that died of it without a status (it
+    came before the rank had its handler: an mp.spawn worker still starting, probe 28i,
+    F5), or whose process exited 128 + it (the mp.spawn parent's code given to the one
+    rank it had started), was ended by the interrupt, not a failure of its own."""
+    name = blame.signal_name(signum)
+    return {
+        r: e
+        for r, e in ends.items()
+        if not (
+            e.died_without_status
+            and e.crash is None
+            and (e.signal == name or e.exitcode in (-signum, 128 + signum))
+        )
+    }
 
 
 # a rank's steps table is counted up to this many bytes when it left no status

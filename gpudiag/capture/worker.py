@@ -271,6 +271,7 @@ class Worker:
         self.handed_over = True
         self._stop_recording()
         self._guard("fatal signals", release_fatal_signals)
+        self._guard("spawn parent", agent.note_spawn_parent)
 
     def _stop_recording(self) -> None:
         """Undo set-up and remove this rank's directory (nothing of it is kept)."""
