@@ -251,3 +251,34 @@ def test_sigterm_at_any_moment_of_a_spawn_jobs_start_up_blames_no_rank(
         time.sleep(0.05)  # the launcher's handlers are in place once it wrote this
     time.sleep(delay_s)
     _interrupted_without_a_failed_rank(tmp_path, proc)
+
+
+ATEXIT_SCRIPT = Path(__file__).parent / "scripts" / "spawn_atexit.py"
+
+
+def _atexit_marks(cwd: Path, command: list[str]) -> list[str]:
+    """Whose atexit handlers ran (one entry per run of a handler) for ``command``."""
+    cwd.mkdir()
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return sorted(p.name.rsplit(".", 1)[0] for p in cwd.glob("atexit.*"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_spawned_ranks_run_the_atexit_handlers_python_runs(tmp_path: Path, method: str) -> None:
+    """Probe 28i, F1: a fork-started torch.multiprocessing worker ends with os._exit, so
+    no atexit handler runs in it; under gpudiag each fork rank ran them all (the
+    parent's ran 3 times: an rmtree of its tmpdir, an upload, once per rank). A spawn
+    worker ends with sys.exit: its own handlers run, traced or not."""
+    port = {"fork": 29468, "spawn": 29469}[method]
+    script = [str(ATEXIT_SCRIPT), str(port), method]
+    plain = _atexit_marks(tmp_path / "plain", [sys.executable, *script])
+    traced = _atexit_marks(
+        tmp_path / "traced",
+        [sys.executable, "-m", "gpudiag", "trace", "--out", str(tmp_path / "run"),
+         "--no-lint", "--no-profile", *script],
+    )  # fmt: skip
+    expected = ["atexit.parent"] + ([] if method == "fork" else ["atexit.rank0", "atexit.rank1"])
+    assert plain == expected
+    assert traced == plain

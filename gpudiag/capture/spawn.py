@@ -27,7 +27,9 @@ _STARTED = False
 # (worker.run_spawned_rank). Passed in, not imported, so that worker.py, which installs
 # this hook, and this module do not import each other; it must be a module-level
 # function, as it is pickled into every child.
-RankRunner = Callable[[Callable, int, int, tuple, "str | None"], None]
+# ``forked``: the fork or forkserver start method, whose workers end with os._exit
+RankRunner = Callable[[Callable, int, int, tuple, "str | None", bool], None]
+FORKING_METHODS = ("fork", "forkserver")
 
 
 def install(on_spawn: Callable[[], None], run_rank: RankRunner) -> None:
@@ -47,7 +49,9 @@ def install(on_spawn: Callable[[], None], run_rank: RankRunner) -> None:
         if not _STARTED:
             _STARTED = True
             on_spawn()
-        return original(SpawnedRank(fn, nprocs, run_rank), args, nprocs, *rest, **kw)
+        method = kw.get("start_method", rest[2] if len(rest) > 2 else "spawn")
+        rank = SpawnedRank(fn, nprocs, run_rank, method in FORKING_METHODS)
+        return original(rank, args, nprocs, *rest, **kw)
 
     start_processes._gpudiag_wrapped = True  # type: ignore[attr-defined]
     module.start_processes = start_processes  # type: ignore[union-attr]
@@ -86,13 +90,15 @@ def watch_exits(record: Callable[[Any], None]) -> None:
 class SpawnedRank:
     """Picklable wrapper of the user's function: runs it as one rank of the run."""
 
-    def __init__(self, fn: Callable, nprocs: int, run_rank: RankRunner) -> None:
+    def __init__(self, fn: Callable, nprocs: int, run_rank: RankRunner, forked: bool) -> None:
         self.fn = fn
         self.nprocs = nprocs
         self.run_rank = run_rank
+        self.forked = forked
 
     def __call__(self, index: int, *args: Any) -> None:
-        self.run_rank(self.fn, index, self.nprocs, args, _torch_error_file(sys._getframe(1)))
+        error_file = _torch_error_file(sys._getframe(1))
+        self.run_rank(self.fn, index, self.nprocs, args, error_file, self.forked)
 
 
 def _torch_error_file(frame: Any) -> str | None:

@@ -177,6 +177,7 @@ class Worker:
         self._finish_lock = threading.Lock()
         self.set_up = False
         self.handed_over = False  # the script spawned its own ranks (spawn.py)
+        self.runs_atexit = True  # False in a worker multiprocessing ends with os._exit
         # gpudiag started this one process (no torchrun): its rank and world size are
         # known only when the script calls init_process_group
         self.launched_alone = "RANK" not in os.environ
@@ -732,7 +733,8 @@ class Worker:
                 self._guard("profiler export", self._finish_profiler)
         else:
             # as at interpreter exit: the script's atexit handlers may still use the group
-            self._guard("atexit handlers", atexit._run_exitfuncs)
+            if self.runs_atexit:
+                self._guard("atexit handlers", atexit._run_exitfuncs)
             self._guard("process group", _destroy_process_group)
         self._guard("flush", _flush_open_files)
         if self.reexec_children and outcome.status == "ok":
@@ -882,12 +884,15 @@ def spawned_worker(index: int, nprocs: int) -> Worker:
 
 
 def run_spawned_rank(
-    fn: Callable, index: int, nprocs: int, args: tuple, error_file: str | None
+    fn: Callable, index: int, nprocs: int, args: tuple, error_file: str | None, forked: bool
 ) -> None:
     """A worker started by torch.multiprocessing.spawn, as one rank of the run
     (spawn.SpawnedRank calls it in the child). A failure also goes to torch's error file,
-    so the parent's ProcessRaisedException still carries the traceback."""
+    so the parent's ProcessRaisedException still carries the traceback. A worker of the
+    fork start method runs no atexit handler, as multiprocessing ends it with os._exit
+    (probe 28i, F1: the parent's ran once per rank, an rmtree of its tmpdir among them)."""
     worker = spawned_worker(index, nprocs)
+    worker.runs_atexit = not forked
     outcome = worker.run_callable(functools.partial(fn, index, *args))
     if outcome.status == "failed" and error_file and outcome.traceback:
         spawn.write_torch_error_file(error_file, outcome.traceback)
