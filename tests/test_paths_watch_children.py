@@ -241,3 +241,30 @@ def test_live_reader_says_gone_for_a_directory_replaced_or_removed(tmp_path: Pat
     merged = rundir.merge_live_batches([reader.poll(), rundir.LiveReader(alive).poll()])
     assert merged.status is None and len(merged.warnings) == 1
     assert rundir.merge_live_batches([reader.poll()]).status == "gone"
+
+
+def test_sigterm_while_a_hang_is_suspected_is_no_progress(tmp_path: Path) -> None:
+    """Probe 28i, M2: SIGTERM to `gpudiag trace` while a hang was suspected printed
+    "progress resumed: not a hang (hang_report.json removed)": the ranks' last writes
+    read as progress. Nothing progressed, the job was interrupted: the report stays."""
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "gpudiag", "trace", "--out", str(out), "--no-lint",
+        "--no-profile", "--hang-timeout", "3", "--on-hang", "auto", "--nproc-per-node", "2",
+        "--master-port", "29471", str(SUBWORK), "sleep", "300",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    try:
+        deadline = time.monotonic() + 240
+        while not (out / rundir.HANG_REPORT).exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stderr = err.decode("utf-8", "replace")
+    assert "hang suspected" in stderr and "progress resumed" not in stderr, stderr[-3000:]
+    assert _manifest(out)["status"] == "interrupted", stderr[-3000:]
+    assert (out / rundir.HANG_REPORT).exists()

@@ -498,6 +498,7 @@ def _start_watchdog(
             expected_local_ranks=local_ranks,
             node=node,
             on_hang_mode=on_hang_mode,
+            ending=lambda: job.signal_received is not None,
         )
         watchdog.start()
         return watchdog

@@ -189,8 +189,12 @@ class HangWatchdog:
         expected_local_ranks: int | None = None,
         node: int | None = None,
         on_hang_mode: str = "end",
+        ending: Callable[[], bool] | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
+        # the launcher is ending the job (a signal it forwarded): the ranks' last writes
+        # are no progress, and a suspected hang's report stays
+        self.ending = ending or (lambda: False)
         self.on_hang_mode = on_hang_mode
         self.suspected: dict[str, Any] | None = None  # a hang reported, the job left running
         self.node = node
@@ -237,7 +241,7 @@ class HangWatchdog:
                 self._last_progress = last_check = now
                 self._stacks = {}  # stacks compare within one quiet period only
                 noticed = False
-                if self.suspected is not None:
+                if self.suspected is not None and not self.ending():
                     self._progress_resumed()
                 baseline_due = True
                 continue
