@@ -62,6 +62,28 @@ def test_a_disk_too_full_to_record_the_end_is_refused_at_start(
     assert not out.exists() or not any(out.iterdir())
 
 
+def test_a_nearly_full_disk_is_said_at_start_and_the_job_runs(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """Probe 28i, F2: on a nearly full filesystem gpudiag's records take room the job may
+    need (a checkpoint that fits under plain python failed with ENOSPC under gpudiag), and
+    nothing said so. The launcher now says it in one line, naming --out, and the job runs."""
+    out = small_disk / "run"
+    proc = start_trace(["--out", str(out), "--no-lint", str(SINGLE_SCRIPT)], tmp_path)
+    stdout, stderr = proc.communicate(timeout=JOB_TIMEOUT_S)
+    assert proc.returncode == 0, (stdout, stderr)
+    said = [line for line in stderr.splitlines() if "free on its filesystem" in line]
+    assert len(said) == 1 and "--out on another filesystem" in said[0], stderr
+    assert f"{out}: " in said[0] and " MiB free" in said[0]
+
+
+def test_a_disk_with_room_says_nothing_of_space(tmp_path: Path) -> None:
+    proc = start_trace(["--out", str(tmp_path / "run"), "--no-lint", str(SINGLE_SCRIPT)], tmp_path)
+    stdout, stderr = proc.communicate(timeout=JOB_TIMEOUT_S)
+    assert proc.returncode == 0, (stdout, stderr)
+    assert "free on its filesystem" not in stderr
+
+
 @pytest.fixture
 def no_free_inodes(tmp_path: Path) -> Iterator[Path]:
     yield from mounted_tmpfs(tmp_path / "disk", "20m,nr_inodes=12")

@@ -43,6 +43,7 @@ from gpudiag.capture.run_claim import (
     _write_manifest,
     claim_run_dir,
     inodes_short,
+    low_space_warning,
     outside_working_folder,
 )
 
@@ -738,6 +739,9 @@ def _first_manifest(
         for made in (reserve, *(rank_reserves or ())):
             rundir.release_space(made)
         return _refuse(run_dir, _no_room(run_dir))
+    low = low_space_warning(run_dir)
+    if low is not None:
+        _say(f"trace: {low}")
     return _Claimed(refused=False, reserve=reserve, rank_reserves=rank_reserves)
 
 

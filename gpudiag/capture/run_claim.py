@@ -110,6 +110,30 @@ def inodes_short(run_dir: Path, local_ranks: int) -> str | None:
     )
 
 
+# Below this much free space after the reserves, the run directory's filesystem is one a
+# job can fill: gpudiag's records (the reserves, the tables, a profiler trace of several
+# MiB per rank on a GPU) then take room the job's own checkpoint may need (probe 28i, F2).
+LOW_SPACE_BYTES = 256 * 1024 * 1024
+
+
+def low_space_warning(run_dir: Path) -> str | None:
+    """One line when the run directory's filesystem is nearly full, else None. The job
+    runs either way: gpudiag cannot know what the job will write there."""
+    try:
+        stats = os.statvfs(run_dir)
+    except OSError:
+        return None
+    free = stats.f_bavail * stats.f_frsize
+    if stats.f_blocks == 0 or free >= LOW_SPACE_BYTES:
+        return None
+    return (
+        f"{run_dir}: {free / 2**20:.1f} MiB free on its filesystem; gpudiag's records "
+        "(the space kept for the run's end, the tables, the profiler's trace) take room "
+        "there that the job may need for its own files: --out on another filesystem "
+        "keeps them apart"
+    )
+
+
 def _no_room(run_dir: Path) -> str:
     """One line: the run directory cannot hold even the record of the run's end."""
     try:
