@@ -26,7 +26,7 @@ from gpudiag.analysis.findings import Finding, measured_as
 from gpudiag.analysis.result import AnalysisResult, RunInfo, SpilledTable
 from gpudiag.analysis.whatif import Projection
 from gpudiag.numfmt import plural
-from gpudiag.report import colours, figures, numbers
+from gpudiag.report import collective_spread, colours, figures, numbers
 from gpudiag.report import overview as report_overview
 from gpudiag.report import tables as report_tables
 from gpudiag.report.tables import WHATIF_DIGITS, whatif_frame
@@ -424,9 +424,7 @@ def communication(ctx: ViewContext) -> None:
         st.caption(
             "Size: the median of one call. Calls/rank: over the steps the calls come from "
             "(every step, from the run's tables, where they hold the calls' times or no "
-            "trace was recorded; else the profiled steps). Wall "
-            "ms/step: the time the calls take per step, calls in flight together counted "
-            "once; the sum of call durations counts each, so it can exceed the step."
+            "trace was recorded; else the profiled steps). " + collective_spread.WALL_TEXT
         )
         if "peak_gbs" in summary and summary["peak_gbs"].notna().any():
             _chart(figures.busbw_figure(summary))

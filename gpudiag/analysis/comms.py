@@ -489,6 +489,10 @@ WALL_COLUMNS = (
     "wall_ms_per_step",
     "summed_ms_per_step",
     "ranks",
+    "op_wall_ms_min",
+    "op_wall_min_rank",
+    "op_wall_ms_max",
+    "op_wall_max_rank",
 )
 _USER_SOURCES = ("run:dist",)
 _HOOK_SOURCES = ("run:ddp_hook", "run:user_comm_hook")
@@ -521,7 +525,11 @@ def collective_wall_per_step(table: pd.DataFrame) -> pd.DataFrame:
     table times the user's calls but not DDP's C++ buckets (``timed_share``, the share
     of calls with an end time; ``wall_ms_per_step`` NaN where none has one).
     ``bytes_median_per_call`` is the median size of one call. Steps: the step windows
-    the calls carry (``step`` >= 0); a rank's steps are those any of its calls carry."""
+    the calls carry (``step`` >= 0); a rank's steps are those any of its calls carry.
+    The spread over ranks, per (op, group), every caller's wall summed per rank (the
+    mean hides it: a straggler's peers wait 42 ms in an all-reduce the straggler spends
+    0.7 ms in): ``op_wall_ms_min`` of ``op_wall_min_rank`` and ``op_wall_ms_max`` of
+    ``op_wall_max_rank`` (the lowest rank on ties), NaN where no call is timed."""
     return collective_wall_of_pieces(lambda: [] if table is None else [table])
 
 
@@ -656,7 +664,41 @@ def _wall_rows(partials: pd.DataFrame | None, totals: _WallTotals) -> pd.DataFra
                 "ranks": int(g["rank"].nunique()),
             }
         )
+    op_walls = _op_walls_by_rank(partials)
+    for row in rows:
+        row.update(_rank_spread(op_walls.get((row["op"], row["pg_name"]), {})))
     return pd.DataFrame(rows)[list(WALL_COLUMNS)]
+
+
+def _op_walls_by_rank(partials: pd.DataFrame | None) -> dict[tuple[Any, Any], dict[Any, float]]:
+    """Per (op, group): each rank's wall per step, every caller's summed (timed only)."""
+    if partials is None or partials.empty:
+        return {}
+    timed = partials[partials["timed"].to_numpy(dtype=bool)]
+    walls: dict[tuple[Any, Any], dict[Any, float]] = {}
+    for (op, pg, rank), wall in timed.groupby(["op", "pg_name", "rank"], sort=True)["wall"]:
+        walls.setdefault((op, pg), {})[rank] = float(wall.astype(float).sum())
+    return walls
+
+
+def _rank_spread(walls: dict[Any, float]) -> dict[str, Any]:
+    """The lowest and the highest of the ranks' walls, each with its rank."""
+    if not walls:
+        return {
+            "op_wall_ms_min": np.nan,
+            "op_wall_min_rank": None,
+            "op_wall_ms_max": np.nan,
+            "op_wall_max_rank": None,
+        }
+    ordered = sorted(walls.items(), key=lambda item: (item[1], item[0]))
+    low = ordered[0]
+    high = min((kv for kv in ordered if kv[1] == ordered[-1][1]), key=lambda kv: kv[0])
+    return {
+        "op_wall_ms_min": float(low[1]),
+        "op_wall_min_rank": int(low[0]),
+        "op_wall_ms_max": float(high[1]),
+        "op_wall_max_rank": int(high[0]),
+    }
 
 
 def ddp_buckets(table: pd.DataFrame) -> pd.DataFrame:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudiag.numfmt import plural
 from gpudiag.report import figures, numbers, overview
+from gpudiag.report.collective_spread import WALL_TEXT
 from gpudiag.report.overview import evidence_lines, no_findings_text, ordered_findings
 from gpudiag.report.tables import WHATIF_DIGITS, whatif_frame
 
@@ -118,6 +119,7 @@ def _result_section(result: AnalysisResult, include_js: bool) -> str:
             overview.collectives_frame(result.collective_summary, result.collective_wall),
             overview.COLLECTIVE_DIGITS,
         )
+        + (f"<p class='note'>{_e(WALL_TEXT)}</p>" if len(result.collective_wall) else "")
         + (f"<h2>Warnings</h2><ul>{warnings}</ul>" if warnings else "")
     )
 

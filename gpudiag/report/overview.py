@@ -16,7 +16,7 @@ import pandas as pd
 
 from gpudiag.analysis.findings import FEW_STEPS, STATE_KINDS, Finding, sort_findings
 from gpudiag.numfmt import plural
-from gpudiag.report import numbers
+from gpudiag.report import collective_spread, numbers
 from gpudiag.report.colours import COMPONENT_COLORS
 from gpudiag.report.evidence_text import cost_suffix, evidence_lines, readable_header
 
@@ -757,15 +757,17 @@ def rank_table_digits() -> dict[str, int]:
 
 # The collectives summary's columns, each header with its unit. ``bytes`` is the median
 # size of one call; ``total_ms`` the sum of the calls' durations per rank (overlapping
-# calls counted each: not wall time).
+# calls counted each: not wall time). The per-step times are means over ranks, named so
+# (probe 31l, F1: 21.39 ms where one rank waits 42 and the other spends 0.7); beside the
+# wall, the rank with the least and the one with the most (collective_spread).
 COLLECTIVE_HEADERS = {
     "op": "op",
     "pg_name": "group",
     "count": "calls/rank",
     "bytes": "size (median per call)",
     "total_ms": "sum of call durations ms/rank",
-    "wall_ms_per_step": "wall ms/step",
-    "summed_ms_per_step": "sum of call durations ms/step",
+    "wall_ms_per_step": collective_spread.WALL_MEAN,
+    "summed_ms_per_step": "sum of call durations ms/step (mean over ranks)",
     "busbw_gbs_median": "busbw GB/s (median)",
     "peak_gbs": "link peak GB/s",
     "ranks": "ranks",
@@ -774,9 +776,9 @@ COLLECTIVE_HEADERS = {
 
 def collectives_per_step(summary: pd.DataFrame, wall: pd.DataFrame | None) -> pd.DataFrame:
     """The collectives summary with, per op and group, the wall time its calls take per
-    step (overlapping calls, DDP's buckets in flight together, counted once) and the sum
-    of their durations per step, in place of the sum over the profiled steps (which
-    overlapping buckets push past the step: 75.6 ms in a 56 ms step)."""
+    step (overlapping calls, DDP's buckets in flight together, counted once), its least
+    and most rank, and the sum of their durations per step, in place of the sum over the
+    profiled steps (which overlapping buckets push past the step: 75.6 ms in a 56 ms step)."""
     if wall is None or not len(wall) or not len(summary) or "wall_ms_per_step" not in wall:
         return summary
     per_step = (
@@ -787,10 +789,14 @@ def collectives_per_step(summary: pd.DataFrame, wall: pd.DataFrame | None) -> pd
     keys = summary[["op", "pg_name"]].astype(str)
     per_step[["op", "pg_name"]] = per_step[["op", "pg_name"]].astype(str)
     merged = keys.merge(per_step, on=["op", "pg_name"], how="left")
+    spread = collective_spread.spread_columns(keys, wall)
     out = summary.drop(columns=["total_ms"], errors="ignore").copy()
     at = list(out.columns).index("bytes") + 1 if "bytes" in out else len(out.columns)
-    for offset, column in enumerate(("wall_ms_per_step", "summed_ms_per_step")):
-        out.insert(at + offset, column, merged[column].to_numpy())
+    added = [("wall_ms_per_step", merged["wall_ms_per_step"].to_numpy())]
+    added += [(name, column.to_numpy()) for name, column in spread.items()]
+    added += [("summed_ms_per_step", merged["summed_ms_per_step"].to_numpy())]
+    for offset, (column, values) in enumerate(added):
+        out.insert(at + offset, column, values)
     return out
 
 

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from gpudiag.numfmt import plural
 from gpudiag.report import numbers
+from gpudiag.report.collective_spread import WALL_TEXT
 from gpudiag.report.overview import (
     COLLECTIVE_DIGITS,
     change_side,
@@ -152,7 +153,8 @@ def collectives_table(summary: Any, wall: Any = None) -> Table | None:
         return None
     frame = collectives_frame(summary.head(20), wall)
     text = numbers.frame_text(frame, COLLECTIVE_DIGITS)
-    table = Table(title="Collectives (per op and process group)")
+    caption = WALL_TEXT if wall is not None and len(wall) else None
+    table = Table(title="Collectives (per op and process group)", caption=caption)
     for c in text.columns:
         table.add_column(str(c), justify="right")
     for row in text.itertuples(index=False):
