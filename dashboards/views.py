@@ -26,7 +26,7 @@ from gpudiag.analysis.findings import Finding, measured_as
 from gpudiag.analysis.result import AnalysisResult, RunInfo, SpilledTable
 from gpudiag.analysis.whatif import Projection
 from gpudiag.numfmt import plural
-from gpudiag.report import collective_spread, colours, figures, numbers
+from gpudiag.report import collective_spread, colours, figures, numbers, rank_means
 from gpudiag.report import overview as report_overview
 from gpudiag.report import tables as report_tables
 from gpudiag.report.tables import WHATIF_DIGITS, whatif_frame
@@ -810,15 +810,18 @@ def compare(ctx: ViewContext) -> None:
                 f"{md(parts_named['comm_wait'])} and transfer here: one of the runs has a rank "
                 "whose wait could not be measured (as its Overview says)."
             )
-        shown = table.rename(
+        most = [rank_means.most_change_text(row) for row in table.to_dict(orient="records")]
+        shown = table[["metric", "a", "b", "delta", "delta_pct"]].rename(
             columns={
-                "a": f"A: {name_a} (ms/step)",
-                "b": f"B: {name_b} (ms/step)",
+                "a": f"A: {name_a} (ms/step, mean over ranks)",
+                "b": f"B: {name_b} (ms/step, mean over ranks)",
                 "delta": "B − A ms/step",
                 "delta_pct": "B − A %",
             }
         )
+        shown[rank_means.MOST_HEADER] = most
         _dataframe(shown, {"B − A %": numbers.PCT_DIGITS})
+        st.caption(md(rank_means.compare_means_text()))
     moved = report_tables.moved_components_text(comparison.changed_components(), split, headers)
     if moved:
         st.write(md(moved))

@@ -259,7 +259,7 @@ def test_compare_names_the_rows_that_moved_as_its_table_and_its_window(
         assert part.rsplit(" ", 2)[0] in rows, (part, rows)
     assert not any(p.startswith("exposed communication") for p in named.split("; "))
     assert "waiting for late peers" in named  # the split row the table has
-    assert "the mean over each run's analysed steps" in line
+    assert "the mean over ranks and each run's analysed steps" in line
 
 
 def test_the_all_reduce_lanes_tell_eight_ranks_apart(

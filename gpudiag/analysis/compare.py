@@ -49,7 +49,9 @@ class FindingChange:
 class Comparison:
     a: str
     b: str
-    table: pd.DataFrame  # metric, a, b, delta, delta_pct
+    # metric, a, b (means over ranks), delta, delta_pct; a_most, a_most_rank, b_most,
+    # b_most_rank: each run's rank with the most of the metric (NaN, None: steady step)
+    table: pd.DataFrame
     findings_a: list[str]
     findings_b: list[str]
     finding_changes: list[FindingChange] = field(default_factory=list)
@@ -99,6 +101,26 @@ class Comparison:
         if self.regression is not None:
             out["regression"] = self.regression.to_json()
         return out
+
+
+def most_rank(values: pd.Series, ranks: pd.Series) -> tuple[float, int | None]:
+    """The largest of ``values`` and its rank (the lowest rank on ties); NaN, None when
+    none is a number."""
+    v = pd.to_numeric(values, errors="coerce").astype(float).reset_index(drop=True)
+    r = ranks.reset_index(drop=True)
+    if v.isna().all():
+        return float("nan"), None
+    top = float(v.max())
+    return top, int(r[v == top].astype(int).min())
+
+
+def _most(result: AnalysisResult) -> dict[str, tuple[float, int | None]]:
+    """Per metric, the rank with the most of it (the mean over ranks hides a rank's 43.58
+    ms of data loading as 22.02 in a 2-rank job: probe 31l, F2)."""
+    ranks = result.ranks
+    if ranks is None or ranks.empty or "rank" not in ranks:
+        return {}
+    return {m: most_rank(ranks[m], ranks["rank"]) for m in COMPARE_METRICS if m in ranks}
 
 
 def _means(result: AnalysisResult) -> dict[str, float]:
@@ -349,6 +371,8 @@ def compare(
         # window's (big_fp32 against big_bf16: 13.95 -> 2.73 steady, 14.02 -> 3.78 window)
         ma["steady_step_ms"], mb["steady_step_ms"] = steady_a, steady_b
         metrics = ("steady_step_ms", *COMPARE_METRICS)
+    most_a, most_b = _most(a), _most(b)
+    none: tuple[float, int | None] = (float("nan"), None)
     rows = []
     for metric in metrics:
         va, vb = ma.get(metric, float("nan")), mb.get(metric, float("nan"))
@@ -360,6 +384,10 @@ def compare(
                 "b": vb,
                 "delta": delta,
                 "delta_pct": 100 * delta / va if va else float("nan"),
+                "a_most": most_a.get(metric, none)[0],
+                "a_most_rank": most_a.get(metric, none)[1],
+                "b_most": most_b.get(metric, none)[0],
+                "b_most_rank": most_b.get(metric, none)[1],
             }
         )
     verdict = None

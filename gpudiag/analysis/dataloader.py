@@ -541,12 +541,24 @@ def _stall_title(
     return f"Steps wait {ms_text(cost)} ms for data ({share} of the step)"
 
 
+def _basis(step_basis: str, ranks: int, run_steady: bool) -> str:
+    """Which step dataloader_stall's share is of (evidence ``step_basis``, probe 31l, F2:
+    "step of these ranks: 46.16 ms" said neither the statistic nor the steps):
+    ``steady_median`` (each rank's median over its steady steps) or ``profiled_mean`` (its
+    mean over the profiled steps), ``_of_ranks`` appended for the mean of several ranks';
+    ``run_steady``: the run's steady step."""
+    if run_steady:
+        return "run_steady"
+    return step_basis + ("_of_ranks" if ranks > 1 else "")
+
+
 def dataloader_findings(
     info: DataLoaderResult,
     step_ms: dict[int, float],
     runq_ms: dict[int, float] | None = None,
     runq_share: float | None = None,
     run_step_ms: float | None = None,
+    step_basis: str = "profiled_mean",
 ) -> list[Finding]:
     """dataloader_stall from the whole-run steps table when present (it covers every
     step), else from the profiled window (a trace without ProfilerStep marks: its whole
@@ -558,7 +570,8 @@ def dataloader_findings(
     rank's share, steady.runq_share): on a loaded host the severity is rated on the part of
     the wait not put down to the host's load (:func:`_host_part`); where that part is half
     the wait or more, the title says so. Where every rank waits, the step is the run's
-    steady step (``run_step_ms``), the one every view shows (probe 31h, D2)."""
+    steady step (``run_step_ms``), the one every view shows (probe 31h, D2).
+    ``step_basis``: what ``step_ms`` is, said in the evidence (:func:`_basis`)."""
     per_rank: dict[int, float] = {}
     startup: dict[int, float] = {}
     source = "run steps table (every step)"
@@ -606,6 +619,7 @@ def dataloader_findings(
         # the named ranks' own step when only they wait: another number than the run's
         # step, so another name (browser probe: "step" 14.81 here, 15.77 elsewhere)
         ("step_of_these_ranks_ms" if specific else "step_ms"): ms(mean_step),
+        "step_basis": _basis(step_basis, len(waiting), not specific and bool(run_step_ms)),
         "share_of_step": round(cost / mean_step, 3),
         "per_rank_data_ms": {str(r): ms(v) for r, v in sorted(per_rank.items())},
         "source": source,

@@ -916,7 +916,10 @@ def _step_findings(w: _Work) -> None:
         w.warnings,
     )
     runq = steady.runq_per_step(w.rank_times)
-    found += dataloader.dataloader_findings(w.dl, step_by_rank, *runq, run_step_ms=w.step_ms)
+    basis = "steady_median" if w.rank_times else "profiled_mean"
+    found += dataloader.dataloader_findings(
+        w.dl, step_by_rank, *runq, run_step_ms=w.step_ms, step_basis=basis
+    )
     found += dataloader.startup_findings(w.dl, step_by_rank)
     found += startup.run_startup_findings(run, step_by_rank)
     found += dataloader.host_sync_findings(w.dl, step_by_rank, run_step_ms=w.step_ms)

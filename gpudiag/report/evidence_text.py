@@ -101,6 +101,16 @@ def _evidence_value(value: Any, unit: str, who: str = "rank", count: bool = Fals
 _EVIDENCE_WORDS = {
     "median_cost_ms": "the median over the run's steps",
     "cost_ms_per_step": "the mean over the run's steps",
+    # dataloader_stall's step_basis: which statistic of which steps its step is (probe
+    # 31l, F2: "step of these ranks: 46.16 ms" was in no table and said neither)
+    "steady_median": "the rank's median step over its steady steps (warm-up left out)",
+    "steady_median_of_ranks": (
+        "each rank's median step over its steady steps (warm-up left out), the mean over "
+        "these ranks"
+    ),
+    "profiled_mean": "the rank's mean step over the profiled steps",
+    "profiled_mean_of_ranks": "each rank's mean step over the profiled steps, the mean over these ranks",
+    "run_steady": "the run's steady step (the median over every recorded step after warm-up)",
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from gpudiag.analysis.compare import Comparison
+from gpudiag.report import rank_means
 from gpudiag.report.overview import change_side, load_explains_text, metric_headers
 
 
@@ -51,8 +52,8 @@ def comparison_markdown(comparison: Comparison) -> str:
         "",
         *_verdict_lines(comparison),
         *(f"> warning: {_plain(w)}\n" for w in comparison.warnings),
-        "| ms/step | base | new | Δ | Δ % |",
-        "|---|---:|---:|---:|---:|",
+        f"| ms/step | base | new | Δ | Δ % | {rank_means.MOST_HEADER_MD} |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     headers = metric_headers(comparison.has_gpu_trace)
     for row in comparison.table.to_dict(orient="records"):
@@ -60,14 +61,15 @@ def comparison_markdown(comparison: Comparison) -> str:
         pct_text = "–" if not math.isfinite(pct) else f"{pct:+.1f}"
         lines.append(
             f"| {headers.get(row['metric'], row['metric'])} | {_ms(row['a'])} | {_ms(row['b'])} | "
-            f"{_ms(row['delta'])} | {pct_text} |"
+            f"{_ms(row['delta'])} | {pct_text} | {rank_means.most_change_text(row)} |"
         )
+    lines += ["", rank_means.compare_means_text("base", "new")]
     moved = comparison.changed_components()
     if moved:
         names = [headers.get(n, n).removesuffix(" ms/step") for n, _ in moved]
         lines += [
             "",
-            "Components that moved: "
+            "Components that moved (ms/step, mean over ranks): "
             + ", ".join(f"{name} {d:+.2f} ms" for name, (_, d) in zip(names, moved, strict=True)),
         ]
     if comparison.finding_changes:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from gpudiag.analysis.findings import FEW_STEPS, STATE_KINDS, Finding, sort_findings
 from gpudiag.numfmt import plural
-from gpudiag.report import collective_spread, numbers
+from gpudiag.report import collective_spread, numbers, rank_means
 from gpudiag.report.colours import COMPONENT_COLORS
 from gpudiag.report.evidence_text import cost_suffix, evidence_lines, readable_header
 
@@ -243,6 +243,7 @@ def split_compare_table(table: pd.DataFrame, a: Any, b: Any) -> pd.DataFrame:
                 "b": vb,
                 "delta": delta,
                 "delta_pct": 100 * delta / va if va else float("nan"),
+                **rank_means.most_columns(parts[0].frame, parts[1].frame, key),
             }
         )
     at = list(table["metric"]).index("comm_exposed")
@@ -547,12 +548,19 @@ def _window_words(result: Any) -> str:
     31h, D1: a gap the note had put down to other late ranks in a 2-rank job)."""
     ranks = result.ranks
     window = None
+    per_rank: dict[Any, Any] = {}
     if ranks is not None and len(ranks) and "step_ms_mean" in ranks:
-        window = numbers.number(pd.to_numeric(ranks["step_ms_mean"], errors="coerce").mean())
+        steps = pd.to_numeric(ranks["step_ms_mean"], errors="coerce")
+        window = numbers.number(steps.mean())
+        if "rank" in ranks:
+            per_rank = dict(zip(ranks["rank"].tolist(), steps.tolist(), strict=True))
     steady = numbers.number(getattr(result.run, "steady_step_ms", None))
     words = f"the mean over the {steps_window(result)}"
     if window is not None and steady is not None and abs(window - steady) > 0.05 * steady:
-        words += f", which took {numbers.ms(window)} against the steady {numbers.ms(steady)}"
+        # the window's step is a mean over ranks: say so, and each rank's (probe 31l, F2)
+        of_ranks = rank_means.mean_over_ranks(per_rank)
+        words += f", which took {numbers.ms(window)}" + (f" ({of_ranks})" if of_ranks else "")
+        words += f" against the steady {numbers.ms(steady)}"
     return words
 
 
@@ -845,7 +853,8 @@ def step_time(result: Any) -> tuple[str, str]:
     if steady is not None:
         return _steady_label(result.run), numbers.ms(steady)
     step = numbers.number(result.step_ms)
-    return f"mean over the {steps_window(result)}", numbers.ms(step)
+    # a mean over ranks too (result.step_ms): said (probe 31l, F2)
+    return f"mean over ranks and the {steps_window(result)}", numbers.ms(step)
 
 
 def no_findings_text(result: Any) -> str:

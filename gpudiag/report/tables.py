@@ -438,7 +438,7 @@ def moved_components_text(
     rows.sort(key=lambda row: -abs(row[1]))
     parts = "; ".join(f"{headers.get(n, n).removesuffix(' ms/step')} {d:+.2f} ms" for n, d in rows)
     return (
-        f"Components that moved (ms/step, the mean over each run's analysed steps, as the "
+        f"Components that moved (ms/step, the mean over ranks and each run's analysed steps, as the "
         f"table's '{headers.get('step_ms_mean', 'step ms (mean)')}' row; its "
         f"'{headers.get('steady_step_ms', 'steady step ms')}' row is over every recorded "
         f"step): {parts}"

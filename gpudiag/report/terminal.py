@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudiag.numfmt import plural
-from gpudiag.report import numbers
+from gpudiag.report import numbers, rank_means
 from gpudiag.report.collective_spread import WALL_TEXT
 from gpudiag.report.overview import (
     COLLECTIVE_DIGITS,
@@ -196,7 +196,7 @@ def summary_line(result: Any) -> str:
         else ""
     )
     return (
-        f"{result.source}: step {_num(step)} ms, "
+        f"{result.source}: step {_num(step)} ms (mean over ranks), "
         f"{len(result.findings)} finding{'s' if len(result.findings) != 1 else ''} "
         f"({counts['high']} high, {counts['medium']} medium, {counts['low']} low){worst}"
     )
@@ -210,13 +210,16 @@ def print_summary(results: list[Any], console: Console | None = None) -> None:
         console.print(Text(line), no_wrap=True, overflow="ignore", crop=False)
 
 
-def print_comparison(comparison: Any, console: Console | None = None) -> None:
-    console = console or Console()
-    for line in comparison.warnings:
-        console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False)
+def _comparison_table(comparison: Any) -> Table:
+    """Compare's metric table: each run's mean over ranks, the change, and each run's
+    rank with the most of the metric (probe 31l, F2)."""
     headers = metric_headers(comparison.has_gpu_trace)
-    table = Table(title=f"A = {comparison.a}\nB = {comparison.b}")
-    for col in ("metric", "A ms/step", "B ms/step", "B − A ms/step", "B − A %"):
+    table = Table(
+        title=f"A = {escape(str(comparison.a))}\nB = {escape(str(comparison.b))}",
+        caption=rank_means.compare_means_text(),
+    )
+    columns = ("metric", "A ms/step", "B ms/step", "B − A ms/step", "B − A %")
+    for col in (*columns, rank_means.MOST_HEADER):
         table.add_column(col, justify="right" if col != "metric" else "left")
     for row in comparison.table.to_dict(orient="records"):
         delta = row["delta"]
@@ -227,7 +230,17 @@ def print_comparison(comparison: Any, console: Console | None = None) -> None:
             _num(row["b"]),
             Text(_num(delta), style=style),
             _num(row["delta_pct"], 1),
+            rank_means.most_change_text(row),
         )
+    return table
+
+
+def print_comparison(comparison: Any, console: Console | None = None) -> None:
+    table = _comparison_table(comparison)
+    console = console or output_console([table])
+    for line in comparison.warnings:
+        console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False)
+    headers = metric_headers(comparison.has_gpu_trace)
     verdict = comparison.regression
     if verdict is not None:
         word = "[bold red]REGRESSION[/]" if verdict.regressed else "[green]no regression[/]"
@@ -246,7 +259,7 @@ def print_comparison(comparison: Any, console: Console | None = None) -> None:
     moved = comparison.changed_components()
     if moved:
         console.print(
-            "components that moved: "
+            "components that moved (ms/step, mean over ranks): "
             + ", ".join(
                 f"{headers.get(n, n).removesuffix(' ms/step')} {d:+.2f} ms" for n, d in moved
             ),
