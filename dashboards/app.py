@@ -75,6 +75,10 @@ def _initial_run(refs: list[runs.RunRef], roots: list[Path]) -> int:
     found = runs.find_run(refs, wanted)
     if found is not None:
         return found
+    several = runs.ambiguity(refs, wanted)
+    if several:  # two runs of that name: say so, with both (probe 31l, F4)
+        views.ambiguous_url_value("run", wanted, several, f"showing {refs[0].label}")
+        return 0
     if not Path(wanted).is_absolute() and ".." not in Path(wanted).parts:
         # a run's label mistyped, not a path leaving the roots: say that (browser probe)
         views.bad_url_value("run", wanted, "the runs found", f"showing {refs[0].label}")

@@ -73,9 +73,25 @@ def find_run(refs: list[RunRef], wanted: str) -> int | None:
     labels = [r.label for r in refs]
     if wanted in labels:
         return labels.index(wanted)
-    tail = "/" + wanted.strip("/")
-    ends = [i for i, label in enumerate(labels) if ("/" + label).endswith(tail)]
+    ends = runs_ending_with(refs, wanted)
     return ends[0] if len(ends) == 1 else None
+
+
+def runs_ending_with(refs: list[RunRef], wanted: str) -> list[int]:
+    """Indices of the runs whose label ends with ``wanted`` (whole path parts): more than
+    one makes a short ``?run=`` ambiguous, which the page says, listing them (it said
+    "no run of that name" where two runs had it: probe 31l, F4)."""
+    tail = "/" + wanted.strip("/")
+    return [i for i, r in enumerate(refs) if ("/" + r.label).endswith(tail)]
+
+
+def ambiguity(refs: list[RunRef], wanted: str) -> list[str]:
+    """The labels ``wanted`` could mean, where it names no run alone and several end with
+    it; empty otherwise."""
+    if wanted in [r.label for r in refs]:
+        return []
+    ends = runs_ending_with(refs, wanted)
+    return [refs[i].label for i in ends] if len(ends) > 1 else []
 
 
 def recorded_status(run: Path) -> str | None:

@@ -692,6 +692,18 @@ def bad_url_value(key: str, value: str, among: str, shown: str) -> None:
     st.error(md(f"{value}: no {key} of that name among {among} ({key}= in the URL); {shown}"))
 
 
+def ambiguous_url_value(key: str, value: str, candidates: list[str], shown: str) -> None:
+    """The one-line notice for a URL value that names several runs (``?run=collate1``
+    with ``runs/collate1`` and ``runsB/collate1``): which ones, and what is shown."""
+    named = ", ".join(candidates)
+    st.error(
+        md(
+            f"{value}: ambiguous, {len(candidates)} runs have that name ({key}= in the "
+            f"URL): {named}; {shown}"
+        )
+    )
+
+
 def init_partner(ref: runs.RunRef, all_runs: list[runs.RunRef]) -> str | None:
     """Run B before its select is drawn: the URL's ?partner= when it names a run, else
     the one last shown with this run A, else :func:`compare_pair`'s choice. Kept while
@@ -707,7 +719,10 @@ def init_partner(ref: runs.RunRef, all_runs: list[runs.RunRef]) -> str | None:
     wanted = st.query_params.get(PARTNER) if _PARTNER_OF not in state else None
     if wanted and wanted not in labels and runs.find_run(all_runs, wanted) is not None:
         wanted = labels[runs.find_run(all_runs, wanted) or 0]  # a run's own folder name
-    if wanted and wanted not in labels:
+    if wanted and wanted not in labels and runs.ambiguity(all_runs, wanted):
+        shown = "Run B is chosen below"
+        ambiguous_url_value(PARTNER, wanted, runs.ambiguity(all_runs, wanted), shown)
+    elif wanted and wanted not in labels:
         bad_url_value(PARTNER, wanted, "the runs found", "Run B is chosen below")
     if wanted not in labels:
         wanted = chosen.get(a)

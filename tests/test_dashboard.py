@@ -32,7 +32,7 @@ from gpudiag.cli import dashboard as dashboard_cli  # noqa: E402
 from gpudiag.report import figures, numbers  # noqa: E402
 from gpudiag.report import overview as report_overview  # noqa: E402
 from tests.browser.dashboard import free_port  # noqa: E402
-from tests.dashboard_shown import table_with  # noqa: E402
+from tests.dashboard_shown import table_with, url_errors  # noqa: E402
 
 APP = REPO / "dashboards" / "app.py"
 SCRIPT = REPO / "tests" / "scripts" / "capture_ddp_mlp.py"
@@ -166,12 +166,7 @@ def test_runs_are_discovered_and_paths_confined(runs_root: Path, tmp_path: Path)
 def _url_errors(**params: str) -> list[str]:
     """The app opened with these URL query parameters: its error lines as plain text
     (it must raise nothing)."""
-    at = AppTest.from_file(str(APP), default_timeout=180)
-    for name, value in params.items():
-        at.query_params[name] = value
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return [e.value.replace("\\", "") for e in at.error]
+    return url_errors(APP, **params)
 
 
 def test_query_param_outside_roots_is_refused(
