@@ -169,8 +169,8 @@ def test_gpu_idle_has_one_number_per_label_and_its_projection(
     assert row.saving_ms == pytest.approx(finding.cost_ms_per_step)
     lines = overview.evidence_lines(finding.evidence)
     total = finding.evidence["gpu_idle_total_ms_per_step"]
-    assert f"GPU idle, data loading included: {total:.2f} ms/step" in lines
-    assert any(x.startswith("GPU busy (any kernel, copy or collective): ") for x in lines)
+    assert f"GPU idle, data loading included (mean over ranks): {total:.2f} ms/step" in lines
+    assert any(x.startswith("GPU busy (any kernel, copy or collective; all ranks") for x in lines)
     assert "outside data loading" in overview.verdict(result).headline
     at = _app(monkeypatch, run)
     whatif = next(t.value for t in at.table if "projected ms" in t.value.columns)

@@ -259,6 +259,17 @@ def gpu_findings(
     return findings
 
 
+def _busy_share(busy: list[KernelBusy]) -> float:
+    """The share of the ranks' profiled windows, summed, in which the GPU is busy: with
+    gpu_idle_total (a mean over ranks) it adds up to the step; the mean of the per-rank
+    shares (windows of 12.5-18.7 ms) read 42.3 % beside 8.82 of 15.77 ms idle (probe
+    31l, F5)."""
+    window = sum(b.window_ms for b in busy)
+    if window <= 0:
+        return float(np.mean([b.busy_fraction for b in busy]))
+    return float(sum(b.busy_fraction * b.window_ms for b in busy) / window)
+
+
 def _idle_finding(info: GpuResult, step_ms: float, ranks: pd.DataFrame | None) -> list[Finding]:
     """GPU traces: the step's time with no kernel, no communication and no data wait:
     the per-rank table's ``other`` (GPU idle, host busy) + ``idle`` (GPU idle, host idle),
@@ -274,7 +285,7 @@ def _idle_finding(info: GpuResult, step_ms: float, ranks: pd.DataFrame | None) -
         cost = float(unexplained.mean())
         step = float(ranks["step_ms_mean"].astype(float).mean())
         evidence: dict[str, Any] = {
-            "kernel_busy_fraction": round(float(np.mean([b.busy_fraction for b in busy])), 3),
+            "kernel_busy_fraction": round(_busy_share(busy), 3),
             # = host_busy_ms_per_step + host_idle_ms_per_step (the cost)
             "idle_ms_per_step": ms(cost),
             "host_busy_ms_per_step": ms(host_busy),  # the table's `other`

@@ -25,8 +25,13 @@ _UNIT_SUFFIXES = (
 _EVIDENCE_NAMES = {
     # gpu_idle: busy + idle-with-data-loading = 100 %; the cost leaves data loading out
     # (87.8 % busy beside "11.1 % of the step" idle on Megatron: probe 31j, D6)
-    "kernel_busy_fraction": ("GPU busy (any kernel, copy or collective)", "share"),
-    "gpu_idle_total_ms_per_step": ("GPU idle, data loading included", "ms/step"),
+    # both over all ranks, so they add up to the step (probe 31l, F5: 42.3 % busy, the
+    # mean of per-rank shares, beside 8.82 of 15.77 ms idle)
+    "kernel_busy_fraction": (
+        "GPU busy (any kernel, copy or collective; all ranks' profiled steps together)",
+        "share",
+    ),
+    "gpu_idle_total_ms_per_step": ("GPU idle, data loading included (mean over ranks)", "ms/step"),
     "overlap_fraction": (
         "overlapped share of the transfer (overlapped / (overlapped + transfer), waits left out)",
         "share",
