@@ -161,10 +161,7 @@ def first_screen(ctx: ViewContext) -> None:
             )
     if _has_rows(result.ranks):
         parts = report_overview.rank_parts(result)
-        title = (
-            "Where each rank's step goes (ms per step, mean over "
-            f"{report_overview.steps_window(result)})"
-        )
+        title = report_overview.rank_chart_title(result)
         st.markdown(figures.rank_parts_svg(parts, title), unsafe_allow_html=True)
         if (
             not parts.split

@@ -157,20 +157,26 @@ def test_every_chart_draws_a_component_in_its_one_colour(
 def test_the_html_report_draws_with_the_same_functions(
     cpu_run: AnalysisResult, gpu_run: AnalysisResult, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    built: list[tuple[str, go.Figure]] = []
-    for name in ("rank_parts_figure", "timeline_figure"):
+    built: list[tuple[str, Any]] = []
+    for name in ("rank_parts_svg", "timeline_figure"):
         real = getattr(figures, name)
 
-        def spy(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> go.Figure:
+        def spy(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
             fig = _real(*args, **kw)
             built.append((_name, fig))
             return fig
 
         monkeypatch.setattr(figures, name, spy)
     page = html.render_html([cpu_run, gpu_run])
-    assert {n for n, _ in built} == {"rank_parts_figure", "timeline_figure"}
+    assert {n for n, _ in built} == {"rank_parts_svg", "timeline_figure"}
+    # the per-rank chart is the dashboard's SVG, every component in its one colour
+    for svg in [f for n, f in built if n == "rank_parts_svg"]:
+        assert svg in page
+        drawn = re.findall(r'fill="(#[0-9a-fA-F]+)" data-component="(\w+)"', svg)
+        assert drawn
+        assert all(color == component_color(key) for color, key in drawn), drawn
     seen: dict[str, set[str]] = {}
-    for name, fig in built:
+    for name, fig in [(n, f) for n, f in built if n == "timeline_figure"]:
         assert _check(fig, seen, f"html {name}") > 0
         for trace in fig.data:
             color = _trace_color(trace)

@@ -1,7 +1,8 @@
 """Standalone HTML report: plotly.js inlined once, so the file opens offline.
 
 Charts (gpudiag/report/figures.py, the same the dashboard draws): stacked step
-breakdown per rank, and the per-rank timeline. Findings and the per-rank table as plain
+breakdown per rank (the dashboard's inline SVG, bar totals printed), and the per-rank
+timeline. Findings and the per-rank table as plain
 HTML tables (all text escaped).
 """
 
@@ -84,8 +85,13 @@ def _result_section(result: AnalysisResult, include_js: bool) -> str:
 
     verdict = overview.verdict(result)
     figs = []
+    charts = []
     if len(result.ranks):
-        figs.append(figures.rank_parts_figure(overview.rank_parts(result)))
+        # the dashboard's own figure, bar totals printed, the named ranks' whole bars
+        # outlined: the plotly one had neither, under a caption that quotes the totals
+        # (probe 31l, F6); its text escaped by rank_parts_svg
+        title = overview.rank_chart_title(result)
+        charts.append(figures.rank_parts_svg(overview.rank_parts(result), title))
     timeline = result.timeline(max_intervals=TIMELINE_INTERVALS)
     if len(timeline):
         figs.append(
@@ -93,7 +99,6 @@ def _result_section(result: AnalysisResult, include_js: bool) -> str:
                 timeline, _timeline_title(result), bool(result.run.has_gpu_trace)
             )
         )
-    charts = []
     for i, fig in enumerate(figs):
         charts.append(to_html(fig, full_html=False, include_plotlyjs=(include_js and i == 0)))
     run = result.run

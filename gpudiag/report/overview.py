@@ -845,6 +845,11 @@ def _steady_label(run: Any) -> str:
     return f"steady: median over {n} recorded steps after {warm}"
 
 
+def rank_chart_title(result: Any) -> str:
+    """The per-rank chart's title, the dashboard's and the HTML report's alike."""
+    return f"Where each rank's step goes (ms per step, mean over {steps_window(result)})"
+
+
 def step_time(result: Any) -> tuple[str, str]:
     """(label, value) of the run's step time: the steady step (median over every step
     after warm-up) when the analysis gives it, else the mean over the profiled steps;
