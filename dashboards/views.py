@@ -825,8 +825,8 @@ def compare(ctx: ViewContext) -> None:
         most = [rank_means.most_change_text(row) for row in table.to_dict(orient="records")]
         shown = table[["metric", "a", "b", "delta", "delta_pct"]].rename(
             columns={
-                "a": f"A: {name_a} (ms/step, mean over ranks)",
-                "b": f"B: {name_b} (ms/step, mean over ranks)",
+                "a": f"A: {name_a} (ms/step)",
+                "b": f"B: {name_b} (ms/step)",
                 "delta": "B − A ms/step",
                 "delta_pct": "B − A %",
             }
