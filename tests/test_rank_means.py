@@ -53,6 +53,10 @@ def test_compare_says_mean_over_ranks_and_names_the_rank_with_the_most(
     comparison = compare(slow, fast)
     data = f"{_most(slow, 'data_loading')} → {_most(fast, 'data_loading')}"
     assert data.startswith("43.58 (rank 1)"), data  # the one rank that waits for data
+    metrics = {m["metric"]: m for m in comparison.to_json()["metrics"]}
+    assert metrics["data_loading"]["a_most_rank"] == 1
+    assert isinstance(metrics["data_loading"]["a_most_rank"], int)  # a rank, not 1.0
+    assert metrics["steady_step_ms"]["a_most_rank"] is None
     mean = numbers.num(slow.ranks["data_loading"].astype(float).mean())
     buf = io.StringIO()
     print_comparison(comparison, Console(file=buf, width=400, color_system=None))

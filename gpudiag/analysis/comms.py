@@ -667,7 +667,10 @@ def _wall_rows(partials: pd.DataFrame | None, totals: _WallTotals) -> pd.DataFra
     op_walls = _op_walls_by_rank(partials)
     for row in rows:
         row.update(_rank_spread(op_walls.get((row["op"], row["pg_name"]), {})))
-    return pd.DataFrame(rows)[list(WALL_COLUMNS)]
+    out = pd.DataFrame(rows)[list(WALL_COLUMNS)]
+    for column in ("op_wall_min_rank", "op_wall_max_rank"):  # whole ranks, None: not 1.0
+        out[column] = pd.Series([row[column] for row in rows], dtype=object)
+    return out
 
 
 def _op_walls_by_rank(partials: pd.DataFrame | None) -> dict[tuple[Any, Any], dict[Any, float]]:

@@ -114,6 +114,16 @@ def most_rank(values: pd.Series, ranks: pd.Series) -> tuple[float, int | None]:
     return top, int(r[v == top].astype(int).min())
 
 
+def _with_int_ranks(
+    frame: pd.DataFrame, rows: list[dict[str, Any]], columns: tuple[str, ...]
+) -> pd.DataFrame:
+    """``columns`` as whole ranks or None (a column of ints and None is float: 1.0 in
+    the JSON)."""
+    for column in columns:
+        frame[column] = pd.Series([row[column] for row in rows], dtype=object)
+    return frame
+
+
 def _most(result: AnalysisResult) -> dict[str, tuple[float, int | None]]:
     """Per metric, the rank with the most of it (the mean over ranks hides a rank's 43.58
     ms of data loading as 22.02 in a 2-rank job: probe 31l, F2)."""
@@ -396,7 +406,7 @@ def compare(
     return Comparison(
         a=str(a.source),
         b=str(b.source),
-        table=pd.DataFrame(rows),
+        table=_with_int_ranks(pd.DataFrame(rows), rows, ("a_most_rank", "b_most_rank")),
         findings_a=[f"{f.kind}:{f.severity}" for f in a.findings],
         findings_b=[f"{f.kind}:{f.severity}" for f in b.findings],
         finding_changes=finding_changes(a.findings, b.findings),
