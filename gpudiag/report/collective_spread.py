@@ -11,16 +11,16 @@ import pandas as pd
 from gpudiag.report import numbers
 
 WALL_MEAN = "wall ms/step (mean over ranks)"
-WALL_LEAST = "wall ms/step, least rank"
-WALL_MOST = "wall ms/step, most rank"
+WALL_LEAST = "least rank ms/step"
+WALL_MOST = "most rank ms/step"
 SPREAD = ("op_wall_ms_min", "op_wall_min_rank", "op_wall_ms_max", "op_wall_max_rank")
 # What the table's caption says of its wall columns (dashboard, HTML, terminal)
 WALL_TEXT = (
     "Wall ms/step: the time the calls take per step, calls in flight together counted "
-    "once, the mean over ranks; beside it the rank with the least and the one with the "
-    "most (in a straggler job the others wait in the collective the straggler reaches "
-    "last, so they differ most there). The sum of call durations counts each call, so "
-    "it can exceed the step."
+    "once, the mean over ranks; beside it the rank with the most and the one with the "
+    "least (in a straggler job the others wait in the collective the straggler reaches "
+    "last, so they differ most there). The sum of call durations (also the mean over "
+    "ranks) counts each call, so it can exceed the step."
 )
 
 
@@ -36,7 +36,7 @@ def spread_columns(keys: pd.DataFrame, wall: pd.DataFrame) -> dict[str, pd.Serie
     text; the dash where ``wall`` has no spread (a result written before it had one)."""
     if not set(SPREAD) <= set(wall.columns):
         blank = pd.Series([numbers.NA] * len(keys), index=keys.index, dtype=object)
-        return {WALL_LEAST: blank, WALL_MOST: blank.copy()}
+        return {WALL_MOST: blank, WALL_LEAST: blank.copy()}
     of_op = wall[["op", "pg_name", *SPREAD]].copy()
     of_op[["op", "pg_name"]] = of_op[["op", "pg_name"]].astype(str)
     of_op = of_op.drop_duplicates(["op", "pg_name"])
@@ -45,7 +45,9 @@ def spread_columns(keys: pd.DataFrame, wall: pd.DataFrame) -> dict[str, pd.Serie
         rank_wall_text(w, r) for w, r in zip(merged[SPREAD[0]], merged[SPREAD[1]], strict=True)
     ]
     most = [rank_wall_text(w, r) for w, r in zip(merged[SPREAD[2]], merged[SPREAD[3]], strict=True)]
+    # the most first: the waiting ranks' wall, the story of a straggler job, is in view
+    # where a narrow window scrolls the table's last columns
     return {
-        WALL_LEAST: pd.Series(least, index=keys.index, dtype=object),
         WALL_MOST: pd.Series(most, index=keys.index, dtype=object),
+        WALL_LEAST: pd.Series(least, index=keys.index, dtype=object),
     }

@@ -775,7 +775,7 @@ COLLECTIVE_HEADERS = {
     "bytes": "size (median per call)",
     "total_ms": "sum of call durations ms/rank",
     "wall_ms_per_step": collective_spread.WALL_MEAN,
-    "summed_ms_per_step": "sum of call durations ms/step (mean over ranks)",
+    "summed_ms_per_step": "sum of call durations ms/step",
     "busbw_gbs_median": "busbw GB/s (median)",
     "peak_gbs": "link peak GB/s",
     "ranks": "ranks",
