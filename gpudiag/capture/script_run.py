@@ -48,6 +48,28 @@ def _rank_env() -> tuple[int, int, int]:
     )
 
 
+def torch_import_unfinished() -> bool:
+    """torch's import began in this process and did not finish: a KeyboardInterrupt (or
+    gpudiag's SIGTERM exception) raised inside it, e.g. Ctrl-C while set-up or the
+    script imports torch. Python drops the half-run ``torch`` from sys.modules but keeps
+    the extension torch._C and its C++ registrations (process-wide, never undone):
+    importing torch again re-runs torch/__init__.py over them, which fails (duplicate
+    registrations, "SystemError: ... bad call flags"), aborts (pybind11's "generic_type:
+    cannot initialize type "GradBucket": an object with that name is already defined",
+    thrown from torch._C._c10d_init: std::terminate, SIGABRT) or segfaults (probe 28j,
+    F2: the traced process died of SIGABRT or SIGSEGV in 7 of 28 runs). Nothing at exit
+    may import torch then. Also true while torch is still being imported (a finish from
+    a signal handler inside the import)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        # any of its submodules left: the import ran that far, maybe into torch._C's
+        # own initialisation (interrupted there, torch._C is gone from sys.modules
+        # too, but the library stays loaded: a second init gave "SystemError: ...
+        # method: bad call flags")
+        return any(name.startswith("torch.") for name in list(sys.modules))
+    return bool(getattr(getattr(torch, "__spec__", None), "_initializing", False))
+
+
 def _torch_versions() -> dict[str, Any]:
     import torch
 
@@ -70,9 +92,13 @@ def _device(local_rank: int) -> str:
 
 
 def _backend() -> str | None:
+    """The process group's backend; None without one. Never imports torch.distributed:
+    a script that did not import it has no group (and at exit after an interrupted
+    import of torch, importing it would crash the process: see torch_import_unfinished)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or torch_import_unfinished():
+        return None
     try:
-        import torch.distributed as dist
-
         if dist.is_available() and dist.is_initialized():
             return str(dist.get_backend())
     except Exception:

@@ -49,6 +49,7 @@ from gpudiag.capture.script_run import (
     _set_path_head,
     _torch_versions,
     parse_target,
+    torch_import_unfinished,
 )
 from gpudiag.capture.worker_exit import (  # noqa: F401 - public names re-exported
     LAUNCHER_LOST_GRACE_S,
@@ -197,21 +198,7 @@ class Worker:
     # ------------------------------------------------------------------ set-up
 
     def setup(self) -> None:
-        self.rank_info = {
-            "rank": self.rank,
-            "local_rank": self.local_rank,
-            "world_size": self.world_size,
-            "node_rank": int(os.environ.get(ENV_NODE_RANK, os.environ.get("GROUP_RANK", "0"))),
-            "hostname": socket.gethostname(),
-            "pid": os.getpid(),
-            "backend": None,
-            "device": _device(self.local_rank),
-            "versions": _torch_versions(),
-            "start_ns": self.start_ns,
-            "rank_source": self.rank_source,
-            "started_by": self.started_by,
-            "init_method": self.init_method,
-        }
+        self.rank_info = self._rank_info_document(_device(self.local_rank), _torch_versions())
         if self.started_by == "reexec":
             self.rank_info["parent_pid"] = _int_env(ENV_REEXEC)
         self._take_reserve()  # before anything else of this rank is written
@@ -235,6 +222,38 @@ class Worker:
             )
             if self.rank_source == "default":
                 self._guard("init_process_group hook", self.setup_at_init_process_group)
+
+    def _setup_at_exit(self) -> None:
+        """Set up when finishing a rank that was not (a spawned rank that never called
+        init_process_group, a set-up that Ctrl-C or SIGTERM interrupted): only its record
+        when torch's import was interrupted, as importing torch again would crash the
+        process (SIGABRT or SIGSEGV before status.json: probe 28j, F2)."""
+        if not torch_import_unfinished():
+            self.setup()
+            return
+        self.rank_info = self._rank_info_document(None, None)
+        if self.started_by == "reexec":
+            self.rank_info["parent_pid"] = _int_env(ENV_REEXEC)
+        self._take_reserve()
+        self._write_rank_info()
+        self.set_up = True
+
+    def _rank_info_document(self, device: str | None, versions: Any) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "world_size": self.world_size,
+            "node_rank": int(os.environ.get(ENV_NODE_RANK, os.environ.get("GROUP_RANK", "0"))),
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "backend": None,
+            "device": device,
+            "versions": versions,
+            "start_ns": self.start_ns,
+            "rank_source": self.rank_source,
+            "started_by": self.started_by,
+            "init_method": self.init_method,
+        }
 
     def _take_reserve(self) -> None:
         """The room for summary.json and status.json, before this rank writes anything:
@@ -690,7 +709,7 @@ class Worker:
             self._guard("flush", _flush_open_files)
             os._exit(outcome.exit_code)
         if not self.set_up:  # a spawned rank that never called init_process_group
-            self._guard("set-up", self.setup)
+            self._guard("set-up", self._setup_at_exit)
         self._guard("rank from the environment", self._note_rank_never_confirmed)
         self._guard("untraced processes", self._note_untraced_processes)
         if not hang:  # on a hang the status goes first anyway

@@ -107,8 +107,14 @@ def _flush_open_files() -> None:
 
 
 def _destroy_process_group() -> None:
-    import torch.distributed as dist
+    """The script's process group, as interpreter exit would leave it: destroyed. Never
+    imports torch.distributed (a script that did not import it has no group; after an
+    interrupted import of torch, importing it again aborts or segfaults the process)."""
+    from gpudiag.capture.script_run import torch_import_unfinished
 
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or torch_import_unfinished():
+        return
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 

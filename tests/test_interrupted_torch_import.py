@@ -1,0 +1,72 @@
+"""Ctrl-C (or SIGTERM) to `gpudiag trace` while the traced process is still importing
+torch (gpudiag's set-up imports it before the script's first line). Python drops the
+half-run ``torch`` module but keeps torch._C and its C++ registrations; the finish
+path set up again at exit (and looked for a process group), importing torch a second
+time: that re-ran torch/__init__.py over them and the process died of SIGABRT
+("generic_type: cannot initialize type "GradBucket": an object with that name is
+already defined", from torch._C._c10d_init) or SIGSEGV before status.json, and the
+launcher blamed rank 0 for a native crash (probe 28j, F2: 7 of 28 runs, mp.spawn
+scripts; single-process scripts too). Nothing at exit imports torch then."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SITE = Path(__file__).parent / "scripts" / "interrupt_in_torch_import"
+REPO = Path(__file__).resolve().parent.parent
+
+SPAWN_JOB = """\
+import torch, torch.multiprocessing as mp
+
+def work(i):
+    print("rank", i)
+
+if __name__ == "__main__":
+    mp.spawn(work, nprocs=2)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "at", ["torch.distributed.device_mesh", "torch.fx", "torch.distributed.distributed_c10d"]
+)
+def test_ctrl_c_inside_torchs_import_ends_the_job_interrupted_without_a_crash(
+    tmp_path: Path, at: str
+) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(SPAWN_JOB)
+    log = tmp_path / "reimports.txt"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(SITE), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    env["GPUDIAG_TEST_INTERRUPT_AT"] = at
+    env["GPUDIAG_TEST_REIMPORT_LOG"] = str(log)
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "gpudiag", "trace", "--out", str(run), "--no-lint",
+               "--no-profile", str(script)]  # fmt: skip
+    proc = subprocess.run(
+        command,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    err = proc.stderr[-3000:]
+    assert "terminate called" not in proc.stderr, err
+    assert "failed at exit" not in proc.stderr, err
+    assert not log.exists(), log.read_text() + err
+    assert proc.returncode == 130, err
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted", err
+    assert not manifest.get("failed_ranks"), (manifest.get("failure"), err)
+    status = json.loads((run / "rank0" / "status.json").read_text())
+    assert status["status"] == "interrupted", status
+    assert status["exc_type"] == "KeyboardInterrupt", status
