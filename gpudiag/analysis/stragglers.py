@@ -199,7 +199,8 @@ def _lead_ms_by(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.n
     others issued one after another without blocking (DDP's bucket all-reduces, called
     from backward as each bucket fills): they computed until their last call of the
     chain, so the chain costs them from that call to the last rank's arrival, not from
-    their first call (gloo, Lightning: +3 ms of a 44 ms lead, +26 % in CI's load)."""
+    their first call (gloo DDP, 4 buckets, a rank sleeping 40 ms: the union was 25 % over
+    the step the fix gave back, this 7 %; bench/straggler_cost.py)."""
     return iv.grouped_chain_tail_length(codes, starts, ends) / 1e6
 
 
