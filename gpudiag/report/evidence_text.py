@@ -115,7 +115,7 @@ _EVIDENCE_WORDS = {
     ),
     "profiled_mean": "the rank's mean step over the profiled steps",
     "profiled_mean_of_ranks": "each rank's mean step over the profiled steps, the mean over these ranks",
-    "run_steady": "the run's steady step (the median over every recorded step after warm-up)",
+    "run_steady": "the run's steady step (the step time the run's header gives, with its basis)",
 }
 
 
