@@ -16,6 +16,8 @@ class ForwardedJob(Protocol):
 
     proc: subprocess.Popen
     signal_received: int | None
+    signal_group: bool
+    passed_signals: list[int]
     on_signal: Callable[[int], None] | None
 
     def pids(self) -> list[int]: ...
@@ -39,12 +41,21 @@ class Forwarder:
             self._previous[s] = signal.signal(s, self._pass_on)
 
     def _pass_on(self, signum: int, frame: Any) -> None:
-        """SIGUSR1/2: to the job's processes that handle it; the job is not stopped."""
+        """SIGUSR1, SIGQUIT & co. (capture/user_signals): to the job's processes that
+        handle it, the job going on; when none does, the job is ended by it."""
         job = self._job
         if job is None:  # no process of the job has a handler yet: plain python dies of it
             self._early.append(signum)
             return
-        leftovers.send(user_signals.receivers(job.proc.pid, job.pids(), signum), signum)
+        pids = job.pids()
+        if not job.signal_group:  # torchrun's agent is gpudiag's, never the user's handler
+            pids = [p for p in pids if p != job.proc.pid]
+        receivers = user_signals.receivers(pids, signum)
+        if not receivers:
+            self._forward(signum, frame)
+            return
+        job.passed_signals.append(signum)
+        leftovers.send(receivers, signum)
 
     def _forward(self, signum: int, frame: Any) -> None:
         job = self._job
@@ -60,9 +71,9 @@ class Forwarder:
     def started(self, job: ForwardedJob) -> None:
         self._job = job
         for signum in self._early:  # arrived while the job was being started
-            if signum in user_signals.USER_SIGNALS:
+            if signum in user_signals.PASSED_SIGNALS:
                 self._pass_on(signum, None)
-        stops = [s for s in self._early if s not in user_signals.USER_SIGNALS]
+        stops = [s for s in self._early if s not in user_signals.PASSED_SIGNALS]
         if stops:
             self._forward(stops[0], None)
 

@@ -57,6 +57,7 @@ def decide_outcome(
         failed, ends = _without_peer_errors(failed, ends, statuses)
     if signal_received is not None:
         ends = _without_deaths_by(job_signal(signal_received), ends)
+        ends = _without_deaths_by(signal_received, ends)
     agent_failure = _agent_failure(
         run_dir, returncode, signal_received, hang, single_process, statuses, node
     )
@@ -65,6 +66,7 @@ def decide_outcome(
     cause = blame.find_cause(ends, signalled_from_outside=external)
     if agent_failure is not None:  # no rank failed: every one was interrupted
         failure = agent_failure
+        failed = [r for r in failed if not rundir.is_peer_error(statuses[r])]
     elif cause is not None:
         first, others = cause
         failed = [first] + [r for r in others if r != first]
@@ -76,18 +78,11 @@ def decide_outcome(
     missing = [r for r in missing if r not in elsewhere]
     unwritten = missing if returncode == 0 and not failed and signal_received is None else []
     started = bool(statuses or infos)
-    # one process whose script handled the signal and finished (exit 0, status ok): ok,
-    # as python says; torchrun ends its ranks on a signal, whatever they do
-    handled = (
-        single_process
-        and returncode == 0
-        and bool(statuses)
-        and not missing
-        and all(s.get("status") == "ok" for s in statuses.values())
-    )
     if hang:
         status = "hang"
-    elif signal_received is not None and not handled:
+    elif signal_received is not None and not _handled(
+        single_process, returncode, statuses, missing
+    ):
         status = "interrupted"
     else:
         status = (
@@ -115,7 +110,22 @@ def decide_outcome(
         "world_size": world or None,
         "rank_versions": infos[min(infos)].get("versions") if infos else None,
         "steps_completed": _steps_completed(run_dir, statuses, missing),
+        "launcher_signal": blame.signal_name(signal_received) if signal_received else None,
     }
+
+
+def _handled(
+    single_process: bool, returncode: int, statuses: dict[int, dict[str, Any]], missing: list[int]
+) -> bool:
+    """One process whose script handled the signal and finished (exit 0, status ok): ok,
+    as python says; torchrun ends its ranks on a signal, whatever they do."""
+    return (
+        single_process
+        and returncode == 0
+        and bool(statuses)
+        and not missing
+        and all(s.get("status") == "ok" for s in statuses.values())
+    )
 
 
 def _without_peer_errors(
@@ -280,8 +290,9 @@ def _agent_failure(
     """The manifest's ``failure`` when torchrun's agent, not a rank, ended the job: it died
     of a signal nobody in the job sent, or it was sent one from outside and ended its ranks
     with it (every rank interrupted, the launcher itself sent no signal)."""
-    if _agent_lost(returncode, signal_received, hang, single_process, statuses):
-        return _agent_lost_failure(returncode, sorted(statuses))
+    spawned = single_process and blame._spawn_parent(run_dir)
+    if _agent_lost(returncode, signal_received, hang, single_process and not spawned, statuses):
+        return _agent_lost_failure(returncode, _interrupted(statuses), spawned)
     if signal_received is not None or hang or not _all_interrupted(statuses):
         return None
     name = _agent_signal(run_dir, node)
@@ -305,12 +316,24 @@ def _agent_lost(
         and not hang
         and signal_received is None
         and returncode < 0
-        and _all_interrupted(statuses)
+        and _ended_with_parent(statuses)
     )
 
 
 def _all_interrupted(statuses: dict[int, dict[str, Any]]) -> bool:
     return bool(statuses) and all(s.get("status") == "interrupted" for s in statuses.values())
+
+
+def _interrupted(statuses: dict[int, dict[str, Any]]) -> list[int]:
+    return sorted(r for r, s in statuses.items() if s.get("status") == "interrupted")
+
+
+def _ended_with_parent(statuses: dict[int, dict[str, Any]]) -> bool:
+    """Every rank was interrupted at its parent's death, or lost the connection to a peer
+    that was (the peer's exit closed it first): all consequences of that death."""
+    return bool(_interrupted(statuses)) and all(
+        s.get("status") == "interrupted" or rundir.is_peer_error(s) for s in statuses.values()
+    )
 
 
 def _agent_signal(run_dir: Path, own_node: int | None) -> str | None:
@@ -348,23 +371,32 @@ def _agent_signalled_failure(name: str, ended: list[int]) -> dict[str, Any]:
     }
 
 
-def _agent_lost_failure(returncode: int, ended: list[int]) -> dict[str, Any]:
-    """The manifest's ``failure`` when torchrun's agent died of a signal the launcher did
-    not send: the probe's SIGKILL to the agent was reported as rank 1 "ended by SIGTERM
-    from outside the job (neither gpudiag, torchrun nor a failing peer sent it)", an
-    arbitrary rank and an untrue sentence (issue 28 probe, class 2)."""
+_PARENTS = {
+    False: "torchrun's agent (the process that starts and watches this node's ranks)",
+    True: "the script's process that started the ranks with torch.multiprocessing.spawn",
+}
+
+
+def _agent_lost_failure(returncode: int, ended: list[int], spawned: bool) -> dict[str, Any]:
+    """The manifest's ``failure`` when torchrun's agent, or the mp.spawn parent, died of a
+    signal the launcher did not send: the probe's SIGKILL to the agent was reported as
+    rank 1 "ended by SIGTERM from outside the job (neither gpudiag, torchrun nor a
+    failing peer sent it)", an arbitrary rank and an untrue sentence (issue 28 probe,
+    class 2); the mp.spawn parent's death as a rank's "SIGINT from outside the job", the
+    parent-death SIGINT torch gives its workers (probe 28j, F1)."""
     try:
         name = signal.Signals(-returncode).name
     except ValueError:
         name = f"signal {-returncode}"
     ranks = f"; its ranks {ended} were ended with it" if ended else ""
+    if ended and spawned:
+        ranks += " (torch's parent-death SIGINT)"
     return {
         "rank": None,
         "exc_type": None,
         "message": (
-            f"torchrun's agent (the process that starts and watches this node's ranks) died "
-            f"of {name}, which nobody in the job sent (killed from outside: an OOM killer, "
-            f"a scheduler, `kill -9`?){ranks}"
+            f"{_PARENTS[spawned]} died of {name}, which nobody in the job sent (killed from "
+            f"outside: an OOM killer, a scheduler, `kill -9`?){ranks}"
         ),
         "traceback": None,
         "exit_code": 128 - returncode,
@@ -457,10 +489,29 @@ def _forwarded_signals() -> list[int]:
     return signals
 
 
+def ended_by_passed(run_dir: Path, returncode: int, passed: list[int]) -> int | None:
+    """The signal, among those the launcher passed on to the processes that handle it
+    (capture/user_signals), that ended the job: the job's process died of it (or exited
+    128 + it), or a rank's status says it ended of it (gpudiag's stand-in for the
+    default action, SIGALRM & co.: the rank wrote its status, then died of it). The job
+    was then ended by the launcher's signal, as a Ctrl-C ends it, and no rank is to blame;
+    None when the job ended otherwise (the script's handler ran, and the job went on)."""
+    statuses, _ = _rank_documents(run_dir) if passed else ({}, {})
+    for signum in passed:
+        name = blame.signal_name(signum)
+        if returncode in (-signum, 128 + signum):
+            return signum
+        if any(s.get("exc_type") == name for s in statuses.values()):
+            return signum
+    return None
+
+
 def job_signal(signum: int) -> int:
-    """What the job gets for the launcher's signal: a hang-up ends it as SIGTERM does
-    (torchrun's agent and the ranks handle SIGTERM; SIGHUP would kill them unrecorded)."""
-    return signal.SIGTERM if signum == signal.SIGHUP else signum
+    """What the job gets for the launcher's signal that ends it: a Ctrl-C or SIGTERM as
+    it came; a hang-up, or a SIGQUIT & co. that no process of the job handles
+    (capture/user_signals), ends it as SIGTERM does (torchrun's agent and the ranks
+    handle SIGTERM; the others would kill them unrecorded)."""
+    return signum if signum in (signal.SIGINT, signal.SIGTERM) else signal.SIGTERM
 
 
 def _exit_code(

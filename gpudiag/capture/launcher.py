@@ -33,6 +33,7 @@ from gpudiag.capture.launch_outcome import (
     _incomplete_reasons,
     _rendezvous_error,
     decide_outcome,
+    ended_by_passed,
 )
 from gpudiag.capture.profiling import DEFAULT_WINDOW, parse_window
 from gpudiag.capture.run_claim import (
@@ -176,6 +177,8 @@ class Job:
         # (probe 28g, N1). torchrun's agent forwards to its workers itself.
         self.signal_group = False
         self.signal_received: int | None = None
+        # signals passed on to the processes that handle them (capture/user_signals)
+        self.passed_signals: list[int] = []
         # called with the first signal received, before it is forwarded to the job
         self.on_signal: Callable[[int], None] | None = None
         self.kill_deadline: float | None = None
@@ -629,10 +632,11 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
     rundir.release_space(node.reserve)
     for left in rank_reserves or ():  # a rank that never started leaves its reserve
         rundir.release_space(left)
+    received = job.signal_received or ended_by_passed(run_dir, returncode, job.passed_signals)
     outcome = decide_outcome(
         run_dir,
         returncode,
-        job.signal_received,
+        received,
         hang.is_set() or bool(getattr(watchdog, "fired", False)),
         launch["expected_world_size"],
         gone_ns=exits.gone_ns,
@@ -852,6 +856,7 @@ _OUTCOME_KEYS = (
     "untraced_ranks",
     "init_method",
     "steps_completed",
+    "launcher_signal",
 )
 
 
@@ -953,6 +958,8 @@ def _unjoined(run_dir: Path, returncode: int, signum: int | None) -> int:
 
 def _report(run_dir: Path, manifest: dict[str, Any]) -> None:
     text = f"run {manifest['status']} (exit code {manifest['exit_code']}), {ranks_line(manifest)}"
+    if manifest.get("launcher_signal"):
+        text += f"; gpudiag trace received {manifest['launcher_signal']}"
     failure = manifest.get("failure")
     if failure and failure.get("rank") is None:
         text += f"; {failure.get('message')}"

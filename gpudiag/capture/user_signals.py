@@ -1,14 +1,28 @@
-"""SIGUSR1 / SIGUSR2 to `gpudiag trace`: passed on to the job's processes that handle them.
+"""Signals to `gpudiag trace` other than the stops: passed on to the job's processes that
+handle them; when none does, the job is ended as the stop signals end it.
 
 Under plain ``python train.py`` a ``kill -USR1`` reaches the script, whose handler runs
 and training goes on (SLURM's ``--signal=USR1@N`` and Lightning's auto-requeue save a
 checkpoint and requeue). The launcher died of the default action instead, and the job
-with it (probe 28i, F3). The launcher now handles both and sends each, once, to every
-process of the job that catches it (``SigCgt`` in /proc/<pid>/status): the script's
-process, the ranks mp.spawn or torchrun started, not torchrun's agent or a helper that
-would die of it. When no process catches it, the job's own process gets it, as under
-plain python or torchrun, whose default action then ends it. The launcher never stops
-the job for it: no grace period, no kill, the run's outcome is the job's.
+with it (probe 28i, F3); so it did of every other signal whose default action ends a
+process (SIGQUIT, SIGALRM, SIGVTALRM, SIGPROF, SIGPWR, SIGXCPU, SIGTRAP, ...), its
+manifest left ``running`` and mp.spawn's ranks orphaned (probe 28j, F3).
+
+The launcher handles each of :data:`PASSED_SIGNALS` and sends it, once, to every process
+of the job that catches it (``SigCgt`` in /proc/<pid>/status): the script's process, the
+ranks mp.spawn or torchrun started; never torchrun's agent (gpudiag's, not the user's:
+torch's elastic agent catches SIGQUIT only to end its workers). When no process of the
+job catches it, the job ends as it does under plain python (the default action kills the
+script; an mp.spawn parent's death ends its workers) or torchrun (its agent ends the
+workers on SIGQUIT): the launcher ends it as it ends the job on SIGHUP, its ranks
+writing their status, the run ``interrupted`` with exit code 128 + the signal and the
+signal named in the manifest (``launcher_signal``).
+
+Not taken over: the stops (SIGINT, SIGTERM, SIGHUP: :mod:`gpudiag.capture.forwarding`);
+the faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT), which are the launcher's own crash
+and which a Python handler would turn into a loop at the faulting instruction; SIGPIPE
+and SIGXFSZ, which python ignores (in the launcher as in a plain script); and any signal
+the launcher was started ignoring (its job inherits that, as under plain python).
 """
 
 from __future__ import annotations
@@ -16,6 +30,29 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterable
 
+_NAMES = (
+    "SIGUSR1",
+    "SIGUSR2",
+    "SIGQUIT",
+    "SIGALRM",
+    "SIGVTALRM",
+    "SIGPROF",
+    "SIGPWR",
+    "SIGXCPU",
+    "SIGXFSZ",
+    "SIGTRAP",
+    "SIGSYS",
+    "SIGSTKFLT",
+    "SIGIO",
+)
+_REALTIME: tuple[int, ...] = (
+    tuple(range(signal.SIGRTMIN, signal.SIGRTMAX + 1)) if hasattr(signal, "SIGRTMIN") else ()
+)
+# every signal whose default action ends a process, except the stops and the faults
+PASSED_SIGNALS: tuple[int, ...] = (
+    *(int(getattr(signal, n)) for n in _NAMES if hasattr(signal, n)),
+    *_REALTIME,
+)
 USER_SIGNALS: tuple[int, ...] = (signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -31,13 +68,19 @@ def catches(pid: int, signum: int) -> bool:
     return False
 
 
-def receivers(job_pid: int, pids: Iterable[int], signum: int) -> list[int]:
-    """The processes that get ``signum``: those that catch it, else the job's own."""
-    catching = [pid for pid in pids if catches(pid, signum)]
-    return catching or [job_pid]
+def receivers(pids: Iterable[int], signum: int) -> list[int]:
+    """The processes among ``pids`` that catch ``signum``; none: the job is to end."""
+    return [pid for pid in pids if catches(pid, signum)]
 
 
 def handled_signals() -> list[int]:
-    """The user signals the launcher takes over: not one it was started ignoring (its
-    job inherits that, as it would under plain python)."""
-    return [s for s in USER_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+    """The signals the launcher takes over: not one it was started ignoring (its job
+    inherits that, as it would under plain python)."""
+    taken = []
+    for s in PASSED_SIGNALS:
+        try:
+            if signal.getsignal(s) is not signal.SIG_IGN:
+                taken.append(s)
+        except (ValueError, OSError):
+            pass
+    return taken

@@ -292,6 +292,11 @@ class Worker:
         self._stop_recording()
         self._guard("fatal signals", release_fatal_signals)
         self._guard("spawn parent", agent.note_spawn_parent)
+        # dies with the launcher as the script's process dies of a SIGKILL under plain
+        # python: its workers get torch's parent-death SIGINT at once. Its SIGTERM ended
+        # it gracefully, and multiprocessing's exit waited for the workers, which trained
+        # on until the launcher watch's 15 s grace ran out (probe 28i, F4)
+        self._guard("parent death", functools.partial(agent.die_with_parent, signal.SIGKILL))
 
     def _stop_recording(self) -> None:
         """Undo set-up and remove this rank's directory (nothing of it is kept)."""

@@ -172,6 +172,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "job_returncode": "int",
         "steps_completed": "dict",
         "missing_status_ranks": "ints",
+        "launcher_signal": "str",
         "hosts": "list",
         "launch": "dict",
         "clock": "dict",
