@@ -2,12 +2,15 @@
 peers) match the calls through the analysis' spill file (matching.match_groups,
 matching.rank_blocks, spill.SpilledParts): one part of the calls is in memory at a
 time. Whatever the part size, their results must be those of the whole table in memory,
-on recorded traces of GPU jobs and on the gloo sample runs."""
+on recorded traces of GPU jobs and on the gloo sample runs. The collective summary and the
+what-if's last bucket are queries of the call store (store.py): the same as pandas of the
+whole table, however the rows came in."""
 
 from __future__ import annotations
 
 import io
 import itertools
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +18,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpudiag.analysis import analyze, comms, exact, matching, spill, stragglers, whatif
+from gpudiag.analysis import analyze, comms, exact, matching, spill, store, stragglers, whatif
+from gpudiag.analysis.store import CallStore
+from gpudiag.analysis.sync_points import sync_point_calls
 from gpudiag.paths import sample_runs_dir
 from gpudiag.report.jsonout import write_results
 from tests.test_fold import _sent_back
@@ -64,20 +69,6 @@ def _no_table_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
         return real(table, columns, rows)
 
     monkeypatch.setattr(matching, "match_group_chunks", in_memory)
-
-
-def _blocks_read(monkeypatch: pytest.MonkeyPatch, module: object) -> list[pd.DataFrame]:
-    """The blocks ``module`` reads from matching.key_blocks from here on."""
-    blocks: list[pd.DataFrame] = []
-    real = matching.key_blocks
-
-    def counted(*args: object, **kwargs: object) -> Iterator[pd.DataFrame]:
-        for block in real(*args, **kwargs):  # type: ignore[arg-type]
-            blocks.append(block)
-            yield block
-
-    monkeypatch.setattr(module, "key_blocks", counted)
-    return blocks
 
 
 def test_parts_keep_each_row_once_in_the_order_added(tables: list) -> None:
@@ -199,36 +190,41 @@ def test_an_analysis_matched_through_disk_is_the_same(
     assert len(made) >= 2 and max(made) > 1  # the calls and the spans went through disk
 
 
-@pytest.mark.parametrize("rows", PART_ROWS)
-def test_the_summary_through_disk_equals_the_whole_table(
-    tables: list, rows: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Groups of up to ``rows`` calls are read a block at a time, larger ones a piece
-    at a time: no block holds more than ``rows`` calls or one group."""
-    expected = {name: comms.collective_summary(table) for name, table in tables}
-    monkeypatch.setattr(matching, "MATCH_CHUNK_ROWS", rows)
-    blocks = _blocks_read(monkeypatch, comms)
-    streamed: list[int] = []
-    real_row = comms._LargeGroups._row
+def _pandas_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """collective_summary as pandas makes it of the whole table in memory, each total the
+    correctly rounded sum of the group's durations (math.fsum)."""
+    t = table.assign(op=table["op"].fillna("unknown"))
+    g = t.groupby(["op", "pg_name"], sort=True)
+    ranks = g["rank"].nunique()
+    totals = g["dur_ms"].agg(lambda v: math.fsum(v.dropna().tolist()))
+    out = pd.DataFrame(
+        {
+            "count": g.size() / ranks,
+            "bytes": g["bytes"].median(),
+            "total_ms": totals / ranks,
+            "busbw_gbs_median": g["busbw_gbs"].median(),
+            "peak_gbs": g["peak_gbs"].max(),
+            "ranks": ranks,
+        }
+    ).reset_index()
+    return out.sort_values("total_ms", ascending=False, ignore_index=True)
 
-    def streamed_row(self: comms._LargeGroups, code: int) -> dict:
-        streamed.append(int(self.sizes[code]))
-        return real_row(self, code)
 
-    monkeypatch.setattr(comms._LargeGroups, "_row", streamed_row)
+def test_the_summary_of_the_store_is_pandas_with_correctly_rounded_totals(tables: list) -> None:
+    """Every recorded table, put in the call store in uneven pieces that cut ranks and
+    groups apart: pandas' counts, medians, peaks and distinct ranks, and each total the
+    correctly rounded sum whatever the order of the rows (a Kahan sum in row order was
+    one unit in the last place off on some groups)."""
     for name, table in tables:
-        if len(table) <= rows:
-            continue
-        file = spill.SpillFile()
-        blocks.clear()
-        streamed.clear()
-        got = comms.collective_summary(_on_disk(table.reset_index(drop=True), file), file)
-        pd.testing.assert_frame_equal(got, expected[name], check_exact=True, obj=name)
-        for block in blocks:
-            assert len(block) <= rows or len(block[["op", "pg_name"]].drop_duplicates()) == 1
-        assert all(size > rows for size in streamed), name
-        assert sum(map(len, blocks)) + sum(streamed) == len(table), name
-        assert streamed or rows > 1, name  # with 1-call blocks every group is streamed
+        frame = table.reset_index(drop=True)
+        expected = _pandas_summary(frame)
+        with CallStore.of(_on_disk(frame, spill.SpillFile())) as kept:
+            got = comms.collective_summary(kept)
+        pd.testing.assert_frame_equal(got, expected, check_exact=True, obj=name)
+        backwards = frame.iloc[::-1].reset_index(drop=True)
+        with CallStore.of(backwards) as kept:
+            reordered = comms.collective_summary(kept)
+        pd.testing.assert_frame_equal(reordered, expected, check_exact=True, obj=name)
 
 
 def test_compensated_sums_are_pandas_sums_of_interleaved_groups(tables: list) -> None:
@@ -245,37 +241,48 @@ def test_compensated_sums_are_pandas_sums_of_interleaved_groups(tables: list) ->
         assert alone[0] == ours[codes[0]], name  # whatever else is in the table
 
 
-@pytest.mark.parametrize("held", [1, 7, 1 << 20])
-def test_a_median_streamed_in_pieces_is_pandas_median(tables: list, held: int) -> None:
+def test_the_stores_median_is_pandas_median(tables: list) -> None:
     """On every recorded column a summary takes a median of (sizes, bandwidths,
-    durations), with NaN, infinities and ties added: the radix selection holding
-    ``held`` values at a time gives pandas' groupby median."""
+    durations), with NaN, infinities and ties added: store.median_sql gives pandas'
+    groupby median (the mean of the two middle values as ``(lo + hi) / 2``)."""
     checked = 0
     for name, table in tables:
         for column in ("bytes", "busbw_gbs", "dur_ms", "start_ns"):
             values = table[column].to_numpy(float)
-            for extra in ([], [np.nan, np.inf, values[0], -np.inf, np.nan]):
+            for extra in ([], [np.nan, np.inf, values[0], -np.inf, np.nan], [values[0]]):
                 v = np.concatenate([values, extra])
-                pieces = np.array_split(v, [3, 4, len(v) // 2])
-                got = exact.streamed_median(lambda pieces=pieces: iter(pieces), held)
                 want = pd.Series(v).groupby(np.zeros(len(v), dtype=int)).median().iloc[0]
-                assert got == want or (np.isnan(got) and np.isnan(want)), (name, column)
+                with CallStore() as kept:
+                    kept.add(pd.DataFrame({"rank": 0, "dur_ms": v}))
+                    got = kept.query(store.median_sql("SELECT * FROM calls", ["rank"], "dur_ms"))
+                got_value = float(got["median"].iloc[0]) if len(got) else np.nan
+                assert got_value == want or (np.isnan(got_value) and np.isnan(want)), name
                 checked += 1
     assert checked >= 40
 
 
-@pytest.mark.parametrize("rows", PART_ROWS)
-def test_the_last_bucket_through_disk_equals_the_whole_table(
-    tables: list, rows: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    expected = {name: whatif.last_bucket_ms(table) for name, table in tables}
-    assert sum(value is not None for value in expected.values()) >= 2  # DDP runs have one
-    monkeypatch.setattr(matching, "MATCH_CHUNK_ROWS", rows)
-    blocks = _blocks_read(monkeypatch, whatif)
+def _pandas_last_bucket(table: pd.DataFrame) -> float | None:
+    """whatif.last_bucket_ms as pandas makes it of the whole table in memory."""
+    ar = table[(table["op"] == "all_reduce") & (table["step"] >= 0) & table["end_ns"].notna()]
+    ar = ar.drop(index=sync_point_calls(ar).index)
+    if not len(ar):
+        return None
+    ar = ar.assign(pg_name=ar["pg_name"].astype(str))
+    known = ar.assign(transfer_ms=comms.transfer_ms(ar)).dropna(subset=["transfer_ms"])
+    issued = pd.to_numeric(known["start_ns"]).astype(float).fillna(np.inf)
+    known = known.assign(issued=issued).iloc[np.argsort(issued.to_numpy(), kind="stable")]
+    values = known.groupby(["rank", "step"])["transfer_ms"].last()
+    values = values[np.isfinite(values.to_numpy(dtype=float))]
+    return float(values.median()) if len(values) else None
+
+
+def test_the_last_bucket_of_the_store_is_pandas_of_the_whole_table(tables: list) -> None:
+    found = 0
     for name, table in tables:
-        file = spill.SpillFile()
-        blocks.clear()
-        kept = _on_disk(table.reset_index(drop=True), file)
-        assert whatif.last_bucket_ms(kept, file) == expected[name], name
-        if expected[name] is not None and len(table) > 4 * rows:
-            assert len(blocks) > 1, name  # the matched calls came a block at a time
+        frame = table.reset_index(drop=True)
+        expected = _pandas_last_bucket(frame)
+        found += expected is not None
+        with CallStore.of(_on_disk(frame, spill.SpillFile())) as kept:
+            assert whatif.last_bucket_ms(kept) == expected, name
+        assert whatif.last_bucket_ms(frame) == expected, name
+    assert found >= 2  # DDP runs have one

@@ -22,12 +22,11 @@ import pandas as pd
 
 from gpudiag.analysis import classify as cls
 from gpudiag.analysis import intervals as iv
-from gpudiag.analysis import matching
 from gpudiag.analysis.breakdown import activity_sets
-from gpudiag.analysis.exact import compensated_sums, streamed_median, streamed_sum
 from gpudiag.analysis.fold import iter_rank_rows
-from gpudiag.analysis.matching import Table, concat_pieces, key_blocks, match_groups, rank_blocks
+from gpudiag.analysis.matching import Table, concat_pieces, match_groups, rank_blocks
 from gpudiag.analysis.spill import SpilledTable, SpillFile
+from gpudiag.analysis.store import CallStore, median_sql
 from gpudiag.analysis.trace_model import RankTrace, outermost_calls, with_comm
 
 TABLE_COLUMNS = (
@@ -357,126 +356,47 @@ def _in_rank_and_time_order(table: pd.DataFrame) -> bool:
 _SUMMARY_KEYS = ("op", "pg_name")
 
 
-def collective_summary(table: Table, spill: SpillFile | None = None) -> pd.DataFrame:
+def collective_summary(calls: Table | CallStore) -> pd.DataFrame:
     """Per (op, group): count and total_ms per rank (mean over ranks), median bytes per
-    collective, median busbw, the link's peak. A table kept on disk is read a block of
-    whole (op, group)s at a time (matching.key_blocks, through ``spill``), and a group of
-    more calls than a block a piece at a time (exact.streamed_median): the client does
-    not hold every call of the run, nor of its largest group."""
-    if table is None or len(table) == 0:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in SUMMARY_COLUMNS})
-    kept = SpilledTable.of_table(table)
-    large = _LargeGroups.of(kept, spill) if spill is not None else None
-    if large is None:
-        blocks = key_blocks(kept, SUMMARY_READS, _SUMMARY_KEYS, spill, prepare=_op_named)
-        parts = [_summary_of(block) for block in blocks]
-    else:
-        blocks = key_blocks(kept, SUMMARY_READS, _SUMMARY_KEYS, spill, prepare=large.left_out)
-        parts = [_summary_of(block) for block in blocks]
-        parts.append(large.summary(parts[0] if parts else None))
-        order = pd.concat([p[list(_SUMMARY_KEYS)] for p in parts], ignore_index=True)
-        at = large.groups.get_indexer(pd.MultiIndex.from_frame(order))
-        whole = pd.concat(parts, ignore_index=True)
-        parts = [whole.take(np.argsort(at, kind="stable")).reset_index(drop=True)]
-    out = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+    collective, median busbw, the link's peak, the ranks with a call. One query of the
+    call store (a table is put in a store of its own first): the client holds the
+    summary's rows, not the calls."""
+    if not isinstance(calls, CallStore):
+        if calls is None or len(calls) == 0:
+            return _no_summary()
+        with CallStore.of(calls) as store:
+            return collective_summary(store)
+    out = calls.query(_SUMMARY_SQL)
+    if not len(out):
+        return _no_summary()
+    out = out.astype({"ranks": np.int64}).sort_values(list(_SUMMARY_KEYS), ignore_index=True)
     return out.sort_values("total_ms", ascending=False, ignore_index=True)[list(SUMMARY_COLUMNS)]
 
 
-def _op_named(calls: pd.DataFrame) -> pd.DataFrame:
-    return calls.assign(op=calls["op"].fillna("unknown"))
+def _no_summary() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in SUMMARY_COLUMNS})
 
 
-def _summary_of(t: pd.DataFrame) -> pd.DataFrame:
-    """collective_summary's rows of whole (op, group)s, in their sorted order."""
-    t = _op_named(t)
-    g = t.groupby(list(_SUMMARY_KEYS), sort=True)
-    ranks = g["rank"].nunique()
-    durations = compensated_sums(g.ngroup().to_numpy(), t["dur_ms"].to_numpy(float), g.ngroups)
-    return pd.DataFrame(
-        {
-            "count": g.size() / ranks,
-            "bytes": g["bytes"].median(),
-            "total_ms": pd.Series(durations, index=ranks.index) / ranks,
-            "busbw_gbs_median": g["busbw_gbs"].median(),
-            "peak_gbs": g["peak_gbs"].max(),
-            "ranks": ranks,
-        }
-    ).reset_index()
-
-
-class _LargeGroups:
-    """The (op, group)s of a table on disk with more calls than a block of
-    matching.key_blocks, summarised a piece at a time; each call's group (its code in
-    ``groups``) is kept in the spill file beside the table, one piece per piece."""
-
-    def __init__(self, table: SpilledTable, groups: pd.MultiIndex, sizes: np.ndarray) -> None:
-        self.table = table
-        self.groups = groups
-        self.sizes = sizes
-        self.large = np.flatnonzero(sizes > matching.MATCH_CHUNK_ROWS)
-        self.codes: SpilledTable | None = None
-
-    @classmethod
-    def of(cls, table: SpilledTable, spill: SpillFile) -> _LargeGroups | None:
-        """None where no group is that large, or the table is in memory or of pieces of
-        other dtypes (key_blocks then reads it as it is)."""
-        rows = matching.MATCH_CHUNK_ROWS
-        if not table.spilled or len(table) <= rows or not table.uniform(SUMMARY_READS):
-            return None
-        pieces = (_op_named(piece) for piece in table.pieces(_SUMMARY_KEYS))
-        sizes = matching.group_sizes(pieces, _SUMMARY_KEYS)
-        if sizes is None or not (sizes.to_numpy() > rows).any():
-            return None
-        large = cls(table, pd.MultiIndex.from_tuples(sizes.index), sizes.to_numpy(np.int64))
-        pieces = (
-            pd.DataFrame({"code": large._codes_of(p).astype(np.int32)})
-            for p in table.pieces(_SUMMARY_KEYS)
-        )
-        large.codes = SpilledTable.build(pieces, spill)
-        return large
-
-    def _codes_of(self, piece: pd.DataFrame) -> np.ndarray:
-        keys = _op_named(piece)[list(_SUMMARY_KEYS)]
-        return self.groups.get_indexer(pd.MultiIndex.from_frame(keys))
-
-    def left_out(self, piece: pd.DataFrame) -> pd.DataFrame:
-        """The calls of the groups that are not large (for key_blocks)."""
-        return _op_named(piece)[~np.isin(self._codes_of(piece), self.large)]
-
-    def _values(self, code: int, column: str) -> Iterator[np.ndarray]:
-        assert self.codes is not None
-        pairs = zip(self.codes.pieces(["code"]), self.table.pieces([column]), strict=True)
-        for codes, piece in pairs:
-            yield piece[column].to_numpy(float)[codes["code"].to_numpy() == code]
-
-    def summary(self, like: pd.DataFrame | None) -> pd.DataFrame:
-        """The large groups' rows of collective_summary (the dtypes of ``like``)."""
-        rows = [self._row(int(code)) for code in self.large]
-        out = pd.DataFrame(rows)
-        return out.astype(like.dtypes.to_dict()) if like is not None and len(like) else out
-
-    def _row(self, code: int) -> dict[str, Any]:
-        held = matching.MATCH_CHUNK_ROWS
-        ranks: set[Any] = set()
-        assert self.codes is not None
-        pairs = zip(self.codes.pieces(["code"]), self.table.pieces(["rank"]), strict=True)
-        for codes, piece in pairs:
-            of_group = piece["rank"][codes["code"].to_numpy() == code]
-            ranks.update(of_group.dropna().unique().tolist())  # as nunique counts them
-        n_ranks = len(ranks)
-        peaks = [v[~np.isnan(v)] for v in self._values(code, "peak_gbs")]
-        peak = max((float(v.max()) for v in peaks if len(v)), default=float("nan"))
-        op, pg_name = self.groups[code]
-        return {
-            "op": op,
-            "pg_name": pg_name,
-            "count": self.sizes[code] / n_ranks,
-            "bytes": streamed_median(lambda: self._values(code, "bytes"), held),
-            "total_ms": streamed_sum(v.tolist() for v in self._values(code, "dur_ms")) / n_ranks,
-            "busbw_gbs_median": streamed_median(lambda: self._values(code, "busbw_gbs"), held),
-            "peak_gbs": peak,
-            "ranks": n_ranks,
-        }
+# The calls of each (op, group), an op unknown where none is named
+_NAMED_CALLS = "SELECT coalesce(op, 'unknown') AS op, * EXCLUDE (op) FROM calls"
+_SUMMARY_SQL = f"""
+    WITH per AS (
+        SELECT op, pg_name, count(*) AS calls, count(DISTINCT rank) AS ranks,
+            coalesce(fsum(dur_ms), 0.0) AS total, max(peak_gbs) AS peak_gbs
+        FROM ({_NAMED_CALLS}) WHERE pg_name IS NOT NULL GROUP BY op, pg_name
+    ),
+    sizes AS ({median_sql(_NAMED_CALLS, ["op", "pg_name"], "bytes")}),
+    bandwidths AS ({median_sql(_NAMED_CALLS, ["op", "pg_name"], "busbw_gbs")})
+    SELECT per.op, per.pg_name,
+        CAST(calls AS DOUBLE) / ranks AS count,
+        sizes.median AS bytes,
+        total / ranks AS total_ms,
+        bandwidths.median AS busbw_gbs_median,
+        peak_gbs, ranks
+    FROM per
+    LEFT JOIN sizes USING (op, pg_name)
+    LEFT JOIN bandwidths USING (op, pg_name)
+"""
 
 
 WALL_COLUMNS = (

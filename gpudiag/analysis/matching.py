@@ -256,31 +256,27 @@ def key_blocks(
     keys: Sequence[str],
     spill: SpillFile | None = None,
     rows: int | None = None,
-    prepare: Prepare | None = None,
 ) -> Iterator[pd.DataFrame]:
-    """``prepare`` of ``table``'s ``columns`` a block of whole groups of ``keys`` at a
-    time: groups in sorted order (as ``groupby(keys, sort=True)``) taken until a block
+    """``table``'s ``columns`` a block of whole groups of ``keys`` at a time: groups in sorted order (as ``groupby(keys, sort=True)``) taken until a block
     has about ``rows`` rows, each block's rows in the table's order, sorted into blocks
     through ``spill`` where the table is kept on disk. In memory as one block where the
     table is small, not on disk, its pieces differ in dtypes or a key is missing."""
     rows = rows or MATCH_CHUNK_ROWS
     kept = SpilledTable.of_table(table)
-    ready = prepare or (lambda piece: piece)
     reads = list(dict.fromkeys([*columns, *keys]))
     plan = (
-        _key_block_plan((ready(p) for p in kept.pieces(reads)), list(keys), rows)
+        _key_block_plan(kept.pieces(reads), list(keys), rows)
         if spill is not None and kept.spilled and len(kept) > rows and kept.uniform(reads)
         else None
     )
     if plan is None or spill is None:
         if len(kept):
-            whole = [ready(p) for p in kept.pieces(columns)]
+            whole = list(kept.pieces(columns))
             yield whole[0] if len(whole) == 1 else pd.concat(whole, ignore_index=True)
         return
     groups, block = plan
     parts = SpilledParts(int(block.max()) + 1, spill)
     for piece in kept.pieces(reads):
-        piece = ready(piece)
         parts.add(piece[list(columns)], block[groups.get_indexer(_keys_of(piece, keys))])
     for index in range(len(parts)):
         part = parts.take(index)

@@ -45,6 +45,7 @@ from gpudiag.analysis.result import (
 )
 from gpudiag.analysis.slow_rank import SlowRankCause
 from gpudiag.analysis.spill import SpilledTable, SpillFile, lowest_rank_rows
+from gpudiag.analysis.store import CallStore
 from gpudiag.analysis.sync_points import sync_point_findings, sync_points
 
 if TYPE_CHECKING:
@@ -719,9 +720,10 @@ def analyze(
         )
         raise AnalysisInputError(f"{path}: nothing to analyse ({detail})", warnings)
     work = _Work(path, run, traces, warnings, folded, _optional("comms"), _optional("stragglers"))
-    for _name, step in STEPS:
-        step(work)
-    return _result(work)
+    with work.store:
+        for _name, step in STEPS:
+            step(work)
+        return _result(work)
 
 
 def _load_traces(
@@ -771,6 +773,7 @@ class _Work:
     step_ms: float = float("nan")
     rank_times: dict[int, steady.RankTime] = field(default_factory=dict)
     coll: SpilledTable = field(default_factory=SpilledTable.of)
+    store: CallStore = field(default_factory=CallStore)  # the calls again, for SQL questions
     summary: pd.DataFrame | None = None
     buckets: SpilledTable | None = None
     stall: pd.DataFrame | None = None
@@ -828,10 +831,9 @@ def _step_times(w: _Work) -> None:
 
 
 def _step_collectives(w: _Work) -> None:
-    """Every collective call of every rank: spilled to the fold's file as it is made, a
-    few ranks at a time, each analysis reading back the columns it reads (a many-rank
-    run's per-call tables are never all in memory, docs/cluster.md); its summary, DDP's
-    buckets and the all-reduce stall."""
+    """Every collective call of every rank, spilled to the fold's file and put in the call
+    store as it is made, a few ranks at a time (a many-rank run's per-call tables are never
+    all in memory, docs/cluster.md); its summary, DDP's buckets and the all-reduce stall."""
     comms = w.comms
     if comms is None or w.strag is None:
         w.warnings.append("communication and straggler analysis unavailable in this build")
@@ -839,17 +841,16 @@ def _step_collectives(w: _Work) -> None:
         w.coll = SpilledTable(_empty(("rank", "pg_name", "seq", "op")))
         w.folded.spill_rows("collective_rows")
         return
+    pieces = w.store.keeping(comms.collective_pieces(w.traces, run=w.run))
     table = _guard(
-        w.warnings,
-        "collective table",
-        lambda: SpilledTable.build(comms.collective_pieces(w.traces, run=w.run), w.folded.spill),
+        w.warnings, "collective table", lambda: SpilledTable.build(pieces, w.folded.spill)
     )
+    if table is None:  # none of its calls: the store's too
+        w.store.clear()
     w.coll = table if table is not None else SpilledTable(_empty(("rank", "pg_name", "seq", "op")))
     w.folded.spill_rows("collective_rows")  # read into the table: kept on disk from now on
     if len(w.coll):
-        w.summary = _guard(
-            w.warnings, "collective summary", comms.collective_summary, w.coll, w.folded.spill
-        )
+        w.summary = _guard(w.warnings, "collective summary", comms.collective_summary, w.store)
     w.buckets = _guard(w.warnings, "DDP buckets", _kept_buckets, w.coll, comms, w.folded.spill)
     if w.traces and len(w.coll):
         w.stall = _guard(
@@ -990,8 +991,7 @@ def _result(w: _Work) -> AnalysisResult:
             w.findings,
             w.ranks,
             w.breakdown,
-            w.coll if _uses_ddp(w.traces, w.run) else None,
-            w.folded.spill,
+            w.store if _uses_ddp(w.traces, w.run) else None,
             steady_ms=w.steady_ms,
         ),
     )

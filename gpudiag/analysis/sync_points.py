@@ -106,6 +106,15 @@ def sync_point_calls(table: pd.DataFrame) -> pd.DataFrame:
     return table.loc[keep.to_numpy()].copy()
 
 
+# sync_point_calls' rows as an SQL condition on the call store (store.py): NULL is False
+SYNC_POINT_SQL = f"""coalesce(
+    (bytes <= {SYNC_POINT_BYTES} OR (op = 'barrier' AND bytes IS NULL))
+    AND (source = 'run:dist'
+        OR (starts_with(source, 'trace:') AND op IN ({", ".join(repr(o) for o in _TRACE_SYNC_OPS)})))
+    AND end_ns >= start_ns AND step >= 0,
+    false)"""
+
+
 def _matched_spans(calls: pd.DataFrame) -> pd.DataFrame:
     """Each call matched on every rank of its group, with the last rank's arrival."""
     calls = calls.assign(

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gpudiag.analysis.comms import transfer_ms
 from gpudiag.analysis.findings import Finding
-from gpudiag.analysis.matching import Table, key_blocks
-from gpudiag.analysis.spill import SpillFile
-from gpudiag.analysis.sync_points import sync_point_calls
+from gpudiag.analysis.matching import Table
+from gpudiag.analysis.store import CallStore, median_sql
+from gpudiag.analysis.sync_points import SYNC_POINT_SQL
 
 
 @dataclass(frozen=True)
@@ -225,89 +224,62 @@ def _also_gives_back(finding: Finding, findings: list[Finding]) -> tuple[str, ..
     )
 
 
-# The collective table's columns last_bucket_ms reads (pipeline.analyze reads only these
-# back from disk)
-COLLECTIVE_READS = (
-    "op",
-    "step",
-    "start_ns",
-    "end_ns",
-    "pg_name",
-    "index",
-    "rank",
-    "dur_ms",
-    "pg_size",
-    "source",
-    "bytes",
-)
-
-
-def last_bucket_ms(collectives: Table | None, spill: SpillFile | None = None) -> float | None:
+def last_bucket_ms(calls: Table | CallStore | None) -> float | None:
     """The transfer time (ms, from the last rank's arrival) of each step's last issued
-    all-reduce, the median over ranks and steps; None without timed all-reduces. A table
-    kept on disk is read a block of whole matched calls (pg_name, index) at a time
-    (matching.key_blocks, through ``spill``)."""
-    c = collectives
-    if c is None or len(c) == 0 or not {"op", "step", "start_ns", "end_ns"} <= set(c.columns):
+    all-reduce, the median over ranks and steps; None without timed all-reduces. One
+    query of the call store (a table is put in a store of its own first)."""
+    if calls is None or isinstance(calls, CallStore):
+        return None if calls is None else _last_bucket_of(calls)
+    if len(calls) == 0:
         return None
-    blocks = key_blocks(
-        c, COLLECTIVE_READS, ("pg_name", "index"), spill, prepare=_timed_all_reduces
+    with CallStore.of(calls) as store:
+        return _last_bucket_of(store)
+
+
+def _last_bucket_of(store: CallStore) -> float | None:
+    out = store.query(_LAST_BUCKET_SQL)
+    return float(out["median"].iloc[0]) if len(out) else None
+
+
+# The timed all-reduces of steps, not small synchronisation calls (sync_points.py: a
+# logged metric's all_reduce, which a gpudiag run times where it does not time DDP's
+# buckets, is no gradient bucket); each call's transfer (from the last rank's arrival at the
+# k-th call of its group, the calls matched on (pg_name, index); its whole duration where
+# a rank of the group has no k-th call); per (rank, step) the transfer of the call issued last (one
+# without a start counts as the latest; on a tie, the later row), of those known.
+_LAST_BUCKET_SQL = f"""
+    WITH buckets AS (
+        SELECT * FROM calls
+        WHERE op = 'all_reduce' AND step >= 0 AND end_ns IS NOT NULL AND NOT ({SYNC_POINT_SQL})
+    ),
+    matched AS (
+        SELECT pg_name, "index", max(start_ns) AS last_ns, count(DISTINCT rank) AS seen
+        FROM buckets GROUP BY pg_name, "index"
+    ),
+    transfers AS (
+        SELECT added, rank, step, coalesce(start_ns, CAST('inf' AS DOUBLE)) AS issued,
+            CASE WHEN seen >= coalesce(pg_size, CAST('inf' AS DOUBLE))
+                    AND (end_ns - last_ns) / 1e6 >= 0
+                THEN (end_ns - last_ns) / 1e6 ELSE dur_ms END AS transfer_ms
+        FROM buckets JOIN matched USING (pg_name, "index")
+    ),
+    latest AS (
+        SELECT 0 AS run, transfer_ms FROM (
+            SELECT transfer_ms, row_number() OVER (
+                PARTITION BY rank, step ORDER BY issued DESC, added DESC) AS i
+            FROM transfers WHERE transfer_ms IS NOT NULL
+        ) WHERE i = 1 AND isfinite(transfer_ms)
     )
-    last: pd.DataFrame | None = None  # per (rank, step): the latest call's start, transfer
-    for block in blocks:
-        if len(block):
-            latest = _latest_transfer(block.assign(transfer_ms=transfer_ms(block)))
-            last = latest if last is None else _later(last, latest)
-    if last is None:
-        return None
-    values = last["transfer_ms"]
-    values = values[np.isfinite(values.to_numpy(dtype=float))]
-    return float(values.median()) if len(values) else None
+    {median_sql("SELECT * FROM latest", ["run"], "transfer_ms")}
+"""
 
 
-def _timed_all_reduces(calls: pd.DataFrame) -> pd.DataFrame:
-    """The all-reduces of steps that have an end, their group names as strings; not a
-    small synchronisation call (sync_points.py: a logged metric's all_reduce, which a
-    gpudiag run times where it does not time DDP's buckets, is no gradient bucket)."""
-    ar = calls[(calls["op"] == "all_reduce") & (pd.to_numeric(calls["step"], errors="coerce") >= 0)]
-    ar = ar[pd.to_numeric(ar["end_ns"], errors="coerce").notna()]
-    if {"source", "bytes"} <= set(ar.columns) and len(ar):
-        sync = sync_point_calls(ar).index
-        ar = ar.drop(index=sync)
-    return ar.assign(pg_name=ar["pg_name"].astype(str))
-
-
-def _latest_transfer(calls: pd.DataFrame) -> pd.DataFrame:
-    """Per (rank, step): the transfer of its call issued last (a call without a start
-    counts as the latest, as it sorts last), of those whose transfer is known."""
-    known = calls[calls["transfer_ms"].notna()]
-    start = pd.to_numeric(known["start_ns"], errors="coerce").astype(float).fillna(np.inf)
-    known = known.assign(issued=start.to_numpy())
-    order = np.argsort(known["issued"].to_numpy(), kind="stable")
-    latest = known.take(order).groupby(["rank", "step"])[["issued", "transfer_ms"]].last()
-    return latest
-
-
-def _later(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    """Per (rank, step) of either: the call of the two issued later."""
-    joined = a.join(b, how="outer", suffixes=("_a", "_b"))
-    take_b = joined["issued_b"].fillna(-np.inf) >= joined["issued_a"].fillna(-np.inf)
-    return pd.DataFrame(
-        {
-            "issued": joined["issued_b"].where(take_b, joined["issued_a"]),
-            "transfer_ms": joined["transfer_ms_b"].where(take_b, joined["transfer_ms_a"]),
-        }
-    )
-
-
-def _saving(
-    scenario: Scenario, cost: float, collectives: Table | None, spill: SpillFile | None
-) -> float:
+def _saving(scenario: Scenario, cost: float, calls: CallStore | None) -> float:
     """The finding's cost, except for the realistic bucketing gain: the cost less the last
     bucket's all-reduce (0 when that is not known)."""
     if scenario.name != "comm_bucketed":
         return cost
-    remaining = last_bucket_ms(collectives, spill)
+    remaining = last_bucket_ms(calls)
     return 0.0 if remaining is None else max(cost - remaining, 0.0)
 
 
@@ -324,13 +296,12 @@ def project(
     findings: list[Finding],
     ranks: pd.DataFrame,
     breakdown: pd.DataFrame,
-    collectives: Table | None = None,
-    spill: SpillFile | None = None,
+    calls: CallStore | None = None,
     steady_ms: float | None = None,
 ) -> list[Projection]:
     """One projection per scenario whose finding is present with a positive cost, from the
     run's findings, per-rank table and per-step breakdown (AnalysisResult's fields).
-    ``collectives`` (a DDP run's collective table) gives the realistic bucketing gain.
+    ``calls`` (a DDP run's call store) gives the realistic bucketing gain.
     ``steady_ms`` (the run's steady step, steady.py) is the step projected from when the
     run has one, with the profiled window's spread around it."""
     step_ms = steady_ms if steady_ms is not None and steady_ms > 0 else mean_step_ms(ranks)
@@ -347,7 +318,7 @@ def project(
             continue
         if _caused_elsewhere(finding, findings):
             continue
-        saving = min(_saving(scenario, finding.cost_ms_per_step, collectives, spill), step_ms)
+        saving = min(_saving(scenario, finding.cost_ms_per_step, calls), step_ms)
         if not (saving > 0):
             continue
         projections.append(
@@ -362,7 +333,7 @@ def project(
                 projected_high_ms=max(high - saving, 0.0),
                 saving_ms=saving,
                 saving_pct=100.0 * saving / step_ms,
-                assumptions=_assumptions(scenario, collectives is not None)
+                assumptions=_assumptions(scenario, calls is not None)
                 + _also_gives_back(finding, findings),
             )
         )
@@ -370,7 +341,6 @@ def project(
 
 
 __all__ = [
-    "COLLECTIVE_READS",
     "SCENARIOS",
     "Projection",
     "Scenario",
