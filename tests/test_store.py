@@ -3,6 +3,7 @@ writes the rest to its own directory in TMPDIR, which is gone once the analysis 
 
 from __future__ import annotations
 
+import gc
 import tempfile
 from pathlib import Path
 
@@ -33,6 +34,19 @@ def test_an_analysis_leaves_no_store_directory(
     stores = [p for p in made if Path(p).name.startswith("gpudiag-store-")]
     assert stores and all(Path(p).parent == tmp_path for p in stores)
     assert not any(Path(p).exists() for p in stores)
+
+
+def test_a_store_not_closed_leaves_no_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its directory goes when the store does (a start that failed, a caller's exception)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    kept = CallStore()
+    kept.add(pd.DataFrame({"rank": [0], "dur_ms": [1.0]}))
+    assert [p.name[:14] for p in tmp_path.iterdir()] == ["gpudiag-store-"]
+    del kept
+    gc.collect()
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.slow

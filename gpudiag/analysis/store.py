@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -50,6 +51,8 @@ class CallStore:
 
     def __init__(self) -> None:
         self._dir = tempfile.mkdtemp(prefix="gpudiag-store-")
+        # removed by close(), else when the store is collected or at exit (a failed start)
+        self._removed = weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)
         self._db = duckdb.connect(
             ":memory:",  # past its memory limit, its rows and sorts go to temp_directory
             config={
@@ -107,7 +110,7 @@ class CallStore:
 
     def close(self) -> None:
         self._db.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self._removed()
 
     def __enter__(self) -> CallStore:
         return self
