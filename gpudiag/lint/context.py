@@ -13,9 +13,9 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cached_property
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 # moved to conditions.py and lint_names.py (issue 33); `X as X`: re-exported, the checks
 # import them from here
@@ -76,6 +76,8 @@ from gpudiag.lint.lint_names import (
     parameter_default as parameter_default,
 )
 
+_T = TypeVar("_T")
+
 
 class ProjectView(Protocol):
     """What a module asks of the lint run it belongs to (`gpudiag.lint.project.Project`
@@ -84,11 +86,9 @@ class ProjectView(Protocol):
     modules: list[ModuleContext]
 
     def release(self) -> None: ...
-
     def component(self, ctx: ModuleContext) -> list[ModuleContext]: ...
-
     def related(self, ctx: ModuleContext) -> list[ModuleContext]: ...
-
+    def per_component(self, ctx: ModuleContext, name: str, compute: Callable[[], _T]) -> _T: ...
     def module_named(self, ctx: ModuleContext, dotted: str) -> ModuleContext | None: ...
 
     def callee(self, ctx: ModuleContext, call: ast.Call) -> tuple[int, str] | None: ...

@@ -107,7 +107,7 @@ def inherited_self_call(
     return defining_class(project, (index, owner.name), func.attr)
 
 
-_WRAPPERS = {DDP, *DATA_PARALLEL, "torch.nn.parallel.DataParallel"}
+WRAPPERS = {DDP, *DATA_PARALLEL, "torch.nn.parallel.DataParallel"}
 _MOVES = {"cuda", "to", "train", "eval", "float", "half", "bfloat16", "double"}
 
 
@@ -136,7 +136,7 @@ def _module_class(
 ) -> FunctionKey | None:
     if depth > _MAX_DEPTH or not isinstance(value, ast.Call):
         return None
-    if ctx.call_names.get(value) in _WRAPPERS:
+    if ctx.call_names.get(value) in WRAPPERS:
         inner = value.args[0] if value.args else None
         if isinstance(inner, ast.Name):
             bound = ctx.assigned_values(inner.id, value)

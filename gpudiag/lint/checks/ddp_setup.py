@@ -567,14 +567,25 @@ def _framework_setup(ctx: ModuleContext) -> bool:
     return any(_FRAMEWORK_SETUP.match(q.rsplit(".", 1)[-1]) for q in _framework_calls(ctx))
 
 
-def _framework_calls(ctx: ModuleContext) -> Iterator[str]:
+def _framework_calls(ctx: ModuleContext) -> tuple[str, ...]:
     """The qualified names of the component's calls into imported code that is neither
-    torch, os, sys nor a module of the project (whose code is read, not trusted)."""
+    torch, os, sys nor a module of the project (whose code is read, not trusted); gathered
+    once per component (every module asks for the whole component's: a scan per module
+    was 3.3 of 26 s on Lightning's 646 files)."""
+    project = ctx.project
+    if project is None:
+        return ()
+    return project.per_component(ctx, "framework_calls", lambda: _gather_framework_calls(ctx))
+
+
+def _gather_framework_calls(ctx: ModuleContext) -> tuple[str, ...]:
+    found: dict[str, None] = {}
     for module in ctx.component():
         for qualified in module.call_names.values():
             top = qualified.split(".", 1)[0]
-            if top in ("torch", "os", "sys") or module.project is None:
+            if top in ("torch", "os", "sys") or qualified in found or module.project is None:
                 continue
             if module.project.module_named(module, top) is not None:
                 continue  # a module of the project: its code is read, not trusted
-            yield qualified
+            found[qualified] = None
+    return tuple(found)

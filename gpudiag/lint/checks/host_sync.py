@@ -752,6 +752,12 @@ def opt_in_flags(ctx: ModuleContext) -> set[str]:
     action="store_true")`, or a number whose default is 0: `add_argument("--debug",
     type=int, default=0)`, tested `if opt.debug > 0:`), in the file or the files connected
     to it."""
+    if ctx.project is None:
+        return _opt_in_flags(ctx)
+    return ctx.project.per_component(ctx, "opt_in_flags", lambda: _opt_in_flags(ctx))
+
+
+def _opt_in_flags(ctx: ModuleContext) -> set[str]:
     flags: set[str] = set()
     modules = ctx.component()
     if ctx.project is not None and not any(m.method_calls("add_argument") for m in modules):

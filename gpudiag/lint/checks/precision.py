@@ -82,7 +82,7 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
     # (a method call: yolov5's `accumulate` is a plain number of micro-batches)
     if (
         any(m.ddp_code for m in component)
-        and _wraps_a_model(component)
+        and _component_wraps_a_model(ctx, component)
         and all(
             m.identifiers.isdisjoint(_SKIPS_SYNC) and not m.method_calls("accumulate")
             for m in component
@@ -199,6 +199,13 @@ def _quantization_argument(ctx: ModuleContext, node: ast.AST, depth: int) -> boo
 
 
 _FSDP = re.compile(r"\.fsdp\.(\w+\.)*(FullyShardedDataParallel|fully_shard)$")
+
+
+def _component_wraps_a_model(ctx: ModuleContext, component: list[ModuleContext]) -> bool:
+    """`_wraps_a_model`, once per component (each module of a big run asked it again)."""
+    if ctx.project is None:
+        return _wraps_a_model(component)
+    return ctx.project.per_component(ctx, "wraps_a_model", lambda: _wraps_a_model(component))
 
 
 def _wraps_a_model(component: list[ModuleContext]) -> bool:

@@ -10,6 +10,7 @@ from gpudiag.lint.checks import Hit
 from gpudiag.lint.checks.call_sites import per_step_call_site
 from gpudiag.lint.checks.host_sync import opt_in_flags, opted_in
 from gpudiag.lint.checks.shared_lr import decides_lr
+from gpudiag.lint.checks.state_sync import updates_forward_state
 from gpudiag.lint.context import (
     FUNCTION_TYPES,
     RANK_NAME,
@@ -88,6 +89,7 @@ def check(ctx: ModuleContext) -> Iterator[Hit]:
             and not _agrees_on_a_flag(ctx, call)
             and not (call.args and decides_lr(ctx, call, call.args[0]))
             and not _normalises_a_local_result(ctx, call)
+            and not updates_forward_state(ctx, call)
             and not opted_in(ctx, call, flags)
         ):
             name = qualified.rsplit(".", 1)[1] if qualified else _accelerator_method(ctx, call)
