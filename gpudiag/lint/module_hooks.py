@@ -8,8 +8,8 @@ the module's project class is known (the class around `self`, or a name bound to
 project class, `parameter_modules.name_class`) and the hook is a function of the project
 (a def of the file or imported, `self.<method>`, `functools.partial` of one), each through a literal
 list or tuple of them when registered in a loop. A hook whose handle is kept in a file that
-calls `.remove()` (a one-off measurement: register, run one forward, remove) is not
-followed.
+calls `.remove()` (a one-off measurement: register, run one forward, remove), or that is
+registered under an `if` (a switch, possibly opt-in), is not followed.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def module_hooks(project: Project) -> dict[FunctionKey, set[FunctionKey]]:
             func = call.func
             if not (isinstance(func, ast.Attribute) and func.attr in HOOK_METHODS and call.args):
                 continue
-            if _removed(ctx, call):
+            if _removed(ctx, call) or _conditional(ctx, call):
                 continue
             hooks = set()
             for hook in _elements(ctx, call.args[0], call):
@@ -123,6 +123,17 @@ def _is_partial(call: ast.Call) -> bool:
     return (isinstance(func, ast.Name) and func.id == "partial") or (
         isinstance(func, ast.Attribute) and func.attr == "partial"
     )
+
+
+def _conditional(ctx: ModuleContext, call: ast.Call) -> bool:
+    """Registered under an `if` of its function (`if args.log_activations:`): a switch
+    the linter would have to judge (opt-in or not); left alone rather than guessed."""
+    for ancestor in ctx.ancestors(call):
+        if isinstance(ancestor, (ast.If, ast.IfExp)):
+            return True
+        if isinstance(ancestor, FUNCTION_TYPES):
+            return False
+    return False
 
 
 def _removed(ctx: ModuleContext, call: ast.Call) -> bool:

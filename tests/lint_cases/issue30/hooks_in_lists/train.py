@@ -16,11 +16,15 @@ def nan_hook(module, grad_input, grad_output):
     torch.cuda.synchronize()  # expect: GD301
 
 
+def log_activations(module, inputs, output):
+    print(output.abs().max().item())
+
+
 def count_flops(module, inputs, output):
     print(output.numel(), output.sum().item())
 
 
-def main():
+def main(args):
     rank = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(rank)
     torch.manual_seed(0)
@@ -29,6 +33,8 @@ def main():
     hooks = [grad_norm_hook, nan_hook]
     for h in hooks:
         model.register_full_backward_hook(h)
+    if args.log_activations:  # a switch: not followed
+        model.register_forward_hook(log_activations)
     # a one-off measurement: registered, one forward, removed
     handle = model.register_forward_hook(count_flops)
     model(torch.randn(1, 4, device="cuda"))
@@ -48,4 +54,8 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--log-activations", action="store_true")
+    main(parser.parse_args())
