@@ -26,7 +26,7 @@ from gpudiag.analysis.findings import Finding, measured_as
 from gpudiag.analysis.result import AnalysisResult, RunInfo, SpilledTable
 from gpudiag.analysis.whatif import Projection
 from gpudiag.numfmt import plural
-from gpudiag.report import collective_spread, colours, figures, numbers, rank_means
+from gpudiag.report import collective_spread, colours, figures, numbers, rank_means, wait_note
 from gpudiag.report import overview as report_overview
 from gpudiag.report import tables as report_tables
 from gpudiag.report.tables import WHATIF_DIGITS, whatif_frame
@@ -173,8 +173,9 @@ def first_screen(ctx: ViewContext) -> None:
                 "could be measured (a rank's trace missing, or collectives not matched "
                 "across ranks), so waiting cannot be told from transfer here."
             )
-        if verdict.chart_note:
-            st.caption(md(verdict.chart_note))
+        note = wait_note.page_note(result, verdict)
+        if note:
+            st.caption(md(note))
         if parts.named and verdict.finding is not None:
             st.caption(
                 f"◀ outlined: {md(numbers.ranks(parts.named))}, named by the top finding "

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudiag.numfmt import plural
-from gpudiag.report import figures, numbers, overview
+from gpudiag.report import figures, numbers, overview, wait_note
 from gpudiag.report.collective_spread import WALL_TEXT
 from gpudiag.report.overview import evidence_lines, no_findings_text, ordered_findings
 from gpudiag.report.tables import WHATIF_DIGITS, whatif_frame
@@ -113,7 +113,11 @@ def _result_section(result: AnalysisResult, include_js: bool) -> str:
         + (f"<br><b>Fix:</b> {_e(verdict.fix)}" if verdict.fix else "")
         + "</p>"
         + "".join(charts[:1])
-        + (f"<p class='note'>{_e(verdict.chart_note)}</p>" if verdict.chart_note else "")
+        + (
+            f"<p class='note'>{_e(note)}</p>"
+            if (note := wait_note.page_note(result, verdict))
+            else ""
+        )
         + f"<h2>Findings</h2>{_findings_html(result.findings, no_findings_text(result))}"
         + _whatif_html(result)
         + "<h2>Per rank (ms per step, mean over the profiled steps)</h2>"

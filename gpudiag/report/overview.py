@@ -600,16 +600,11 @@ def _larger_part_note(result: Any, f: Finding) -> str:
     Megatron the verdict was GPU idle 69.59 ms/step above a chart 59 % "waiting for late
     peers", whose straggler finding was low (one step) and only in the table (D1)."""
     found = _part_means(result)
-    cost = numbers.number(f.cost_ms_per_step)
-    if found is None or cost is None:
+    key = larger_part(result, f)
+    if found is None or key is None:
         return ""
     parts, means = found
-    candidates = [(v, k) for k, v in means.items() if k in _PART_FINDING and v > 1.5 * cost]
-    if not candidates:
-        return ""
-    value, key = max(candidates)
-    if f.kind in _PART_FINDING[key]:
-        return ""
+    value, cost = means[key], numbers.number(f.cost_ms_per_step)
     label = parts.labels.get(key, key)
     bars = _bars(parts, key)
     top = int(bars.idxmax()) if len(bars) else None
@@ -630,6 +625,22 @@ def _larger_part_note(result: Any, f: Finding) -> str:
         f"over {numbers.ranks(list(bars.index))}{on}), more than the verdict's "
         f"{numbers.ms(cost, 'ms/step')}; {said}" + (f" {tie}" if tie else "")
     )
+
+
+def larger_part(result: Any, f: Finding) -> str | None:
+    """The chart's part that :func:`_larger_part_note` ties to its own finding: the
+    largest of waiting, transfer and data over 1.5 times the verdict's cost, unless the
+    verdict's finding is the one that speaks for it. None where there is none."""
+    found = _part_means(result)
+    cost = numbers.number(f.cost_ms_per_step)
+    if found is None or cost is None:
+        return None
+    means = found[1]
+    candidates = [(v, k) for k, v in means.items() if k in _PART_FINDING and v > 1.5 * cost]
+    if not candidates:
+        return None
+    key = max(candidates)[1]
+    return None if f.kind in _PART_FINDING[key] else key
 
 
 def _scaled_note(result: Any, f: Finding) -> str:

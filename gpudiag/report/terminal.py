@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudiag.numfmt import plural
-from gpudiag.report import numbers, rank_means
+from gpudiag.report import numbers, rank_means, wait_note
 from gpudiag.report.collective_spread import WALL_TEXT
 from gpudiag.report.overview import (
     COLLECTIVE_DIGITS,
@@ -188,6 +188,11 @@ def print_report(result: Any, *, rank: int | None = None, console: Console | Non
     console.print(_header(result))
     render_findings(console, result.findings, no_findings_text(result))
     console.print(per_rank if per_rank is not None else "No per-rank step data.")
+    if per_rank is not None and rank is None:
+        # the wait the table shows beside the findings that cost it (the chart's note)
+        note = wait_note.wait_note(result, f"The table's '{dict(RANK_COLUMNS)['comm_wait']}'")
+        if note:
+            console.print(Text("Note: " + numbers.terminal_text(note)))
     if collectives is not None:
         console.print(collectives)
 
