@@ -26,7 +26,15 @@ from gpudiag.analysis.findings import Finding, measured_as
 from gpudiag.analysis.result import AnalysisResult, RunInfo, SpilledTable
 from gpudiag.analysis.whatif import Projection
 from gpudiag.numfmt import plural
-from gpudiag.report import collective_spread, colours, figures, numbers, rank_means, wait_note
+from gpudiag.report import (
+    collective_spread,
+    colours,
+    figures,
+    numbers,
+    rank_means,
+    wait_note,
+    windows,
+)
 from gpudiag.report import overview as report_overview
 from gpudiag.report import tables as report_tables
 from gpudiag.report.tables import WHATIF_DIGITS, whatif_frame
@@ -147,6 +155,9 @@ def first_screen(ctx: ViewContext) -> None:
         problems = report_overview.reading_problems(result)
         if problems:  # above the verdict: what the numbers leave out
             st.warning(md(problems))
+        slowed = windows.slowdown_note(result)
+        if slowed:  # the profiled steps' numbers inflated by the profiler
+            st.caption(md(slowed))
         text = f"**{md(verdict.headline)}**"
         if verdict.fix:
             text += f"  \n**Fix:** {md(verdict.fix)}"
@@ -420,7 +431,7 @@ def communication(ctx: ViewContext) -> None:
     st.subheader("Collectives by op and process group")
     if _has_rows(summary):
         st.caption(
-            "Size: the median of one call. Calls/rank: over the steps the calls come from "
+            "Size: the median of one call. Calls/rank: over the steps its header names "
             "(every step, from the run's tables, where they hold the calls' times or no "
             "trace was recorded; else the profiled steps). " + collective_spread.WALL_TEXT
         )
@@ -428,8 +439,10 @@ def communication(ctx: ViewContext) -> None:
             _chart(figures.busbw_figure(summary))
         else:
             st.caption("No link peak known for these devices: bus bandwidth is in the table only.")
-        shown = report_overview.collectives_frame(summary, result.collective_wall)
-        _dataframe(shown, report_overview.COLLECTIVE_DIGITS)
+        shown = report_overview.collectives_frame(
+            summary, result.collective_wall, windows.collective_window(result)
+        )
+        _dataframe(shown, report_overview.collective_digits(shown))
     else:
         st.info("No collectives recorded in this run.")
     _buckets(result.buckets, result.run)
@@ -807,11 +820,9 @@ def compare(ctx: ViewContext) -> None:
     for line in comparison.warnings:
         st.warning(md(line))
     # the metrics under the names the Overview gives them, not the table's keys
-    headers = report_overview.metric_headers(comparison.has_gpu_trace)
     parts_named = report_overview.component_labels(comparison.has_gpu_trace)
-    # exposed communication split as the Overview splits it (probe 31f, D2)
-    headers.update({k: f"{parts_named[k]} ms/step" for k in ("comm_wait", "comm_transfer")})
-    split = report_overview.split_compare_table(comparison.table, res_a, res_b)
+    # exposed communication split as the Overview splits it (probe 31f, D2), as the CLI's
+    split, headers = report_tables.compare_view(comparison, res_a, res_b)
     table = split.assign(metric=[headers.get(m, m) for m in split["metric"]])
     if table.dropna(subset=["a", "b"], how="all").empty:
         st.info("Neither run has per-rank step times to compare.")
@@ -841,6 +852,7 @@ def compare(ctx: ViewContext) -> None:
     st.subheader("Findings that appeared, went or changed")
     if comparison.finding_changes:
         _table(finding_changes_frame(comparison.finding_changes))
+        st.caption(md(report_tables.FINDING_COSTS_TEXT))
     else:
         st.write("The same findings at the same severity in both runs.")
     if _has_rows(res_a.ranks) and _has_rows(res_b.ranks):

@@ -74,7 +74,8 @@ def test_counts_read_as_words(result):
     text = buf.getvalue() + html
     assert not re.search(r"[a-z]\(s\)", text)
     steps = result.run.steps_analysed
-    assert f"{steps} {'step' if steps == 1 else 'steps'} analysed" in text
+    # the window named (probe 31m): "3 profiled steps analysed"
+    assert f"{steps} profiled {'step' if steps == 1 else 'steps'} analysed" in text
 
 
 def test_one_step_trace_wording(shared_traces):

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from gpudiag.report.terminal import print_comparison
 
-        print_comparison(comparison)
+        print_comparison(comparison, runs=(a, b))
     verdict = comparison.regression
     return 1 if verdict is not None and verdict.regressed else 0
 

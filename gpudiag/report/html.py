@@ -12,8 +12,7 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudiag.numfmt import plural
-from gpudiag.report import figures, numbers, overview, wait_note
+from gpudiag.report import figures, numbers, overview, wait_note, windows
 from gpudiag.report.collective_spread import WALL_TEXT
 from gpudiag.report.overview import evidence_lines, no_findings_text, ordered_findings
 from gpudiag.report.tables import WHATIF_DIGITS, whatif_frame
@@ -102,12 +101,16 @@ def _result_section(result: AnalysisResult, include_js: bool) -> str:
     for i, fig in enumerate(figs):
         charts.append(to_html(fig, full_html=False, include_plotlyjs=(include_js and i == 0)))
     run = result.run
+    collectives = overview.collectives_frame(
+        result.collective_summary, result.collective_wall, windows.collective_window(result)
+    )
     warnings = "".join(f"<li>{_e(w)}</li>" for w in result.warnings)
     return (
         f"<h1>gpudiag: {_e(result.source)}</h1>"
         f"<p>{_e(run.kind)} · world size {_e(run.world_size)} · backend "
-        f"{_e(run.backend)} · {_e(plural(run.steps_analysed, 'step'))} analysed · devices "
-        f"{_e(overview.devices_text(run))} · {_e(' '.join(overview.step_time(result)[::-1]))}</p>"
+        f"{_e(run.backend)} · {_e(windows.analysed_text(result))} · devices "
+        f"{_e(overview.devices_text(run))} · {_e(_step_text(result))}</p>"
+        + (f"<p class='note'>{_e(slowed)}</p>" if (slowed := windows.slowdown_note(result)) else "")
         + _problems_html(result)
         + f"<p class='verdict'><b>{_e(verdict.headline)}</b>"
         + (f"<br><b>Fix:</b> {_e(verdict.fix)}" if verdict.fix else "")
@@ -124,13 +127,16 @@ def _result_section(result: AnalysisResult, include_js: bool) -> str:
         + _frame_html(overview.rank_table(result), overview.rank_table_digits())
         + "".join(charts[1:])
         + "<h2>Collectives</h2>"
-        + _frame_html(
-            overview.collectives_frame(result.collective_summary, result.collective_wall),
-            overview.COLLECTIVE_DIGITS,
-        )
+        + _frame_html(collectives, overview.collective_digits(collectives))
         + (f"<p class='note'>{_e(WALL_TEXT)}</p>" if len(result.collective_wall) else "")
         + (f"<h2>Warnings</h2><ul>{warnings}</ul>" if warnings else "")
     )
+
+
+def _step_text(result: AnalysisResult) -> str:
+    """The steady step with its window, else the profiled steps' mean with its own."""
+    steady = windows.steady_text(result)
+    return steady if steady is not None else " ".join(overview.step_time(result)[::-1])
 
 
 def _problems_html(result: AnalysisResult) -> str:

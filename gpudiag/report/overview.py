@@ -825,14 +825,26 @@ def collectives_per_step(summary: pd.DataFrame, wall: pd.DataFrame | None) -> pd
 COLLECTIVE_DIGITS = {"calls/rank": numbers.COUNT_DIGITS, "ranks": 0, "group": 0}
 
 
-def collectives_frame(summary: pd.DataFrame, wall: pd.DataFrame | None = None) -> pd.DataFrame:
+def collectives_frame(
+    summary: pd.DataFrame, wall: pd.DataFrame | None = None, window: str | None = None
+) -> pd.DataFrame:
     """The collectives summary for a table: sizes in MiB, wall and summed time per step
-    where known, a unit in every header."""
+    where known, a unit in every header. ``window`` (``3 profiled steps``) names what the
+    calls are counted over: "calls/rank 6" beside per-step times was 2 calls a step over
+    3 steps (probe 31m); digits for either header: :func:`collective_digits`."""
     out = collectives_per_step(summary, wall).copy()
     if "bytes" in out:
         out["bytes"] = pd.to_numeric(out["bytes"], errors="coerce") / 2**20
     headers = {**COLLECTIVE_HEADERS, "bytes": "MiB (median per call)"}
+    if window:
+        headers["count"] = f"calls/rank in the {window}"
     return out.rename(columns=headers)
+
+
+def collective_digits(frame: pd.DataFrame) -> dict[str, int]:
+    """:data:`COLLECTIVE_DIGITS` for ``frame``'s headers, its window-named count included."""
+    calls = [c for c in frame.columns if str(c).startswith("calls/rank")]
+    return {**COLLECTIVE_DIGITS, **dict.fromkeys(calls, numbers.COUNT_DIGITS)}
 
 
 WINDOW_PROFILED = "profiled steps"

@@ -12,7 +12,7 @@ from gpudiag.analysis.dataloader import DataLoaderResult
 from gpudiag.analysis.gpu import NvmlGpu
 from gpudiag.analysis.live_snapshot import LiveSnapshot, StuckCollective
 from gpudiag.analysis.whatif import Projection
-from gpudiag.report import numbers
+from gpudiag.report import numbers, overview
 from gpudiag.report.overview import readable_header
 
 # Columns of :func:`whatif_frame` that are not milliseconds, and their decimals (the
@@ -395,6 +395,8 @@ __all__ = [
     "DATA_WAIT_HEADERS",
     "NVML_HEADERS",
     "bucket_frame",
+    "compare_view",
+    "FINDING_COSTS_TEXT",
     "collective_calls_frame",
     "data_wait_frames",
     "dp_stage_frame",
@@ -411,6 +413,29 @@ __all__ = [
     "stuck_arrived_text",
     "whatif_frame",
 ]
+
+
+def compare_view(comparison: Any, a: Any, b: Any) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Compare's metric table as every view shows it, and its headers: exposed
+    communication split into the wait for late peers and the transfer as the Overview
+    splits it (:func:`overview.split_compare_table`), each metric under the Overview's
+    name. `gpudiag compare` showed exposed communication whole where the dashboard split
+    it: two tables for one pair of runs (probe 31m)."""
+    headers = overview.metric_headers(comparison.has_gpu_trace)
+    named = overview.component_labels(comparison.has_gpu_trace)
+    headers.update({k: f"{named[k]} ms/step" for k in ("comm_wait", "comm_transfer")})
+    return overview.split_compare_table(comparison.table, a, b), headers
+
+
+# Under compare's finding changes in every view: a finding's cost is over its own window
+# and ranks, not the metric table's (the straggler's "others wait 37.34" beside the
+# table's "waiting for late peers 28.84", neither named: probe 31m).
+FINDING_COSTS_TEXT = (
+    "A finding's ms/step is its own cost, over its own steps and ranks (a straggler's: the "
+    "other ranks' wait for it, over every matched step), not the metric table's: its "
+    "'waiting for late peers' is every rank's wait for whichever peer came last, the late "
+    "rank's own included, the mean over all ranks and the profiled steps."
+)
 
 
 def moved_components_text(

@@ -14,11 +14,11 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudiag.numfmt import plural
-from gpudiag.report import numbers, rank_means, wait_note
+from gpudiag.report import numbers, rank_means, wait_note, windows
 from gpudiag.report.collective_spread import WALL_TEXT
 from gpudiag.report.overview import (
-    COLLECTIVE_DIGITS,
     change_side,
+    collective_digits,
     collectives_frame,
     component_labels,
     evidence_lines,
@@ -27,6 +27,7 @@ from gpudiag.report.overview import (
     no_findings_text,
     ordered_findings,
 )
+from gpudiag.report.tables import FINDING_COSTS_TEXT, compare_view, moved_components_text
 
 if TYPE_CHECKING:
     from gpudiag.analysis.result import AnalysisResult
@@ -74,19 +75,20 @@ def _header(result: AnalysisResult) -> Text:
         f"kind {run.kind}",
         f"world size {run.world_size or '?'}",
         f"backend {run.backend or '?'}",
-        f"{plural(run.steps_analysed, 'step')} analysed",
+        windows.analysed_text(result),
         f"ranks traced {run.traced_ranks}",
     ]
-    if run.steady_step_ms is not None:  # the step every share is of (docs/findings.md)
-        ahead = (
-            " (the GPU's busy time: the host ran ahead)" if run.steady_step_basis == "gpu" else ""
-        )
-        bits.insert(3, f"steady step {numbers.ms(run.steady_step_ms, 'ms')}{ahead}")
+    steady = windows.steady_text(result)
+    if steady is not None:  # the step every share is of (docs/findings.md), its window said
+        bits.insert(3, steady)
     if run.devices:
         bits.append("devices " + ", ".join(run.devices[:3]))
     if run.status:
         bits.append(f"status {run.status}")
     text.append("\n" + numbers.terminal_text(" | ".join(bits)), style="dim")
+    slowed = windows.slowdown_note(result)
+    if slowed:
+        text.append("\nNote: " + numbers.terminal_text(slowed), style="yellow")
     return text
 
 
@@ -155,12 +157,12 @@ def render_ranks(console: Console, ranks: Any, rank: int | None = None, gpu: boo
     console.print(table if table is not None else "No per-rank step data.")
 
 
-def collectives_table(summary: Any, wall: Any = None) -> Table | None:
+def collectives_table(summary: Any, wall: Any = None, window: str | None = None) -> Table | None:
     """The collectives table as the HTML report and the dashboard show it."""
     if summary is None or not len(summary):
         return None
-    frame = collectives_frame(summary.head(20), wall)
-    text = numbers.frame_text(frame, COLLECTIVE_DIGITS)
+    frame = collectives_frame(summary.head(20), wall, window)
+    text = numbers.frame_text(frame, collective_digits(frame))
     caption = WALL_TEXT if wall is not None and len(wall) else None
     table = Table(title="Collectives (per op and process group)", caption=caption)
     for c in text.columns:
@@ -183,7 +185,9 @@ def output_console(tables: list[RenderableType | None]) -> Console:
 
 def print_report(result: Any, *, rank: int | None = None, console: Console | None = None) -> None:
     per_rank = ranks_table(result.ranks, rank, bool(result.run.has_gpu_trace))
-    collectives = collectives_table(result.collective_summary, result.collective_wall)
+    collectives = collectives_table(
+        result.collective_summary, result.collective_wall, windows.collective_window(result)
+    )
     console = console or output_console([per_rank, collectives])
     console.print(_header(result))
     render_findings(console, result.findings, no_findings_text(result))
@@ -223,10 +227,10 @@ def print_summary(results: list[Any], console: Console | None = None) -> None:
         console.print(Text(line), no_wrap=True, overflow="ignore", crop=False)
 
 
-def _comparison_table(comparison: Any) -> Table:
+def _comparison_table(comparison: Any, split: Any, headers: dict[str, str]) -> Table:
     """Compare's metric table: each run's mean over ranks, the change, and each run's
-    rank with the most of the metric (probe 31l, F2)."""
-    headers = metric_headers(comparison.has_gpu_trace)
+    rank with the most of the metric (probe 31l, F2); ``split`` as every view shows it
+    (tables.compare_view)."""
     table = Table(
         title=f"A = {escape(str(comparison.a))}\nB = {escape(str(comparison.b))}",
         caption=rank_means.compare_means_text(),
@@ -234,7 +238,7 @@ def _comparison_table(comparison: Any) -> Table:
     columns = ("metric", "A ms/step", "B ms/step", "B − A ms/step", "B − A %")
     for col in (*columns, rank_means.MOST_HEADER):
         table.add_column(col, justify="right" if col != "metric" else "left")
-    for row in comparison.table.to_dict(orient="records"):
+    for row in split.to_dict(orient="records"):
         delta = row["delta"]
         style = "red" if delta > 0 else "green" if delta < 0 else ""
         table.add_row(
@@ -248,12 +252,19 @@ def _comparison_table(comparison: Any) -> Table:
     return table
 
 
-def print_comparison(comparison: Any, console: Console | None = None) -> None:
-    table = _comparison_table(comparison)
+def print_comparison(
+    comparison: Any, console: Console | None = None, runs: tuple[Any, Any] | None = None
+) -> None:
+    """The comparison as the dashboard shows it; ``runs`` (A's and B's results) split
+    exposed communication into waiting and transfer as the dashboard does."""
+    if runs is not None:
+        split, headers = compare_view(comparison, *runs)
+    else:
+        split, headers = comparison.table, metric_headers(comparison.has_gpu_trace)
+    table = _comparison_table(comparison, split, headers)
     console = console or output_console([table])
     for line in comparison.warnings:
         console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False)
-    headers = metric_headers(comparison.has_gpu_trace)
     verdict = comparison.regression
     if verdict is not None:
         word = "[bold red]REGRESSION[/]" if verdict.regressed else "[green]no regression[/]"
@@ -269,23 +280,25 @@ def print_comparison(comparison: Any, console: Console | None = None) -> None:
         if load_words:
             console.print(load_words, highlight=False)
     console.print(table)
-    moved = comparison.changed_components()
+    moved = moved_components_text(comparison.changed_components(), split, headers)
     if moved:
-        console.print(
-            "components that moved (ms/step, mean over ranks): "
-            + ", ".join(
-                f"{headers.get(n, n).removesuffix(' ms/step')} {d:+.2f} ms" for n, d in moved
-            ),
-            highlight=False,
-        )
+        console.print(moved, highlight=False)
     for change in comparison.finding_changes:
         console.print(
-            f"finding {change.kind}: {change_side(change.a, change.ranks_a)} -> "
-            f"{change_side(change.b, change.ranks_b)} ({change.change})",
+            f"finding {change.kind}: {change_side(change.a, change.ranks_a)}"
+            f"{_cost_text(change.cost_a_ms)} -> {change_side(change.b, change.ranks_b)}"
+            f"{_cost_text(change.cost_b_ms)} ({change.change})",
             highlight=False,
         )
+    if comparison.finding_changes:
+        console.print(FINDING_COSTS_TEXT, highlight=False)
     console.print(f"findings A: {', '.join(comparison.findings_a) or 'none'}")
     console.print(f"findings B: {', '.join(comparison.findings_b) or 'none'}")
+
+
+def _cost_text(cost: Any) -> str:
+    """`` 37.34 ms/step`` beside a finding's side of a change; nothing where it has none."""
+    return f" {numbers.ms(cost, 'ms/step')}" if numbers.number(cost) is not None else ""
 
 
 def whatif_table(projections: list[Any]) -> Table | None:
