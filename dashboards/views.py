@@ -501,9 +501,14 @@ def _buckets(kept: SpilledTable, run: RunInfo) -> None:
     buckets = kept.frame(rows=_SHOWN_ROWS)
     if len(kept) > len(buckets):
         st.caption(f"The first {len(buckets):,} of {len(kept):,} calls (rank, then step).")
+    # the chart's lanes overlay these steps; the table has a row per rank and step of
+    # them: one window, said for both (probe 31m)
+    window = windows.steps_text(buckets)
     if {"start_ms", "dur_ms", "bucket"} <= set(buckets.columns) and buckets["dur_ms"].notna().any():
         _bucket_chart(buckets)
-    with st.expander("Table"):
+        if window:
+            st.caption(md(f"Each lane: that call in each of {window}, every rank's, overlaid."))
+    with st.expander(f"Table: a row per rank and call in each of {window}" if window else "Table"):
         _dataframe(report_tables.bucket_frame(buckets, bool(run.ddp_evidence)))
 
 

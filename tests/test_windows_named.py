@@ -162,3 +162,20 @@ def test_cli_compare_splits_the_wait_as_the_dashboard_does(
     costs = "its own cost, over its own steps and ranks"
     assert costs in terminal and costs in _page(at)
     assert "straggler: none -> high (rank 2) 37.34 ms/step (appeared)" in terminal
+
+
+def test_bucket_lanes_and_their_table_name_the_same_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The all-reduce lanes overlay every profiled step; their table lists a row per rank
+    and step: neither said which steps, beside a collectives table counting over its own
+    window."""
+    run = SAMPLES / "ddp4_straggler"
+    steps = sorted({int(s) for s in analyze(run).buckets.frame(["step"])["step"]})
+    window = f"the {len(steps)} steps {steps[0]}-{steps[-1]}"
+    at = _dashboard(monkeypatch, run, "Communication")
+    assert f"Each lane: that call in each of {window}" in _page(at)
+    (table,) = [e for e in at.expander if e.label.startswith("Table: ")]
+    assert table.label == f"Table: a row per rank and call in each of {window}"
+    (frame,) = [d.value for d in table.dataframe]
+    assert sorted({int(s) for s in frame["step"]}) == steps

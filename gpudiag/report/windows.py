@@ -78,3 +78,19 @@ def collective_window(result: Any) -> str | None:
     n = max(len(s) for s in steps.values())
     kind = "profiled" if traced else "recorded"
     return f"{n} {kind} step{'s' * (n != 1)}"
+
+
+def steps_text(frame: pd.DataFrame) -> str | None:
+    """``the 3 steps 5-7`` (``steps 5, 9 and 12`` when not consecutive): the steps a
+    table of calls holds, so its chart and its table say the same window. None where it
+    names none."""
+    if "step" not in frame:
+        return None
+    steps = sorted({int(s) for s in pd.to_numeric(frame["step"], errors="coerce").dropna()})
+    if not steps:
+        return None
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    if steps == list(range(steps[0], steps[-1] + 1)):
+        return f"the {len(steps)} steps {steps[0]}-{steps[-1]}"
+    return f"the {len(steps)} steps {numbers.ranks(steps).removeprefix('ranks ')}"
