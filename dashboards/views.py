@@ -32,6 +32,7 @@ from gpudiag.report import (
     figures,
     numbers,
     rank_means,
+    rank_words,
     wait_note,
     windows,
 )
@@ -200,7 +201,7 @@ def overview(ctx: ViewContext) -> None:
     st.header(f"Overview · {md(ctx.ref.label)}")
     st.caption(md(_facts_line(result, ctx.ref.label)) + " · " + md(result.source))
     first_screen(ctx)
-    _findings(result.findings, report_overview.no_findings_text(result))
+    _findings(result.findings, report_overview.no_findings_text(result), result.run)
     _whatif(result.whatif)
     if _has_rows(result.ranks):
         st.subheader("Per rank (ms per step, mean over the profiled steps)")
@@ -210,16 +211,16 @@ def overview(ctx: ViewContext) -> None:
     _raw_traces(ctx)
 
 
-def findings_table(findings: list[Finding]) -> pd.DataFrame:
+def findings_table(findings: list[Finding], run: RunInfo | None = None) -> pd.DataFrame:
     """The findings in the reports' one order (failures, then severity, then cost: as
-    the terminal and HTML reports list them)."""
+    the terminal and HTML reports list them), their ranks in the reports' words."""
     ordered = report_overview.ordered_findings(findings)
     return pd.DataFrame(
         {
             "severity": [f.severity for f in ordered],
             "cost ms/step": [numbers.num(f.cost_ms_per_step) for f in ordered],
             "kind": [f.kind for f in ordered],
-            "ranks": [numbers.rank_cell(f.ranks) for f in ordered],
+            "ranks": [rank_words.finding_ranks(f, run) for f in ordered],
             "title": [f.title for f in ordered],
             "fix": [f.fix for f in ordered],
         }
@@ -233,12 +234,12 @@ def _evidence(f: Finding) -> None:
     st.markdown("\n".join(f"- {md(line)}" for line in report_overview.evidence_lines(f.evidence)))
 
 
-def _findings(findings: list[Finding], no_findings: str) -> None:
+def _findings(findings: list[Finding], no_findings: str, run: RunInfo | None = None) -> None:
     st.subheader(f"Findings ({len(findings)})")
     if not findings:
         st.text(no_findings)
         return
-    _table(findings_table(findings))
+    _table(findings_table(findings, run))
     for f in report_overview.ordered_findings(findings):
         with st.expander(f"{md(f.severity)}: {md(f.title)}{report_overview.cost_suffix(f)}"):
             _evidence(f)

@@ -12,7 +12,7 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudiag.report import figures, numbers, overview, wait_note, windows
+from gpudiag.report import figures, numbers, overview, rank_words, wait_note, windows
 from gpudiag.report.collective_spread import WALL_TEXT
 from gpudiag.report.overview import evidence_lines, no_findings_text, ordered_findings
 from gpudiag.report.tables import WHATIF_DIGITS, whatif_frame
@@ -35,7 +35,7 @@ def _e(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _findings_html(findings: list[Any], no_findings: str) -> str:
+def _findings_html(findings: list[Any], no_findings: str, run: Any = None) -> str:
     if not findings:
         return f"<p>{_e(no_findings)}</p>"
     parts = []
@@ -47,7 +47,7 @@ def _findings_html(findings: list[Any], no_findings: str) -> str:
             f'<div class="finding" style="border-color:{color}">'
             f'<span class="sev" style="background:{color}">{_e(f.severity.upper())}</span> '
             f"<b>{_e(f.kind)}</b> — {_e(numbers.ms(f.cost_ms_per_step, 'ms/step'))} — "
-            f"{_e(numbers.ranks(f.ranks))}"
+            f"{_e(rank_words.finding_ranks(f, run))}"
             f"<p>{_e(f.title)}</p><ul>{evidence}</ul><p><b>fix:</b> {_e(f.fix)}</p>{loc}</div>"
         )
     return "\n".join(parts)
@@ -121,7 +121,7 @@ def _result_section(result: AnalysisResult, include_js: bool) -> str:
             if (note := wait_note.page_note(result, verdict))
             else ""
         )
-        + f"<h2>Findings</h2>{_findings_html(result.findings, no_findings_text(result))}"
+        + f"<h2>Findings</h2>{_findings_html(result.findings, no_findings_text(result), result.run)}"
         + _whatif_html(result)
         + "<h2>Per rank (ms per step, mean over the profiled steps)</h2>"
         + _frame_html(overview.rank_table(result), overview.rank_table_digits())

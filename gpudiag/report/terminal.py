@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudiag.numfmt import plural
-from gpudiag.report import numbers, rank_means, wait_note, windows
+from gpudiag.report import numbers, rank_means, rank_words, wait_note, windows
 from gpudiag.report.collective_spread import WALL_TEXT
 from gpudiag.report.overview import (
     change_side,
@@ -100,7 +100,9 @@ FINDINGS_ORDER = (
 )
 
 
-def render_findings(console: Console, findings: list[Any], no_findings: str) -> None:
+def render_findings(
+    console: Console, findings: list[Any], no_findings: str, run: Any = None
+) -> None:
     if not findings:
         console.print(Panel(Text(no_findings), title="Findings"))
         return
@@ -111,7 +113,7 @@ def render_findings(console: Console, findings: list[Any], no_findings: str) -> 
         head.append(f"{i}. [{f.severity.upper()}] ", style=style)
         head.append(f"{f.kind}", style="bold")
         head.append(f"  {numbers.ms(f.cost_ms_per_step, 'ms/step')}")
-        head.append(f"  {numbers.ranks(f.ranks)}")
+        head.append(f"  {rank_words.finding_ranks(f, run)}")
         body = Text()
         body.append(numbers.terminal_text(f.title) + "\n")
         body.append("evidence:\n", style="dim")
@@ -190,7 +192,7 @@ def print_report(result: Any, *, rank: int | None = None, console: Console | Non
     )
     console = console or output_console([per_rank, collectives])
     console.print(_header(result))
-    render_findings(console, result.findings, no_findings_text(result))
+    render_findings(console, result.findings, no_findings_text(result), result.run)
     console.print(per_rank if per_rank is not None else "No per-rank step data.")
     if per_rank is not None and rank is None:
         # the wait the table shows beside the findings that cost it (the chart's note)

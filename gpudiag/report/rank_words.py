@@ -1,0 +1,21 @@
+"""The ranks a finding names, in one wording for every view. The DLRM set's gpu_idle
+finding read "all 8 ranks" in the verdict, "ranks 0, 1, 2, 3, 4, 5, 6 and 7" in the
+terminal's and the HTML report's finding headers and "0, 1, 2, 3, 4, 5, 6, 7" in the
+dashboard's findings table (probe 31m: "every rank" written three ways)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudiag.report import numbers, overview
+
+
+def finding_ranks(f: Any, run: Any = None) -> str:
+    """``all 8 ranks`` where the finding names every analysed rank of the world (as the
+    verdict says it, :func:`overview.analysed_ranks`), else ``rank 2`` / ``ranks 0 and 6``;
+    ``all ranks`` where it names none."""
+    named = sorted(int(r) for r in f.ranks or [] if numbers.number(r) is not None)
+    traced = sorted(int(r) for r in getattr(run, "traced_ranks", None) or [])
+    if named and named == traced:
+        return overview.analysed_ranks(traced, getattr(run, "world_size", None))
+    return numbers.ranks(f.ranks or [])

@@ -1,0 +1,65 @@
+"""Probe 31m: "every rank" was written three ways for one finding on the DLRM GPU set:
+"all 8 ranks" (the verdict), "ranks 0, 1, 2, 3, 4, 5, 6 and 7" (the terminal's and the
+HTML report's finding headers), "0, 1, 2, 3, 4, 5, 6, 7" (the dashboard's findings
+table). One wording now, in every view; a finding naming some ranks keeps naming them.
+Recorded GPU traces (../shared/traces) and the dashboard through AppTest."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from streamlit.testing.v1 import AppTest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # dashboards/ is not an installed package
+
+from gpudiag.analysis import analyze  # noqa: E402
+from gpudiag.report import jsonout  # noqa: E402
+from gpudiag.report.html import render_html  # noqa: E402
+from gpudiag.report.terminal import print_report  # noqa: E402
+
+APP = REPO / "dashboards" / "app.py"
+
+
+def test_a_finding_on_every_rank_reads_the_same_in_every_view(
+    monkeypatch: pytest.MonkeyPatch, shared_traces: Path
+) -> None:
+    run = shared_traces / "param_dlrm_ddp8"
+    result = analyze(run)
+    buf = io.StringIO()
+    jsonout.write_results([result], buf)
+    payload = json.loads(buf.getvalue())
+    every = {f["kind"] for f in payload["findings"] if sorted(f["ranks"]) == list(range(8))}
+    some = {f["kind"]: f["ranks"] for f in payload["findings"] if 0 < len(f["ranks"]) < 8}
+    assert "gpu_idle" in every and "dataloader_stall" in some
+    buf = io.StringIO()
+    print_report(result, console=Console(file=buf, width=400, color_system=None))
+    terminal = dict(re.findall(r"\[\w+\] (\w+)\s+[0-9.]+ ms/step\s+(.+?) ─", buf.getvalue()))
+    html = dict(re.findall(r"<b>(\w+)</b> — [^—]+ — ([^<]+)<p>", render_html([result])))
+    monkeypatch.setattr(sys, "argv", ["app.py", str(run)])
+    at = AppTest.from_file(str(APP), default_timeout=180)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    table = at.table[0].value
+    dashboard = {
+        str(k).replace("\\", ""): str(r).replace("\\", "")
+        for k, r in zip(table["kind"], table["ranks"], strict=True)
+    }
+    assert "all 8 ranks" in at.error[0].value  # the verdict's words
+    for name, view in {"terminal": terminal, "html": html, "dashboard": dashboard}.items():
+        for kind in every:
+            assert view[kind] == "all 8 ranks", (name, kind, view)
+        for kind, ranks in some.items():  # named as numbers.ranks names them
+            named = [str(r) for r in ranks]
+            words = (
+                f"rank {named[0]}"
+                if len(named) == 1
+                else (f"ranks {', '.join(named[:-1])} and {named[-1]}")
+            )
+            assert view[kind] == words, (name, kind, view)
