@@ -196,9 +196,16 @@ def first_screen(ctx: ViewContext) -> None:
         st.caption(report_overview.SHARED_COLOURS_NOTE)
 
 
+def _view_header(ctx: ViewContext, name: str, whose: str = "") -> None:
+    """``Timeline · run label``: every view names the run it shows, as the Overview did
+    alone (a reader who came by the sidebar or a shared URL saw "Timeline" and no run:
+    probe 31m)."""
+    st.header(f"{name} · {whose}{md(ctx.ref.label)}")
+
+
 def overview(ctx: ViewContext) -> None:
     result = ctx.result
-    st.header(f"Overview · {md(ctx.ref.label)}")
+    _view_header(ctx, "Overview")
     st.caption(md(_facts_line(result, ctx.ref.label)) + " · " + md(result.source))
     first_screen(ctx)
     _findings(result.findings, report_overview.no_findings_text(result), result.run)
@@ -307,7 +314,7 @@ def _raw_traces(ctx: ViewContext) -> None:
 
 
 def timeline(ctx: ViewContext) -> None:
-    st.header("Timeline")
+    _view_header(ctx, "Timeline")
     all_ranks = _ranks_of(ctx.result)
     if not all_ranks:
         st.info("No per-rank intervals in this run (no traces and no step table).")
@@ -351,7 +358,7 @@ def _ranks_of(result: AnalysisResult) -> list[int]:
 
 
 def step_breakdown(ctx: ViewContext) -> None:
-    st.header("Step breakdown")
+    _view_header(ctx, "Step breakdown")
     bd = ctx.result.breakdown
     if not _has_rows(bd):
         st.info("No step breakdown: the run has no ProfilerStep or step table.")
@@ -426,7 +433,7 @@ _SHOWN_ROWS = 5000
 
 def communication(ctx: ViewContext) -> None:
     result = ctx.result
-    st.header("Communication")
+    _view_header(ctx, "Communication")
     _skew(result)
     summary = result.collective_summary
     st.subheader("Collectives by op and process group")
@@ -542,7 +549,7 @@ def _bucket_chart(buckets: pd.DataFrame) -> None:
 
 def gpu_metrics(ctx: ViewContext) -> None:
     result = ctx.result
-    st.header("GPU metrics")
+    _view_header(ctx, "GPU metrics")
     if result.gpu.kernel_busy:
         busy = pd.DataFrame([asdict(b) for b in result.gpu.kernel_busy])
         st.subheader("GPU kernel busy time (from the traces)")
@@ -607,7 +614,7 @@ def _step_label(ctx: ViewContext) -> str:
 
 
 def dataparallel(ctx: ViewContext) -> None:
-    st.header("DataParallel")
+    _view_header(ctx, "DataParallel")
     dp = ctx.result.dataparallel
     if dp is None:
         st.info(NOT_DP)
@@ -807,7 +814,7 @@ def _compare_runs(ctx: ViewContext, labels: list[str]) -> tuple[str | None, str 
 
 
 def compare(ctx: ViewContext) -> None:
-    st.header("Compare")
+    _view_header(ctx, "Compare", "Run A: ")
     if len(ctx.all_runs) < 2:
         st.info("Give the dashboard at least two runs to compare.")
         return
@@ -916,7 +923,7 @@ def _script_of(result: AnalysisResult) -> Path | None:
 
 
 def code(ctx: ViewContext) -> None:
-    st.header("Code")
+    _view_header(ctx, "Code")
     lint = ctx.result.lint
     script = _script_of(ctx.result)
     if lint is None and script is not None:
