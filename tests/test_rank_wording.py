@@ -63,3 +63,36 @@ def test_a_finding_on_every_rank_reads_the_same_in_every_view(
                 else (f"ranks {', '.join(named[:-1])} and {named[-1]}")
             )
             assert view[kind] == words, (name, kind, view)
+
+
+def test_a_cost_over_every_rank_beside_the_ranks_named_says_so(
+    monkeypatch: pytest.MonkeyPatch, shared_traces: Path
+) -> None:
+    """Megatron TP8: gpu_idle's 69.59 ms/step is the mean over all 8 ranks (their GPU
+    idle columns), while its header named ranks 0, 2, 3 and 6 (whose own mean is about
+    131 ms): every view now says what the mean is over."""
+    run = shared_traces / "astrasim_megatron_tp8"
+    result = analyze(run)
+    buf = io.StringIO()
+    jsonout.write_results([result], buf)
+    payload = json.loads(buf.getvalue())
+    (idle,) = [f for f in payload["findings"] if f["kind"] == "gpu_idle"]
+    per_rank = {r["rank"]: r["idle"] + r["other"] for r in payload["ranks"]}
+    assert sum(per_rank.values()) / 8 == pytest.approx(idle["cost_ms_per_step"], abs=0.01)
+    named = sorted(idle["ranks"])
+    assert sum(per_rank[r] for r in named) / len(named) > 1.5 * idle["cost_ms_per_step"]
+    words = "most on ranks 0, 2, 3 and 6 (its ms/step: the mean over all 8 ranks)"
+    buf = io.StringIO()
+    print_report(result, console=Console(file=buf, width=400, color_system=None))
+    assert f"gpu_idle  {idle['cost_ms_per_step']:.2f} ms/step  {words}" in buf.getvalue()
+    assert words in render_html([result])
+    monkeypatch.setattr(sys, "argv", ["app.py", str(run)])
+    at = AppTest.from_file(str(APP), default_timeout=180)
+    at.run()
+    table = at.table[0].value
+    cells = [
+        str(r).replace("\\", "")
+        for k, r in zip(table["kind"], table["ranks"], strict=True)
+        if str(k).replace("\\", "") == "gpu_idle"
+    ]
+    assert cells == [words]
