@@ -642,14 +642,36 @@ def compare_figure(
             colours.STEP_COLOR if k.startswith("step_ms") else component_color(k) for k in keys
         ]
         a_marker = dict(color=b_color, opacity=0.55, pattern=dict(shape="/"))
+    legend = keys is None  # one colour per run: the bars' own legend entries are right
     fig = go.Figure(
         [
-            go.Bar(x=deltas["metric"], y=deltas["a"], name=f"A: {_p(name_a)}", marker=a_marker),
             go.Bar(
-                x=deltas["metric"], y=deltas["b"], name=f"B: {_p(name_b)}", marker_color=b_color
+                x=deltas["metric"],
+                y=deltas["a"],
+                name=f"A: {_p(name_a)}",
+                marker=a_marker,
+                offsetgroup="a",
+                showlegend=legend,
+            ),
+            go.Bar(
+                x=deltas["metric"],
+                y=deltas["b"],
+                name=f"B: {_p(name_b)}",
+                marker_color=b_color,
+                offsetgroup="b",
+                showlegend=legend,
             ),
         ]
     )
+    if not legend:
+        # bars of many colours: a legend swatch shows one, the first bar's (the step's
+        # near-black, beside bars of every component's colour: probe 31m). The legend
+        # shows each run's style instead, hatched and pale (A) or solid (B), in grey.
+        for name, marker, group in (
+            (f"A: {_p(name_a)}", {**a_marker, "color": colours.MEASURED_COLOR}, "a"),
+            (f"B: {_p(name_b)}", {"color": colours.MEASURED_COLOR}, "b"),
+        ):
+            fig.add_trace(go.Bar(x=[None], y=[None], name=name, marker=marker, offsetgroup=group))
     fig.update_layout(barmode="group", title="ms per step, mean over ranks", **_LAYOUT)
     return fig
 
