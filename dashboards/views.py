@@ -69,6 +69,17 @@ BUSY_HEADERS = {
     "idle_ms_per_step": "GPU idle, data loading included ms/step",
     "startup_ms": "start-up ms (before the first kernel)",
 }
+# The key columns first, so they are in view in a 1280-1440 px window: GPU idle was the
+# sixth column, past the right edge at 1440 px on the GPU sets (probe 31m).
+BUSY_ORDER = (
+    "rank",
+    "idle_ms_per_step",
+    "busy_fraction",
+    "compute_fraction",
+    "steps",
+    "window_ms",
+    "startup_ms",
+)
 HOST_METRICS = (
     ("cpu_percent", "% of all cores"),
     ("proc_cpu_percent", "% of one core, summed over cores"),
@@ -563,7 +574,8 @@ def gpu_metrics(ctx: ViewContext) -> None:
         shown = busy.assign(
             busy_fraction=100 * busy["busy_fraction"],
             compute_fraction=100 * busy["compute_fraction"],
-        ).rename(columns=BUSY_HEADERS)
+        )
+        shown = shown[[c for c in BUSY_ORDER if c in shown]].rename(columns=BUSY_HEADERS)
         _dataframe(shown, {"rank": 0, "steps": 0})
     if result.gpu.nvml:
         st.subheader("NVML summary per GPU")

@@ -33,3 +33,24 @@ def test_every_view_names_the_run_it_shows(monkeypatch: pytest.MonkeyPatch) -> N
         assert not at.exception, [e.value for e in at.exception]
         whose = "Run A: " if name == "Compare" else ""
         assert at.header[0].value == f"{name} · {whose}{md(label)}", name
+
+
+def test_gpu_idle_is_in_view_in_the_gpu_metrics_table(
+    monkeypatch: pytest.MonkeyPatch, shared_traces: Path
+) -> None:
+    """GPU metrics' per-rank table put GPU idle sixth, past the right edge of a 1440 px
+    window on the DLRM set (its columns ended at about 1,035 px of a 780 px frame): the key
+    columns now come first, within the frame by the dashboard's own column sizing."""
+    from dashboards import widgets
+
+    monkeypatch.setattr(sys, "argv", ["app.py", str(shared_traces / "param_dlrm_ddp8")])
+    at = AppTest.from_file(str(APP), default_timeout=300)
+    at.run()
+    at.sidebar.radio(key="view").set_value("GPU metrics").run()
+    assert not at.exception, [e.value for e in at.exception]
+    idle = views.BUSY_HEADERS["idle_ms_per_step"]
+    (frame,) = [d.value for d in at.dataframe if idle in d.value.columns]
+    widths = widgets.grid_widths(widgets.numbers.frame_text(frame))
+    ends = dict(zip(frame.columns, [sum(widths[: i + 1]) for i in range(len(widths))], strict=True))
+    for key in ("rank", idle, views.BUSY_HEADERS["busy_fraction"]):
+        assert ends[key] <= widgets.FITS_PX, (key, ends)
