@@ -689,34 +689,6 @@ NO_PARTNER = (
 )
 
 
-def finding_changes_frame(changes: list[Any]) -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "finding": [c.kind for c in changes],
-            "A": [report_overview.change_side(c.a, c.ranks_a) for c in changes],
-            "B": [report_overview.change_side(c.b, c.ranks_b) for c in changes],
-            "A ms/step": [numbers.num(c.cost_a_ms) for c in changes],
-            "B ms/step": [numbers.num(c.cost_b_ms) for c in changes],
-            "change": [c.change for c in changes],
-        }
-    )
-
-
-def per_rank_pair(a: AnalysisResult, b: AnalysisResult) -> pd.DataFrame:
-    """Both runs' per-rank step time and its largest parts, side by side (no delta)."""
-    cols = ["step_ms_mean", "compute", "comm_exposed", "other"]
-    headers = report_overview.rank_headers(a)  # the Overview's names
-    left = a.ranks[["rank", *[c for c in cols if c in a.ranks]]].rename(
-        columns={c: f"A {headers[c]}" for c in cols}
-    )
-    right = b.ranks[["rank", *[c for c in cols if c in b.ranks]]].rename(
-        columns={c: f"B {headers[c]}" for c in cols}
-    )
-    merged = left.merge(right, on="rank", how="outer").sort_values("rank")
-    order = ["rank", *[f"{w} {headers[c]}" for c in cols for w in "AB"]]
-    return merged[[c for c in order if c in merged]].reset_index(drop=True)
-
-
 PARTNER = "partner"  # Run B's select, bound to ?partner= (a shared URL opens the comparison)
 _PARTNER_OF = "partner_of"  # session state: the run A the partner was chosen for
 _PARTNERS = "partners_chosen"  # session state: run A -> the partner last shown with it
@@ -876,13 +848,13 @@ def compare(ctx: ViewContext) -> None:
         st.write(md(moved))
     st.subheader("Findings that appeared, went or changed")
     if comparison.finding_changes:
-        _table(finding_changes_frame(comparison.finding_changes))
+        _table(report_tables.finding_changes_frame(comparison.finding_changes))
         st.caption(md(report_tables.FINDING_COSTS_TEXT))
     else:
         st.write("The same findings at the same severity in both runs.")
     if _has_rows(res_a.ranks) and _has_rows(res_b.ranks):
         st.subheader("Per rank (ms per step, mean over each run's analysed steps)")
-        pair = per_rank_pair(res_a, res_b)
+        pair = report_tables.per_rank_pair(res_a, res_b)
         _chart(
             figures.stacked_columns_figure(
                 pair.assign(rank=[f"rank {int(r)}" for r in pair["rank"]]),

@@ -389,7 +389,37 @@ def live_node_frame(snap: LiveSnapshot) -> pd.DataFrame:
     return pd.DataFrame(rows, dtype=object)
 
 
+def finding_changes_frame(changes: list[Any]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "finding": [c.kind for c in changes],
+            "A": [overview.change_side(c.a, c.ranks_a) for c in changes],
+            "B": [overview.change_side(c.b, c.ranks_b) for c in changes],
+            "A ms/step": [numbers.num(c.cost_a_ms) for c in changes],
+            "B ms/step": [numbers.num(c.cost_b_ms) for c in changes],
+            "change": [c.change for c in changes],
+        }
+    )
+
+
+def per_rank_pair(a: Any, b: Any) -> pd.DataFrame:
+    """Both runs' per-rank step time and its largest parts, side by side (no delta)."""
+    cols = ["step_ms_mean", "compute", "comm_exposed", "other"]
+    headers = overview.rank_headers(a)  # the Overview's names
+    left = a.ranks[["rank", *[c for c in cols if c in a.ranks]]].rename(
+        columns={c: f"A {headers[c]}" for c in cols}
+    )
+    right = b.ranks[["rank", *[c for c in cols if c in b.ranks]]].rename(
+        columns={c: f"B {headers[c]}" for c in cols}
+    )
+    merged = left.merge(right, on="rank", how="outer").sort_values("rank")
+    order = ["rank", *[f"{w} {headers[c]}" for c in cols for w in "AB"]]
+    return merged[[c for c in order if c in merged]].reset_index(drop=True)
+
+
 __all__ = [
+    "finding_changes_frame",
+    "per_rank_pair",
     "BUCKET_HEADERS",
     "COLLECTIVE_CALL_HEADERS",
     "DATA_WAIT_HEADERS",
