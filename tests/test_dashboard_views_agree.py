@@ -216,7 +216,7 @@ def _compare(monkeypatch: pytest.MonkeyPatch, a: Path, b: Path) -> AppTest:
     at.query_params.update(run=la, view="Compare", partner=lb)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert at.header[0].value == "Compare"
+    assert at.header[0].value.startswith("Compare · Run A: ")  # the run named (probe 31m)
     return at
 
 
