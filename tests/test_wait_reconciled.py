@@ -69,7 +69,7 @@ def test_dlrm_wait_is_reconciled_with_the_straggler_in_every_view(
     assert f"{_json_wait(result):.2f}" == f"{mean:.2f}"  # JSON's ranks agree with the chart
     top = max(bars, key=bars.__getitem__)
     said = [
-        f"{mean:.2f} ms per step, the mean over ranks 0, 1, 2, 3, 4, 5, 6 and 7",
+        f"{mean:.2f} ms per step, the mean over all 8 ranks",
         f"to {bars[top]:.2f} ms on rank {top})",
         f"the straggler finding's {cost} counts only rank 7's lead",
         WHY,

@@ -303,6 +303,16 @@ def analysed_ranks(traced: list[int], world_size: Any) -> str:
     return numbers.ranks(traced)
 
 
+def ranks_words(result: Any, ranks: Iterable[Any]) -> str:
+    """``all 8 ranks`` where ``ranks`` are every analysed rank of the world (as the verdict
+    names them), else ``ranks 0, 2 and 3`` (probe 31m: one wording for every rank)."""
+    named = sorted(int(r) for r in ranks)
+    traced = sorted(int(r) for r in getattr(result.run, "traced_ranks", None) or [])
+    if named and named == traced:
+        return analysed_ranks(traced, getattr(result.run, "world_size", None))
+    return numbers.ranks(named)
+
+
 def verdict(result: Any) -> Verdict:
     """The top finding as one line a reader takes in at a glance."""
     findings = ordered_findings(result.findings)
@@ -622,7 +632,7 @@ def _larger_part_note(result: Any, f: Finding) -> str:
     tie = _straggler_note(result, others[0], "straggler finding's") if others else ""
     return (
         f"The chart's largest part here is '{label}', {numbers.ms(value)} per step (the mean "
-        f"over {numbers.ranks(list(bars.index))}{on}), more than the verdict's "
+        f"over {ranks_words(result, bars.index)}{on}), more than the verdict's "
         f"{numbers.ms(cost, 'ms/step')}; {said}" + (f" {tie}" if tie else "")
     )
 

@@ -101,7 +101,7 @@ def wait_note(result: Any, name: str | None = None) -> str:
         name = f"The chart's '{overview.run_labels(result)['comm_wait']}'"
     low, high = int(wait.idxmin()), int(wait.idxmax())
     drawn = (
-        f"{numbers.ms(wait.mean(), 'ms')} per step, the mean over {numbers.ranks(list(wait.index))} "
+        f"{numbers.ms(wait.mean(), 'ms')} per step, the mean over {overview.ranks_words(result, wait.index)} "
         f"(from {numbers.ms(wait[low])} on rank {low} to {numbers.ms(wait[high])} on rank {high}"
         f"), each rank's the mean over the {overview.steps_window(result)}"
     )
