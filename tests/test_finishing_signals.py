@@ -1,4 +1,4 @@
-"""A rank's end under signals: a Ctrl-C that reaches a job started with SIGINT ignored,
+"""A rank's end under signals: a Ctrl-C or SIGTERM to a job started with it ignored,
 one that arrives while the trace is written, and a rank killed while gpudiag finishes
 its record (issue 28; the CI failure of test_ctrl_c_to_a_lightning_job...)."""
 
@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,9 +16,10 @@ import pytest
 
 from gpudiag import rundir
 from gpudiag.capture.profiling import signals_held
-from tests.traced_jobs import start_trace, wait_for_steps
+from tests.traced_jobs import start_trace
 
 SINGLE_SCRIPT = Path(__file__).parent / "scripts" / "capture_single.py"
+IGNORED_SIGNAL_SCRIPT = Path(__file__).parent / "scripts" / "ignored_signal_job.py"
 JOB_TIMEOUT_S = 240
 
 
@@ -25,27 +28,32 @@ def _status(out: Path, rank: int = 0) -> dict:
 
 
 @pytest.mark.slow
-def test_ctrl_c_reaches_the_rank_of_a_gpudiag_started_with_sigint_ignored(tmp_path: Path) -> None:
-    """A shell's background job (`gpudiag trace ... &` in a script, nohup) starts with
-    SIGINT ignored. The launcher handles it, so its rank must too: before, the rank
-    inherited SIG_IGN, trained on through the forwarded Ctrl-C and was SIGKILLed after
-    the 30 s grace period, with no status.json."""
-    out = tmp_path / "run"
-    proc = start_trace(
-        ["--out", str(out), "--no-lint", "--no-profile", str(SINGLE_SCRIPT),
-         "--steps", "100000", "--sleep", "0.02"],
-        tmp_path,
-        sigint_ignored=True,
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_signal_the_launcher_inherited_ignored_stays_ignored(tmp_path: Path, name: str) -> None:
+    """`gpudiag trace ... &` in a shell script starts with SIGINT ignored (``trap ''
+    TERM`` or a supervisor can ignore SIGTERM): under plain python the script trains on
+    through that signal. The launcher handled it and forwarded it to a rank it had reset
+    to the default, and the job was interrupted (probe 28j, F4: 15 of 17 runs, plain
+    8 of 8 trained on). Now it is neither handled nor forwarded, and the rank inherits
+    the ignore."""
+    out, seen = tmp_path / "run", tmp_path / "disposition.txt"
+    signum = getattr(signal, name)
+
+    def ignore() -> None:
+        signal.signal(signum, signal.SIG_IGN)
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "trace", "--out", str(out), "--no-lint",
+         "--no-profile", str(IGNORED_SIGNAL_SCRIPT), name, str(seen)],
+        cwd=tmp_path, env=dict(os.environ, PYTHONUNBUFFERED="1"), capture_output=True,
+        text=True, timeout=JOB_TIMEOUT_S, preexec_fn=ignore,
     )  # fmt: skip
-    wait_for_steps(out, 1, 5, proc, JOB_TIMEOUT_S)
-    sent = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-3000:]
-    assert time.monotonic() - sent < 20, err[-3000:]
-    status = _status(out)
-    assert (status["status"], status["exc_type"]) == ("interrupted", "KeyboardInterrupt"), status
-    assert rundir.STATUS_FINISHING not in status
+    err = proc.stderr[-3000:]
+    assert proc.returncode == 0, err
+    assert "trained on" in proc.stdout, err
+    assert seen.read_text() == "ignored", err
+    assert _status(out)["status"] == "ok"
+    assert json.loads((out / "manifest.json").read_text())["status"] == "ok"
 
 
 @pytest.mark.slow

@@ -27,11 +27,11 @@ class ForwardedJob(Protocol):
 
 class Forwarder:
     """The launcher's signals, forwarded to the job. Handled before the job starts: a
-    signal the launcher handles is reset to the default in the processes it starts, one
-    it ignores stays ignored. A launcher started with SIGINT ignored (a shell's background
-    job, `nohup ... &`) then forwarded a Ctrl-C to a rank deaf to it, which trained on
-    until the grace period's SIGKILL: no status. A signal that arrives while the job is
-    being started is forwarded once it has started."""
+    signal the launcher handles is reset to the default in the processes it starts. One
+    the launcher was started ignoring (a shell script's background job, ``nohup``) is
+    neither handled nor forwarded: it stays ignored in the job, which trains on as under
+    plain python. A signal that arrives while the job is being started is forwarded once
+    it has started."""
 
     def __init__(self) -> None:
         self._early: list[int] = []

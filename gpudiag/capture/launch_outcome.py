@@ -480,13 +480,17 @@ def _node_ranks(
 
 
 def _forwarded_signals() -> list[int]:
-    """Ctrl-C and SIGTERM, and SIGHUP (the terminal or ssh session closed) unless it is
-    ignored (``nohup``): the job runs in a session of its own, which no hang-up reaches,
-    so it would train on with nobody to say how it ended."""
-    signals: list[int] = [signal.SIGINT, signal.SIGTERM]
-    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
-        signals.append(signal.SIGHUP)
-    return signals
+    """Ctrl-C, SIGTERM and SIGHUP (the terminal or ssh session closed: the job runs in a
+    session of its own, which no hang-up reaches, so it would train on with nobody to say
+    how it ended), each unless the launcher was started with it ignored (``nohup``,
+    ``cmd &`` in a shell script, ``trap '' INT``): then it is neither handled nor
+    forwarded, and the job inherits the ignore, as under plain python (probe 28j, F4:
+    15 of 17 traced runs were interrupted by a Ctrl-C that 8 of 8 plain runs ignored)."""
+    return [
+        s
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        if signal.getsignal(s) is not signal.SIG_IGN
+    ]
 
 
 def ended_by_passed(run_dir: Path, returncode: int, passed: list[int]) -> int | None:

@@ -309,8 +309,8 @@ def signals_held() -> Iterator[None]:
 
     for signum in _HELD_SIGNALS:
         handler = real_getsignal(signum)  # gpudiag's own too: it is put back
-        if handler is None:  # set outside Python: it could not be put back
-            continue
+        if handler is None or handler is signal.SIG_IGN:
+            continue  # set outside Python (could not be put back), or ignored: stays
         previous[signum] = handler
         set_handler(signum, hold)
     try:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import rundir
-from gpudiag.capture import agent, spawn
+from gpudiag.capture import agent, deferred_signals, spawn
 from gpudiag.capture.reexec import (  # noqa: F401 - public names re-exported
     ENV_REEXEC,
     REEXEC_WAIT_S,
@@ -150,6 +150,19 @@ def _handler_is_ours(signum: int) -> bool:
     if signum == signal.SIGINT:
         return handler is signal.default_int_handler
     return getattr(handler, "__func__", None) is Worker.on_fatal_signal
+
+
+def _deliver_held_signals() -> Outcome | None:
+    """A Ctrl-C or SIGTERM held during gpudiag's set-up (deferred_signals) raised now,
+    before the script's first line, as plain python would have it: the rank is
+    interrupted there, with no traceback of gpudiag's."""
+    try:
+        deferred_signals.release_all()
+    except _Terminated:
+        return Outcome("interrupted", EXIT_SIGTERM, "SIGTERM", "before the script started")
+    except KeyboardInterrupt:
+        return Outcome("interrupted", EXIT_SIGINT, "KeyboardInterrupt", "before the script started")
+    return None
 
 
 def _note_untraced(line: str) -> None:
@@ -513,6 +526,10 @@ class Worker:
 
     def _run_callable(self, body: Callable[[], Any]) -> Outcome:
         _user_code_running(True)
+        held = _deliver_held_signals()
+        if held is not None:
+            _user_code_running(False)
+            return held
         try:
             if sigterm_pending():  # arrived during set-up
                 raise _Terminated()

@@ -17,6 +17,7 @@ from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from gpudiag import frames
+from gpudiag.capture import deferred_signals
 
 if TYPE_CHECKING:
     from gpudiag.capture.worker import Worker
@@ -68,8 +69,15 @@ def take_sigterm(at_start: bool = False) -> None:
     worker had installed before it (``getsignal`` then said the default, and the job's
     SIGTERM raised KeyboardInterrupt instead of running the script's checkpoint).
     ``at_start``: the process's start, before any code of the script (``main``); what is
-    there then was inherited (an ignored SIGTERM too), and is taken as before."""
-    if at_start or real_getsignal(signal.SIGTERM) in (signal.SIG_DFL, _on_sigterm):
+    there then was inherited and is taken, except an ignored SIGTERM (``nohup``, ``trap ''
+    TERM``), which stays ignored as under plain python (probe 28j, F4). A SIGTERM held
+    since the process started (deferred_signals) is delivered to gpudiag's handler,
+    which notes it until the script runs."""
+    if at_start:
+        if deferred_signals.inherited(signal.SIGTERM) is not signal.SIG_IGN:
+            set_handler(signal.SIGTERM, _on_sigterm)
+        deferred_signals.release(signal.SIGTERM, _on_sigterm)
+    elif real_getsignal(signal.SIGTERM) in (signal.SIG_DFL, _on_sigterm):
         set_handler(signal.SIGTERM, _on_sigterm)
     _DEFAULT_STANDINS[signal.SIGTERM] = _on_sigterm
 

@@ -1,8 +1,11 @@
 """Ctrl-C while the traced process imports torch, at a chosen point of the import
 (no timing margin): when the process gpudiag started first imports the module named
 by GPUDIAG_TEST_INTERRUPT_AT, this sends SIGINT to its parent (the launcher, which
-forwards it to the job) and waits for it to arrive there, as a KeyboardInterrupt inside
-torch's import. Every later import of torch is noted in GPUDIAG_TEST_REIMPORT_LOG."""
+forwards it to the job) and waits for it to arrive here: either as a KeyboardInterrupt
+inside the import (noted in GPUDIAG_TEST_RAISED_LOG: where C++ calls back into Python,
+that aborts the process), or held by gpudiag until the script starts
+(gpudiag.capture.deferred_signals notes it). Every later import of torch is noted in
+GPUDIAG_TEST_REIMPORT_LOG."""
 
 import os
 import signal
@@ -11,6 +14,12 @@ import time
 
 _AT = os.environ.get("GPUDIAG_TEST_INTERRUPT_AT")
 _LOG = os.environ.get("GPUDIAG_TEST_REIMPORT_LOG")
+_RAISED = os.environ.get("GPUDIAG_TEST_RAISED_LOG")
+
+
+def _held() -> bool:
+    deferred = sys.modules.get("gpudiag.capture.deferred_signals")
+    return deferred is not None and signal.SIGINT in getattr(deferred, "received", ())
 
 
 class _InterruptAt:
@@ -26,9 +35,16 @@ class _InterruptAt:
             _InterruptAt.fired = True
             os.kill(os.getppid(), signal.SIGINT)
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:  # the forwarded SIGINT raises here
-                time.sleep(0.01)
-            raise KeyboardInterrupt  # never forwarded: the test fails on its own asserts
+            try:
+                while time.monotonic() < deadline and not _held():
+                    time.sleep(0.01)
+            except KeyboardInterrupt:
+                if _RAISED:
+                    with open(_RAISED, "a") as f:
+                        f.write(f"KeyboardInterrupt raised inside the import of {name}\n")
+                raise
+            if not _held():
+                raise KeyboardInterrupt  # never forwarded: the test fails on its own asserts
         return None
 
 
