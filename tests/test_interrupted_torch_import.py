@@ -87,3 +87,33 @@ def test_ctrl_c_inside_torchs_import_ends_the_job_interrupted_without_a_crash(
     assert status["status"] == "interrupted", status
     assert status["exc_type"] == "KeyboardInterrupt", status
     assert status["message"] == "before the script started", status
+
+
+SITE_STARTUP = Path(__file__).parent / "scripts" / "interrupt_in_site_startup"
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_traced_processs_site_start_up_blames_no_rank(tmp_path: Path) -> None:
+    """A Ctrl-C that raises KeyboardInterrupt in the traced process's site start-up (a
+    .pth file's import, sitecustomize), before any of gpudiag runs there: python ends it
+    with "Fatal Python error: init_import_site", exit 1, no status.json. The launcher
+    forwarded that Ctrl-C: the run is interrupted and no rank is blamed (before: rank 0
+    "died from exit code 1 before its first step")."""
+    script = tmp_path / "job.py"
+    script.write_text(SPAWN_JOB)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(SITE_STARTUP), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "gpudiag", "trace", "--out", str(run), "--no-lint",
+               "--no-profile", str(script)]  # fmt: skip
+    proc = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+    )
+    err = proc.stderr[-3000:]
+    assert "init_import_site" in proc.stderr, err  # it was interrupted where meant
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted", err
+    assert not manifest.get("failed_ranks"), (manifest.get("failure"), err)
+    assert manifest.get("failure") is None, err

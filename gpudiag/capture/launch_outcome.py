@@ -56,8 +56,8 @@ def decide_outcome(
     if hang or signal_received is not None:
         failed, ends = _without_peer_errors(failed, ends, statuses)
     if signal_received is not None:
-        ends = _without_deaths_by(job_signal(signal_received), ends)
-        ends = _without_deaths_by(signal_received, ends)
+        ends = _without_deaths_by(job_signal(signal_received), ends, set(infos))
+        ends = _without_deaths_by(signal_received, ends, set(infos))
     agent_failure = _agent_failure(
         run_dir, returncode, signal_received, hang, single_process, statuses, node
     )
@@ -141,11 +141,17 @@ def _without_peer_errors(
     return failed, ends
 
 
-def _without_deaths_by(signum: int, ends: dict[int, blame.RankEnd]) -> dict[int, blame.RankEnd]:
+def _without_deaths_by(
+    signum: int, ends: dict[int, blame.RankEnd], set_up: set[int]
+) -> dict[int, blame.RankEnd]:
     """The launcher forwarded ``signum``: a rank that died of it without a status (it
     came before the rank had its handler: an mp.spawn worker still starting, probe 28i,
     F5), or whose process exited 128 + it (the mp.spawn parent's code given to the one
-    rank it had started), was ended by the interrupt, not a failure of its own."""
+    rank it had started), was ended by the interrupt, not a failure of its own. So was
+    one that died before gpudiag's set-up wrote anything of it (no rank_info.json, not in
+    ``set_up``): python reports a KeyboardInterrupt during its start-up (a .pth file's
+    import, sitecustomize) as "Fatal Python error: init_import_site" and exit 1, and
+    rank 0 was blamed for it (probe 28j)."""
     name = blame.signal_name(signum)
     return {
         r: e
@@ -153,7 +159,7 @@ def _without_deaths_by(signum: int, ends: dict[int, blame.RankEnd]) -> dict[int,
         if not (
             e.died_without_status
             and e.crash is None
-            and (e.signal == name or e.exitcode in (-signum, 128 + signum))
+            and (e.signal == name or e.exitcode in (-signum, 128 + signum) or r not in set_up)
         )
     }
 
