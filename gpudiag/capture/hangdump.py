@@ -62,11 +62,17 @@ def finish_request_path(run_dir: Path, rank: int) -> Path:
 def hang_decided(run_dir: Path, rank: int) -> str | None:
     """The watchdog's verdict when it has decided that the job hangs (a node's watchdog
     writes its hang report, then a finish request per rank), else None. A rank whose collective
-    fails right then failed because the watchdog ended its peer: it hangs, it did not fail."""
+    fails right then failed because the watchdog ended its peer: it hangs, it did not fail.
+    A report of a hang only suspected (``ended: false``: ``--on-hang report``, or ``auto``
+    leaving a rank idle outside a collective be) decides nothing: the job was left running,
+    and a SIGTERM that ends it then is the user's or the scheduler's (probe 28j, F5: each
+    rank said "ended by gpudiag's hang watchdog ... SIGTERM from the agent")."""
     reports = [path for _, path in rundir.hang_report_paths(run_dir)]
     for path in (finish_request_path(run_dir, rank), *reports):
         decided = rundir.read_json(path)
         if isinstance(decided, dict):
+            if decided.get("ended") is False:
+                continue
             decided = decided.get("verdict")
         if isinstance(decided, str):
             return decided.strip() or "no progress"
