@@ -22,6 +22,11 @@ RANK_FAILED_FIX = (
     "If it failed on a collective, check that every rank calls the same collectives with "
     "the same shapes; NCCL/gloo timeouts usually mean another rank diverged first."
 )
+LAUNCH_ERROR_FIX = (
+    "No rank started: read the launcher's error (printed before gpudiag's last line), "
+    "usually a torchrun option (--rdzv-backend, --rdzv-endpoint, --nnodes) or the "
+    "environment it reads; no rank of the script is at fault."
+)
 EARLY_EXIT_FIX = (
     "The first rank ended with exit code 0 while the others still ran collectives: look "
     "for a rank-dependent sys.exit / os._exit / return (or a loop that ends sooner on "
@@ -91,17 +96,19 @@ def rank_failed_findings(
             )
     # the cause ended with exit code 0 while its peers were still in the job
     early = first_rank is not None and failure.get("exc_type") == rundir.EARLY_EXIT
+    # no rank started (a torchrun usage error): a launch error, no rank blamed
+    launch = first_rank is None and failure.get("exc_type") == rundir.LAUNCH_ERROR
     detail = failed.get(first_rank, failure) if first_rank is not None else failure
     traceback = str(detail.get("traceback") or failure.get("traceback") or "")
     message = str(detail.get("message") or detail.get("error") or failure.get("message") or "")
     exc_type = detail.get("exc_type") or failure.get("exc_type")
-    if exc_type and message and exc_type != rundir.EARLY_EXIT:
+    if exc_type and message and exc_type not in (rundir.EARLY_EXIT, rundir.LAUNCH_ERROR):
         message = f"{exc_type}: {message}"
     last_line = message or (traceback.strip().splitlines()[-1] if traceback.strip() else "")
     listed = _as_int_list(manifest.get("failed_ranks"))
-    not_finished = sorted(set(failed) | set(listed)) or (
-        [int(first_rank)] if first_rank is not None else []
-    )
+    not_finished = [] if launch else sorted(set(failed) | set(listed))
+    if not not_finished and first_rank is not None:
+        not_finished = [int(first_rank)]
     # the finding names the cause; the others' failures followed from it (consequences)
     ranks = [int(first_rank)] if first_rank is not None else not_finished
     if early:
@@ -112,6 +119,8 @@ def rank_failed_findings(
         title = f"Rank {first_rank} failed first ({len(not_finished)} ranks did not finish)"
     elif first_rank is not None:
         title = f"Rank {first_rank} failed"
+    elif launch:
+        title = "The job failed to launch (no rank started)"
     else:
         title = "The run failed"
     if last_line and not early:
@@ -135,7 +144,7 @@ def rank_failed_findings(
                 "last_step": failure.get("last_step"),
                 "consequences": failure.get("consequences") or [],
             },
-            fix=EARLY_EXIT_FIX if early else RANK_FAILED_FIX,
+            fix=EARLY_EXIT_FIX if early else LAUNCH_ERROR_FIX if launch else RANK_FAILED_FIX,
             # a fatal signal's stack (faulthandler: innermost frame first) has its own
             location=_frame_path(failure.get("location")) or user_frame(traceback),
         )

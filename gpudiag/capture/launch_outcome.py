@@ -90,8 +90,8 @@ def decide_outcome(
         )
     if status == "failed" and failure is None:
         failure = _failure_without_cause(run_dir, missing, started, returncode)
-    if status == "failed":
-        # a rank that never wrote status.json died too (SIGABRT in gloo, OOM-kill, ...)
+    if status == "failed" and started:
+        # a rank without status.json died too (SIGABRT, OOM-kill); none started: no rank
         failed = failed + [r for r in missing if r not in failed]
     return {
         "status": status,
@@ -429,7 +429,7 @@ def _failure_without_cause(
         message = f"every rank reported ok but the job exited with {returncode}"
     return {
         "rank": missing[0] if missing and started else None,
-        "exc_type": None,
+        "exc_type": None if started else rundir.LAUNCH_ERROR,
         "message": message,
         "traceback": None,
         "exit_code": returncode,

@@ -144,6 +144,7 @@ from gpudiag.rundir.live import (
 from gpudiag.rundir.load import load_run, load_summaries
 from gpudiag.rundir.merge import (
     EARLY_EXIT,
+    LAUNCH_ERROR,
     early_exit_failure,
     left_early,
     merge_manifests,
@@ -205,6 +206,7 @@ __all__ = [
     "COLLECTIVE_TIMES",
     "DDP_STATS",
     "EARLY_EXIT",
+    "LAUNCH_ERROR",
     "ENDED_WHILE_FINISHING",
     "FAILED_STATUSES",
     "FORMAT_VERSION",

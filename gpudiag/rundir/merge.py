@@ -239,6 +239,9 @@ def _lowest_rank(manifest: Mapping[str, Any]) -> int:
 # one launcher saw only part of the job (ranks launched separately), and for `analyze`.
 
 EARLY_EXIT = "early_exit"  # a failure's exc_type: the rank left the job with exit code 0
+# a failure's exc_type: the job ended before any rank started (a torchrun usage error,
+# an unknown rendezvous backend): no rank failed
+LAUNCH_ERROR = "launch_error"
 # a failure's exc_type when the rank ended without an error of its own
 _ENDED_TYPES = frozenset({"died", "node_lost", "KeyboardInterrupt", EARLY_EXIT})
 
