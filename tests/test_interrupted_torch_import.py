@@ -117,3 +117,34 @@ def test_ctrl_c_during_the_traced_processs_site_start_up_blames_no_rank(tmp_path
     assert manifest["status"] == "interrupted", err
     assert not manifest.get("failed_ranks"), (manifest.get("failure"), err)
     assert manifest.get("failure") is None, err
+
+
+@pytest.mark.slow
+def test_ctrl_c_inside_the_agents_torch_import_waits_for_torchrun(tmp_path: Path) -> None:
+    """`--nproc-per-node`: gpudiag's agent imports torch's elastic stack before it runs
+    torchrun. A Ctrl-C forwarded then is held until torchrun would start, never raised
+    inside torch's import (before: a KeyboardInterrupt traceback out of the import of
+    torch.fx, where a C++ callback could have aborted the agent); the run is interrupted
+    before any rank started, none blamed."""
+    script = tmp_path / "train.py"
+    script.write_text("print('trained')\n")
+    raised = tmp_path / "raised.txt"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(SITE), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    env["GPUDIAG_TEST_INTERRUPT_AT"] = "torch.fx"
+    env["GPUDIAG_TEST_RAISED_LOG"] = str(raised)
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "gpudiag", "trace", "--out", str(run), "--no-lint",
+               "--no-profile", "--nproc-per-node", "2", "--master-port", "42043", str(script)]  # fmt: skip
+    proc = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+    )
+    err = proc.stderr[-3000:]
+    assert not raised.exists(), raised.read_text() + err
+    assert "Traceback" not in proc.stderr, err
+    assert proc.returncode == 130, err
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted", err
+    assert not manifest.get("failed_ranks"), (manifest.get("failure"), err)

@@ -30,7 +30,7 @@ import sys
 import time
 from typing import Any
 
-from gpudiag.capture import threads
+from gpudiag.capture import deferred_signals, threads
 
 AGENT_FAILURES = "agent_failures.json"
 SPAWN_PARENT = "mp.spawn"  # agent_failures.json's ``by`` when mp.spawn's parent wrote it
@@ -257,8 +257,21 @@ def _on_launcher_lost() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _deliver_held_signals() -> None:
+    """Before torchrun starts: a Ctrl-C or SIGTERM that came while held ends this agent
+    as it would have ended plain torchrun then (before any rank: no status to write)."""
+    try:
+        deferred_signals.release_all()
+    except KeyboardInterrupt:
+        os._exit(128 + signal.SIGINT)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # a Ctrl-C or SIGTERM while gpudiag imports torch's elastic stack waits for torchrun,
+    # which handles both: raised inside torch's import it could abort this process
+    # (capture/deferred_signals.py)
+    deferred_signals.hold()
     die_with_parent(signal.SIGTERM)
     watch_launcher(_on_launcher_lost)
     from gpudiag.capture.clock import install_test_shift
@@ -271,6 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.run import main as torchrun_main
 
+    _deliver_held_signals()
     code = 0
     try:
         torchrun_main(argv)
