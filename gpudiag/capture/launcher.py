@@ -550,6 +550,12 @@ def _say(text: str) -> None:
 # --------------------------------------------------------------------------- main
 
 
+def _refused(forwarder: Forwarder) -> int:
+    """No job is started (the run directory refused): the launcher's signals as they were."""
+    forwarder.restore()
+    return 2
+
+
 def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
     """Run the job described by ``args`` (``argv``: the command line, for the manifest);
     ``pre_run(run_dir, target)`` runs in a thread while it starts (the command layer's lint
@@ -562,9 +568,12 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
     from gpudiag.capture.clock import install_test_shift
 
     install_test_shift()  # tests only: a skewed host (GPUDIAG_TEST_CLOCK_SHIFT_NS)
+    # from before the claim: a Ctrl-C then is forwarded once the job has started (it was
+    # a traceback and a manifest left `running`); the job's processes get the defaults
+    forwarder = Forwarder()
     run_dir = _claim_out(args, None if dynamic else node_rank)
     if run_dir is None:
-        return 2
+        return _refused(forwarder)
     profile = profile_config(ns)
     launch = _launch_info(args)
     env = worker_env(run_dir, None if dynamic else node_rank, profile, ns.time_buckets)
@@ -578,13 +587,12 @@ def run(args: TraceArgs, argv: list[str], pre_run: PreRun | None = None) -> int:
         _first_manifest(run_dir, manifest_path, manifest, node_rank, ns) if join is None else None
     )
     if claimed is not None and claimed.refused:
-        return 2
+        return _refused(forwarder)
     reserve = claimed.reserve if claimed is not None else None
     rank_reserves = claimed.rank_reserves if claimed is not None else []
     _say(f"tracing into {run_dir}")
     run_dir_fd = _open_dir(run_dir)  # to tell at the end whether it was deleted meanwhile
 
-    forwarder = Forwarder()  # before the job starts: its processes get the defaults
     job = _start_job(launch["command"], env, manifest_path, join, forwarder)
     job.signal_group = not launch["torchrun"]
     job.on_signal = _signal_recorder(run_dir, join, node_rank, ns)

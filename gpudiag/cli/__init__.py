@@ -10,6 +10,7 @@ pass everything after the script name to the script untouched.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable
 
@@ -75,12 +76,27 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()
     except BrokenPipeError:
         return _stdout_closed()
+    except KeyboardInterrupt:
+        return _interrupted(name)
     except SystemExit as exc:
         # rich's Console.on_broken_pipe has already pointed stdout at /dev/null
         if exc.code == 1 and _stdout_redirected_to_devnull(stdout_before):
             return 0
         raise
     return code
+
+
+def _interrupted(name: str) -> int:
+    """Ctrl-C before a command handles it (`gpudiag trace` while it starts, before its
+    signals are forwarded to the job; `analyze` at any time): one line, no traceback, and
+    the process dies of SIGINT as a python program interrupted there does (a shell script
+    that runs it stops too). No job has been started: `trace` handles SIGINT from before
+    it claims the run directory."""
+    print(f"gpudiag {name}: interrupted (Ctrl-C)", file=sys.stderr)
+    sys.stderr.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    return 130  # where SIGINT cannot end the process (it is blocked)
 
 
 def _usage_or_version(argv: list[str]) -> int:
