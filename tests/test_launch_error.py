@@ -43,3 +43,11 @@ def test_a_torchrun_usage_error_is_a_launch_error_with_no_rank_blamed(tmp_path: 
     assert failure["title"].startswith("The job failed to launch (no rank started)"), failure
     assert failure["evidence"]["failed_ranks"] == [], failure
     assert "no rank of the script is at fault" in failure["fix"]
+    terminal = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "analyze", str(run)],
+        capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="200"),
+    )  # fmt: skip
+    header = next(line for line in terminal.stdout.splitlines() if "rank_failed" in line)
+    # the launch failed, no rank: not "all ranks" (every view words it the same way)
+    assert "no rank" in header and "all ranks" not in header, header
+    assert "all ranks" not in terminal.stdout, terminal.stdout[-2000:]

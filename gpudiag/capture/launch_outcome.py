@@ -423,7 +423,7 @@ def _failure_without_cause(
     elif not started:
         message = _rendezvous_error(run_dir) or (
             f"the job exited with {returncode} before any rank started "
-            "(see the launcher's error above)"
+            "(see the launcher's error, printed by `gpudiag trace` before its last line)"
         )
     else:
         message = f"every rank reported ok but the job exited with {returncode}"

@@ -113,6 +113,16 @@ def rank_cell(values: Iterable[Any]) -> str:
     return ", ".join(str(v) for v in values) or ALL_RANKS
 
 
+NO_RANK = "no rank"  # a failure that names no rank: the job failed to launch
+
+
+def finding_ranks_named(kind: str, values: Iterable[Any]) -> str:
+    """:func:`ranks` of a finding's ranks; a failure that names none is the launch's
+    (no rank started, probe 28j F6), ``no rank``, not ``all ranks``."""
+    values = list(values)
+    return NO_RANK if not values and kind == "rank_failed" else ranks(values)
+
+
 def ranks(values: Iterable[Any]) -> str:
     """``rank 2``, ``ranks 0 and 6``, ``ranks 0, 2 and 3``."""
     items = [str(int(v)) if number(v) is not None else str(v) for v in values]
@@ -210,6 +220,8 @@ def styled(frame: pd.DataFrame, digits: Mapping[str, int] | None = None) -> Any:
 
 __all__ = [
     "ALL_RANKS",
+    "NO_RANK",
+    "finding_ranks_named",
     "COUNT_DIGITS",
     "count",
     "rank_cell",

@@ -322,7 +322,7 @@ def verdict(result: Any) -> Verdict:
     step = numbers.number(result.step_ms)
     cost = numbers.ms(f.cost_ms_per_step, "ms/step")
     of_step = f" of {numbers.ms(step)}" if step else ""
-    who = numbers.ranks(f.ranks) if f.ranks else "all ranks"
+    who = numbers.finding_ranks_named(f.kind, f.ranks or [])
     evidence = f.evidence if isinstance(f.evidence, dict) else {}
     if f.kind == "straggler":
         head = (

@@ -20,7 +20,8 @@ def finding_ranks(f: Any, run: Any = None) -> str:
     """``all 8 ranks`` where the finding names every analysed rank of the world (as the
     verdict says it, :func:`overview.analysed_ranks`), else ``rank 2`` / ``ranks 0 and 6``
     (``most on ranks 0, 2, 3 and 6 (its ms/step: the mean over all 8 ranks)`` where the
-    cost is over every rank); ``all ranks`` where it names none."""
+    cost is over every rank); ``all ranks`` where it names none, ``no rank`` for a
+    failure that names none (the job failed to launch)."""
     named = sorted(int(r) for r in f.ranks or [] if numbers.number(r) is not None)
     traced = sorted(int(r) for r in getattr(run, "traced_ranks", None) or [])
     every = overview.analysed_ranks(traced, getattr(run, "world_size", None))
@@ -28,4 +29,4 @@ def finding_ranks(f: Any, run: Any = None) -> str:
         return every
     if named and f.kind in _COST_OVER_EVERY_RANK and len(traced) > 1:
         return f"most on {numbers.ranks(named)} (its ms/step: the mean over {every})"
-    return numbers.ranks(f.ranks or [])
+    return numbers.finding_ranks_named(f.kind, f.ranks or [])
