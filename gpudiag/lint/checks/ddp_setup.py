@@ -296,6 +296,10 @@ def _after_training(ctx: ModuleContext, watched: set[str], change: ast.AST) -> b
     )
 
 
+# calls that look at the model without running it (`hasattr(net, "module")`)
+_INSPECTIONS = {"hasattr", "getattr", "isinstance", "type", "id", "len", "print"}
+
+
 def _ancestors_within(ctx: ModuleContext, node: ast.AST, scope: ast.AST) -> Iterator[ast.AST]:
     for ancestor in ctx.ancestors(node):
         if ancestor is scope:
@@ -318,11 +322,15 @@ def _trains(ctx: ModuleContext, watched: set[str], loop: ast.AST) -> bool:
 
 def _uses_model(ctx: ModuleContext, watched: set[str], node: ast.AST) -> bool:
     """Code after the change that trains or hands the model on: a loop, a forward, a
-    backward or optimizer step, a `return` or `yield` of the model."""
+    backward or optimizer step, a call given the model (`evaluate(net, loader)`), a
+    `return` or `yield` of the model."""
     if isinstance(node, LOOP_TYPES):
         return True
     if isinstance(node, ast.Call):
-        return ast.unparse(node.func) in watched or ctx.is_step_call(node)
+        handed_on = terminal_name(node.func) not in _INSPECTIONS and any(
+            ast.unparse(arg) in watched for arg in node.args
+        )
+        return ast.unparse(node.func) in watched or ctx.is_step_call(node) or handed_on
     if isinstance(node, (ast.Return, ast.Yield)) and node.value is not None:
         return bool({ast.unparse(n) for n in ast.walk(node.value)} & watched)
     return False

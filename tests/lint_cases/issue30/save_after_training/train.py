@@ -46,7 +46,7 @@ def train(local_rank, max_iter):
 
     # dump the final model
     net.cpu()
-    state = net.module.state_dict()
+    state = net.module.state_dict() if hasattr(net, "module") else net.state_dict()
     if dist.get_rank() == 0:
         torch.save(state, "model_final.pth")
 
@@ -78,6 +78,26 @@ def train_moved_inside(local_rank, max_iter):
         net.cuda()  # expect: GD402
 
 
+def evaluate(net, dl):
+    with torch.no_grad():
+        return [net(im.cuda(non_blocking=True)).argmax(1) for im, _ in dl]
+
+
+def train_then_evaluate(local_rank, max_iter):
+    dl, sampler = loader()
+    net = DDP(SegNet(19).cuda(), device_ids=[local_rank])
+    optim = torch.optim.SGD(net.parameters(), lr=1e-2)
+    for epoch in range(max_iter):
+        sampler.set_epoch(epoch)
+        for im, lb in dl:
+            step(net, optim, im.cuda(non_blocking=True), lb.cuda(non_blocking=True))
+    net.float()  # expect: GD402
+    state = net.module.state_dict() if hasattr(net, "module") else net.state_dict()
+    evaluate(net, dl)
+    if dist.get_rank() == 0:
+        torch.save(state, "model_final.pth")
+
+
 def train_returns_moved(local_rank, max_iter):
     dl, sampler = loader()
     net = DDP(SegNet(19).cuda(), device_ids=[local_rank])
@@ -98,5 +118,6 @@ if __name__ == "__main__":
     train(local_rank, 80000)
     train_then_finetune(local_rank, 10)
     train_moved_inside(local_rank, 10)
+    train_then_evaluate(local_rank, 10)
     train_returns_moved(local_rank, 10)
     dist.destroy_process_group()
