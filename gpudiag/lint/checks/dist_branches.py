@@ -14,7 +14,8 @@ from gpudiag.lint.context import ModuleContext, names_in, terminal_name
 
 _DIST_CALLS = ("is_initialized", "is_distributed", "is_dist_avail_and_initialized")
 _DIST_FLAG = re.compile(r"^(is_|use_)?(distributed|dist|ddp)(_mode|_training|_run)?$", re.I)
-_WORLD = re.compile(r"world_size|num_replicas|num_gpus|n_gpus?|ngpus|nprocs", re.I)
+# not `n_gpu`: Hugging Face scripts set it to 1 in every DDP process (`n_gpu > 1` is DataParallel)
+_WORLD = re.compile(r"world_size|num_replicas|nprocs", re.I)
 
 
 def non_distributed_branch(ctx: ModuleContext, node: ast.AST) -> bool:

@@ -3,13 +3,14 @@ import os
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from lib.data import get_aux_loader, get_data_loader
+from lib.data import get_aux_loader, get_data_loader, get_extra_loader
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 class Cfg:
     root = "data"
     aux_root = "aux"
+    extra_root = "extra"
     ims_per_gpu = 8
     eval_ims_per_gpu = 2
     max_iter = 1000
@@ -30,6 +31,7 @@ def main():
     cfg = Cfg()
     dl = get_data_loader(cfg, mode="train")
     aux, aux_sampler = get_aux_loader(cfg, dist.get_world_size())
+    extra = get_extra_loader(cfg, 1)
     net = DDP(nn.Conv2d(3, 19, 1).cuda(), device_ids=[local_rank])
     optim = torch.optim.SGD(net.parameters(), lr=1e-2)
     for im, lb in dl:
@@ -37,6 +39,13 @@ def main():
             loss = nn.functional.cross_entropy(
                 net(im.cuda(non_blocking=True)), lb.cuda(non_blocking=True)
             )
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+    for im, lb in extra:
+        loss = nn.functional.cross_entropy(
+            net(im.cuda(non_blocking=True)), lb.cuda(non_blocking=True)
+        )
         optim.zero_grad()
         loss.backward()
         optim.step()

@@ -55,6 +55,17 @@ def get_data_loader(cfg, mode="train"):
     return dl
 
 
+def get_extra_loader(cfg, n_gpu):
+    """Control: `n_gpu > 1` is DataParallel in Hugging Face scripts; under DDP every process
+    has n_gpu == 1 and takes the `else`, which keeps GD201."""
+    ds = Scenes(cfg.extra_root, "train")
+    if n_gpu > 1:
+        batch_size = 8 * n_gpu
+    else:
+        return DataLoader(ds, batch_size=8, num_workers=4, pin_memory=True)  # expect: GD201
+    return DataLoader(ds, batch_size=batch_size, num_workers=4, pin_memory=True)  # expect: GD201
+
+
 def get_aux_loader(cfg, world_size, mode="train"):
     """Controls: the distributed side of the test keeps GD201, and a sampler whose
     `shuffle` may be True on its branch keeps GD202 (no set_epoch in the job)."""
