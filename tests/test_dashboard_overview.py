@@ -465,25 +465,27 @@ def test_the_chart_splits_exposed_communication_whatever_the_findings(
 def test_a_finding_without_ranks_reads_the_same_everywhere(
     monkeypatch: pytest.MonkeyPatch, straggler: AnalysisResult
 ) -> None:
-    """bucket_size names no rank: "all ranks" in the dashboard's Findings table, the
-    terminal's finding header and the HTML report alike (probe 31, class J)."""
+    """bucket_size names no rank: "all 4 ranks" (every analysed rank, as the verdict
+    says it; probe 31n, D7) in the dashboard's Findings table, the terminal's finding
+    header and the HTML report alike (probe 31, class J)."""
     from dashboards.views import findings_table
 
     empty = [f for f in straggler.findings if not f.ranks]
     assert empty, [f.kind for f in straggler.findings]
-    table = findings_table(straggler.findings)
+    table = findings_table(straggler.findings, straggler.run)
     for f in empty:
-        assert table.loc[table["kind"] == f.kind, "ranks"].tolist() == ["all ranks"]
+        assert table.loc[table["kind"] == f.kind, "ranks"].tolist() == ["all 4 ranks"]
     buf = io.StringIO()
     print_report(straggler, console=Console(file=buf, width=300, color_system=None))
     heads = [ln for ln in buf.getvalue().splitlines() if any(f.kind in ln for f in empty)]
-    assert heads and all("all ranks" in ln for ln in heads[:1]), heads
+    assert heads and all("all 4 ranks" in ln for ln in heads[:1]), heads
     html = render_html([straggler])
     for f in empty:
-        assert re.search(rf"<b>{f.kind}</b> — [^<]* — all ranks", html)
+        assert re.search(rf"<b>{f.kind}</b> — [^<]* — all 4 ranks", html)
     at = _app(monkeypatch, STRAGGLER)
     shown = [str(t.value.to_dict()) for t in at.table]
-    assert any("all ranks" in s for s in shown) and not any("'all'" in s for s in shown)
+    assert any("all 4 ranks" in s for s in shown) and not any("'all'" in s for s in shown)
+    assert not any("all ranks" in s for s in shown)
 
 
 def test_metric_charts_and_live_host_cpu_say_words_and_units(

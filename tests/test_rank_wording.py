@@ -96,3 +96,26 @@ def test_a_cost_over_every_rank_beside_the_ranks_named_says_so(
         if str(k).replace("\\", "") == "gpu_idle"
     ]
     assert cells == [words]
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [("traces/tracelens_mi300_ddp", "rank 0"), ("sample_runs/ddp4_straggler", "all 4 ranks")],
+)
+def test_a_finding_that_names_no_rank_reads_as_the_ranks_analysed(
+    shared_traces: Path, source: str, expected: str
+) -> None:
+    """A finding that lists no rank is about every analysed rank: "all ranks" said more
+    than was analysed on a trace set with one rank of 8, and sat beside "all 4 ranks" in
+    one report (probe 31n, D7). The terminal's headers and the verdict say the ranks."""
+    run = (shared_traces.parent if source.startswith("traces/") else REPO) / source
+    result = analyze(run)
+    unnamed = [f for f in result.findings if not f.ranks]
+    assert unnamed, [f.kind for f in result.findings]
+    buf = io.StringIO()
+    print_report(result, console=Console(file=buf, width=200, color_system=None))
+    headers = [line for line in buf.getvalue().splitlines() if re.search(r"\d+\. \[", line)]
+    for f in unnamed:
+        (header,) = [h for h in headers if f" {f.kind} " in h]
+        assert expected in header and "all ranks" not in header, header
+    assert "all ranks" not in render_html([result])

@@ -303,11 +303,15 @@ def analysed_ranks(traced: list[int], world_size: Any) -> str:
     return numbers.ranks(traced)
 
 
+def _traced(result: Any) -> list[int]:
+    return sorted(int(r) for r in getattr(result.run, "traced_ranks", None) or [])
+
+
 def ranks_words(result: Any, ranks: Iterable[Any]) -> str:
     """``all 8 ranks`` where ``ranks`` are every analysed rank of the world (as the verdict
     names them), else ``ranks 0, 2 and 3`` (probe 31m: one wording for every rank)."""
     named = sorted(int(r) for r in ranks)
-    traced = sorted(int(r) for r in getattr(result.run, "traced_ranks", None) or [])
+    traced = _traced(result)
     if named and named == traced:
         return analysed_ranks(traced, getattr(result.run, "world_size", None))
     return numbers.ranks(named)
@@ -323,6 +327,8 @@ def verdict(result: Any) -> Verdict:
     cost = numbers.ms(f.cost_ms_per_step, "ms/step")
     of_step = f" of {numbers.ms(step)}" if step else ""
     who = numbers.finding_ranks_named(f.kind, f.ranks or [])
+    if not f.ranks and f.kind != "rank_failed":  # every analysed rank (probe 31n, D7)
+        who = analysed_ranks(_traced(result), getattr(result.run, "world_size", None))
     evidence = f.evidence if isinstance(f.evidence, dict) else {}
     if f.kind == "straggler":
         head = (
