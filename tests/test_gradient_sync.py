@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from gpudiag import rundir
+from gpudiag.analysis import analyze
 from gpudiag.analysis.gradient_sync import gradient_sync_rounds
+from gpudiag.report import overview
 
 SCRIPT = Path(__file__).parent / "scripts" / "grad_accum_job.py"
 TIMEOUT_S = 300
@@ -51,6 +53,15 @@ def test_all_reduce_every_micro_step_is_found_and_no_sync_is_not(tmp_path: Path)
     assert f["cost_ms_per_step"] == pytest.approx(gross * 3 / 4, rel=0.01)
     # a floor (probe 29h measured 1.6-3.2x it on CPU jobs): said as one
     assert f["evidence"]["cost_is_lower_bound"] is True and "gives back at least" in f["title"]
+
+    # the first screen's verdict says the finding's claim, not "transfer ... (the wait for
+    # late peers set apart): what better overlap gives back" (probe 31n, D2)
+    result = analyze(tmp_path / "without")
+    top = overview.ordered_findings(result.findings)[0]
+    assert "gradient_sync_rounds_per_step" in top.evidence, [g.kind for g in result.findings]
+    headline = overview.verdict(result).headline
+    assert "4 times per optimizer step" in headline, headline
+    assert "better overlap" not in headline and "set apart" not in headline, headline
 
     right = _traced(tmp_path / "with", "--accum", "4", "--no-sync")
     assert not any("gradient_sync_rounds_per_step" in f["evidence"] for f in right["findings"])
