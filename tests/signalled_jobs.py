@@ -49,7 +49,9 @@ def wait_for(proc: subprocess.Popen, paths: list[Path]) -> None:
         time.sleep(0.2)
 
 
-def start_job(tmp_path: Path, mode: str, handled: list[str]) -> subprocess.Popen:
+def start_job(
+    tmp_path: Path, mode: str, handled: list[str], env: dict[str, str] | None = None
+) -> subprocess.Popen:
     port = str(free_port())
     launch = ["--nproc-per-node", "2", "--master-port", port]
     command = [sys.executable, "-m", "gpudiag", "trace", "--out", str(tmp_path / "run"),
@@ -57,7 +59,7 @@ def start_job(tmp_path: Path, mode: str, handled: list[str]) -> subprocess.Popen
                str(SCRIPT), mode, port, *handled]  # fmt: skip
     proc = subprocess.Popen(
         command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, preexec_fn=default_signals,
+        start_new_session=True, preexec_fn=default_signals, env={**os.environ, **(env or {})},
     )  # fmt: skip
     wait_for(proc, [tmp_path / f"ready.{r}" for r in RANKS[mode]])
     return proc

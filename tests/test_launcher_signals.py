@@ -89,3 +89,26 @@ def test_a_signal_the_ranks_handle_reaches_their_handlers_and_the_job_goes_on(
     manifest = _manifest(tmp_path)
     assert (manifest["status"], manifest["failed_ranks"]) == ("ok", []), manifest
     assert manifest.get("launcher_signal") is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "name"), [("single", "SIGALRM"), ("torchrun", "SIGXCPU")])
+def test_a_handler_of_a_passed_signal_that_exits_interrupts_and_blames_no_rank(
+    tmp_path: Path, mode: str, name: str
+) -> None:
+    """The script's own SIGALRM / SIGXCPU handler saves, then sys.exit(7): the run was
+    recorded `failed`, "rank 1 failed: SystemExit", as no SIGINT / SIGTERM / SIGQUIT /
+    SIGUSR1 handler's was (probe 28k, C). It is the script's answer to the signal:
+    interrupted, no rank blamed."""
+    proc = start_job(tmp_path, mode, [name], env={"EXIT_IN_HANDLER": "7"})
+    try:
+        os.kill(proc.pid, getattr(signal, name))
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    for r in RANKS[mode]:
+        assert (tmp_path / f"got.{r}.{name}").is_file(), err[-3000:]
+    manifest = _manifest(tmp_path)
+    assert (manifest["status"], manifest["failed_ranks"]) == ("interrupted", []), manifest
+    assert (manifest.get("failure") or {}).get("rank") is None, manifest

@@ -17,7 +17,7 @@ from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from gpudiag import frames
-from gpudiag.capture import deferred_signals
+from gpudiag.capture import deferred_signals, user_signals
 
 if TYPE_CHECKING:
     from gpudiag.capture.worker import Worker
@@ -102,8 +102,26 @@ def _user_code_running(running: bool) -> None:
         _ignore_ctrl_c()
 
 
-# signals a script handles itself to end the run (its handler saves, then sys.exit)
-_ENDING_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+# signals a script handles itself to end the run (its handler saves, then sys.exit): the
+# stops and every signal the launcher passes on to the processes that handle it (a
+# SIGALRM or SIGXCPU handler's sys.exit(7) was a failure that blamed the rank, probe 28k C)
+_ENDING_SIGNALS: tuple[int, ...] = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    *user_signals.PASSED_SIGNALS,
+)
+
+
+def signal_name(signum: int) -> str | None:
+    """``SIGALRM``; ``SIGRTMIN+3`` for a real-time signal python's enum has no name for."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        low, high = getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", -1)
+        return f"SIGRTMIN+{signum - low}" if low < signum <= high else None
+
+
 # the code of each handler the script had installed as its code ended -> the signal
 _SCRIPT_HANDLERS: dict[CodeType, str] = {}
 
@@ -112,13 +130,14 @@ def _note_script_handlers() -> None:
     """Before gpudiag ignores Ctrl-C for its finishing: which handlers were the script's
     (read by :func:`_handled_signal`)."""
     _SCRIPT_HANDLERS.clear()
-    for name in _ENDING_SIGNALS:
+    for signum in _ENDING_SIGNALS:
         try:
-            handler = real_getsignal(getattr(signal, name))
-        except (AttributeError, ValueError):
+            handler = real_getsignal(signum)
+        except (OSError, ValueError):
             continue
         code = getattr(getattr(handler, "__func__", handler), "__code__", None)
-        if code is not None and code.co_filename not in WORKER_FILES:
+        name = signal_name(signum)
+        if code is not None and name is not None and code.co_filename not in WORKER_FILES:
             _SCRIPT_HANDLERS.setdefault(code, name)
 
 
@@ -248,11 +267,7 @@ def _signal_received(frame: Any, code: CodeType) -> str | None:
     value = frame.f_locals.get(code.co_varnames[first])
     if type(value) is not int and not isinstance(value, signal.Signals):
         return None
-    try:
-        name = signal.Signals(value).name
-    except ValueError:
-        return None
-    return name if name in _ENDING_SIGNALS else None
+    return signal_name(value) if int(value) in _ENDING_SIGNALS else None
 
 
 def _set_aside_sigchld() -> None:

@@ -1,7 +1,8 @@
 """A job for signals sent to `gpudiag trace` itself (tests/test_launcher_signals.py):
 each rank installs a handler for the signals named on the command line (it writes
 got.<rank>.<SIGNAL> and trains on), writes ready.<rank> once it has trained a step with
-them in place, trains until the file ``stop`` exists, then writes done.<rank>.
+them in place, trains until the file ``stop`` exists, then writes done.<rank>. With
+EXIT_IN_HANDLER=N in the environment the handler then calls sys.exit(N).
 
 Usage: launcher_signal_job.py MODE PORT [SIGNAL ...]
   single:   one process, no process group
@@ -24,6 +25,8 @@ WHO = ["0"]
 def on_signal(signum: int, frame: object) -> None:
     with open(f"got.{WHO[0]}.{signal.Signals(signum).name}", "a") as fh:
         fh.write(f"{os.getpid()}\n")
+    if os.environ.get("EXIT_IN_HANDLER"):  # save, then end: the script's own exit code
+        sys.exit(int(os.environ["EXIT_IN_HANDLER"]))
 
 
 def _stop(world: int) -> bool:
