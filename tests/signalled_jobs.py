@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,11 @@ def wait_for(proc: subprocess.Popen, paths: list[Path]) -> None:
 
 
 def start_job(
-    tmp_path: Path, mode: str, handled: list[str], env: dict[str, str] | None = None
+    tmp_path: Path,
+    mode: str,
+    handled: list[str],
+    env: dict[str, str] | None = None,
+    preexec: Callable[[], None] | None = None,
 ) -> subprocess.Popen:
     port = str(free_port())
     launch = ["--nproc-per-node", "2", "--master-port", port]
@@ -59,7 +64,7 @@ def start_job(
                str(SCRIPT), mode, port, *handled]  # fmt: skip
     proc = subprocess.Popen(
         command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, preexec_fn=default_signals, env={**os.environ, **(env or {})},
+        start_new_session=True, preexec_fn=preexec or default_signals, env={**os.environ, **(env or {})},
     )  # fmt: skip
     wait_for(proc, [tmp_path / f"ready.{r}" for r in RANKS[mode]])
     return proc

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.signalled_jobs import RANKS, start_job, wait_for
+from tests.signalled_jobs import RANKS, default_signals, start_job, wait_for
 
 
 def _gone(pid: int) -> bool:
@@ -112,3 +112,37 @@ def test_a_handler_of_a_passed_signal_that_exits_interrupts_and_blames_no_rank(
     manifest = _manifest(tmp_path)
     assert (manifest["status"], manifest["failed_ranks"]) == ("interrupted", []), manifest
     assert (manifest.get("failure") or {}).get("rank") is None, manifest
+
+
+def _ignoring_sigint() -> None:
+    default_signals()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a shell script's `cmd &`
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("mode", "name", "ignored"),
+    [("single", "SIGHUP", False), ("torchrun", "SIGHUP", False), ("single", "SIGINT", True),
+     ("spawn", "SIGINT", True)],
+)  # fmt: skip
+def test_a_stop_the_script_handles_reaches_its_handler(
+    tmp_path: Path, mode: str, name: str, ignored: bool
+) -> None:
+    """Under plain python a `kill -HUP` (or a Ctrl-C to a `cmd &` job, SIGINT inherited
+    ignored) runs the script's own handler of it. The launcher turned SIGHUP into SIGTERM,
+    and dropped an ignored SIGINT, so the handler never ran (probe 28k, A and B). Now
+    each goes to the processes whose script handles it, and the job trains on."""
+    proc = start_job(tmp_path, mode, [name], preexec=_ignoring_sigint if ignored else None)
+    try:
+        os.kill(proc.pid, getattr(signal, name))
+        wait_for(proc, [tmp_path / f"got.{r}.{name}" for r in RANKS[mode]])
+        (tmp_path / "stop").touch()
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-3000:]
+    for r in RANKS[mode]:
+        assert (tmp_path / f"done.{r}").is_file(), err[-3000:]
+    manifest = _manifest(tmp_path)
+    assert (manifest["status"], manifest["failed_ranks"]) == ("ok", []), manifest

@@ -10,6 +10,8 @@ from typing import Any, Protocol
 from gpudiag.capture import leftovers, user_signals
 from gpudiag.capture.launch_outcome import _forwarded_signals, job_signal
 
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 
 class ForwardedJob(Protocol):
     """What the forwarder needs of the launcher's Job."""
@@ -27,18 +29,54 @@ class ForwardedJob(Protocol):
 
 class Forwarder:
     """The launcher's signals, forwarded to the job. Handled before the job starts: a
-    signal the launcher handles is reset to the default in the processes it starts. One
-    the launcher was started ignoring (a shell script's background job, ``nohup``) is
-    neither handled nor forwarded: it stays ignored in the job, which trains on as under
-    plain python. A signal that arrives while the job is being started is forwarded once
-    it has started."""
+    signal the launcher handles is reset to the default in the processes it starts. A stop
+    the launcher was started ignoring (a shell script's background job, ``nohup``) stays
+    ignored in the job's processes, which inherit it; once the job has started it is
+    passed to the processes of the job whose script handles it, as under plain python,
+    where the script's own handler gets it (probe 28k, A), and otherwise dropped. A
+    hang-up goes to the processes whose script handles SIGHUP, as under plain python or
+    torchrun (probe 28k, B: it was turned into SIGTERM), and ends the job as SIGTERM does
+    when none does. A signal that arrives while the job is being started is forwarded
+    once it has started."""
 
     def __init__(self) -> None:
         self._early: list[int] = []
         self._job: ForwardedJob | None = None
-        self._previous = {s: signal.signal(s, self._forward) for s in _forwarded_signals()}
+        stops = _forwarded_signals()
+        self._ignored = [s for s in STOPS if s not in stops]  # inherited ignored
+        self._previous = {s: signal.signal(s, self._forward) for s in stops}
+        if signal.SIGHUP in stops:
+            signal.signal(signal.SIGHUP, self._hang_up)
         for s in user_signals.handled_signals():
             self._previous[s] = signal.signal(s, self._pass_on)
+
+    def _catchers(self, job: ForwardedJob, signum: int) -> list[int]:
+        """The job's processes that handle ``signum``; never torchrun's agent, which is
+        gpudiag's, not the user's."""
+        pids = job.pids()
+        if not job.signal_group:
+            pids = [p for p in pids if p != job.proc.pid]
+        return user_signals.receivers(pids, signum)
+
+    def _pass_to_catchers(self, job: ForwardedJob, signum: int) -> bool:
+        receivers = self._catchers(job, signum)
+        if receivers:
+            job.passed_signals.append(signum)
+            leftovers.send(receivers, signum)
+        return bool(receivers)
+
+    def _hang_up(self, signum: int, frame: Any) -> None:
+        job = self._job
+        if job is None:
+            self._early.append(signum)
+        elif not self._pass_to_catchers(job, signum):
+            self._forward(signum, frame)
+
+    def _pass_ignored(self, signum: int, frame: Any) -> None:
+        # not with --nproc-per-node: torchrun's agent sets handlers of its own, whatever it
+        # inherited, and its ranks take Ctrl-C as python's default, not as the script's
+        if self._job is not None and self._job.signal_group:
+            self._pass_to_catchers(self._job, signum)
 
     def _pass_on(self, signum: int, frame: Any) -> None:
         """SIGUSR1, SIGQUIT & co. (capture/user_signals): to the job's processes that
@@ -47,15 +85,8 @@ class Forwarder:
         if job is None:  # no process of the job has a handler yet: plain python dies of it
             self._early.append(signum)
             return
-        pids = job.pids()
-        if not job.signal_group:  # torchrun's agent is gpudiag's, never the user's handler
-            pids = [p for p in pids if p != job.proc.pid]
-        receivers = user_signals.receivers(pids, signum)
-        if not receivers:
+        if not self._pass_to_catchers(job, signum):
             self._forward(signum, frame)
-            return
-        job.passed_signals.append(signum)
-        leftovers.send(receivers, signum)
 
     def _forward(self, signum: int, frame: Any) -> None:
         job = self._job
@@ -70,6 +101,8 @@ class Forwarder:
 
     def started(self, job: ForwardedJob) -> None:
         self._job = job
+        for s in self._ignored:  # the job's processes have inherited the ignore
+            self._previous[s] = signal.signal(s, self._pass_ignored)
         for signum in self._early:  # arrived while the job was being started
             if signum in user_signals.PASSED_SIGNALS:
                 self._pass_on(signum, None)
