@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -68,12 +69,12 @@ def test_a_signal_nobody_handles_ends_the_job_and_the_record_names_it(
 HANDLED = [("single", "SIGQUIT"), ("spawn", "SIGPWR"), ("torchrun", "SIGTRAP")]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("mode", "name"), HANDLED)
-def test_a_signal_the_ranks_handle_reaches_their_handlers_and_the_job_goes_on(
-    tmp_path: Path, mode: str, name: str
+def _handled_and_trained_on(
+    tmp_path: Path, mode: str, name: str, preexec: Callable[[], None] | None = None
 ) -> None:
-    proc = start_job(tmp_path, mode, [name])
+    """``name`` sent to `gpudiag trace` of a job whose ranks handle it: every rank's
+    handler ran, the ranks trained on to their normal end, the run is `ok`."""
+    proc = start_job(tmp_path, mode, [name], preexec=preexec)
     try:
         os.kill(proc.pid, getattr(signal, name))
         wait_for(proc, [tmp_path / f"got.{r}.{name}" for r in RANKS[mode]])
@@ -83,12 +84,21 @@ def test_a_signal_the_ranks_handle_reaches_their_handlers_and_the_job_goes_on(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, err[-3000:]
-    for r in RANKS[mode]:  # once each, and the rank trained on to its normal end
+    for r in RANKS[mode]:
         assert (tmp_path / f"done.{r}").is_file(), err[-3000:]
-        assert len((tmp_path / f"got.{r}.{name}").read_text().split()) == 1
     manifest = _manifest(tmp_path)
     assert (manifest["status"], manifest["failed_ranks"]) == ("ok", []), manifest
-    assert manifest.get("launcher_signal") is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "name"), HANDLED)
+def test_a_signal_the_ranks_handle_reaches_their_handlers_and_the_job_goes_on(
+    tmp_path: Path, mode: str, name: str
+) -> None:
+    _handled_and_trained_on(tmp_path, mode, name)
+    for r in RANKS[mode]:  # once each: the launcher sent it to the rank, nobody twice
+        assert len((tmp_path / f"got.{r}.{name}").read_text().split()) == 1
+    assert _manifest(tmp_path).get("launcher_signal") is None
 
 
 @pytest.mark.slow
@@ -132,17 +142,4 @@ def test_a_stop_the_script_handles_reaches_its_handler(
     ignored) runs the script's own handler of it. The launcher turned SIGHUP into SIGTERM,
     and dropped an ignored SIGINT, so the handler never ran (probe 28k, A and B). Now
     each goes to the processes whose script handles it, and the job trains on."""
-    proc = start_job(tmp_path, mode, [name], preexec=_ignoring_sigint if ignored else None)
-    try:
-        os.kill(proc.pid, getattr(signal, name))
-        wait_for(proc, [tmp_path / f"got.{r}.{name}" for r in RANKS[mode]])
-        (tmp_path / "stop").touch()
-        out, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, err[-3000:]
-    for r in RANKS[mode]:
-        assert (tmp_path / f"done.{r}").is_file(), err[-3000:]
-    manifest = _manifest(tmp_path)
-    assert (manifest["status"], manifest["failed_ranks"]) == ("ok", []), manifest
+    _handled_and_trained_on(tmp_path, mode, name, _ignoring_sigint if ignored else None)

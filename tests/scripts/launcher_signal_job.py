@@ -1,8 +1,9 @@
-"""A job for signals sent to `gpudiag trace` itself (tests/test_launcher_signals.py):
-each rank installs a handler for the signals named on the command line (it writes
-got.<rank>.<SIGNAL> and trains on), writes ready.<rank> once it has trained a step with
-them in place, trains until the file ``stop`` exists, then writes done.<rank>. With
-EXIT_IN_HANDLER=N in the environment the handler then calls sys.exit(N).
+"""A job for signals sent to `gpudiag trace` itself (tests/test_launcher_signals.py,
+tests/test_user_signals.py): each rank installs a handler for the signals named on the
+command line (it writes got.<rank>.<SIGNAL> and trains on), writes ready.<rank> once it
+has trained a step with them in place, trains until the file ``stop`` exists, then
+writes done.<rank>. With EXIT_IN_HANDLER=N in the environment the handler then calls
+sys.exit(N).
 
 Usage: launcher_signal_job.py MODE PORT [SIGNAL ...]
   single:   one process, no process group
